@@ -1,0 +1,42 @@
+# triton-operator: the two commands a newcomer needs are `make dev` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: help venv test unit e2e crds golden dev dev-down tools lint
+
+help:
+	@echo "make dev       local cluster with simulated GPU nodes + operator + an example service"
+	@echo "make dev-down  stop it"
+	@echo "make test      unit and end-to-end tests (what CI runs)"
+	@echo "make unit      unit tests only (no cluster, no network)"
+	@echo "make crds      regenerate crds/ from the API models"
+	@echo "make golden    rewrite tests/golden after an intended rendering change"
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+venv: $(STAMP)
+
+unit: $(STAMP)
+	$(PY) -m pytest tests
+
+test: $(STAMP)
+	$(PY) -m pytest tests
+
+crds: $(STAMP)
+	$(VENV)/bin/triton-operator crds --output-dir crds
+
+golden: $(STAMP)
+	UPDATE_GOLDEN=1 $(PY) -m pytest -q tests/test_render.py
+
+lint: $(STAMP)
+	$(VENV)/bin/lint-imports
+
+tools:
+	hack/install-tools.sh

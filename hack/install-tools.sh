@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Builds, once, the real Kubernetes pieces the local cluster and the e2e suite use, from the Go
+# module proxy, and caches them outside the work tree in a folder keyed by every version below.
+# A missing cache folder is rebuilt; a complete one is reused in well under a second.
+# Prints the bin folder on stdout (progress goes to stderr).
+set -euo pipefail
+
+K8S_VERSION=${K8S_VERSION:-v1.36.3}
+ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
+KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
+HELM_VERSION=${HELM_VERSION:-v3.21.4}
+
+CACHE_ROOT=${TRITON_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/triton-operator}
+KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}"
+BIN="$CACHE_ROOT/tools/$KEY/bin"
+STAMP="$CACHE_ROOT/tools/$KEY/complete"
+TOOLS=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok kwokctl helm)
+
+log() { echo "install-tools: $*" >&2; }
+
+if [ -f "$STAMP" ]; then
+  for t in "${TOOLS[@]}"; do [ -x "$BIN/$t" ] || { rm -f "$STAMP"; break; }; done
+fi
+if [ -f "$STAMP" ]; then echo "$BIN"; exit 0; fi
+
+command -v go >/dev/null || { log "Go is required (https://go.dev/dl); none found on PATH"; exit 1; }
+# The checksum database is not reachable from every network; modules come from the proxy.
+export GOSUMDB=${GOSUMDB:-off} GOTOOLCHAIN=${GOTOOLCHAIN_OVERRIDE:-local} GOFLAGS=-buildvcs=false CGO_ENABLED=0
+mkdir -p "$BIN"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+started=$(date +%s)
+
+build_kubernetes() {
+  local v=$K8S_VERSION minor staging_v gomod
+  minor=$(echo "$v" | cut -d. -f2)
+  staging_v="v0.${v#v1.}"
+  mkdir -p "$work/k8s" && cd "$work/k8s"
+  go mod init local/k8sbuild >/dev/null 2>&1
+  gomod=$(go mod download -json "k8s.io/kubernetes@$v" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
+  # Every staging module the release replaces with ./staging/... gets its published twin instead
+  # (kubernetes/kubernetes#79384); the list comes from the release's own go.mod.
+  local args=()
+  while read -r mod; do args+=("-replace=$mod=$mod@$staging_v"); done < <(
+    grep -E '^\s*k8s\.io/[^ ]+ => \./staging/' "$gomod" | awk '{print $1}')
+  [ ${#args[@]} -gt 10 ] || { log "found only ${#args[@]} staging replaces in $gomod"; exit 1; }
+  go mod edit "${args[@]}" "-require=k8s.io/kubernetes@$v"
+  # Keep the release's godebug settings (they change runtime defaults the binaries rely on).
+  grep -E '^godebug ' "$gomod" | while read -r _ kv; do go mod edit "-godebug=$kv"; done || true
+  log "resolving k8s.io/kubernetes $v (${#args[@]} staging modules)"
+  go get "k8s.io/kubernetes/cmd/kube-apiserver@$v" "k8s.io/kubernetes/cmd/kube-controller-manager@$v" \
+    "k8s.io/kubernetes/cmd/kube-scheduler@$v" "k8s.io/kubernetes/cmd/kubectl@$v" >&2
+  local ld="-s -w"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld+=" -X $pkg.gitVersion=$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+  done
+  log "building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl"
+  go build -trimpath -ldflags "$ld" -o "$BIN/" k8s.io/kubernetes/cmd/kube-apiserver \
+    k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+}
+
+build_etcd() {
+  mkdir -p "$work/etcd" && cd "$work/etcd"
+  go mod init local/etcdbuild >/dev/null 2>&1
+  log "building etcd $ETCD_VERSION"
+  go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >&2
+  go build -trimpath -ldflags "-s -w" -o "$BIN/etcd" go.etcd.io/etcd/server/v3
+}
+
+build_go_install() {  # module path, version, packages...
+  local ver=$1; shift
+  log "installing $* @ $ver"
+  local p; local pkgs=()
+  for p in "$@"; do pkgs+=("$p@$ver"); done
+  GOBIN="$BIN" go install -trimpath -ldflags "-s -w" "${pkgs[@]}"
+}
+
+[ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kubectl" ] && [ -x "$BIN/kube-scheduler" ] && [ -x "$BIN/kube-controller-manager" ] || build_kubernetes
+[ -x "$BIN/etcd" ] || build_etcd
+[ -x "$BIN/kwok" ] && [ -x "$BIN/kwokctl" ] || build_go_install "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok/cmd/kwokctl
+[ -x "$BIN/helm" ] || build_go_install "$HELM_VERSION" helm.sh/helm/v3/cmd/helm
+
+for t in "${TOOLS[@]}"; do [ -x "$BIN/$t" ] || { log "missing $t after build"; exit 1; }; done
+touch "$STAMP"
+log "tools ready in $BIN after $(( $(date +%s) - started ))s"
+echo "$BIN"

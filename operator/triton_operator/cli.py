@@ -1,0 +1,194 @@
+"""The command line: run the operator, print the CRDs, render manifests offline, plan a fit."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from . import __version__, crdgen, planning
+from .api import API_VERSION, GPUClass, InferenceService
+from .render import RenderError, dump, render
+from .settings import SettingsError, from_env
+
+
+class CliError(Exception):
+    """Bad input: printed as one line, exit code 2 (1 for a spec that cannot be rendered)."""
+
+    def __init__(self, message: str, code: int = 2):
+        super().__init__(message)
+        self.code = code
+
+
+def _load_docs(path: str) -> list[dict[str, Any]]:
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    except OSError as e:
+        raise CliError(f"{path}: {e.strerror}") from None
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise CliError(f"{path}:{where} is not valid YAML: {getattr(e, 'problem', e)}") from None
+    for d in docs:
+        if not isinstance(d, dict):
+            raise CliError(f"{path}: every document must be a mapping, found {type(d).__name__}")
+    return docs
+
+
+def _describe(e: ValidationError) -> str:
+    first = e.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
+    return f"{where}: {first['msg']}{more}"
+
+
+def _parse(doc: dict[str, Any], path: str) -> InferenceService | GPUClass:
+    kind, version = doc.get("kind"), doc.get("apiVersion")
+    label = f"{path}: {kind} {(doc.get('metadata') or {}).get('name', '<unnamed>')}"
+    if version != API_VERSION or kind not in ("InferenceService", "GPUClass"):
+        raise CliError(f"{label}: expected apiVersion {API_VERSION} and kind InferenceService or GPUClass, "
+                       f"found {version} {kind}")
+    model = InferenceService if kind == "InferenceService" else GPUClass
+    try:
+        return model.model_validate(doc)
+    except ValidationError as e:
+        raise CliError(f"{label}: {_describe(e)}") from None
+
+
+def default_catalog() -> list[dict[str, Any]]:
+    text = resources.files("triton_operator").joinpath("catalog/gpuclasses.yaml").read_text()
+    return list(yaml.safe_load_all(text))
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    objects = [_parse(d, args.file) for d in _load_docs(args.file)]
+    if args.gpu_class_file:
+        catalog_docs, catalog_path = _load_docs(args.gpu_class_file), args.gpu_class_file
+    else:
+        catalog_docs, catalog_path = default_catalog(), "<built-in catalog>"
+    classes = {}
+    for doc in catalog_docs:
+        obj = _parse(doc, catalog_path)
+        if not isinstance(obj, GPUClass):
+            raise CliError(f"{catalog_path}: holds a {obj.kind}; only GPUClasses belong there")
+        classes[obj.name] = obj
+    classes.update({o.name: o for o in objects if isinstance(o, GPUClass)})
+    settings = from_env()
+    out: list[dict[str, Any]] = []
+    for obj in objects:
+        if isinstance(obj, GPUClass):
+            out.append(obj.wire())
+            continue
+        try:
+            out.extend(render(obj, classes, settings, replicas=args.replicas).manifests)
+        except RenderError as e:
+            raise CliError(f"{args.file}: InferenceService {obj.name}: {e.reason}: {e.message}", code=1) from None
+    if not objects:
+        raise CliError(f"{args.file}: no InferenceService or GPUClass found")
+    sys.stdout.write(dump(out))
+    return 0
+
+
+def cmd_crds(args: argparse.Namespace) -> int:
+    crds = crdgen.all_crds()
+    if args.output_dir:
+        out = Path(args.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        for filename, crd in crds.items():
+            (out / filename).write_text(dump([crd]))
+    else:
+        sys.stdout.write(dump(list(crds.values())))
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    objects = [_parse(d, args.file) for d in _load_docs(args.file)]
+    classes = {o.name: o for o in (_parse(d, "<built-in catalog>") for d in default_catalog())}
+    rows = []
+    for obj in objects:
+        if not isinstance(obj, InferenceService):
+            continue
+        for name, cls in sorted(classes.items()):
+            p = planning.plan(obj.spec.model, cls.spec, obj.spec.gpu.count)
+            issues = planning.problems(obj.spec.model, name, cls.spec, obj.spec.gpu.count)
+            rows.append((obj.name, name, obj.spec.gpu.count, p.weights_gib, p.available_gib,
+                         "yes" if not issues else issues[0].reason, p.decode_tokens_per_s_bound, p.cost_per_hour))
+    if not rows:
+        raise CliError(f"{args.file}: no InferenceService found")
+    header = ("SERVICE", "CLASS", "GPUS", "WEIGHTS_GIB", "USABLE_GIB", "FITS", "MAX_TOK/S/STREAM", "COST/H")
+    table = [header, *[tuple("-" if v is None else str(v) for v in r) for r in rows]]
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    for r in table:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import kopf  # the shell only: offline commands need no cluster libraries loaded
+
+    from . import handlers  # noqa: F401  (registers the handlers)
+
+    settings = from_env()
+    namespaces = args.namespace or settings.namespaces
+    kopf.configure(verbose=args.verbose)
+    kopf.run(
+        standalone=not args.peering,
+        peering_name=args.peering,
+        clusterwide=not namespaces,
+        namespaces=namespaces,
+        liveness_endpoint=args.liveness,
+    )
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="triton-operator", description=__doc__)
+    p.add_argument("--version", action="version", version=f"triton-operator {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("render", help="print the manifests the operator would apply, for review")
+    r.add_argument("-f", "--file", required=True, help="InferenceService (and GPUClass) YAML; - for stdin")
+    r.add_argument("--gpu-class-file", help="GPUClass catalog YAML (default: the built-in catalog)")
+    r.add_argument("--replicas", type=int, help="override spec.replicas, as the autoscaler would")
+    r.set_defaults(func=cmd_render)
+
+    c = sub.add_parser("crds", help="print the CustomResourceDefinitions")
+    c.add_argument("--output-dir", help="write one file per CRD into this folder instead")
+    c.set_defaults(func=cmd_crds)
+
+    pl = sub.add_parser("plan", help="show whether a model fits each GPU class, and what it costs")
+    pl.add_argument("-f", "--file", required=True)
+    pl.set_defaults(func=cmd_plan)
+
+    run = sub.add_parser("run", help="run the operator")
+    run.add_argument("-n", "--namespace", action="append", help="watch only this namespace (repeatable)")
+    run.add_argument("--peering", metavar="NAME", help="coordinate several replicas through KopfPeering NAME")
+    run.add_argument("--liveness", default="http://0.0.0.0:8080/healthz", help="liveness endpoint URL")
+    run.add_argument("-v", "--verbose", action="store_true")
+    run.set_defaults(func=cmd_run)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if getattr(args, "replicas", None) is not None and args.replicas < 0:
+        print("triton-operator: --replicas must be 0 or more", file=sys.stderr)
+        return 2
+    try:
+        return args.func(args)
+    except (CliError, SettingsError) as e:
+        print(f"triton-operator: {e}", file=sys.stderr)
+        return getattr(e, "code", 2)
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,186 @@
+"""Generate the CustomResourceDefinitions from the pydantic models in `api`.
+
+Pydantic emits JSON Schema with $refs, titles and anyOf-null for optionals; Kubernetes wants a
+structural OpenAPI v3 schema: everything inlined, one type per node, no nulls. This module does
+that translation and adds what only Kubernetes knows about (CEL rules, list types, subresources,
+printer columns).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from . import api
+
+KEEP = {
+    "description", "default", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+    "pattern", "enum", "maxLength", "minLength", "maxItems", "minItems", "format",
+    "x-kubernetes-validations", "x-kubernetes-int-or-string",
+}
+
+
+def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    if "$ref" in node:
+        target = dict(defs[node["$ref"].split("/")[-1]])
+        # A field's own description and default win over the referenced model's.
+        for key in ("description", "default"):
+            if key in node:
+                target[key] = node[key]
+        return _structural(target, defs)
+    if "anyOf" in node:
+        options = [o for o in node["anyOf"] if o.get("type") != "null"]
+        if len(options) != 1:
+            raise ValueError(f"cannot express anyOf {node['anyOf']} structurally")
+        merged = {**options[0], **{k: v for k, v in node.items() if k not in ("anyOf", "default")}}
+        if node.get("default") is not None:
+            merged["default"] = node["default"]
+        return _structural(merged, defs)
+
+    out: dict[str, Any] = {k: v for k, v in node.items() if k in KEEP}
+    # JSON Schema 2020-12 (pydantic) puts the bound in exclusiveMinimum; OpenAPI v3.0 (Kubernetes)
+    # wants minimum plus a boolean.
+    for bound, plain in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if isinstance(out.get(bound), (int, float)) and not isinstance(out[bound], bool):
+            out[plain], out[bound] = out[bound], True
+    if "const" in node:
+        out["enum"] = [node["const"]]
+    kind = node.get("type")
+    if kind is not None:
+        out["type"] = kind
+    if kind == "object" or "properties" in node:
+        out["type"] = "object"
+        props = node.get("properties", {})
+        if props:
+            out["properties"] = {k: _structural(v, defs) for k, v in props.items()}
+            required = [r for r in node.get("required", []) if r in props]
+            if required:
+                out["required"] = required
+        extra = node.get("additionalProperties")
+        if isinstance(extra, dict):
+            out["additionalProperties"] = _structural(extra, defs)
+        elif not props:
+            out["x-kubernetes-preserve-unknown-fields"] = True
+    if kind == "array":
+        out["items"] = _structural(node.get("items", {}), defs)
+    if kind == "number" and out.get("default") is not None and float(out["default"]).is_integer():
+        out["default"] = int(out["default"]) if isinstance(out["default"], float) else out["default"]
+    return out
+
+
+def schema_of(model: type[BaseModel]) -> dict[str, Any]:
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    return _structural(raw, raw.get("$defs", {}))
+
+
+def _top_level(spec_model: type[BaseModel], status_model: type[BaseModel] | None,
+               description: str, name_rule: dict[str, str] | None) -> dict[str, Any]:
+    spec = schema_of(spec_model)
+    props: dict[str, Any] = {
+        "apiVersion": {"type": "string", "description": "APIVersion of this object."},
+        "kind": {"type": "string", "description": "Kind of this object."},
+        "metadata": {"type": "object"},
+        "spec": spec,
+    }
+    if status_model is not None:
+        props["status"] = schema_of(status_model)
+    out: dict[str, Any] = {
+        "type": "object", "description": description, "required": ["spec"], "properties": props,
+    }
+    if name_rule:
+        out["x-kubernetes-validations"] = [name_rule]
+    return out
+
+
+def _conditions_as_map(status: dict[str, Any]) -> None:
+    conds = status["properties"]["conditions"]
+    conds["x-kubernetes-list-type"] = "map"
+    conds["x-kubernetes-list-map-keys"] = ["type"]
+    item = conds["items"]
+    item["properties"]["lastTransitionTime"]["format"] = "date-time"
+
+
+def inference_service_crd() -> dict[str, Any]:
+    schema = _top_level(
+        api.InferenceServiceSpec, api.InferenceServiceStatus,
+        "InferenceService serves a model with Triton Inference Server on a class of GPUs.",
+        api.cel("self.metadata.name.size() <= 52",
+                "metadata.name must be at most 52 characters (children add suffixes)"),
+    )
+    _conditions_as_map(schema["properties"]["status"])
+    columns = [
+        {"name": "GPU", "type": "string", "jsonPath": ".status.gpuClass", "description": "GPUClass in use"},
+        {"name": "Desired", "type": "integer", "jsonPath": ".status.replicas", "description": "Replicas asked for"},
+        {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas", "description": "Replicas ready to serve"},
+        {"name": "Queue", "type": "number", "jsonPath": ".status.metrics.queueDepth", "description": "Queue depth per replica"},
+        {"name": "P99ms", "type": "number", "jsonPath": ".status.metrics.p99LatencyMs", "description": "p99 latency (ms)"},
+        {"name": "Status", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status", "description": "Ready condition"},
+        {"name": "Reason", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].reason", "priority": 1, "description": "Why"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
+    return _crd(
+        kind="InferenceService", plural="inferenceservices", singular="inferenceservice",
+        short=["infsvc"], scope="Namespaced", schema=schema, columns=columns,
+        subresources={
+            "status": {},
+            "scale": {
+                "specReplicasPath": ".spec.replicas",
+                "statusReplicasPath": ".status.replicas",
+                "labelSelectorPath": ".status.selector",
+            },
+        },
+    )
+
+
+def gpu_class_crd() -> dict[str, Any]:
+    schema = _top_level(
+        api.GPUClassSpec, None,
+        "GPUClass maps a class of GPUs (h100, l4, ...) to the nodes that carry it and the figures used to plan on it.",
+        None,
+    )
+    columns = [
+        {"name": "Display", "type": "string", "jsonPath": ".spec.displayName"},
+        {"name": "Memory-GiB", "type": "number", "jsonPath": ".spec.memoryGiB"},
+        {"name": "TB/s", "type": "number", "jsonPath": ".spec.memoryBandwidthTBps"},
+        {"name": "CC", "type": "string", "jsonPath": ".spec.computeCapability"},
+        {"name": "Price/h", "type": "number", "jsonPath": ".spec.pricePerHour"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
+    return _crd(kind="GPUClass", plural="gpuclasses", singular="gpuclass", short=["gpuclass"],
+                scope="Cluster", schema=schema, columns=columns, subresources=None)
+
+
+def _crd(*, kind: str, plural: str, singular: str, short: list[str], scope: str,
+         schema: dict[str, Any], columns: list[dict[str, Any]],
+         subresources: dict[str, Any] | None) -> dict[str, Any]:
+    version: dict[str, Any] = {
+        "name": api.VERSION, "served": True, "storage": True,
+        "schema": {"openAPIV3Schema": schema},
+        "additionalPrinterColumns": columns,
+    }
+    if subresources:
+        version["subresources"] = subresources
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{plural}.{api.GROUP}",
+            "labels": {"app.kubernetes.io/name": "triton-operator", "app.kubernetes.io/part-of": "triton-operator"},
+        },
+        "spec": {
+            "group": api.GROUP,
+            "scope": scope,
+            "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": singular,
+                      "shortNames": short, "categories": ["inference"]},
+            "versions": [version],
+        },
+    }
+
+
+def all_crds() -> dict[str, dict[str, Any]]:
+    """File name -> CRD, as committed in crds/."""
+    return {
+        f"{api.GROUP}_inferenceservices.yaml": inference_service_crd(),
+        f"{api.GROUP}_gpuclasses.yaml": gpu_class_crd(),
+    }

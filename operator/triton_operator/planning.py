@@ -1,0 +1,77 @@
+"""Planning (pure): does a model fit a GPU class, and what will it cost.
+
+Figures follow the physics in the project's references: weights take parameters x bytes per
+parameter; decode reads every weight once per generated token, so a single stream cannot go faster
+than bandwidth / weight bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .api import BYTES_PER_PARAMETER, MIN_COMPUTE_CAPABILITY, GPUClassSpec, ModelSpec
+
+GIB = 1024**3
+# Leave room for activations, the KV cache and the CUDA context: weights may take at most this
+# share of the GPUs' memory.
+WEIGHTS_SHARE = 0.9
+
+
+@dataclass(frozen=True)
+class Plan:
+    weights_gib: float | None
+    available_gib: float
+    fits: bool
+    min_gpus: int | None
+    decode_tokens_per_s_bound: float | None
+    cost_per_hour: float | None
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why a spec cannot run on a class: a CamelCase reason and a message a user can act on."""
+
+    reason: str
+    message: str
+
+
+def plan(model: ModelSpec, gpu_class: GPUClassSpec, count: int) -> Plan:
+    params = model.parameter_count()
+    per_gpu = gpu_class.memory_gib * WEIGHTS_SHARE
+    available = per_gpu * count
+    cost = None if gpu_class.price_per_hour is None else gpu_class.price_per_hour * count
+    if params is None:
+        return Plan(None, available, True, None, None, cost)
+    weight_bytes = params * BYTES_PER_PARAMETER[model.precision]
+    weights_gib = weight_bytes / GIB
+    min_gpus = max(1, -(-weights_gib // per_gpu))
+    bound = gpu_class.memory_bandwidth_tbps * 1e12 / weight_bytes
+    return Plan(round(weights_gib, 1), round(available, 1), weights_gib <= available,
+                int(min_gpus), round(bound, 1), cost)
+
+
+def problems(model: ModelSpec, class_name: str, gpu_class: GPUClassSpec, count: int) -> list[Problem]:
+    """Every reason the model cannot run on `count` GPUs of the class (empty when it can)."""
+    found: list[Problem] = []
+    need = MIN_COMPUTE_CAPABILITY.get(model.precision)
+    if need and gpu_class.capability < need:
+        found.append(Problem(
+            "PrecisionUnsupported",
+            f"precision {model.precision} needs compute capability {need[0]}.{need[1]} or higher; "
+            f"GPU class {class_name} has {gpu_class.compute_capability}. "
+            f"Choose fp16/int8/int4-awq or a newer GPU class."))
+    if count > gpu_class.gpus_per_node:
+        found.append(Problem(
+            "GPUCountExceedsNode",
+            f"gpu.count {count} exceeds the {gpu_class.gpus_per_node} GPUs on one {class_name} node; "
+            f"a replica must fit on one node."))
+    p = plan(model, gpu_class, count)
+    if not p.fits:
+        hint = (f"set gpu.count to at least {p.min_gpus}"
+                if p.min_gpus is not None and p.min_gpus <= gpu_class.gpus_per_node
+                else "use a lower precision or a GPU class with more memory")
+        found.append(Problem(
+            "ModelDoesNotFit",
+            f"{model.parameters} parameters at {model.precision} need about {p.weights_gib} GiB for "
+            f"weights, but {count} x {class_name} leave {p.available_gib} GiB; {hint}."))
+    return found

@@ -1,0 +1,156 @@
+"""Rendering: golden files for every example, structural checks, and the Kubernetes schemas."""
+
+from __future__ import annotations
+
+import os
+
+import kubernetes_validate
+import pytest
+
+from triton_operator.render import RenderError, dump, render
+from triton_operator.settings import Settings
+
+from .conftest import EXAMPLES, ROOT, isvc, load
+
+GOLDEN = ROOT / "tests" / "golden"
+ISVC_EXAMPLES = sorted(p for p in EXAMPLES.glob("*.yaml") if p.name != "gpuclasses.yaml")
+K8S_VERSION = "1.34"  # newest schema set kubernetes-validate ships with certainty
+
+
+def _render_file(path, classes):
+    from triton_operator.api import InferenceService
+    out = []
+    for doc in load(path):
+        obj = InferenceService.model_validate(doc)
+        obj.metadata["uid"] = "00000000-0000-0000-0000-000000000000"
+        out.extend(render(obj, classes, Settings()).manifests)
+    return out
+
+
+@pytest.mark.parametrize("path", ISVC_EXAMPLES, ids=lambda p: p.stem)
+def test_examples_match_golden_files(path, classes):
+    """Set UPDATE_GOLDEN=1 to rewrite them after an intended change, then review the diff."""
+    text = dump(_render_file(path, classes))
+    golden = GOLDEN / f"{path.stem}.yaml"
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert golden.read_text() == text
+
+
+@pytest.mark.parametrize("path", ISVC_EXAMPLES, ids=lambda p: p.stem)
+def test_examples_pass_the_kubernetes_schema(path, classes):
+    for manifest in _render_file(path, classes):
+        kubernetes_validate.validate(manifest, K8S_VERSION, strict=True)
+
+
+def test_deployment_lands_on_the_requested_class(classes):
+    obj = isvc(gpu={"class": "h200", "count": 2})
+    dep = render(obj, classes, Settings()).by_kind("Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In",
+                                            "values": ["NVIDIA-H200", "NVIDIA-H200-SXM5-141GB"]}]}]
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    triton = pod["containers"][0]
+    assert triton["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert triton["resources"]["requests"]["nvidia.com/gpu"] == "2"
+    assert dep["spec"]["template"]["metadata"]["labels"]["serving.triton-operator.io/gpu-class"] == "h200"
+
+
+def test_triton_container_is_configured_for_serving(classes):
+    dep = render(isvc(), classes, Settings()).by_kind("Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    triton = pod["containers"][0]
+    assert "--strict-readiness=true" in triton["args"]
+    assert "--metrics-config=summary_latencies=true" in triton["args"]
+    assert {p["name"]: p["containerPort"] for p in triton["ports"]} == {"http": 8000, "grpc": 8001, "metrics": 8002}
+    assert triton["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert triton["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+    startup = triton["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 1800
+    shm = next(v for v in pod["volumes"] if v["name"] == "dshm")
+    assert shm["emptyDir"]["medium"] == "Memory"
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in triton["volumeMounts"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert triton["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert pod["automountServiceAccountToken"] is False
+
+
+def test_children_are_owned_and_labelled(classes):
+    for m in render(isvc(), classes, Settings()).manifests:
+        (owner,) = m["metadata"]["ownerReferences"]
+        assert owner["uid"] == "1234-abcd" and owner["controller"] is True
+        assert m["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "triton-operator"
+        assert m["metadata"]["labels"]["app.kubernetes.io/instance"] == "demo"
+    assert {m["kind"] for m in render(isvc(), classes, Settings()).manifests} == \
+        {"Deployment", "Service", "PodDisruptionBudget"}
+
+
+def test_offline_render_has_no_owner_reference(classes):
+    obj = isvc()
+    del obj.metadata["uid"]
+    assert all("ownerReferences" not in m["metadata"] for m in render(obj, classes, Settings()).manifests)
+
+
+@pytest.mark.parametrize("cls, rollout, surge, unavailable", [
+    ("h100", {}, 0, 1),                                   # no spare GPUs: never surge
+    ("l4", {}, 1, 1),                                     # spareGPUs: true
+    ("h100", {"maxSurge": 1, "maxUnavailable": 0}, 1, 0),  # the user's word wins
+])
+def test_rollout_never_waits_for_gpus_that_do_not_exist(classes, cls, rollout, surge, unavailable):
+    obj = isvc(gpu={"class": cls}, rollout=rollout)
+    strategy = render(obj, classes, Settings()).by_kind("Deployment")["spec"]["strategy"]["rollingUpdate"]
+    assert (strategy["maxSurge"], strategy["maxUnavailable"]) == (surge, unavailable)
+
+
+def test_model_sources_reach_triton(classes):
+    pvc = render(isvc(model={"source": "pvc://store/repo/a", "format": "triton"}), classes, Settings())
+    pod = pvc.by_kind("Deployment")["spec"]["template"]["spec"]
+    assert "--model-repository=/models/repo/a" in pod["containers"][0]["args"]
+    assert {"name": "model-repository", "persistentVolumeClaim": {"claimName": "store", "readOnly": True}} in pod["volumes"]
+    assert "initContainers" not in pod
+
+    s3 = render(isvc(model={"source": "s3://bucket/repo", "format": "triton", "credentialsSecret": "aws"}),
+                classes, Settings()).by_kind("Deployment")["spec"]["template"]["spec"]
+    assert "--model-repository=s3://bucket/repo" in s3["containers"][0]["args"]
+    assert s3["containers"][0]["envFrom"] == [{"secretRef": {"name": "aws"}}]
+
+    hf = render(isvc(model={"source": "hf://org/m", "format": "onnx", "credentialsSecret": "hf"}),
+                classes, Settings()).by_kind("Deployment")["spec"]["template"]["spec"]
+    (stage,) = hf["initContainers"]
+    assert stage["args"][:3] == ["stage", "--source", "hf://org/m"]
+    assert stage["envFrom"] == [{"secretRef": {"name": "hf"}}]
+    assert "envFrom" not in hf["containers"][0]  # the secret stays with the container that fetches
+
+
+def test_fallback_class_is_used_when_the_class_is_missing(classes):
+    del classes["h100"]
+    out = render(isvc(gpu={"class": "h100", "fallbackClasses": ["h200"]}), classes, Settings())
+    assert out.gpu_class == "h200" and "using fallback h200" in out.notes[0]
+
+
+@pytest.mark.parametrize("changes, reason, words", [
+    ({"gpu": {"class": "b200"}}, "GPUClassNotFound", "GPUClass b200 does not exist"),
+    ({"gpu": {"class": "a100-80gb"}, "model": {"source": "hf://a/b", "format": "onnx", "precision": "fp8"}},
+     "PrecisionUnsupported", "compute capability 8.9"),
+    ({"gpu": {"class": "l4", "count": 8}}, "GPUCountExceedsNode", "4 GPUs on one l4 node"),
+    ({"gpu": {"class": "l4"}, "model": {"source": "hf://a/b", "format": "onnx", "parameters": "70B"}},
+     "ModelDoesNotFit", "use a lower precision"),
+])
+def test_specs_that_cannot_run_say_why(classes, changes, reason, words):
+    with pytest.raises(RenderError) as err:
+        render(isvc(**changes), classes, Settings())
+    assert err.value.reason == reason and words in err.value.message
+
+
+def test_autoscaled_services_start_at_min_replicas(classes):
+    obj = isvc(autoscaling={"minReplicas": 2, "maxReplicas": 5})
+    assert render(obj, classes, Settings()).by_kind("Deployment")["spec"]["replicas"] == 2
+    assert render(obj, classes, Settings(), replicas=4).by_kind("Deployment")["spec"]["replicas"] == 4
+
+
+def test_values_cannot_break_the_yaml(classes):
+    obj = isvc(podAnnotations={"note": "a: b\n- c: {d}"}, server={"args": ["--log-info=true # x"]})
+    dep = render(obj, classes, Settings()).by_kind("Deployment")
+    assert dep["spec"]["template"]["metadata"]["annotations"]["note"] == "a: b\n- c: {d}"
+    assert dep["spec"]["template"]["spec"]["containers"][0]["args"][-1] == "--log-info=true # x"
