@@ -40,3 +40,9 @@ lint: $(STAMP)
 
 tools:
 	hack/install-tools.sh
+
+dev: $(STAMP)
+	hack/dev.sh up
+
+dev-down:
+	hack/dev.sh down

@@ -38,7 +38,7 @@ def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str
     """A CEL validation rule for the CRD (x-kubernetes-validations)."""
     out = {"rule": rule, "message": message}
     if field_path:
-        out["fieldPath"] = field_path
+        out["fieldPath"] = "." + field_path.lstrip(".")
     return out
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from importlib import resources
 from pathlib import Path
@@ -138,6 +139,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     settings = from_env()
     namespaces = args.namespace or settings.namespaces
     kopf.configure(verbose=args.verbose)
+    if not args.verbose:
+        # One "handler succeeded" line per child event drowns what matters; warnings still show.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     kopf.run(
         standalone=not args.peering,
         peering_name=args.peering,
