@@ -12,6 +12,7 @@ help:
 	@echo "make dev-down  stop it"
 	@echo "make test      unit and end-to-end tests (what CI runs)"
 	@echo "make unit      unit tests only (no cluster, no network)"
+	@echo "make e2e       end-to-end tests on a local cluster (E2E_USE_EXISTING_CLUSTER=1 uses $$KUBECONFIG)"
 	@echo "make crds      regenerate crds/ from the API models"
 	@echo "make golden    rewrite tests/golden after an intended rendering change"
 
@@ -27,7 +28,10 @@ unit: $(STAMP)
 	$(PY) -m pytest tests
 
 test: $(STAMP)
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests e2e
+
+e2e: $(STAMP)
+	$(PY) -m pytest e2e
 
 crds: $(STAMP)
 	$(VENV)/bin/triton-operator crds --output-dir crds

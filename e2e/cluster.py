@@ -1,0 +1,133 @@
+"""Drive a real cluster from tests: kubectl, the operator process, polling."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60, interval: float = 0.5) -> Any:
+    """Poll until probe() returns something truthy; fail naming `what` and the last value."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
+
+
+@dataclass
+class Cluster:
+    kubeconfig: str
+    bin_dir: str | None
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = {**os.environ, "KUBECONFIG": self.kubeconfig}
+        if self.bin_dir:
+            env["PATH"] = f"{self.bin_dir}:{env['PATH']}"
+        return env
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                timeout: float = 90) -> subprocess.CompletedProcess[str]:
+        out = subprocess.run(["kubectl", *args], input=input, capture_output=True, text=True,
+                             env=self.env, timeout=timeout)
+        if check and out.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({out.returncode}): {out.stderr.strip()}")
+        return out
+
+    def apply(self, docs: dict[str, Any] | Iterable[dict[str, Any]], *args: str,
+              check: bool = True) -> subprocess.CompletedProcess[str]:
+        docs = [docs] if isinstance(docs, dict) else list(docs)
+        return self.kubectl("apply", "-f", "-", *args, input=yaml.safe_dump_all(docs), check=check)
+
+    def get(self, kind: str, name: str | None = None, namespace: str | None = None,
+            selector: str | None = None) -> Any:
+        args = ["get", kind, "-o", "json"]
+        if name:
+            args.insert(2, name)
+        if namespace:
+            args += ["-n", namespace]
+        if selector:
+            args += ["-l", selector]
+        out = self.kubectl(*args, check=False)
+        if out.returncode != 0:
+            if "NotFound" in out.stderr:
+                return None
+            raise AssertionError(out.stderr)
+        data = json.loads(out.stdout)
+        return data["items"] if not name else data
+
+    def condition(self, kind: str, name: str, namespace: str, type_: str) -> dict[str, Any] | None:
+        obj = self.get(kind, name, namespace) or {}
+        return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == type_), None)
+
+
+class Operator:
+    """`triton-operator run` as a child process, as a user would run it."""
+
+    def __init__(self, cluster: Cluster, log_dir: Path, extra_env: dict[str, str] | None = None):
+        self.cluster = cluster
+        self.port = free_port()
+        self.log_path = log_dir / "operator.log"
+        self.extra_env = extra_env or {}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "triton_operator", "run", "--liveness",
+             f"http://127.0.0.1:{self.port}/healthz"],
+            env={**self.cluster.env, "TRITON_OPERATOR_RESYNC_SECONDS": "10", **self.extra_env},
+            stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        wait_for("operator liveness endpoint", self.healthy, timeout=60)
+
+    def healthy(self) -> bool:
+        if self.proc is None or self.proc.poll() is not None:
+            raise AssertionError(f"operator exited; log:\n{self.log_tail()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "<no log>"

@@ -1,0 +1,211 @@
+"""The operator against a real API server, controller-manager and scheduler with kwok GPU nodes.
+
+Pods are simulated by kwok (no containers run): it marks scheduled pods Running and Ready. All
+else, admission, CEL, server-side apply, garbage collection and scheduling, is the real thing.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import signal
+import time
+from typing import Any
+
+import pytest
+
+from .cluster import Cluster, Operator, wait_for
+
+GROUP = "serving.triton-operator.io"
+
+
+def service(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": {"source": "hf://org/model", "format": "onnx", "parameters": "1B"},
+        "gpu": {"class": "l4", "count": 1},
+        "replicas": 1,
+    }
+    body.update(copy.deepcopy(spec))
+    return {"apiVersion": f"{GROUP}/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": name, "namespace": namespace}, "spec": body}
+
+
+def wait_ready(cluster: Cluster, name: str, ns: str, timeout: int = 90) -> None:
+    cluster.kubectl("wait", "--for=condition=Ready", f"infsvc/{name}", "-n", ns, f"--timeout={timeout}s",
+                    timeout=timeout + 30)
+
+
+def pods_of(cluster: Cluster, name: str, ns: str) -> list[dict[str, Any]]:
+    return [p for p in cluster.get("pods", namespace=ns, selector=f"{GROUP}/inferenceservice={name}")
+            if not p["metadata"].get("deletionTimestamp")]
+
+
+def node_product(cluster: Cluster, node: str) -> str:
+    return cluster.get("node", node)["metadata"]["labels"].get("nvidia.com/gpu.product", "")
+
+
+def test_apply_creates_children_and_lands_on_the_class(operator: Operator, ns: str):
+    c = operator.cluster
+    c.apply(service("chat", ns, gpu={"class": "a100-80gb", "count": 2}, replicas=2))
+    wait_ready(c, "chat", ns)
+    for kind in ("deployment", "service", "poddisruptionbudget"):
+        obj = c.get(kind, "chat", ns)
+        assert obj is not None, kind
+        (owner,) = obj["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"], owner["controller"]) == ("InferenceService", "chat", True)
+    pods = wait_for("2 running pods", lambda: [p for p in pods_of(c, "chat", ns)
+                                               if p["status"].get("phase") == "Running"][1:] and pods_of(c, "chat", ns))
+    assert len(pods) == 2
+    for pod in pods:
+        assert node_product(c, pod["spec"]["nodeName"]) == "NVIDIA-A100-SXM4-80GB"
+        assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    status = c.get("infsvc", "chat", ns)["status"]
+    assert status["gpuClass"] == "a100-80gb" and status["readyReplicas"] == 2
+    assert status["endpoints"]["http"] == f"http://chat.{ns}.svc.cluster.local:8000"
+    raw = c.kubectl("get", "deployment", "chat", "-n", ns, "-o", "json", "--show-managed-fields").stdout
+    fields = {f["manager"] for f in json.loads(raw)["metadata"]["managedFields"] if f["operation"] == "Apply"}
+    assert fields == {"triton-operator"}
+    columns = c.kubectl("get", "infsvc", "chat", "-n", ns).stdout.split("\n")[0].split()
+    assert columns[:5] == ["NAME", "GPU", "DESIRED", "READY", "QUEUE"]
+
+
+def test_spec_change_rolls_out_and_scale_subresource_works(operator: Operator, ns: str):
+    c = operator.cluster
+    c.apply(service("roll", ns))
+    wait_ready(c, "roll", ns)
+    first = c.get("deployment", "roll", ns)["metadata"]["generation"]
+    c.kubectl("patch", "infsvc", "roll", "-n", ns, "--type=merge",
+              "-p", '{"spec": {"server": {"args": ["--log-verbose=1"]}}}')
+    dep = wait_for("a new Deployment generation", lambda: (d := c.get("deployment", "roll", ns))
+                   and d["metadata"]["generation"] > first and d)
+    assert "--log-verbose=1" in dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    wait_for("Ready for generation 2", lambda: (r := c.condition("infsvc", "roll", ns, "Ready"))
+             and r["status"] == "True" and r["observedGeneration"] == 2, timeout=90)
+
+    c.kubectl("scale", "infsvc", "roll", "-n", ns, "--replicas=3")
+    wait_for("3 replicas", lambda: (c.get("deployment", "roll", ns) or {}).get("spec", {}).get("replicas") == 3)
+    wait_for("status.replicas 3 and ready", lambda: (s := c.get("infsvc", "roll", ns).get("status", {}))
+             and s.get("replicas") == 3 and s.get("readyReplicas") == 3, timeout=90)
+    scale = c.kubectl("get", "--raw", f"/apis/{GROUP}/v1alpha1/namespaces/{ns}/inferenceservices/roll/scale").stdout
+    assert '"replicas":3' in scale and f"{GROUP}/inferenceservice=roll" in scale
+
+
+def test_children_are_restored_and_collected(operator: Operator, ns: str):
+    c = operator.cluster
+    c.apply(service("heal", ns, replicas=2))
+    wait_ready(c, "heal", ns)
+    uid = c.get("deployment", "heal", ns)["metadata"]["uid"]
+    c.kubectl("delete", "deployment", "heal", "-n", ns)
+    wait_for("Deployment recreated", lambda: (d := c.get("deployment", "heal", ns)) and d["metadata"]["uid"] != uid)
+    c.kubectl("delete", "service", "heal", "-n", ns)
+    wait_for("Service recreated", lambda: c.get("service", "heal", ns))
+
+    c.kubectl("scale", "deployment", "heal", "-n", ns, "--replicas=5")
+    wait_for("replicas restored to 2", lambda: c.get("deployment", "heal", ns)["spec"]["replicas"] == 2)
+    c.kubectl("patch", "pdb", "heal", "-n", ns, "--type=merge", "-p", '{"spec": {"maxUnavailable": 0}}')
+    wait_for("PDB restored", lambda: c.get("pdb", "heal", ns)["spec"]["maxUnavailable"] == 1)
+
+    c.kubectl("delete", "infsvc", "heal", "-n", ns)
+    for kind in ("deployment", "service", "pdb"):
+        wait_for(f"{kind} garbage-collected", lambda k=kind: c.get(k, "heal", ns) is None, timeout=60)
+    wait_for("pods gone", lambda: not pods_of(c, "heal", ns), timeout=60)
+
+
+def test_not_enough_gpus_names_the_class_and_shortfall(operator: Operator, ns: str):
+    """One h200 node has 8 GPUs: the second 8-GPU replica cannot be placed."""
+    c = operator.cluster
+    c.apply(service("big", ns, gpu={"class": "h200", "count": 8}, replicas=2,
+                    model={"source": "hf://org/m", "format": "onnx", "parameters": "70B"}))
+    degraded = wait_for("Degraded=Unschedulable", lambda: (d := c.condition("infsvc", "big", ns, "Degraded"))
+                        and d["status"] == "True" and d["reason"] == "Unschedulable" and d, timeout=60)
+    assert "GPU class h200" in degraded["message"]
+    assert "8 more nvidia.com/gpu needed (8 per pod)" in degraded["message"]
+    assert "Insufficient nvidia.com/gpu" in degraded["message"]
+    pods = pods_of(c, "big", ns)
+    assert sorted(p["status"].get("phase") for p in pods) == ["Pending", "Running"]
+    events = c.kubectl("get", "events", "-n", ns, "--field-selector", "involvedObject.name=big,reason=Unschedulable",
+                       "-o", "name").stdout
+    assert events.strip(), "an Unschedulable event on the InferenceService"
+
+    c.kubectl("scale", "infsvc", "big", "-n", ns, "--replicas=1")
+    wait_for("Degraded clears", lambda: (d := c.condition("infsvc", "big", ns, "Degraded")) and d["status"] == "False",
+             timeout=60)
+    c.kubectl("delete", "infsvc", "big", "-n", ns, "--wait=true")  # give the GPUs back
+
+
+def test_missing_gpu_class_is_reported_then_picked_up(operator: Operator, ns: str):
+    c = operator.cluster
+    c.apply(service("lost", ns, gpu={"class": "b200"}))
+    ready = wait_for("Ready=False GPUClassNotFound", lambda: (r := c.condition("infsvc", "lost", ns, "Ready"))
+                     and r["reason"] == "GPUClassNotFound" and r)
+    assert "GPUClass b200 does not exist" in ready["message"] and "h100" in ready["message"]
+    assert c.get("deployment", "lost", ns) is None
+    b200 = {"apiVersion": f"{GROUP}/v1alpha1", "kind": "GPUClass", "metadata": {"name": "b200"},
+            "spec": {"productNames": ["NVIDIA-H100-80GB-HBM3"], "memoryGiB": 180, "memoryBandwidthTBps": 8,
+                     "computeCapability": "10.0"}}
+    c.apply(b200)
+    try:
+        wait_ready(c, "lost", ns, timeout=60)
+        assert c.get("infsvc", "lost", ns)["status"]["gpuClass"] == "b200"
+    finally:
+        c.kubectl("delete", "gpuclass", "b200", check=False)
+
+
+INVALID = [
+    ({"gpu": {"class": "l4", "count": 0}}, "spec.gpu.count: Invalid value: 0: spec.gpu.count in body should be greater than or equal to 1"),
+    ({"autoscaling": {"minReplicas": 5, "maxReplicas": 2}}, "minReplicas must be less than or equal to maxReplicas"),
+    ({"gpu": {"class": "l4", "fallbackClasses": ["l4"]}}, "fallbackClasses must not repeat class"),
+    ({"model": {"source": "ftp://x/y", "format": "onnx"}}, "spec.model.source"),
+    ({"model": {"source": "hf://a/b", "format": "gguf"}}, 'supported values: "tensorrt-llm"'),
+    ({"server": {"resources": {"limits": {"nvidia.com/gpu": "1"}}}}, "GPUs are set by spec.gpu"),
+    ({"rollout": {"maxSurge": 0, "maxUnavailable": 0}}, "cannot both be 0"),
+]
+
+
+@pytest.mark.parametrize("spec, words", INVALID, ids=[w[:30] for _, w in INVALID])
+def test_invalid_specs_are_rejected_at_admission(installed: Cluster, ns: str, spec, words):
+    out = installed.apply(service("bad", ns, **spec), check=False)
+    assert out.returncode != 0 and words in out.stderr, out.stderr
+
+
+def test_too_long_name_and_unknown_field_are_rejected(installed: Cluster, ns: str):
+    out = installed.apply(service("x" * 53, ns), check=False)
+    assert out.returncode != 0 and "at most 52 characters" in out.stderr
+    doc = service("typo", ns)
+    doc["spec"]["replicaz"] = 2
+    out = installed.apply(doc, check=False)
+    assert out.returncode != 0 and 'unknown field "spec.replicaz"' in out.stderr
+
+
+def test_pod_security_restricted_admits_serving_pods(operator: Operator, ns: str):
+    c = operator.cluster
+    bad = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "privileged", "namespace": ns},
+           "spec": {"containers": [{"name": "x", "image": "busybox", "securityContext": {"privileged": True}}]}}
+    refused = c.apply(bad, check=False)
+    assert refused.returncode != 0 and "violates PodSecurity" in refused.stderr  # enforcement is on
+    c.apply(service("secure", ns))
+    wait_ready(c, "secure", ns)
+    assert len(pods_of(c, "secure", ns)) == 1
+
+
+def test_sigkill_during_a_burst_converges_without_duplicates(operator: Operator, ns: str):
+    c = operator.cluster
+    names = [f"burst-{i}" for i in range(8)]
+    c.apply([service(n, ns) for n in names[:4]])
+    time.sleep(0.5)
+    operator.kill(signal.SIGKILL)
+    c.apply([service(n, ns) for n in names[4:]])
+    operator.start()
+    for n in names:
+        wait_ready(c, n, ns, timeout=120)
+    for kind in ("deployments", "services", "pdb"):
+        items = c.get(kind, namespace=ns)
+        owned = sorted(i["metadata"]["ownerReferences"][0]["name"] for i in items)
+        assert owned == sorted(names), kind
+    replicasets = c.get("replicasets", namespace=ns)
+    assert len(replicasets) == len(names)
+    assert len(pods_of_all(c, ns)) == len(names)
+
+
+def pods_of_all(c: Cluster, ns: str) -> list[dict[str, Any]]:
+    return [p for p in c.get("pods", namespace=ns) if not p["metadata"].get("deletionTimestamp")]
