@@ -90,6 +90,7 @@ class Operator:
     def __init__(self, cluster: Cluster, log_dir: Path, extra_env: dict[str, str] | None = None):
         self.cluster = cluster
         self.port = free_port()
+        self.metrics_port = free_port()
         self.log_path = log_dir / "operator.log"
         self.extra_env = extra_env or {}
         self.proc: subprocess.Popen[bytes] | None = None
@@ -99,7 +100,9 @@ class Operator:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "triton_operator", "run", "--liveness",
              f"http://127.0.0.1:{self.port}/healthz"],
-            env={**self.cluster.env, "TRITON_OPERATOR_RESYNC_SECONDS": "10", **self.extra_env},
+            env={**self.cluster.env, "TRITON_OPERATOR_RESYNC_SECONDS": "10",
+                 "TRITON_OPERATOR_METRICS_ADDRESS": "127.0.0.1",
+                 "TRITON_OPERATOR_METRICS_PORT": str(self.metrics_port), **self.extra_env},
             stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
         wait_for("operator liveness endpoint", self.healthy, timeout=60)
 

@@ -39,7 +39,7 @@ kubectl wait --for=condition=Established crd --all --timeout=60s >/dev/null
 kubectl apply --server-side -f examples/gpuclasses.yaml >/dev/null
 
 stop_operator
-nohup .venv/bin/triton-operator run --liveness http://127.0.0.1:8089/healthz >"$LOGFILE" 2>&1 &
+TRITON_OPERATOR_METRICS_ADDRESS=127.0.0.1 nohup .venv/bin/triton-operator run --liveness http://127.0.0.1:8089/healthz >"$LOGFILE" 2>&1 &
 echo $! >"$PIDFILE"
 for _ in $(seq 1 60); do curl -fsS http://127.0.0.1:8089/healthz >/dev/null 2>&1 && break; sleep 0.5; done
 curl -fsS http://127.0.0.1:8089/healthz >/dev/null || { echo "operator did not start; see $LOGFILE" >&2; tail -20 "$LOGFILE" >&2; exit 1; }

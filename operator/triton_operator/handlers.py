@@ -4,11 +4,16 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import kopf
+import prometheus_client
 
 from . import reconcile as rec
+from . import telemetry
+from .autoscaler import Autoscaler
+from .metrics import source_for
 from .api import GROUP, VERSION
 from .k8s import Kube
 from .render import LABEL_SERVICE, MANAGED_BY
@@ -34,13 +39,26 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 60
     settings.execution.max_workers = 8
+    if ours.metrics_port:
+        prometheus_client.start_http_server(ours.metrics_port, addr=ours.metrics_address)
+    memo.autoscaler = Autoscaler(memo.kube, ours, source_for(ours))
+    memo.autoscaler.start()
+
+
+@kopf.on.cleanup()
+def stop_autoscaler(memo: kopf.Memo, **_: Any) -> None:
+    if getattr(memo, "autoscaler", None):
+        memo.autoscaler.stop()
 
 
 def _run(memo: kopf.Memo, namespace: str, name: str) -> None:
+    started = time.monotonic()
     try:
         rec.reconcile(memo.kube, memo.settings, namespace, name)
     except Exception as e:  # the API server or network failed: retry later, never crash
+        telemetry.RECONCILE_SECONDS.labels("error").observe(time.monotonic() - started)
         raise kopf.TemporaryError(f"reconcile of {namespace}/{name} failed: {e}", delay=5) from e
+    telemetry.RECONCILE_SECONDS.labels("ok").observe(time.monotonic() - started)
 
 
 @kopf.on.resume(*ISVC)

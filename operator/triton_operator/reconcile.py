@@ -21,11 +21,12 @@ from .render import RenderError, desired_replicas, endpoints, render, selector_l
 from .settings import Settings
 
 log = logging.getLogger(__name__)
-_locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
+_locks: defaultdict[tuple[str, str], threading.RLock] = defaultdict(threading.RLock)
 _locks_guard = threading.Lock()
 
 
-def _lock(namespace: str, name: str) -> threading.Lock:
+def object_lock(namespace: str, name: str) -> threading.RLock:
+    """Serializes everything that writes one InferenceService's status (re-entrant)."""
     with _locks_guard:
         return _locks[(namespace, name)]
 
@@ -51,7 +52,7 @@ def gpu_classes(raw: list[dict[str, Any]]) -> dict[str, GPUClass]:
 def reconcile(kube: Kube, settings: Settings, namespace: str, name: str,
               now: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> dict[str, Any] | None:
     """Bring one InferenceService's children to its spec and write its status. Returns the status."""
-    with _lock(namespace, name):
+    with object_lock(namespace, name):
         raw = kube.get_inference_service(namespace, name)
         if raw is None or raw["metadata"].get("deletionTimestamp"):
             return None

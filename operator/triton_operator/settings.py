@@ -24,6 +24,23 @@ class Settings(BaseModel):
     namespaces: list[str] = Field(default_factory=list, description="Namespaces to watch; empty means all.")
     prometheus_url: str | None = Field(None, description="Prometheus base URL for autoscaling.")
     resync_seconds: float = Field(30.0, gt=0, description="Period of the status refresh and drift check.")
+    autoscale_interval_seconds: float = Field(10.0, gt=0, description="Period of the autoscaler's tick.")
+    prometheus_timeout_seconds: float = Field(5.0, gt=0, description="Timeout of one Prometheus query.")
+    metrics_namespace_label: str = Field(
+        "namespace", description="Label of Triton's series that holds the pod's namespace.")
+    metrics_service_label: str = Field(
+        "inferenceservice",
+        description="Label of Triton's series that holds the InferenceService name (the chart's PodMonitor "
+                    "copies it from the pod label serving.triton-operator.io/inferenceservice).")
+    queue_query: str = Field(
+        'sum by ($namespace, $service) (nv_inference_pending_request_count{$service!=""})',
+        description="PromQL for requests waiting per service, over all its pods and models "
+                    "(for a TensorRT-LLM ensemble this counts the composing models' queues).")
+    p99_query: str = Field(
+        'max by ($namespace, $service) (nv_inference_request_summary_us{quantile="0.99", $service!=""}) / 1000',
+        description="PromQL for the p99 request latency per service in milliseconds.")
+    metrics_port: int = Field(8081, ge=0, le=65535, description="Port of the operator's own /metrics; 0 disables it.")
+    metrics_address: str = Field("0.0.0.0", description="Address the operator's /metrics listens on.")
 
 
 class SettingsError(ValueError):

@@ -1,0 +1,20 @@
+"""The operator's own metrics (prometheus_client)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+DECISIONS = Counter(
+    "triton_operator_autoscaler_decisions_total", "Autoscaler decisions by outcome.", ["direction"])
+QUERY_ERRORS = Counter(
+    "triton_operator_prometheus_query_errors_total", "Failed Prometheus queries by signal.", ["signal"])
+QUERY_SECONDS = Histogram(
+    "triton_operator_prometheus_query_seconds", "Duration of Prometheus queries by signal.", ["signal"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+QUERIES_PER_TICK = Gauge(
+    "triton_operator_prometheus_queries_per_tick", "Prometheus queries made in the last autoscaler tick.")
+AUTOSCALED_SERVICES = Gauge(
+    "triton_operator_autoscaled_services", "InferenceServices with autoscaling in the last tick.")
+RECONCILE_SECONDS = Histogram(
+    "triton_operator_reconcile_seconds", "Duration of one reconcile pass.", ["outcome"],
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))

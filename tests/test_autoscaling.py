@@ -1,0 +1,140 @@
+"""The autoscaling policy on tables of metric histories. The clock is the test's."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from triton_operator.api import AutoscalingSpec
+from triton_operator.autoscaling import Decision, History, Signals, decide, seed, status_patch
+
+T0 = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
+SPEC = AutoscalingSpec(min_replicas=1, max_replicas=10, target_queue_depth=4, target_p99_latency_ms=800,
+                       scale_down_stabilization_seconds=300)
+
+
+def run(spec: AutoscalingSpec, start: int, ticks: list[tuple[int, Signals]],
+        ready_follows: bool = False) -> list[Decision]:
+    """Feed (seconds, signals) in order; the Deployment does what each decision says."""
+    current, history, out = start, seed(T0, start), []
+    for seconds, signals in ticks:
+        d = decide(spec, current, signals, history, T0 + timedelta(seconds=seconds))
+        history, current = d.history, d.desired
+        out.append(d)
+    return out
+
+
+def q(depth: float, ready: int, p99: float | None = None) -> Signals:
+    return Signals(queue_depth=depth, p99_ms=p99, ready=ready)
+
+
+def test_burst_scales_up_on_the_first_tick():
+    (d,) = run(SPEC, 5, [(10, q(40, 5))])
+    assert d.desired == 10 and d.reason.startswith("scale up 5->10")
+    assert d.wants["queue"] == 10
+
+
+def test_step_limit_on_the_way_up():
+    spec = SPEC.model_copy(update={"max_replicas": 100})
+    (d,) = run(spec, 1, [(10, q(400, 1))])
+    assert d.desired == 5 and "step limited" in d.reason  # max(2x, +4)
+
+
+def test_starting_pods_count_as_capacity_so_a_burst_does_not_compound():
+    """Tick 1 asks for 6; while 4 of them load, the same queue asks for nothing more."""
+    ds = run(SPEC, 2, [(10, q(24, 2)), (20, q(24, 2)), (30, q(26, 2)), (40, q(24, 6))])
+    assert [d.desired for d in ds] == [6, 6, 6, 6]
+
+
+def test_p99_above_target_with_a_short_queue_scales_up():
+    (d,) = run(SPEC, 2, [(10, q(1, 2, p99=1600))])
+    assert d.desired == 4 and "p99 asks for 4" in d.reason
+
+
+def test_p99_does_not_double_count_replicas_that_are_loading():
+    """The naive current x ratio would ask for 4 x 2 = 8 on the second tick."""
+    ds = run(SPEC, 2, [(10, q(1, 2, p99=1600)), (20, q(1, 2, p99=1600))])
+    assert [d.desired for d in ds] == [4, 4]
+
+
+def test_noise_inside_the_tolerance_band_changes_nothing():
+    ticks = [(10 * i, q(depth, 4, p99=p)) for i, (depth, p) in
+             enumerate([(16, 800), (17, 780), (15.2, 840), (16.5, 810), (15, 760)], start=1)]
+    assert {d.desired for d in run(SPEC, 4, ticks)} == {4}
+
+
+def test_scale_down_waits_for_the_window_then_steps():
+    idle = [(s, q(0, 6)) for s in range(10, 400, 10)]
+    ds = run(SPEC, 6, idle)
+    first_down = next(i for i, d in enumerate(ds) if d.desired < 6)
+    assert idle[first_down][0] >= 300  # nothing before the 5-minute window has passed
+    assert all(ds[i].desired >= ds[i + 1].desired >= ds[i].desired - 1 for i in range(len(ds) - 1))
+    assert ds[-1].desired < 6 and "highest recommendation in window" in ds[first_down].reason
+
+
+def test_a_short_lull_does_not_scale_down():
+    ticks = [(10, q(24, 6))] + [(s, q(0, 6)) for s in range(20, 200, 10)] + [(200, q(24, 6))]
+    assert {d.desired for d in run(SPEC, 6, ticks)} == {6}
+
+
+@pytest.mark.parametrize("signals, words", [
+    (Signals(ready=3, error="Prometheus unreachable: ConnectionError"), "metrics unavailable"),
+    (Signals(queue_depth=float("nan"), ready=3), "no queue-depth data"),
+    (Signals(queue_depth=None, ready=3), "no queue-depth data"),
+])
+def test_missing_metrics_hold_replicas_never_scale_down(signals, words):
+    ds = run(SPEC, 3, [(s, signals) for s in range(10, 1000, 10)])
+    assert {d.desired for d in ds} == {3}
+    assert not any(d.metrics_available for d in ds) and words in ds[0].reason
+
+
+def test_missing_metrics_still_respect_the_bounds():
+    (d,) = run(SPEC.model_copy(update={"min_replicas": 4}), 2, [(10, Signals(ready=2, error="down"))])
+    assert d.desired == 4 and "moved into [4, 10]" in d.reason
+
+
+def test_p99_nan_without_traffic_leaves_the_queue_in_charge():
+    (d,) = run(SPEC, 2, [(10, q(0, 2, p99=float("nan")))])
+    assert d.metrics_available and "p99" not in d.wants
+
+
+def test_recovery_after_an_outage_resumes_scaling():
+    ticks = [(10, Signals(ready=2, error="down")), (20, Signals(ready=2, error="down")), (30, q(40, 2))]
+    assert [d.desired for d in run(SPEC, 2, ticks)] == [2, 2, 6]
+
+
+def test_restart_seeds_history_so_nothing_drops_at_once():
+    """A new operator process has no history; seeding with the current count holds a window."""
+    history = seed(T0, 8)
+    d = decide(SPEC, 8, q(0, 8), history, T0 + timedelta(seconds=10))
+    assert d.desired == 8 and "recommended within the last 300s" in d.reason
+
+
+def test_clamped_to_max():
+    (d,) = run(SPEC.model_copy(update={"max_replicas": 3}), 2, [(10, q(400, 2))])
+    assert d.desired == 3
+
+
+def test_history_keeps_only_the_window():
+    h = History()
+    for s in (0, 100, 200, 400):
+        h = h.add(T0 + timedelta(seconds=s), s, timedelta(seconds=300))
+    assert [r for _, r in h.recommendations] == [200, 400]
+
+
+def test_status_patch_and_events():
+    up = decide(SPEC, 2, q(40, 2, p99=900), seed(T0, 2), T0)
+    patch, events = status_patch(up, 2, {}, 4, T0)
+    assert patch["autoscaling"]["desiredReplicas"] == 6 and patch["autoscaling"]["lastScaleTime"] == "2026-11-21T12:00:00Z"
+    assert patch["metrics"] == {"queueDepth": 20.0, "p99LatencyMs": 900.0, "observedAt": "2026-11-21T12:00:00Z"}
+    assert ("Normal", "ScaledUp") == events[0][:2]
+    down = decide(SPEC, 6, Signals(ready=6, error="Prometheus unreachable"), up.history, T0)
+    patch2, events2 = status_patch(down, 6, patch, 4, T0 + timedelta(seconds=10))
+    cond = next(c for c in patch2["conditions"] if c["type"] == "MetricsAvailable")
+    assert cond["status"] == "False" and "Prometheus unreachable" in cond["message"]
+    assert "metrics" not in patch2  # the last good figures stay as they were
+    assert [e[1] for e in events2] == ["MetricsUnavailable"]
+    back = decide(SPEC, 6, q(24, 6), down.history, T0 + timedelta(seconds=20))
+    _, events3 = status_patch(back, 6, patch2, 4, T0 + timedelta(seconds=20))
+    assert [e[1] for e in events3] == ["MetricsAvailable"]
