@@ -87,8 +87,11 @@ class Cluster:
 class Operator:
     """`triton-operator run` as a child process, as a user would run it."""
 
-    def __init__(self, cluster: Cluster, log_dir: Path, extra_env: dict[str, str] | None = None):
+    def __init__(self, cluster: Cluster, log_dir: Path, extra_env: dict[str, str] | None = None,
+                 kubeconfig: str | None = None, args: list[str] | None = None):
         self.cluster = cluster
+        self.kubeconfig = kubeconfig or cluster.kubeconfig
+        self.args = args or []
         self.port = free_port()
         self.metrics_port = free_port()
         self.log_path = log_dir / "operator.log"
@@ -99,8 +102,8 @@ class Operator:
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "triton_operator", "run", "--liveness",
-             f"http://127.0.0.1:{self.port}/healthz"],
-            env={**self.cluster.env, "TRITON_OPERATOR_RESYNC_SECONDS": "10",
+             f"http://127.0.0.1:{self.port}/healthz", *self.args],
+            env={**self.cluster.env, "KUBECONFIG": self.kubeconfig, "TRITON_OPERATOR_RESYNC_SECONDS": "10",
                  "TRITON_OPERATOR_METRICS_ADDRESS": "127.0.0.1",
                  "TRITON_OPERATOR_METRICS_PORT": str(self.metrics_port), **self.extra_env},
             stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)

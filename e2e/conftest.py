@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+import yaml
 
 from .cluster import ROOT, Cluster, Operator, wait_for
 
@@ -39,24 +40,61 @@ def cluster() -> Iterator[Cluster]:
             subprocess.run([ROOT / "hack" / "cluster.sh", "down", CLUSTER_NAME], capture_output=True)
 
 
+RELEASE, RELEASE_NS = "triton-operator", "triton-system"
+SERVICE_ACCOUNT = "triton-operator"
+
+
 @pytest.fixture(scope="session")
 def installed(cluster: Cluster) -> Cluster:
-    """CRDs and the example GPU classes."""
-    cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
+    """The Helm chart, as a user installs it: CRDs, RBAC, ServiceAccount, catalog, Deployment.
+    (kwok simulates the chart's operator pod; the operator under test runs as a local process
+    with that pod's identity, see `operator`.)"""
+    out = subprocess.run(
+        ["helm", "upgrade", "--install", RELEASE, str(ROOT / "charts" / "triton-operator"), "-n", RELEASE_NS,
+         "--create-namespace", "--wait", "--timeout", "120s"],
+        capture_output=True, text=True, env=cluster.env, timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError(f"helm install failed: {out.stderr}")
     cluster.kubectl("wait", "--for=condition=Established", "crd/inferenceservices.serving.triton-operator.io",
                     "crd/gpuclasses.serving.triton-operator.io", "--timeout=60s")
-    cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "examples" / "gpuclasses.yaml"))
     return cluster
 
 
 @pytest.fixture(scope="session")
 def operator(installed: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
-    op = Operator(installed, tmp_path_factory.mktemp("operator"))
+    """The operator process, authenticated as the chart's ServiceAccount (a real token, so every
+    request goes through the chart's RBAC), reading the chart's GPUClass catalog, leader-elected."""
+    work = tmp_path_factory.mktemp("operator")
+    catalog = work / "gpuclasses.yaml"
+    catalog.write_text(installed.kubectl(
+        "get", "configmap", f"{RELEASE}-gpuclasses", "-n", RELEASE_NS,
+        "-o", r"jsonpath={.data.gpuclasses\.yaml}").stdout)
+    op = Operator(installed, work, kubeconfig=service_account_kubeconfig(installed, work),
+                  args=["--leader-elect", "--leader-elect-namespace", RELEASE_NS],
+                  extra_env={"TRITON_OPERATOR_CATALOG_FILE": str(catalog)})
     op.start()
+    wait_for("the catalog's GPUClasses", lambda: len(installed.get("gpuclass") or []) >= 4, timeout=60)
     try:
         yield op
     finally:
         op.stop()
+
+
+def service_account_kubeconfig(cluster: Cluster, work: Path) -> str:
+    """A kubeconfig holding only a token of the chart's ServiceAccount (no admin certificate)."""
+    token = cluster.kubectl("create", "token", SERVICE_ACCOUNT, "-n", RELEASE_NS, "--duration=6h").stdout.strip()
+    view = yaml.safe_load(cluster.kubectl("config", "view", "--minify", "--raw", "-o", "yaml").stdout)
+    server = view["clusters"][0]["cluster"]
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "operator",
+        "clusters": [{"name": "local", "cluster": server}],
+        "users": [{"name": "operator", "user": {"token": token}}],
+        "contexts": [{"name": "operator", "context": {"cluster": "local", "user": "operator"}}],
+    }
+    path = work / "operator.kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return str(path)
 
 
 @pytest.fixture

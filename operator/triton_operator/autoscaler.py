@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from . import autoscaling, telemetry
 from .api import API_VERSION, InferenceService
 from .autoscaling import Decision, History, Signals
-from .k8s import Kube
+from .k8s import Kube, describe, namespace_terminating
 from .metrics import Key, Snapshot
 from .reconcile import object_lock, reconcile
 from .render import MANAGED_BY
@@ -81,7 +81,8 @@ class Autoscaler:
             try:
                 decisions[key] = self._scale(obj, dep, snapshot)
             except Exception as e:  # one service's API error must not stop the others
-                log.warning("autoscaling %s/%s failed: %s", key[0], key[1], e)
+                if not namespace_terminating(e):
+                    log.warning("autoscaling %s/%s failed: %s", key[0], key[1], describe(e))
         return decisions
 
     def _scale(self, obj: InferenceService, dep: dict, snapshot: Snapshot) -> Decision:
@@ -115,7 +116,7 @@ class Autoscaler:
             try:
                 self.tick()
             except Exception as e:  # the API server is down: try again next tick
-                log.warning("autoscaler tick failed: %s", e)
+                log.warning("autoscaler tick failed: %s", describe(e))
             self._stop.wait(self.settings.autoscale_interval_seconds)
 
     def start(self) -> None:

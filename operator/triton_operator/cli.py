@@ -142,14 +142,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.verbose:
         # One "handler succeeded" line per child event drowns what matters; warnings still show.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    stop_flag = None
+    if args.leader_elect:
+        from .leader import elect
+        stop_flag = elect(args.leader_elect_namespace or _own_namespace())
     kopf.run(
-        standalone=not args.peering,
-        peering_name=args.peering,
+        standalone=True,
         clusterwide=not namespaces,
         namespaces=namespaces,
         liveness_endpoint=args.liveness,
+        stop_flag=stop_flag,
     )
+    if stop_flag is not None and stop_flag.is_set():
+        raise CliError("lost the leader lease; exiting so that a new election starts", code=1)
     return 0
+
+
+def _own_namespace() -> str:
+    path = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+    if path.exists():
+        return path.read_text().strip()
+    raise CliError("--leader-elect needs --leader-elect-namespace outside a pod")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -173,7 +186,9 @@ def parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run the operator")
     run.add_argument("-n", "--namespace", action="append", help="watch only this namespace (repeatable)")
-    run.add_argument("--peering", metavar="NAME", help="coordinate several replicas through KopfPeering NAME")
+    run.add_argument("--leader-elect", action="store_true",
+                     help="act only while holding the Lease triton-operator (for several replicas)")
+    run.add_argument("--leader-elect-namespace", help="namespace of the Lease (default: the pod's own)")
     run.add_argument("--liveness", default="http://0.0.0.0:8080/healthz", help="liveness endpoint URL")
     run.add_argument("-v", "--verbose", action="store_true")
     run.set_defaults(func=cmd_run)

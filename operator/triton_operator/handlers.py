@@ -10,12 +10,13 @@ from typing import Any
 import kopf
 import prometheus_client
 
+from . import catalog
 from . import reconcile as rec
 from . import telemetry
 from .autoscaler import Autoscaler
 from .metrics import source_for
 from .api import GROUP, VERSION
-from .k8s import Kube
+from .k8s import Kube, describe, namespace_terminating
 from .render import LABEL_SERVICE, MANAGED_BY
 from .settings import from_env
 
@@ -39,6 +40,12 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 60
     settings.execution.max_workers = 8
+    if ours.catalog_file:
+        try:
+            log.info("GPUClass catalog applied: %s", ", ".join(catalog.sync(memo.kube, ours.catalog_file)))
+        except catalog.CatalogError as e:
+            # A broken catalog must not stop the operator from serving what already works.
+            log.error("GPUClass catalog not applied: %s", e)
     if ours.metrics_port:
         prometheus_client.start_http_server(ours.metrics_port, addr=ours.metrics_address)
     memo.autoscaler = Autoscaler(memo.kube, ours, source_for(ours))
@@ -57,7 +64,9 @@ def _run(memo: kopf.Memo, namespace: str, name: str) -> None:
         rec.reconcile(memo.kube, memo.settings, namespace, name)
     except Exception as e:  # the API server or network failed: retry later, never crash
         telemetry.RECONCILE_SECONDS.labels("error").observe(time.monotonic() - started)
-        raise kopf.TemporaryError(f"reconcile of {namespace}/{name} failed: {e}", delay=5) from e
+        if namespace_terminating(e):
+            return
+        raise kopf.TemporaryError(f"reconcile of {namespace}/{name} failed: {describe(e)}", delay=5) from e
     telemetry.RECONCILE_SECONDS.labels("ok").observe(time.monotonic() - started)
 
 

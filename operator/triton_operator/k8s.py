@@ -5,6 +5,7 @@ Everything here is I/O; decisions live in the pure modules.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from datetime import datetime, timezone
@@ -19,6 +20,22 @@ from .api import API_VERSION, GROUP, VERSION
 from .status import Event
 
 log = logging.getLogger(__name__)
+
+
+def describe(e: Exception) -> str:
+    """One line for an API error: the server's message, not the whole HTTP exchange."""
+    if isinstance(e, ApiException):
+        try:
+            message = json.loads(e.body or "{}").get("message")
+        except ValueError:
+            message = None
+        return f"{e.status} {e.reason}: {message or ''}".strip().rstrip(":")
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+def namespace_terminating(e: Exception) -> bool:
+    """The namespace is being deleted: nothing in it can or needs to be created any more."""
+    return isinstance(e, ApiException) and e.status == 403 and "being terminated" in (e.body or "")
 
 
 def load_config() -> client.ApiClient:
@@ -67,6 +84,12 @@ class Kube:
             res.get(label_selector=label_selector)
         return [item.to_dict() if hasattr(item, "to_dict") else item for item in out.to_dict()["items"]]
 
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
+        try:
+            self.resource(api_version, kind).delete(name=name, namespace=namespace)
+        except NotFoundError:
+            pass
+
     def get_inference_service(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.get(API_VERSION, "InferenceService", name, namespace)
 
@@ -102,4 +125,5 @@ class Kube:
         try:
             client.CoreV1Api(self.api_client).create_namespaced_event(meta.get("namespace") or "default", body)
         except ApiException as e:
-            log.warning("could not post event %s on %s: %s", event.reason, meta["name"], e.reason)
+            level = logging.DEBUG if namespace_terminating(e) else logging.WARNING
+            log.log(level, "could not post event %s on %s: %s", event.reason, meta["name"], describe(e))

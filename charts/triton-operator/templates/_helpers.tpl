@@ -1,0 +1,80 @@
+{{/* Chart name. */}}
+{{- define "triton-operator.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Full name: the release name, with the chart name unless the release already holds it. */}}
+{{- define "triton-operator.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "triton-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "triton-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "triton-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "triton-operator.labels" -}}
+helm.sh/chart: {{ include "triton-operator.chart" . }}
+{{ include "triton-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "triton-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "triton-operator.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The enabled GPUClasses as a YAML stream. */}}
+{{- define "triton-operator.catalog" -}}
+{{- range $name, $class := .Values.gpuClasses }}
+{{- if $class.enabled }}
+---
+apiVersion: serving.triton-operator.io/v1alpha1
+kind: GPUClass
+metadata:
+  name: {{ $name }}
+spec:
+  {{- toYaml (omit $class "enabled") | nindent 2 }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* RBAC rules for the namespaced objects the operator manages (see rbac.yaml). */}}
+{{- define "triton-operator.namespacedRules" }}
+- apiGroups: [serving.triton-operator.io]
+  resources: [inferenceservices]
+  verbs: [get, list, watch, patch]
+- apiGroups: [serving.triton-operator.io]
+  resources: [inferenceservices/status]
+  verbs: [get, patch]
+- apiGroups: [serving.triton-operator.io]
+  resources: [inferenceservices/finalizers]
+  verbs: [update]
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [get, list, watch, create, patch]
+- apiGroups: [""]
+  resources: [services]
+  verbs: [get, list, watch, create, patch]
+- apiGroups: [policy]
+  resources: [poddisruptionbudgets]
+  verbs: [get, list, watch, create, patch]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create, patch]
+{{- end }}

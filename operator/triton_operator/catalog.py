@@ -1,0 +1,63 @@
+"""The default GPUClass catalog a cluster admin ships with the Helm chart.
+
+Helm cannot create GPUClasses in the release that installs their CRD (it maps every kind before
+creating anything), so the chart mounts the catalog as a file and the operator applies it at
+start: server-side apply with the operator's field manager, a label marking each class as the
+catalog's, and removal of catalog classes that were switched off. Classes created by hand carry no
+such label and are never touched.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from .api import API_VERSION, GPUClass
+from .k8s import Kube
+
+log = logging.getLogger(__name__)
+CATALOG_LABEL = "serving.triton-operator.io/catalog"
+
+
+class CatalogError(ValueError):
+    pass
+
+
+def parse(text: str, catalog: str) -> list[dict[str, Any]]:
+    """Validated GPUClass manifests, labelled as the catalog's. Raises CatalogError naming the entry."""
+    out = []
+    for doc in yaml.safe_load_all(text):
+        if not doc:
+            continue
+        name = (doc.get("metadata") or {}).get("name", "<unnamed>")
+        try:
+            cls = GPUClass.model_validate(doc)
+        except ValidationError as e:
+            first = e.errors()[0]
+            raise CatalogError(f"GPUClass {name}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        manifest = cls.wire()
+        manifest["metadata"] = {"name": cls.name, "labels": {**(doc["metadata"].get("labels") or {}),
+                                                              CATALOG_LABEL: catalog}}
+        out.append(manifest)
+    return out
+
+
+def sync(kube: Kube, path: str, catalog: str = "default") -> list[str]:
+    """Apply the catalog file; delete catalog classes no longer in it. Returns the applied names."""
+    try:
+        manifests = parse(Path(path).read_text(), catalog)
+    except OSError as e:
+        raise CatalogError(f"cannot read GPUClass catalog {path}: {e.strerror}") from None
+    wanted = {m["metadata"]["name"] for m in manifests}
+    for manifest in manifests:
+        kube.apply(manifest)
+    for existing in kube.list(API_VERSION, "GPUClass", label_selector=f"{CATALOG_LABEL}={catalog}"):
+        name = existing["metadata"]["name"]
+        if name not in wanted:
+            log.info("removing GPUClass %s: no longer in the catalog", name)
+            kube.delete(API_VERSION, "GPUClass", name)
+    return sorted(wanted)
