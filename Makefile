@@ -35,6 +35,7 @@ e2e: $(STAMP)
 
 crds: $(STAMP)
 	$(VENV)/bin/triton-operator crds --output-dir crds
+	cp crds/*.yaml charts/triton-operator/files/crds/
 
 golden: $(STAMP)
 	UPDATE_GOLDEN=1 $(PY) -m pytest -q tests/test_render.py

@@ -227,7 +227,7 @@ class ContainerResources(Model):
     ]})
 
     requests: dict[str, Annotated[str, Field(pattern=QUANTITY)]] | None = Field(
-        None, description="Resource requests, e.g. {cpu: '8', memory: 64Gi}.")
+        None, description="Resource requests, e.g. {cpu: '8', memory: 64Gi}. Defaults to cpu 2 and memory 8Gi.")
     limits: dict[str, Annotated[str, Field(pattern=QUANTITY)]] | None = Field(
         None, description="Resource limits, e.g. {memory: 96Gi}.")
 

@@ -21,6 +21,7 @@ MODEL_ROOT = "/models"
 LABEL_SERVICE = "serving.triton-operator.io/inferenceservice"
 LABEL_GPU_CLASS = "serving.triton-operator.io/gpu-class"
 MANAGED_BY = "triton-operator"
+DEFAULT_REQUESTS = {"cpu": "2", "memory": "8Gi"}
 # Triton's NGC images run as the unprivileged user triton-server (uid 1000).
 TRITON_UID = 1000
 
@@ -166,9 +167,13 @@ def render(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Se
     gpu = {cls.resource_name: str(spec.gpu.count)}
     user_res = spec.server.resources
     resources = {
-        "requests": {**((user_res.requests if user_res else None) or {}), **gpu},
+        # Requests so the scheduler reserves host CPU and memory for the server; no default limits:
+        # a model's host-memory peak while loading is unknown here, and a wrong limit OOM-kills it.
+        "requests": {**DEFAULT_REQUESTS, **((user_res.requests if user_res else None) or {}), **gpu},
         "limits": {**((user_res.limits if user_res else None) or {}), **gpu},
     }
+    # The scheduler reserves max(init, app) per resource, so the same requests cost nothing extra.
+    stage_resources = {"requests": {k: v for k, v in resources["requests"].items() if k not in gpu}}
     max_surge = spec.rollout.max_surge
     if max_surge is None:
         max_surge = 1 if cls.spare_gpus else 0
@@ -202,6 +207,7 @@ def render(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Se
         "args": _tritonserver_args(isvc, repo["path"]),
         "env": [e.wire() for e in spec.server.env],
         "resources": resources,
+        "stage_resources": stage_resources,
         "node_selector": cls.node_selector,
         "affinity": affinity,
         "tolerations": [t.wire() for t in cls.tolerations],

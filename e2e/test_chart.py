@@ -1,0 +1,248 @@
+"""The Helm chart: lint, template, schema, security scan, and install/upgrade/uninstall on a real
+API server; the Argo CD health script against status the real operator wrote."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from triton_operator import crdgen
+
+from .cluster import ROOT, Cluster, Operator, wait_for
+
+CHART = ROOT / "charts" / "triton-operator"
+SCENARIOS = sorted((CHART / "ci").glob("*.yaml"))
+KUBE_VERSION = "1.36.0"
+
+
+@pytest.fixture(scope="module")
+def tools() -> str:
+    return subprocess.run([ROOT / "hack" / "install-tools.sh"], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def helm(tools: str, *args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    out = subprocess.run([f"{tools}/helm", *args], capture_output=True, text=True, env=env, timeout=300)
+    if check and out.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)}: {out.stderr}")
+    return out
+
+
+def template(tools: str, *args: str) -> list[dict]:
+    out = helm(tools, "template", "triton-operator", str(CHART), "-n", "triton-system",
+               "--kube-version", KUBE_VERSION, *args)
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+@pytest.mark.parametrize("values", SCENARIOS, ids=lambda p: p.stem)
+def test_lint_and_template_every_scenario(tools, values):
+    helm(tools, "lint", "--strict", str(CHART), "-f", str(values), "--kube-version", KUBE_VERSION)
+    docs = template(tools, "-f", str(values))
+    for doc in docs:
+        if doc["kind"] in ("CustomResourceDefinition", "ServiceMonitor", "PodMonitor"):
+            continue  # not in the built-in schemas
+        kubernetes_validate.validate(doc, "1.34", strict=True)
+    dep = next(d for d in docs if d["kind"] == "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["resources"]["requests"]
+
+
+def test_chart_crds_are_the_generated_crds(tools):
+    docs = {d["metadata"]["name"]: d for d in template(tools) if d["kind"] == "CustomResourceDefinition"}
+    for crd in crdgen.all_crds().values():
+        got = docs[crd["metadata"]["name"]]
+        assert got["spec"] == crd["spec"]
+        assert got["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    for path in (CHART / "files" / "crds").glob("*.yaml"):
+        assert path.read_text() == (ROOT / "crds" / path.name).read_text(), "run make crds"
+    assert not [d for d in template(tools, "--set", "crds.enabled=false") if d["kind"] == "CustomResourceDefinition"]
+    kept = [d for d in template(tools, "--set", "crds.keep=false") if d["kind"] == "CustomResourceDefinition"]
+    assert all("annotations" not in d["metadata"] for d in kept)
+
+
+def _catalog(docs: list[dict]) -> dict[str, dict]:
+    cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-gpuclasses"))
+    return {d["metadata"]["name"]: d["spec"] for d in yaml.safe_load_all(cm["data"]["gpuclasses.yaml"]) if d}
+
+
+def test_default_catalog_is_the_example_catalog(tools):
+    examples = {d["metadata"]["name"]: d["spec"]
+                for d in yaml.safe_load_all((ROOT / "examples" / "gpuclasses.yaml").read_text()) if d}
+    assert _catalog(template(tools)) == examples
+
+
+def test_catalog_classes_can_be_switched_off_and_overridden(tools):
+    docs = template(tools, "--set", "gpuClasses.l4.enabled=false", "--set-json", "gpuClasses.h100.pricePerHour=2.9",
+                    "--set-json", 'gpuClasses.h100.productNames=["NVIDIA-H100-80GB-HBM3"]')
+    catalog = _catalog(docs)
+    assert "l4" not in catalog and catalog["h100"]["pricePerHour"] == 2.9
+    assert catalog["h100"]["productNames"] == ["NVIDIA-H100-80GB-HBM3"]
+    default = next(d for d in template(tools) if d["kind"] == "Deployment")
+    changed = next(d for d in docs if d["kind"] == "Deployment")
+    key = "checksum/gpuclasses"
+    assert default["spec"]["template"]["metadata"]["annotations"][key] != \
+        changed["spec"]["template"]["metadata"]["annotations"][key], "a catalog change rolls the operator"
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--set", "unknownKey=1"], "additional properties 'unknownKey' not allowed"),
+    (["--set", "image.pullPolicy=Sometimes"], "/image/pullPolicy"),
+    (["--set", "gpuClasses.h100.memoryGiB=-1"], "/gpuClasses/h100/memoryGiB"),
+    (["--set", "gpuClasses.h100.typo=1"], "additional properties 'typo' not allowed"),
+    (["--set", "replicaCount=2", "--set", "leaderElection.enabled=false"], "needs leaderElection.enabled=true"),
+    (["--set", "prometheus.url=prometheus:9090"], "/prometheus/url"),
+])
+def test_bad_values_are_refused_with_a_reason(tools, args, words):
+    out = helm(tools, "template", "x", str(CHART), "--kube-version", KUBE_VERSION, *args, check=False)
+    assert out.returncode != 0 and words in out.stderr, out.stderr
+
+
+def _rules(docs: list[dict]) -> list[dict]:
+    return [r for d in docs if d["kind"] in ("ClusterRole", "Role") for r in d["rules"]]
+
+
+@pytest.mark.parametrize("values", SCENARIOS, ids=lambda p: p.stem)
+def test_rbac_has_no_wildcards_and_no_secrets(tools, values):
+    rules = _rules(template(tools, "-f", str(values)))
+    assert rules
+    for rule in rules:
+        for key in ("apiGroups", "resources", "verbs"):
+            assert "*" not in rule[key], rule
+        assert "secrets" not in rule["resources"], rule
+        assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
+
+
+def test_watched_namespaces_get_roles_not_cluster_access(tools):
+    docs = template(tools, "--set-json", 'watchNamespaces=["ml","vision"]')
+    cluster_role = next(d for d in docs if d["kind"] == "ClusterRole")
+    cluster_resources = {r for rule in cluster_role["rules"] for r in rule["resources"]}
+    assert cluster_resources == {"gpuclasses", "customresourcedefinitions"}
+    roles = {d["metadata"]["namespace"] for d in docs if d["kind"] == "Role"
+             if "deployments" in {r for rule in d["rules"] for r in rule["resources"]}}
+    assert roles == {"ml", "vision"}
+    env = {e["name"]: e["value"] for e in next(d for d in docs if d["kind"] == "Deployment")
+           ["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["TRITON_OPERATOR_NAMESPACES"] == "ml,vision"
+
+
+def test_security_scan_of_chart_and_rendered_manifests(tools, tmp_path):
+    """checkov (offline) over every chart scenario and everything the operator renders for the
+    examples; the justified exceptions are listed in .checkov.yaml."""
+    checkov = subprocess.run([ROOT / "hack" / "install-checkov.sh"], check=True, capture_output=True,
+                             text=True).stdout.strip()
+    for values in SCENARIOS:
+        out = helm(tools, "template", "triton-operator", str(CHART), "-n", "triton-system",
+                   "--kube-version", KUBE_VERSION, "-f", str(values))
+        (tmp_path / f"chart-{values.stem}.yaml").write_text(out.stdout)
+    for example in sorted((ROOT / "examples").glob("*.yaml")):
+        out = subprocess.run([sys.executable, "-m", "triton_operator", "render", "-f", str(example)],
+                             capture_output=True, text=True, check=True)
+        (tmp_path / f"rendered-{example.stem}.yaml").write_text(out.stdout)
+    scan = subprocess.run([checkov, "-d", str(tmp_path), "--config-file", str(ROOT / ".checkov.yaml"),
+                           "-o", "json"], capture_output=True, text=True, timeout=600)
+    report = json.loads(scan.stdout)
+    summary = report["summary"] if isinstance(report, dict) else report[0]["summary"]
+    failed = report["results"]["failed_checks"] if isinstance(report, dict) else report[0]["results"]["failed_checks"]
+    print(f"checkov: {summary['passed']} passed, {summary['failed']} failed, {summary['skipped']} skipped")
+    assert summary["passed"] > 100
+    assert not failed, [(f["check_id"], f["resource"]) for f in failed]
+
+
+def test_install_upgrade_uninstall(tools, tmp_path):
+    """A cluster of its own, so uninstalling cannot disturb the rest of the suite."""
+    name = "triton-chart"
+    up = subprocess.run([ROOT / "hack" / "cluster.sh", "up", name], capture_output=True, text=True)
+    assert up.returncode == 0, up.stderr[-2000:]
+    c = Cluster(kubeconfig=up.stdout.strip().splitlines()[-1], bin_dir=tools)
+    try:
+        out = helm(tools, "install", "triton-operator", str(CHART), "-n", "triton-system", "--create-namespace",
+                   "--wait", "--timeout", "120s", env=c.env)
+        assert "kubectl get gpuclass" in out.stdout  # NOTES tell the user what to do next
+        assert c.get("deployment", "triton-operator", "triton-system")["status"]["readyReplicas"] == 1
+        assert c.get("crd", "inferenceservices.serving.triton-operator.io")
+        helm(tools, "upgrade", "triton-operator", str(CHART), "-n", "triton-system", "--reuse-values",
+             "--set", "gpuClasses.l4.enabled=false", "--set", "replicaCount=2", "--wait", "--timeout", "120s",
+             env=c.env)
+        cm = c.get("configmap", "triton-operator-gpuclasses", "triton-system")
+        assert "name: l4" not in cm["data"]["gpuclasses.yaml"] and "name: h100" in cm["data"]["gpuclasses.yaml"]
+        assert c.get("deployment", "triton-operator", "triton-system")["spec"]["replicas"] == 2
+        assert helm(tools, "history", "triton-operator", "-n", "triton-system", env=c.env).stdout.count("\n") == 3
+        c.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}})
+        c.apply(yaml.safe_load((ROOT / "examples" / "llama3-70b.yaml").read_text()))
+        helm(tools, "uninstall", "triton-operator", "-n", "triton-system", "--wait", env=c.env)
+        assert c.get("deployment", "triton-operator", "triton-system") is None
+        assert c.get("clusterrole", "triton-operator") is None
+        # crds.keep: the CRDs, and so the users' InferenceServices, survive an uninstall.
+        assert c.get("crd", "inferenceservices.serving.triton-operator.io") is not None
+        assert c.get("infsvc", "llama3-70b", "ml") is not None
+    finally:
+        subprocess.run([ROOT / "hack" / "cluster.sh", "down", name], capture_output=True)
+
+
+def _lua_health(status_obj: dict) -> dict:
+    import lupa
+    lua = lupa.LuaRuntime(unpack_returned_tuples=True)
+    script = (ROOT / "docs" / "argocd-health.lua").read_text()
+    fn = lua.eval("function(obj) " + script + " end")
+    result = fn(_to_lua(lua, status_obj))
+    return {"status": result["status"], "message": result["message"]}
+
+
+def _to_lua(lua, value):
+    if isinstance(value, dict):
+        return lua.table_from({k: _to_lua(lua, v) for k, v in value.items()})
+    if isinstance(value, list):
+        return lua.table_from([_to_lua(lua, v) for v in value])
+    return value
+
+
+def test_argocd_health_script_on_real_status(operator: Operator, ns: str):
+    c = operator.cluster
+    base = {"model": {"source": "hf://org/m", "format": "onnx"}, "gpu": {"class": "l4"}, "replicas": 1}
+    c.apply({"apiVersion": "serving.triton-operator.io/v1alpha1", "kind": "InferenceService",
+             "metadata": {"name": "healthy", "namespace": ns}, "spec": base})
+    c.apply({"apiVersion": "serving.triton-operator.io/v1alpha1", "kind": "InferenceService",
+             "metadata": {"name": "broken", "namespace": ns}, "spec": {**base, "gpu": {"class": "nope"}}})
+    healthy = wait_for("Healthy", lambda: (h := _lua_health(c.get("infsvc", "healthy", ns)))["status"] == "Healthy" and h)
+    assert "1/1 replicas ready" in healthy["message"]
+    broken = wait_for("Degraded", lambda: (h := _lua_health(c.get("infsvc", "broken", ns)))["status"] == "Degraded" and h)
+    assert broken["message"].startswith("GPUClassNotFound: GPUClass nope does not exist")
+    fresh = {"apiVersion": "serving.triton-operator.io/v1alpha1", "kind": "InferenceService",
+             "metadata": {"name": "x", "generation": 1}, "spec": base}
+    assert _lua_health(fresh)["status"] == "Progressing"
+    c.kubectl("scale", "infsvc", "healthy", "-n", ns, "--replicas=0")
+    wait_for("Suspended", lambda: _lua_health(c.get("infsvc", "healthy", ns))["status"] == "Suspended")
+
+
+def test_reapplying_after_status_is_written_shows_no_diff(operator: Operator, ns: str, tmp_path: Path):
+    c = operator.cluster
+    doc = {"apiVersion": "serving.triton-operator.io/v1alpha1", "kind": "InferenceService",
+           "metadata": {"name": "gitops", "namespace": ns},
+           "spec": {"model": {"source": "hf://org/m", "format": "onnx"}, "gpu": {"class": "l4"}, "replicas": 1}}
+    path = tmp_path / "isvc.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    c.kubectl("apply", "--server-side", "--field-manager=argocd", "-f", str(path))
+    c.kubectl("wait", "--for=condition=Ready", "infsvc/gitops", "-n", ns, "--timeout=60s")
+    spec_before = c.get("infsvc", "gitops", ns)["spec"]
+    diff = c.kubectl("diff", "--server-side", "--field-manager=argocd", "-f", str(path), check=False)
+    assert diff.returncode == 0, diff.stdout  # 0: no differences
+    c.kubectl("apply", "--server-side", "--field-manager=argocd", "-f", str(path))
+    after = c.get("infsvc", "gitops", ns)
+    assert after["spec"] == spec_before and after["metadata"]["generation"] == 1
+    raw = json.loads(c.kubectl("get", "infsvc", "gitops", "-n", ns, "-o", "json", "--show-managed-fields").stdout)
+    spec_managers = {f["manager"] for f in raw["metadata"]["managedFields"]
+                     if "f:spec" in json.dumps(f.get("fieldsV1", {}))}
+    assert spec_managers == {"argocd"}, "nobody but the user's GitOps tool owns spec fields"
+    dep = json.loads(c.kubectl("get", "deployment", "gitops", "-n", ns, "-o", "json", "--show-managed-fields").stdout)
+    appliers = {f["manager"] for f in dep["metadata"]["managedFields"] if f["operation"] == "Apply"}
+    assert appliers == {"triton-operator"}
