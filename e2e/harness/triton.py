@@ -159,8 +159,11 @@ class TritonServer:
         log_dir: str | os.PathLike | None = None,
         extra_args: list[str] | tuple[str, ...] = (),
         startup_timeout: float = 120.0,
+        repository: str | os.PathLike | None = None,
     ) -> None:
         self.model_name = model_name
+        # A ready model repository to serve instead of the generated one (then delay_ms does nothing).
+        self._repository = Path(repository) if repository else None
         self.delay_ms = delay_ms
         self.instances = instances
         self.metrics_interval_ms = metrics_interval_ms
@@ -207,6 +210,8 @@ class TritonServer:
 
     @property
     def model_repository(self) -> Path:
+        if self._repository is not None:
+            return self._repository
         assert self.workdir is not None, "not started"
         return self.workdir / "models"
 
@@ -229,7 +234,8 @@ class TritonServer:
         env_info = ensure_tritonserver()
         if self.workdir is None:
             self.workdir = Path(tempfile.mkdtemp(prefix="triton-e2e-"))
-            self._write_repository([env_info["SITE_PACKAGES"]])
+            if self._repository is None:
+                self._write_repository([env_info["SITE_PACKAGES"]])
         log_dir = self._log_dir or self.workdir
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_dir / f"tritonserver-{self.model_name}-{os.getpid()}-{uuid.uuid4().hex[:6]}.log"
