@@ -23,6 +23,7 @@ IMPLICIT = {
     ("", "services", "create"): "server-side apply (a PATCH) of an absent object needs create",
     ("policy", "poddisruptionbudgets", "create"): "server-side apply (a PATCH) of an absent object needs create",
     ("serving.triton-operator.io", "gpuclasses", "create"): "server-side apply (a PATCH) of an absent object needs create",
+    ("batch", "jobs", "create"): "server-side apply (a PATCH) of an absent object needs create",
 }
 
 

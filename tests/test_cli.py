@@ -20,7 +20,7 @@ def test_render_prints_manifests_for_an_example():
     out = run("render", "-f", str(EXAMPLES / "llama3-8b.yaml"))
     assert out.returncode == 0, out.stderr
     kinds = [d["kind"] for d in yaml.safe_load_all(out.stdout) if d]
-    assert kinds == ["Deployment", "Service", "PodDisruptionBudget"]
+    assert kinds == ["Deployment", "Service", "PodDisruptionBudget", "Job", "Job"]  # engines: h100, h200
 
 
 def test_render_uses_a_gpu_class_file(tmp_path):

@@ -266,6 +266,31 @@ class ServerSpec(Model):
         description="How long a replica may take to load its model before it is restarted. Large models need many minutes.")
 
 
+class EngineSpec(Model):
+    """How TensorRT-LLM engines are built (format tensorrt-llm only). One engine is built per GPU
+    class in use, on a node of that class, and kept in a shared cache."""
+
+    cache_claim: str | None = Field(
+        None, pattern=DNS_LABEL, max_length=253,
+        description="PersistentVolumeClaim in this namespace holding the engine cache (ReadWriteMany where "
+                    "several nodes share it). Defaults to the operator's configured claim (trtllm-engines).")
+    max_batch_size: int = Field(64, ge=1, le=4096, description="Largest batch the engine runs.")
+    max_input_len: int = Field(2048, ge=1, description="Longest prompt in tokens.")
+    max_seq_len: int = Field(4096, ge=2, description="Longest prompt plus output in tokens.")
+    max_num_tokens: int = Field(8192, ge=1, description="Most tokens in one engine step (batch of prompts and generations).")
+    streaming: bool = Field(False, description="Serve tokens as they are generated (decoupled model, gRPC streaming).")
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        cel("self.maxInputLen < self.maxSeqLen", "maxInputLen must be less than maxSeqLen (which counts input and output)"),
+    ]})
+
+    @model_validator(mode="after")
+    def _lengths(self) -> EngineSpec:
+        if self.max_input_len >= self.max_seq_len:
+            raise ValueError("maxInputLen must be less than maxSeqLen (which counts input and output)")
+        return self
+
+
 class RolloutSpec(Model):
     """How a spec change rolls out."""
 
@@ -281,6 +306,8 @@ class InferenceServiceSpec(Model):
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
         cel("!has(self.rollout) || !has(self.rollout.maxSurge) || self.rollout.maxSurge > 0 || self.rollout.maxUnavailable > 0",
             "rollout.maxSurge and rollout.maxUnavailable cannot both be 0", "rollout"),
+        cel("!has(self.engine) || self.model.format == 'tensorrt-llm'",
+            "engine applies only to model.format tensorrt-llm", "engine"),
     ]})
 
     model: ModelSpec = Field(..., description="The model to serve.")
@@ -291,6 +318,8 @@ class InferenceServiceSpec(Model):
         None, description="Scale from Triton's queue depth and p99 latency. When set, replicas is ignored.")
     server: ServerSpec = Field(default_factory=ServerSpec, description="The Triton server container.")
     rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="How spec changes roll out.")
+    engine: EngineSpec | None = Field(
+        None, description="TensorRT-LLM engine build settings (format tensorrt-llm); defaults apply when unset.")
     service_account_name: str | None = Field(
         None, pattern=DNS_LABEL, max_length=253, description="ServiceAccount the serving pods run as.")
     pod_labels: dict[str, str] = Field(default_factory=dict, description="Extra labels on serving pods.")
@@ -300,6 +329,8 @@ class InferenceServiceSpec(Model):
     def _rollout(self) -> InferenceServiceSpec:
         if self.rollout.max_surge == 0 and self.rollout.max_unavailable == 0:
             raise ValueError("rollout.maxSurge and rollout.maxUnavailable cannot both be 0")
+        if self.engine is not None and self.model.format != "tensorrt-llm":
+            raise ValueError("engine applies only to model.format tensorrt-llm")
         return self
 
 
@@ -342,6 +373,15 @@ class AutoscalingStatus(Model):
     last_decision: str | None = Field(None, description="Reason for the last decision.")
 
 
+class EngineStatus(Model):
+    """The TensorRT-LLM engine of one GPU class."""
+
+    gpu_class: str = Field(..., description="GPUClass the engine is built for.")
+    phase: Literal["Building", "Ready", "Failed"] = Field(..., description="Building, Ready or Failed.")
+    job: str = Field(..., description="The build Job.")
+    message: str = Field("", description="Details, e.g. the Job's failure reason.")
+
+
 class InferenceServiceStatus(Model):
     """The observed state of an InferenceService."""
 
@@ -354,6 +394,7 @@ class InferenceServiceStatus(Model):
     endpoints: Endpoints | None = Field(None, description="In-cluster URLs.")
     metrics: LiveMetrics | None = Field(None, description="Live figures from Triton.")
     autoscaling: AutoscalingStatus | None = Field(None, description="Autoscaler state.")
+    engines: list[EngineStatus] | None = Field(None, description="TensorRT-LLM engines per GPU class.")
 
 
 class InferenceService(Model):

@@ -100,6 +100,7 @@ def _owner_event(event: dict[str, Any], labels: dict[str, str], namespace: str, 
 @kopf.on.event("apps", "v1", "deployments", labels=CHILD_LABELS)
 @kopf.on.event("", "v1", "services", labels=CHILD_LABELS)
 @kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=CHILD_LABELS)
+@kopf.on.event("batch", "v1", "jobs", labels=CHILD_LABELS)
 def child_event(event: dict[str, Any], labels: dict[str, str], namespace: str, memo: kopf.Memo, **_: Any) -> None:
     """A child changed or vanished: restore it and refresh the owner's status."""
     _owner_event(event, labels, namespace, memo)

@@ -84,9 +84,11 @@ class Kube:
             res.get(label_selector=label_selector)
         return [item.to_dict() if hasattr(item, "to_dict") else item for item in out.to_dict()["items"]]
 
-    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None,
+               propagation: str | None = None) -> None:
+        body = {"propagationPolicy": propagation} if propagation else None
         try:
-            self.resource(api_version, kind).delete(name=name, namespace=namespace)
+            self.resource(api_version, kind).delete(name=name, namespace=namespace, body=body)
         except NotFoundError:
             pass
 

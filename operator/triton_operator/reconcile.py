@@ -17,7 +17,9 @@ from pydantic import ValidationError
 from . import status as status_core
 from .api import GPUClass, InferenceService
 from .k8s import Kube
-from .render import RenderError, desired_replicas, endpoints, render, selector_labels
+from . import engines
+from .render import (LABEL_SERVICE, Rendered, RenderError, desired_replicas, endpoints, engine_jobs, render,
+                     selector_labels)
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -68,9 +70,25 @@ def reconcile(kube: Kube, settings: Settings, namespace: str, name: str,
         deployment = kube.get("apps/v1", "Deployment", name, namespace)
         current = deployment["spec"].get("replicas") if deployment else None
         desired = desired_replicas(isvc, current)
-        error, gpu_class, notes = None, None, []
+        error, gpu_class, notes, engine_states = None, None, [], None
         try:
-            rendered = render(isvc, classes, settings, replicas=desired)
+            if isvc.spec.model.format == "tensorrt-llm":
+                observed_jobs = kube.list("batch/v1", "Job", namespace, f"{LABEL_SERVICE}={name}")
+                known = [e.wire() for e in isvc.status.engines or []] if isvc.status else []
+                engine_states = engines.states(engine_jobs(isvc, classes, settings), observed_jobs, known)
+                ready = engines.ready_classes(engine_states)
+                rendered = render(isvc, classes, settings, replicas=desired, engines_ready=ready)
+                if deployment is not None and rendered.gpu_class not in ready:
+                    # A new engine is building: the running Deployment keeps serving the old one
+                    # until it is in the cache, instead of being scaled to zero.
+                    rendered = Rendered(rendered.gpu_class, [m for m in rendered.manifests if m["kind"] != "Deployment"],
+                                        rendered.notes)
+                wanted = {m["metadata"]["name"] for m in rendered.manifests if m["kind"] == "Job"}
+                for job in observed_jobs:  # builds for an older spec or a class no longer used
+                    if job["metadata"]["name"] not in wanted:
+                        kube.delete("batch/v1", "Job", job["metadata"]["name"], namespace, propagation="Background")
+            else:
+                rendered = render(isvc, classes, settings, replicas=desired)
             gpu_class, notes = rendered.gpu_class, rendered.notes
             for manifest in rendered.manifests:
                 kube.apply(manifest)
@@ -83,7 +101,7 @@ def reconcile(kube: Kube, settings: Settings, namespace: str, name: str,
         observed = status_core.Observed(
             desired_replicas=desired, gpu_class=gpu_class, gpu_class_spec=cls.spec if cls else None,
             gpu_count=isvc.spec.gpu.count, error=error, notes=notes, deployment=deployment, pods=pods,
-            endpoints=endpoints(name, namespace, settings), selector=selector)
+            endpoints=endpoints(name, namespace, settings), selector=selector, engines=engine_states)
         new_status, events = status_core.compute(isvc, observed, now())
         old_status = raw.get("status") or {}
         if any(old_status.get(k) != v for k, v in new_status.items()):

@@ -6,18 +6,24 @@ what a GitOps reviewer sees offline is what the operator applies.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 import jinja2
 import yaml
 
 from . import planning
-from .api import API_VERSION, GPUClass, InferenceService
+from .api import API_VERSION, EngineSpec, GPUClass, GPUClassSpec, InferenceService
 from .settings import Settings
 
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 MODEL_ROOT = "/models"
+ENGINE_ROOT = "/engines"
+SCRATCH_ROOT = "/scratch"
+PVC_ROOT = "/mnt/pvc"  # runtime/ finds pvc://CLAIM/PATH at PVC_ROOT/CLAIM/PATH
+QUANTILES = "0.5:0.05,0.9:0.01,0.95:0.005,0.99:0.001"
 LABEL_SERVICE = "serving.triton-operator.io/inferenceservice"
 LABEL_GPU_CLASS = "serving.triton-operator.io/gpu-class"
 MANAGED_BY = "triton-operator"
@@ -90,26 +96,71 @@ def endpoints(name: str, namespace: str, settings: Settings) -> dict[str, str]:
     }
 
 
-def _model_repository(isvc: InferenceService) -> dict[str, Any]:
-    """How the model reaches Triton: a volume, a cloud URL Triton reads itself, or a staging step."""
+def engine_args(isvc: InferenceService, cls: GPUClassSpec) -> list[str]:
+    """The flags that identify an engine, shared by build-engine and make-repository so that both
+    compute the same cache key inside the runtime image."""
+    m, e = isvc.spec.model, isvc.spec.engine or EngineSpec()
+    args = ["--source", m.source, "--precision", m.precision, "--compute-capability", cls.compute_capability,
+            "--tensor-parallelism", str(isvc.spec.gpu.count), "--max-batch-size", str(e.max_batch_size),
+            "--max-input-len", str(e.max_input_len), "--max-seq-len", str(e.max_seq_len),
+            "--max-num-tokens", str(e.max_num_tokens), "--cache", ENGINE_ROOT]
+    return args + (["--revision", m.revision] if m.revision else [])
+
+
+def engine_claim(isvc: InferenceService, settings: Settings) -> str:
+    return (isvc.spec.engine and isvc.spec.engine.cache_claim) or settings.engine_cache_claim
+
+
+def _model_delivery(isvc: InferenceService, cls: GPUClassSpec, settings: Settings) -> dict[str, Any]:
+    """How the model reaches Triton: the repository path, an init container that prepares it,
+    and the volumes both need."""
     m = isvc.spec.model
-    if m.format == "triton" and m.scheme == "pvc":
-        claim, _, path = m.source[len("pvc://"):].partition("/")
-        return {"kind": "pvc", "claim": claim, "path": f"{MODEL_ROOT}/{path}".rstrip("/")}
+    volumes: list[dict[str, Any]] = []
+    init_mounts: list[dict[str, Any]] = []
+    server_mounts: list[dict[str, Any]] = []
+    source_claim = m.source[len("pvc://"):].partition("/")[0] if m.scheme == "pvc" else None
+    if m.format == "triton" and source_claim:
+        path = m.source[len("pvc://"):].partition("/")[2]
+        volumes.append({"name": "model-repository", "persistentVolumeClaim": {"claimName": source_claim, "readOnly": True}})
+        server_mounts.append({"name": "model-repository", "mountPath": MODEL_ROOT, "readOnly": True})
+        return {"path": f"{MODEL_ROOT}/{path}".rstrip("/"), "init": None, "volumes": volumes,
+                "server_mounts": server_mounts, "secret_on_server": False}
     if m.format == "triton" and m.scheme in ("s3", "gs"):
-        # Triton reads s3:// and gs:// repositories natively.
-        return {"kind": "remote", "path": m.source}
-    # Everything else is fetched (and converted if needed) by runtime/'s staging command.
-    args = ["stage", "--source", m.source, "--format", m.format, "--precision", m.precision,
-            "--model-name", model_name(isvc), "--repository", MODEL_ROOT,
-            "--tensor-parallelism", str(isvc.spec.gpu.count)]
+        # Triton reads s3:// and gs:// repositories natively, with the credentials in its env.
+        return {"path": m.source, "init": None, "volumes": [], "server_mounts": [], "secret_on_server": True}
+    volumes.append({"name": "model-repository", "emptyDir": {}})
+    init_mounts.append({"name": "model-repository", "mountPath": MODEL_ROOT})
+    server_mounts.append({"name": "model-repository", "mountPath": MODEL_ROOT})
+    if m.format == "tensorrt-llm":
+        # The engine was built by this class's build Job into the shared cache.
+        volumes.append({"name": "engines", "persistentVolumeClaim": {"claimName": engine_claim(isvc, settings),
+                                                                     "readOnly": True}})
+        init_mounts.append({"name": "engines", "mountPath": ENGINE_ROOT, "readOnly": True})
+        server_mounts.append({"name": "engines", "mountPath": ENGINE_ROOT, "readOnly": True})
+        args = ["make-repository", *engine_args(isvc, cls), "--repository", MODEL_ROOT]
+        if isvc.spec.engine and isvc.spec.engine.streaming:
+            args.append("--streaming")
+        return {"path": MODEL_ROOT, "init": {"name": "make-repository", "args": args}, "volumes": volumes,
+                "init_mounts": init_mounts, "server_mounts": server_mounts, "secret_on_server": False}
+    if source_claim:
+        volumes.append({"name": "model-source", "persistentVolumeClaim": {"claimName": source_claim, "readOnly": True}})
+        init_mounts.append({"name": "model-source", "mountPath": f"{PVC_ROOT}/{source_claim}", "readOnly": True})
+    # Everything else is fetched (and laid out) by runtime/'s staging command.
+    args = ["stage", "--source", m.source, "--format", m.format, "--model-name", model_name(isvc),
+            "--repository", MODEL_ROOT]
     if m.revision:
         args += ["--revision", m.revision]
-    return {"kind": "staged", "path": MODEL_ROOT, "stage_args": args}
+    return {"path": MODEL_ROOT, "init": {"name": "stage-model", "args": args}, "volumes": volumes,
+            "init_mounts": init_mounts, "server_mounts": server_mounts, "secret_on_server": False}
 
 
-def _tritonserver_args(isvc: InferenceService, repository: str) -> list[str]:
-    return [
+def _server_command(isvc: InferenceService, repository: str) -> tuple[list[str], list[str]]:
+    """(command, args) of the serving container."""
+    if isvc.spec.model.format == "tensorrt-llm":
+        # runtime/ runs one tritonserver rank per GPU under mpirun when tensor parallel.
+        return ["triton-runtime"], ["serve", "--repository", repository, "--world-size", str(isvc.spec.gpu.count),
+                                    "--", "--metrics-config=summary_quantiles=" + QUANTILES, *isvc.spec.server.args]
+    return ["tritonserver"], [
         f"--model-repository={repository}",
         f"--http-port={HTTP_PORT}",
         f"--grpc-port={GRPC_PORT}",
@@ -117,9 +168,81 @@ def _tritonserver_args(isvc: InferenceService, repository: str) -> list[str]:
         "--strict-readiness=true",
         "--allow-metrics=true",
         "--metrics-config=summary_latencies=true",
-        "--metrics-config=summary_quantiles=0.5:0.05,0.9:0.01,0.95:0.005,0.99:0.001",
+        "--metrics-config=summary_quantiles=" + QUANTILES,
         *isvc.spec.server.args,
     ]
+
+
+def placement(cls: GPUClassSpec) -> dict[str, Any]:
+    """Node selector, affinity and tolerations that put a pod on a node of the class."""
+    affinity = None
+    if cls.product_names:
+        affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": cls.product_label, "operator": "In", "values": cls.product_names}]},
+        ]}}}
+    return {"node_selector": cls.node_selector, "affinity": affinity,
+            "tolerations": [t.wire() for t in cls.tolerations]}
+
+
+def labels_for(isvc: InferenceService, component: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "triton",
+        "app.kubernetes.io/instance": isvc.name,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/part-of": isvc.name,
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        LABEL_SERVICE: isvc.name,
+    }
+
+
+def _resources(isvc: InferenceService, cls: GPUClassSpec) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(GPU container resources, CPU-only init container resources)."""
+    gpu = {cls.resource_name: str(isvc.spec.gpu.count)}
+    user_res = isvc.spec.server.resources
+    resources = {
+        # Requests so the scheduler reserves host CPU and memory for the server; no default limits:
+        # a model's host-memory peak while loading is unknown here, and a wrong limit OOM-kills it.
+        "requests": {**DEFAULT_REQUESTS, **((user_res.requests if user_res else None) or {}), **gpu},
+        "limits": {**((user_res.limits if user_res else None) or {}), **gpu},
+    }
+    # The scheduler reserves max(init, app) per resource, so the same requests cost nothing extra.
+    return resources, {"requests": {k: v for k, v in resources["requests"].items() if k not in gpu}}
+
+
+def engine_jobs(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Settings) -> list[dict[str, Any]]:
+    """One engine-build Job per GPU class the service may run on (class and fallbacks that exist
+    and fit), so that falling back needs no build. Empty for formats other than tensorrt-llm.
+    The Job's name hashes everything it does: a spec change makes a new Job, never an edit."""
+    if isvc.spec.model.format != "tensorrt-llm":
+        return []
+    jobs = []
+    for class_name in isvc.spec.gpu.candidates():
+        gpu_class = classes.get(class_name)
+        if gpu_class is None or planning.problems(isvc.spec.model, class_name, gpu_class.spec, isvc.spec.gpu.count):
+            continue
+        cls = gpu_class.spec
+        args = ["build-engine", *engine_args(isvc, cls), "--scratch", SCRATCH_ROOT]
+        digest = hashlib.sha256(json.dumps([class_name, settings.runtime_image, cls.resource_name, args]).encode())
+        resources, _ = _resources(isvc, cls)
+        m = isvc.spec.model
+        source_claim = m.source[len("pvc://"):].partition("/")[0] if m.scheme == "pvc" else None
+        context = {
+            "name": f"{isvc.name}-{digest.hexdigest()[:10]}",
+            "namespace": isvc.namespace,
+            "labels": {**labels_for(isvc, "engine-build"), LABEL_GPU_CLASS: class_name},
+            "owner": _owner(isvc),
+            "image": settings.runtime_image,
+            "args": args,
+            "resources": resources,
+            "credentials_secret": m.credentials_secret,
+            "engine_claim": engine_claim(isvc, settings),
+            "source_claim": source_claim,
+            "pvc_root": PVC_ROOT,
+            "uid": TRITON_UID,
+            **placement(cls),
+        }
+        jobs.append(yaml.safe_load(_env.get_template("job.yaml.j2").render(**context)))
+    return jobs
 
 
 def _owner(isvc: InferenceService) -> dict[str, Any] | None:
@@ -144,8 +267,10 @@ def desired_replicas(isvc: InferenceService, current: int | None = None) -> int:
 
 
 def render(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Settings,
-           replicas: int | None = None) -> Rendered:
-    """Manifests for one InferenceService. `replicas` overrides the count from desired_replicas."""
+           replicas: int | None = None, engines_ready: Collection[str] | None = None) -> Rendered:
+    """Manifests for one InferenceService. `replicas` overrides the count from desired_replicas.
+    `engines_ready` names the GPU classes whose TensorRT-LLM engine is built; serving pods of a
+    class without one are held at 0 replicas. None (offline) renders the steady state."""
     class_name, gpu_class, notes = resolve_gpu_class(isvc, classes)
     spec = isvc.spec
     found = planning.problems(spec.model, class_name, gpu_class.spec, spec.gpu.count)
@@ -153,38 +278,25 @@ def render(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Se
         raise RenderError(found[0].reason, " ".join(p.message for p in found))
 
     cls = gpu_class.spec
-    default_image = settings.triton_trtllm_image if spec.model.format == "tensorrt-llm" else settings.triton_image
-    image = spec.server.image or default_image
-    labels = {
-        "app.kubernetes.io/name": "triton",
-        "app.kubernetes.io/instance": isvc.name,
-        "app.kubernetes.io/component": "server",
-        "app.kubernetes.io/part-of": isvc.name,
-        "app.kubernetes.io/managed-by": MANAGED_BY,
-        LABEL_SERVICE: isvc.name,
-    }
-    repo = _model_repository(isvc)
-    gpu = {cls.resource_name: str(spec.gpu.count)}
-    user_res = spec.server.resources
-    resources = {
-        # Requests so the scheduler reserves host CPU and memory for the server; no default limits:
-        # a model's host-memory peak while loading is unknown here, and a wrong limit OOM-kills it.
-        "requests": {**DEFAULT_REQUESTS, **((user_res.requests if user_res else None) or {}), **gpu},
-        "limits": {**((user_res.limits if user_res else None) or {}), **gpu},
-    }
-    # The scheduler reserves max(init, app) per resource, so the same requests cost nothing extra.
-    stage_resources = {"requests": {k: v for k, v in resources["requests"].items() if k not in gpu}}
+    delivery = _model_delivery(isvc, cls, settings)
+    llm = spec.model.format == "tensorrt-llm"
+    image = spec.server.image or (settings.runtime_image if llm else settings.triton_image)
+    command, args = _server_command(isvc, delivery["path"])
+    resources, init_resources = _resources(isvc, cls)
+    init = delivery["init"]
+    if init is not None:
+        init = {**init, "image": settings.runtime_image, "resources": init_resources,
+                "volumeMounts": delivery.get("init_mounts", [])}
     max_surge = spec.rollout.max_surge
     if max_surge is None:
         max_surge = 1 if cls.spare_gpus else 0
     max_unavailable = spec.rollout.max_unavailable
     if max_surge == 0 and max_unavailable == 0:
         max_unavailable = 1
-    affinity = None
-    if cls.product_names:
-        affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": cls.product_label, "operator": "In", "values": cls.product_names}]},
-        ]}}}
+    count = desired_replicas(isvc) if replicas is None else replicas
+    if llm and engines_ready is not None and class_name not in engines_ready:
+        count = 0  # held back until this class's engine is in the cache
+    labels = labels_for(isvc, "server")
     context = {
         "name": isvc.name,
         "namespace": isvc.namespace,
@@ -198,32 +310,32 @@ def render(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Se
         },
         "selector": selector_labels(isvc.name),
         "owner": _owner(isvc),
-        "replicas": desired_replicas(isvc) if replicas is None else replicas,
+        "replicas": count,
         "max_surge": max_surge,
         "max_unavailable": max_unavailable,
         "image": image,
         "image_pull_policy": spec.server.image_pull_policy,
-        "runtime_image": settings.runtime_image,
-        "args": _tritonserver_args(isvc, repo["path"]),
+        "command": command,
+        "args": args,
         "env": [e.wire() for e in spec.server.env],
         "resources": resources,
-        "stage_resources": stage_resources,
-        "node_selector": cls.node_selector,
-        "affinity": affinity,
-        "tolerations": [t.wire() for t in cls.tolerations],
+        "init": init,
+        "volumes": delivery["volumes"],
+        "server_mounts": delivery["server_mounts"],
+        "secret_on_server": delivery["secret_on_server"],
         "service_account_name": spec.service_account_name,
         "credentials_secret": spec.model.credentials_secret,
-        "repo": repo,
         "shm_size": spec.server.shm_size,
         "startup_failure_threshold": -(-spec.server.startup_timeout_seconds // 10),
         "uid": TRITON_UID,
         "ports": {"http": HTTP_PORT, "grpc": GRPC_PORT, "metrics": METRICS_PORT},
+        **placement(cls),
     }
     manifests = [
         yaml.safe_load(_env.get_template(t).render(**context))
         for t in ("deployment.yaml.j2", "service.yaml.j2", "pdb.yaml.j2")
     ]
-    return Rendered(gpu_class=class_name, manifests=manifests, notes=notes)
+    return Rendered(gpu_class=class_name, manifests=manifests + engine_jobs(isvc, classes, settings), notes=notes)
 
 
 def dump(manifests: list[dict[str, Any]]) -> str:

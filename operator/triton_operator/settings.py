@@ -13,12 +13,11 @@ class Settings(BaseModel):
     """Read from TRITON_OPERATOR_* environment variables (see `from_env`)."""
 
     triton_image: str = Field("nvcr.io/nvidia/tritonserver:25.01-py3", description="Default Triton image.")
-    triton_trtllm_image: str = Field(
-        "nvcr.io/nvidia/tritonserver:25.01-trtllm-python-py3",
-        description="Default Triton image for tensorrt-llm models.")
     runtime_image: str = Field(
         "ghcr.io/triton-operator/runtime:0.1.0",
-        description="Image of runtime/ that stages models and builds engines.")
+        description="Image of runtime/ (Triton with TensorRT-LLM): stages models, builds engines, serves LLMs.")
+    engine_cache_claim: str = Field(
+        "trtllm-engines", description="Default PersistentVolumeClaim of the TensorRT-LLM engine cache.")
     cluster_domain: str = Field("cluster.local", description="DNS suffix of Services.")
     field_manager: str = Field("triton-operator", description="Field manager for server-side apply.")
     namespaces: list[str] = Field(default_factory=list, description="Namespaces to watch; empty means all.")

@@ -41,6 +41,11 @@ class Observed:
     pods: list[dict[str, Any]] = field(default_factory=list)
     endpoints: dict[str, str] | None = None
     selector: str | None = None
+    engines: list[dict[str, Any]] | None = None   # TensorRT-LLM only: per GPU class
+
+    def engine(self) -> dict[str, Any] | None:
+        """The engine of the class in use."""
+        return next((e for e in self.engines or [] if e["gpuClass"] == self.gpu_class), None)
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,9 @@ def _dep_condition(dep: dict[str, Any], type_: str) -> dict[str, Any] | None:
 def _degraded(obs: Observed, trouble: PodTrouble) -> tuple[bool, str, str]:
     if obs.error:
         return True, obs.error[0], obs.error[1]
+    engine = obs.engine()
+    if engine and engine["phase"] == "Failed":
+        return True, "EngineFailed", engine["message"]
     if trouble.unschedulable:
         n = len(trouble.unschedulable)
         spec = obs.gpu_class_spec
@@ -131,9 +139,17 @@ def compute(isvc: InferenceService, obs: Observed, now: datetime) -> tuple[dict[
         r = (False, "Loading", f"0/{desired} replicas ready: waiting for Triton to load the model")
     if obs.error and dep is not None:
         r = (r[0], r[1], r[2] + f"; the latest spec cannot be applied: {obs.error[1]}")
+    engine = obs.engine()
+    held = engine is not None and engine["phase"] != "Ready"
+    if held and not (r[0] and desired > 0):
+        reason = "EngineFailed" if engine["phase"] == "Failed" else "EngineBuilding"
+        r = (False, reason, f"serving pods wait for the TensorRT-LLM engine for GPU class {obs.gpu_class}: "
+                            f"{engine['message']}")
 
     if obs.error:
         p = (False, obs.error[0], "waiting for the spec or the cluster to change")
+    elif held:
+        p = (engine["phase"] == "Building", r[1] if not r[0] else "EngineBuilding", engine["message"])
     elif dep is None or not rolled_out:
         p = (True, "RollingOut", f"{updated}/{desired} replicas updated, {ready} ready")
     elif ready != desired or total != desired:
@@ -144,6 +160,13 @@ def compute(isvc: InferenceService, obs: Observed, now: datetime) -> tuple[dict[
     conds = c.set_condition(old, c.READY, r[0], r[1], r[2], gen, now)
     conds = c.set_condition(conds, c.PROGRESSING, p[0], p[1], p[2], gen, now)
     conds = c.set_condition(conds, c.DEGRADED, degraded, d_reason, d_message, gen, now)
+    if obs.engines is not None:
+        if engine is None:
+            e = (False, "NoEngine", "no GPU class to build an engine for")
+        else:
+            e = (engine["phase"] == "Ready", {"Ready": "EngineReady", "Failed": "EngineFailed"}.get(
+                engine["phase"], "EngineBuilding"), engine["message"])
+        conds = c.set_condition(conds, c.ENGINE_READY, e[0], e[1], e[2], gen, now)
 
     status: dict[str, Any] = {
         "observedGeneration": gen,
@@ -154,6 +177,8 @@ def compute(isvc: InferenceService, obs: Observed, now: datetime) -> tuple[dict[
         "selector": obs.selector,
         "endpoints": obs.endpoints,
     }
+    if obs.engines is not None:
+        status["engines"] = obs.engines
     return status, _events(old, conds, obs.notes, old_status.get("gpuClass"), obs.gpu_class)
 
 
@@ -174,4 +199,8 @@ def _events(old: list[dict[str, Any]], new: list[dict[str, Any]], notes: list[st
         events.append(Event("Normal", "GPUClassChanged", f"now running on GPU class {new_class} (was {old_class})"))
     if new_class != old_class:
         events.extend(Event("Normal", "FallbackGPUClass", n) for n in notes)
+    before_eng, after_eng = c.find(old, c.ENGINE_READY), c.find(new, c.ENGINE_READY)
+    if after_eng and (before_eng is None or before_eng["reason"] != after_eng["reason"]):
+        kind = "Warning" if after_eng["reason"] == "EngineFailed" else "Normal"
+        events.append(Event(kind, after_eng["reason"], after_eng["message"]))
     return events

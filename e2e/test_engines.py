@@ -1,0 +1,88 @@
+"""TensorRT-LLM engines on the local cluster: one build Job per GPU class in use lands on a node
+of that class, status moves through EngineBuilding to EngineReady, serving pods appear only after
+the engine exists, and a spec change replaces the Jobs.
+
+Simulated: kwok runs no containers, and it moves a Job's pods to Succeeded by itself, so the Job
+controller (real) marks each build Complete about a second after it starts; no engine is really
+built (that needs a GPU and the runtime image). The engine cache PVC is bound by the real
+PersistentVolume controller to a hostPath volume that nothing mounts."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from .cluster import Operator, wait_for
+
+GROUP = "serving.triton-operator.io"
+
+
+def _ts(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def test_engine_builds_per_class_then_serving(operator: Operator, ns: str):
+    c = operator.cluster
+    c.apply([
+        {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"engines-{ns}"},
+         "spec": {"capacity": {"storage": "100Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "",
+                  "hostPath": {"path": f"/tmp/{ns}"}, "claimRef": {"namespace": ns, "name": "trtllm-engines"}}},
+        {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "trtllm-engines", "namespace": ns},
+         "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": f"engines-{ns}",
+                  "resources": {"requests": {"storage": "100Gi"}}}},
+    ])
+    try:
+        wait_for("PVC bound", lambda: (c.get("pvc", "trtllm-engines", ns) or {}).get("status", {}).get("phase") == "Bound")
+        c.apply({"apiVersion": f"{GROUP}/v1alpha1", "kind": "InferenceService",
+                 "metadata": {"name": "llm", "namespace": ns},
+                 "spec": {"model": {"source": "hf://meta-llama/Meta-Llama-3-8B-Instruct", "format": "tensorrt-llm",
+                                    "parameters": "8B", "precision": "fp16"},
+                          "gpu": {"class": "h100", "fallbackClasses": ["h200"]}, "replicas": 2}})
+        c.kubectl("wait", "--for=condition=EngineReady", "infsvc/llm", "-n", ns, "--timeout=90s", timeout=120)
+        c.kubectl("wait", "--for=condition=Ready", "infsvc/llm", "-n", ns, "--timeout=90s", timeout=120)
+
+        jobs = {j["metadata"]["labels"][f"{GROUP}/gpu-class"]: j for j in c.get("jobs", namespace=ns)}
+        assert set(jobs) == {"h100", "h200"}, "an engine per class the service may run on"
+        for cls, product in (("h100", "NVIDIA-H100-80GB-HBM3"), ("h200", "NVIDIA-H200")):
+            (pod,) = c.get("pods", namespace=ns, selector=f"job-name={jobs[cls]['metadata']['name']}")
+            node = c.get("node", pod["spec"]["nodeName"])
+            assert node["metadata"]["labels"]["nvidia.com/gpu.product"] == product
+        status = c.get("infsvc", "llm", ns)["status"]
+        assert sorted((e["gpuClass"], e["phase"]) for e in status["engines"]) == [("h100", "Ready"), ("h200", "Ready")]
+        conds = {x["type"]: x for x in status["conditions"]}
+        built = _ts(jobs["h100"]["status"]["completionTime"])
+        serving = c.get("pods", namespace=ns, selector=f"{GROUP}/inferenceservice=llm,app.kubernetes.io/component=server")
+        assert len(serving) == 2
+        assert all(_ts(p["metadata"]["creationTimestamp"]) >= built for p in serving), \
+            "serving pods were created before their class's engine was built"
+        assert all(p["spec"]["initContainers"][0]["name"] == "make-repository" for p in serving)
+        assert conds["EngineReady"]["reason"] == "EngineReady"
+        reasons = c.kubectl("get", "events", "-n", ns, "--field-selector", "involvedObject.name=llm",
+                            "-o", "custom-columns=R:.reason", "--no-headers").stdout.split()
+        assert "EngineBuilding" in reasons and "EngineReady" in reasons
+
+        old = {j["metadata"]["name"] for j in jobs.values()}
+        c.kubectl("patch", "infsvc", "llm", "-n", ns, "--type=merge", "-p", '{"spec": {"engine": {"maxBatchSize": 128}}}')
+        new = wait_for("new build Jobs replace the old", lambda: (names := {j["metadata"]["name"] for j in c.get("jobs", namespace=ns)})
+                       and len(names) == 2 and not names & old and names, timeout=60)
+        wait_for("engines ready for generation 2", lambda: (x := c.condition("infsvc", "llm", ns, "EngineReady"))
+                 and x["status"] == "True" and x["observedGeneration"] == 2, timeout=60)
+        dep = c.get("deployment", "llm", ns)
+        args = dep["spec"]["template"]["spec"]["initContainers"][0]["args"]
+        assert args[args.index("--max-batch-size") + 1] == "128"
+        assert {j["metadata"]["name"] for j in c.get("jobs", namespace=ns)} == new
+    finally:
+        c.kubectl("delete", "infsvc", "llm", "-n", ns, "--wait=true", check=False)
+        c.kubectl("delete", "pv", f"engines-{ns}", "--wait=false", check=False)
+
+
+def test_engine_spec_on_a_non_llm_format_is_rejected(installed, ns: str):
+    out = installed.apply({"apiVersion": f"{GROUP}/v1alpha1", "kind": "InferenceService",
+                           "metadata": {"name": "bad-format", "namespace": ns},
+                           "spec": {"model": {"source": "hf://a/b", "format": "onnx"}, "gpu": {"class": "l4"},
+                                    "engine": {"maxBatchSize": 8}}}, check=False)
+    assert out.returncode != 0 and "engine applies only to model.format tensorrt-llm" in out.stderr
+    out = installed.apply({"apiVersion": f"{GROUP}/v1alpha1", "kind": "InferenceService",
+                           "metadata": {"name": "bad-lengths", "namespace": ns},
+                           "spec": {"model": {"source": "hf://a/b", "format": "tensorrt-llm"}, "gpu": {"class": "l4"},
+                                    "engine": {"maxInputLen": 4096, "maxSeqLen": 4096}}}, check=False)
+    assert out.returncode != 0 and "maxInputLen must be less than maxSeqLen" in out.stderr

@@ -1,0 +1,44 @@
+"""TensorRT-LLM engine state per GPU class (pure): rendered build Jobs + observed Jobs + what
+status already knew -> Building / Ready / Failed, with the Job's own reason when it failed.
+
+Once an engine is Ready its Job may be deleted or garbage-collected: status remembers the Job
+that built it, so serving never waits on a finished build again."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .render import LABEL_GPU_CLASS
+
+
+def _condition(job: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == type_ and cond.get("status") == "True":
+            return cond
+    return None
+
+
+def states(rendered: list[dict[str, Any]], observed: list[dict[str, Any]],
+           known: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    by_name = {j["metadata"]["name"]: j for j in observed}
+    ready_before = {(e["gpuClass"], e["job"]) for e in known or [] if e.get("phase") == "Ready"}
+    out = []
+    for job in rendered:
+        name = job["metadata"]["name"]
+        gpu_class = job["metadata"]["labels"][LABEL_GPU_CLASS]
+        live = by_name.get(name)
+        if (gpu_class, name) in ready_before or (live and _condition(live, "Complete")):
+            phase, message = "Ready", "engine built and cached"
+        elif live and (failed := _condition(live, "Failed")):
+            phase = "Failed"
+            message = f"build Job {name} failed: {failed.get('reason') or 'Failed'}: {failed.get('message') or ''}".rstrip(": ")
+        else:
+            active = int(((live or {}).get("status") or {}).get("active") or 0)
+            phase = "Building"
+            message = f"build Job {name} is running" if active else f"build Job {name} is waiting for a {gpu_class} node"
+        out.append({"gpuClass": gpu_class, "phase": phase, "job": name, "message": message})
+    return out
+
+
+def ready_classes(engine_states: list[dict[str, Any]]) -> set[str]:
+    return {e["gpuClass"] for e in engine_states if e["phase"] == "Ready"}
