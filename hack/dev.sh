@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make dev`: a local cluster with simulated GPU nodes, the CRDs and GPU classes, the operator
-# running from this checkout, and two example InferenceServices placed on their GPU classes.
+# running from this checkout, and two example TensorRT-LLM InferenceServices: their engine-build
+# Jobs and serving pods placed on nodes of their GPU classes (kwok simulates the containers).
 #   hack/dev.sh up | down
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -47,10 +48,11 @@ curl -fsS http://127.0.0.1:8089/healthz >/dev/null || { echo "operator did not s
 # Serving pods meet the restricted Pod Security Standard.
 kubectl create namespace ml --dry-run=client -o yaml | kubectl apply --server-side -f - >/dev/null
 kubectl label namespace ml pod-security.kubernetes.io/enforce=restricted --overwrite >/dev/null
+kubectl apply --server-side -f hack/dev-storage.yaml >/dev/null
 kubectl apply -f examples/llama3-8b.yaml -f examples/llama3-70b.yaml >/dev/null
 kubectl wait --for=condition=Ready infsvc --all -n ml --timeout=120s >/dev/null
 echo
-kubectl get infsvc,pods -n ml -o wide
+kubectl get infsvc,jobs,pods -n ml -o wide
 cat <<MSG
 
 The operator runs in the background (log: $LOGFILE).

@@ -85,6 +85,13 @@ def test_unschedulable_names_the_class_and_the_shortfall():
     assert any(e.type == "Warning" and e.reason == "Unschedulable" for e in events)
 
 
+def test_unschedulable_for_another_reason_claims_no_gpu_shortfall():
+    status, _ = compute(isvc(), obs(deployment=deployment(ready=0, available=0), pods=[pending_pod(
+        message='0/10 nodes are available: persistentvolumeclaim "trtllm-engines" not found.')]), NOW)
+    msg = c.find(status["conditions"], "Degraded")["message"]
+    assert "more nvidia.com/gpu" not in msg and 'persistentvolumeclaim "trtllm-engines" not found' in msg
+
+
 def test_spec_error_keeps_reporting_the_running_deployment():
     status, _ = compute(isvc(), obs(error=("PrecisionUnsupported", "fp8 needs 8.9")), NOW)
     ready = c.find(status["conditions"], "Ready")

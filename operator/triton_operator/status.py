@@ -87,10 +87,13 @@ def _degraded(obs: Observed, trouble: PodTrouble) -> tuple[bool, str, str]:
         spec = obs.gpu_class_spec
         resource = spec.resource_name if spec else "nvidia.com/gpu"
         scheduler = trouble.unschedulable[0][1]
+        if f"Insufficient {resource}" in scheduler:
+            why = (f"{n * obs.gpu_count} more {resource} needed ({obs.gpu_count} per pod) on nodes of that "
+                   f"class")
+        else:  # not a GPU shortage: a missing claim, a taint, a selector no node matches, ...
+            why = "see the scheduler's reason"
         return True, "Unschedulable", (
-            f"{n} pod(s) cannot be scheduled on GPU class {obs.gpu_class}: {n * obs.gpu_count} more "
-            f"{resource} needed ({obs.gpu_count} per pod) on nodes of that class. "
-            f"Scheduler: {scheduler}")
+            f"{n} pod(s) cannot be scheduled on GPU class {obs.gpu_class}: {why}. Scheduler: {scheduler}")
     if trouble.failing:
         pod, reason, message = trouble.failing[0]
         return True, reason, f"pod {pod}: {reason}: {message}".rstrip(": ")
