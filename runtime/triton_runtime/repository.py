@@ -70,32 +70,33 @@ def tensorrt_llm_config(spec: RepositorySpec) -> str:
     ])
 
 
-def preprocessing_config(spec: RepositorySpec) -> str:
+def _tokenizer_model(name: str, spec: RepositorySpec, inputs: list[str], outputs: list[str]) -> str:
+    """A Python-backend model that loads the checkpoint's tokenizer (pre- and postprocessing)."""
     return "\n".join([
-        'name: "preprocessing"',
+        f'name: "{name}"',
         'backend: "python"',
         f"max_batch_size: {spec.max_batch_size}",
-        _io("input", [_tensor("QUERY", "TYPE_STRING", "1"), _tensor("MAX_TOKENS", "TYPE_INT32", "1")]),
-        _io("output", [_tensor("INPUT_ID", "TYPE_INT32", "-1"), _tensor("INPUT_LEN", "TYPE_INT32", "1"),
-                       _tensor("OUTPUT_LEN", "TYPE_INT32", "1")]),
+        _io("input", inputs),
+        _io("output", outputs),
         "instance_group [ { count: 1 kind: KIND_CPU } ]",
         _param("tokenizer_dir", spec.tokenizer_dir),
         "",
     ])
+
+
+def preprocessing_config(spec: RepositorySpec) -> str:
+    return _tokenizer_model(
+        "preprocessing", spec,
+        [_tensor("QUERY", "TYPE_STRING", "1"), _tensor("MAX_TOKENS", "TYPE_INT32", "1")],
+        [_tensor("INPUT_ID", "TYPE_INT32", "-1"), _tensor("INPUT_LEN", "TYPE_INT32", "1"),
+         _tensor("OUTPUT_LEN", "TYPE_INT32", "1")])
 
 
 def postprocessing_config(spec: RepositorySpec) -> str:
-    return "\n".join([
-        'name: "postprocessing"',
-        'backend: "python"',
-        f"max_batch_size: {spec.max_batch_size}",
-        _io("input", [_tensor("TOKENS_BATCH", "TYPE_INT32", "-1, -1"),
-                      _tensor("SEQUENCE_LENGTH", "TYPE_INT32", "-1")]),
-        _io("output", [_tensor("OUTPUT", "TYPE_STRING", "-1")]),
-        "instance_group [ { count: 1 kind: KIND_CPU } ]",
-        _param("tokenizer_dir", spec.tokenizer_dir),
-        "",
-    ])
+    return _tokenizer_model(
+        "postprocessing", spec,
+        [_tensor("TOKENS_BATCH", "TYPE_INT32", "-1, -1"), _tensor("SEQUENCE_LENGTH", "TYPE_INT32", "-1")],
+        [_tensor("OUTPUT", "TYPE_STRING", "-1")])
 
 
 STEPS = [
