@@ -14,10 +14,11 @@ from typing import Any, Callable
 
 from pydantic import ValidationError
 
+from . import conditions as c
+from . import engines
 from . import status as status_core
 from .api import GPUClass, InferenceService
 from .k8s import Kube
-from . import engines
 from .render import (LABEL_SERVICE, Rendered, RenderError, desired_replicas, endpoints, engine_jobs, render,
                      selector_labels)
 from .settings import Settings
@@ -112,7 +113,6 @@ def reconcile(kube: Kube, settings: Settings, namespace: str, name: str,
 
 
 def _invalid_status(raw: dict[str, Any], message: str, now: datetime) -> dict[str, Any]:
-    from . import conditions as c
     gen = raw["metadata"].get("generation")
     conds = (raw.get("status") or {}).get("conditions") or []
     for type_, value in ((c.READY, False), (c.PROGRESSING, False), (c.DEGRADED, True)):
