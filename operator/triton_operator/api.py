@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 GROUP = "serving.triton-operator.io"
@@ -40,6 +40,13 @@ def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str
     if field_path:
         out["fieldPath"] = "." + field_path.lstrip(".")
     return out
+
+
+def first_error(e: ValidationError) -> str:
+    """The first validation error as "field.path: message" (the wire names, as users write them)."""
+    first = e.errors()[0]
+    where = ".".join(str(part) for part in first["loc"])
+    return f"{where}: {first['msg']}" if where else first["msg"]
 
 
 class Model(BaseModel):

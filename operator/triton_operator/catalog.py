@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from .api import API_VERSION, GPUClass
+from .api import API_VERSION, GPUClass, first_error
 from .k8s import Kube
 
 log = logging.getLogger(__name__)
@@ -37,8 +37,7 @@ def parse(text: str, catalog: str) -> list[dict[str, Any]]:
         try:
             cls = GPUClass.model_validate(doc)
         except ValidationError as e:
-            first = e.errors()[0]
-            raise CatalogError(f"GPUClass {name}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+            raise CatalogError(f"GPUClass {name}: {first_error(e)}") from None
         manifest = cls.wire()
         manifest["metadata"] = {"name": cls.name, "labels": {**(doc["metadata"].get("labels") or {}),
                                                               CATALOG_LABEL: catalog}}

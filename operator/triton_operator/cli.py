@@ -13,7 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from . import __version__, crdgen, planning
-from .api import API_VERSION, GPUClass, InferenceService
+from .api import API_VERSION, GPUClass, InferenceService, first_error
 from .render import RenderError, dump, render
 from .settings import SettingsError, from_env
 
@@ -44,10 +44,8 @@ def _load_docs(path: str) -> list[dict[str, Any]]:
 
 
 def _describe(e: ValidationError) -> str:
-    first = e.errors()[0]
-    where = ".".join(str(p) for p in first["loc"])
     more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
-    return f"{where}: {first['msg']}{more}"
+    return first_error(e) + more
 
 
 def _parse(doc: dict[str, Any], path: str) -> InferenceService | GPUClass:

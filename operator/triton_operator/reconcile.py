@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from . import conditions as c
 from . import engines
 from . import status as status_core
-from .api import GPUClass, InferenceService
+from .api import GPUClass, InferenceService, first_error
 from .k8s import Kube
 from .render import (LABEL_SERVICE, Rendered, RenderError, desired_replicas, endpoints, engine_jobs, render,
                      selector_labels)
@@ -34,19 +34,13 @@ def object_lock(namespace: str, name: str) -> threading.RLock:
         return _locks[(namespace, name)]
 
 
-def validation_message(e: ValidationError) -> str:
-    first = e.errors()[0]
-    where = ".".join(str(p) for p in first["loc"])
-    return f"{where}: {first['msg']}" if where else first["msg"]
-
-
 def gpu_classes(raw: list[dict[str, Any]]) -> dict[str, GPUClass]:
     out: dict[str, GPUClass] = {}
     for item in raw:
         try:
             cls = GPUClass.model_validate(item)
         except ValidationError as e:
-            log.warning("ignoring GPUClass %s: %s", item.get("metadata", {}).get("name"), validation_message(e))
+            log.warning("ignoring GPUClass %s: %s", item.get("metadata", {}).get("name"), first_error(e))
             continue
         out[cls.name] = cls
     return out
@@ -63,7 +57,7 @@ def reconcile(kube: Kube, settings: Settings, namespace: str, name: str,
             isvc = InferenceService.model_validate(raw)
         except ValidationError as e:
             # The CRD admits nothing the models refuse; this guards objects stored by an older CRD.
-            msg = f"spec is invalid: {validation_message(e)}"
+            msg = f"spec is invalid: {first_error(e)}"
             kube.patch_status(namespace, name, _invalid_status(raw, msg, now()))
             return None
 
@@ -76,9 +70,10 @@ def reconcile(kube: Kube, settings: Settings, namespace: str, name: str,
             if isvc.spec.model.format == "tensorrt-llm":
                 observed_jobs = kube.list("batch/v1", "Job", namespace, f"{LABEL_SERVICE}={name}")
                 known = [e.wire() for e in isvc.status.engines or []] if isvc.status else []
-                engine_states = engines.states(engine_jobs(isvc, classes, settings), observed_jobs, known)
+                jobs = engine_jobs(isvc, classes, settings)
+                engine_states = engines.states(jobs, observed_jobs, known)
                 ready = engines.ready_classes(engine_states)
-                rendered = render(isvc, classes, settings, replicas=desired, engines_ready=ready)
+                rendered = render(isvc, classes, settings, replicas=desired, engines_ready=ready, jobs=jobs)
                 if deployment is not None and rendered.gpu_class not in ready:
                     # A new engine is building: the running Deployment keeps serving the old one
                     # until it is in the cache, instead of being scaled to zero.

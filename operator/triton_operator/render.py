@@ -267,10 +267,12 @@ def desired_replicas(isvc: InferenceService, current: int | None = None) -> int:
 
 
 def render(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Settings,
-           replicas: int | None = None, engines_ready: Collection[str] | None = None) -> Rendered:
+           replicas: int | None = None, engines_ready: Collection[str] | None = None,
+           jobs: list[dict[str, Any]] | None = None) -> Rendered:
     """Manifests for one InferenceService. `replicas` overrides the count from desired_replicas.
     `engines_ready` names the GPU classes whose TensorRT-LLM engine is built; serving pods of a
-    class without one are held at 0 replicas. None (offline) renders the steady state."""
+    class without one are held at 0 replicas. None (offline) renders the steady state. `jobs` are
+    the engine_jobs() a caller already computed (to learn engine states), so they are not rendered twice."""
     class_name, gpu_class, notes = resolve_gpu_class(isvc, classes)
     spec = isvc.spec
     found = planning.problems(spec.model, class_name, gpu_class.spec, spec.gpu.count)
@@ -335,7 +337,8 @@ def render(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Se
         yaml.safe_load(_env.get_template(t).render(**context))
         for t in ("deployment.yaml.j2", "service.yaml.j2", "pdb.yaml.j2")
     ]
-    return Rendered(gpu_class=class_name, manifests=manifests + engine_jobs(isvc, classes, settings), notes=notes)
+    return Rendered(gpu_class=class_name, manifests=manifests + (engine_jobs(isvc, classes, settings) if jobs is None else jobs),
+                    notes=notes)
 
 
 def dump(manifests: list[dict[str, Any]]) -> str:
