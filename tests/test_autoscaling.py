@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from triton_operator.api import AutoscalingSpec
-from triton_operator.autoscaling import Decision, History, Signals, decide, seed, status_patch
+from triton_operator.autoscaling.policy import Decision, History, Signals, decide, seed, status_patch
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
 SPEC = AutoscalingSpec(min_replicas=1, max_replicas=10, target_queue_depth=4, target_p99_latency_ms=800,

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from triton_operator import engines
+from triton_operator.planning import engines
 from triton_operator.conditions import find
 from triton_operator.render import engine_jobs, render
 from triton_operator.settings import Settings
-from triton_operator.status import Observed, compute
+from triton_operator.controller.status import Observed, compute
 
 from .conftest import isvc
 

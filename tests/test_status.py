@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from triton_operator import conditions as c
-from triton_operator.status import Observed, compute
+from triton_operator.controller.status import Observed, compute
 
 from .conftest import isvc
 

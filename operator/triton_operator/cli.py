@@ -132,7 +132,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     import kopf  # the shell only: offline commands need no cluster libraries loaded
 
-    from . import handlers  # noqa: F401  (registers the handlers)
+    from .controller import handlers  # noqa: F401  (registers the handlers)
 
     settings = from_env()
     namespaces = args.namespace or settings.namespaces
@@ -142,7 +142,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     stop_flag = None
     if args.leader_elect:
-        from .leader import elect
+        from .controller.leader import elect
         stop_flag = elect(args.leader_elect_namespace or _own_namespace())
     kopf.run(
         standalone=True,

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from .api import API_VERSION, GPUClass, first_error
+from ..api import API_VERSION, GPUClass, first_error
 from .k8s import Kube
 
 log = logging.getLogger(__name__)

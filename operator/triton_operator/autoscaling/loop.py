@@ -14,15 +14,16 @@ from typing import Callable, Protocol
 
 from pydantic import ValidationError
 
-from . import autoscaling, telemetry
-from .api import API_VERSION, InferenceService
-from .autoscaling import Decision, History, Signals
-from .k8s import Kube, describe, namespace_terminating
-from .metrics import Key, Snapshot
-from .reconcile import object_lock, reconcile
-from .render import MANAGED_BY
-from .settings import Settings
-from .status import Event
+from .. import telemetry
+from ..api import API_VERSION, InferenceService
+from ..controller.k8s import Kube, describe, namespace_terminating
+from ..controller.reconcile import object_lock, reconcile
+from ..controller.status import Event
+from ..labels import MANAGED_BY
+from ..settings import Settings
+from . import policy as autoscaling
+from .policy import Decision, History, Signals
+from .prometheus import Key, Snapshot
 
 log = logging.getLogger(__name__)
 

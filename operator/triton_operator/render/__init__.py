@@ -14,9 +14,10 @@ from typing import Any, Collection, Mapping
 import jinja2
 import yaml
 
-from . import planning
-from .api import API_VERSION, EngineSpec, GPUClass, GPUClassSpec, InferenceService
-from .settings import Settings
+from .. import planning
+from ..api import API_VERSION, EngineSpec, GPUClass, GPUClassSpec, InferenceService
+from ..labels import LABEL_GPU_CLASS, LABEL_SERVICE, MANAGED_BY, selector_labels
+from ..settings import Settings
 
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 MODEL_ROOT = "/models"
@@ -24,15 +25,12 @@ ENGINE_ROOT = "/engines"
 SCRATCH_ROOT = "/scratch"
 PVC_ROOT = "/mnt/pvc"  # runtime/ finds pvc://CLAIM/PATH at PVC_ROOT/CLAIM/PATH
 QUANTILES = "0.5:0.05,0.9:0.01,0.95:0.005,0.99:0.001"
-LABEL_SERVICE = "serving.triton-operator.io/inferenceservice"
-LABEL_GPU_CLASS = "serving.triton-operator.io/gpu-class"
-MANAGED_BY = "triton-operator"
 DEFAULT_REQUESTS = {"cpu": "2", "memory": "8Gi"}
 # Triton's NGC images run as the unprivileged user triton-server (uid 1000).
 TRITON_UID = 1000
 
 _env = jinja2.Environment(
-    loader=jinja2.PackageLoader("triton_operator", "templates"),
+    loader=jinja2.PackageLoader("triton_operator.render", "templates"),
     undefined=jinja2.StrictUndefined,
     autoescape=False,
     keep_trailing_newline=True,
@@ -73,10 +71,6 @@ def resolve_gpu_class(isvc: InferenceService, classes: Mapping[str, GPUClass]) -
     raise RenderError(
         "GPUClassNotFound",
         f"GPUClass {wanted} does not exist (existing classes: {known}); create it or change spec.gpu.class.")
-
-
-def selector_labels(name: str) -> dict[str, str]:
-    return {LABEL_SERVICE: name, "app.kubernetes.io/component": "server"}
 
 
 def model_name(isvc: InferenceService) -> str:

@@ -10,15 +10,15 @@ from typing import Any
 import kopf
 import prometheus_client
 
+from .. import telemetry
+from ..api import GROUP, VERSION
+from ..autoscaling.loop import Autoscaler
+from ..autoscaling.prometheus import source_for
+from ..labels import LABEL_SERVICE, MANAGED_BY
+from ..settings import from_env
 from . import catalog
 from . import reconcile as rec
-from . import telemetry
-from .autoscaler import Autoscaler
-from .metrics import source_for
-from .api import GROUP, VERSION
 from .k8s import Kube, describe, namespace_terminating
-from .render import LABEL_SERVICE, MANAGED_BY
-from .settings import from_env
 
 log = logging.getLogger(__name__)
 ISVC = (GROUP, VERSION, "inferenceservices")

@@ -14,14 +14,14 @@ from typing import Any, Callable
 
 from pydantic import ValidationError
 
-from . import conditions as c
-from . import engines
+from .. import conditions as c
+from ..api import GPUClass, InferenceService, first_error
+from ..labels import LABEL_SERVICE, selector_labels
+from ..planning import engines
 from . import status as status_core
-from .api import GPUClass, InferenceService, first_error
 from .k8s import Kube
-from .render import (LABEL_SERVICE, Rendered, RenderError, desired_replicas, endpoints, engine_jobs, render,
-                     selector_labels)
-from .settings import Settings
+from ..render import Rendered, RenderError, desired_replicas, endpoints, engine_jobs, render
+from ..settings import Settings
 
 log = logging.getLogger(__name__)
 _locks: defaultdict[tuple[str, str], threading.RLock] = defaultdict(threading.RLock)

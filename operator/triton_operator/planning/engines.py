@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .render import LABEL_GPU_CLASS
+from ..labels import LABEL_GPU_CLASS
 
 
 def _condition(job: dict[str, Any], type_: str) -> dict[str, Any] | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .api import BYTES_PER_PARAMETER, MIN_COMPUTE_CAPABILITY, GPUClassSpec, ModelSpec
+from ..api import BYTES_PER_PARAMETER, MIN_COMPUTE_CAPABILITY, GPUClassSpec, ModelSpec
 
 GIB = 1024**3
 # Leave room for activations, the KV cache and the CUDA context: weights may take at most this

@@ -11,8 +11,8 @@ from prometheus_api_client import PrometheusApiClientException, PrometheusConnec
 from requests import RequestException
 from urllib3.util.retry import Retry
 
-from . import telemetry
-from .settings import Settings
+from .. import telemetry
+from ..settings import Settings
 
 Key = tuple[str, str]  # (namespace, InferenceService name)
 

@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
-from .api import API_VERSION, GROUP, VERSION
+from ..api import API_VERSION, GROUP, VERSION
 from .status import Event
 
 log = logging.getLogger(__name__)

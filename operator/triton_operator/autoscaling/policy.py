@@ -21,7 +21,8 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from .api import AutoscalingSpec
+from .. import conditions as c
+from ..api import AutoscalingSpec
 
 
 @dataclass(frozen=True)
@@ -142,8 +143,6 @@ def status_patch(decision: Decision, current: int, old_status: dict, generation:
                  now: datetime) -> tuple[dict, list[tuple[str, str, str]]]:
     """The status fields the autoscaler owns, and the Events (type, reason, message) it deserves:
     one per scale, and one when metrics go missing or come back."""
-    from . import conditions as c
-
     old_auto = old_status.get("autoscaling") or {}
     scaled = decision.desired != current
     auto = {

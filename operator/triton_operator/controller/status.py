@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from . import conditions as c
-from .api import GPUClassSpec, InferenceService
+from .. import conditions as c
+from ..api import GPUClassSpec, InferenceService
 
 # Container waiting reasons that mean "this will not fix itself".
 BAD_WAITING = {"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName",
