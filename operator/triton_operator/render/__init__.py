@@ -37,6 +37,13 @@ _env = jinja2.Environment(
 )
 # JSON is YAML: every value goes through tojson, so no value can break the document's structure.
 _env.policies["json.dumps_kwargs"] = {"sort_keys": False}
+# libyaml's loader parses a rendered manifest ~20x faster than the pure-Python one; rendering runs
+# on every reconcile that cannot be skipped, so this is most of its cost.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _load(text: str) -> dict[str, Any]:
+    return yaml.load(text, Loader=_LOADER)  # noqa: S506 (a safe loader)
 
 
 class RenderError(Exception):
@@ -235,7 +242,7 @@ def engine_jobs(isvc: InferenceService, classes: Mapping[str, GPUClass], setting
             "uid": TRITON_UID,
             **placement(cls),
         }
-        jobs.append(yaml.safe_load(_env.get_template("job.yaml.j2").render(**context)))
+        jobs.append(_load(_env.get_template("job.yaml.j2").render(**context)))
     return jobs
 
 
@@ -328,7 +335,7 @@ def render(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Se
         **placement(cls),
     }
     manifests = [
-        yaml.safe_load(_env.get_template(t).render(**context))
+        _load(_env.get_template(t).render(**context))
         for t in ("deployment.yaml.j2", "service.yaml.j2", "pdb.yaml.j2")
     ]
     return Rendered(gpu_class=class_name, manifests=manifests + (engine_jobs(isvc, classes, settings) if jobs is None else jobs),
