@@ -98,7 +98,7 @@ class Operator:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "triton_operator", "run", "--liveness",
              f"http://127.0.0.1:{self.port}/healthz", *self.args],
-            env={**self.cluster.env, "KUBECONFIG": self.kubeconfig, "TRITON_OPERATOR_RESYNC_SECONDS": "10",
+            env={**self.cluster.env, "KUBECONFIG": self.kubeconfig, "TRITON_OPERATOR_RESYNC_SECONDS": "3600",
                  "TRITON_OPERATOR_METRICS_ADDRESS": "127.0.0.1",
                  "TRITON_OPERATOR_METRICS_PORT": str(self.metrics_port), **self.extra_env},
             stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)

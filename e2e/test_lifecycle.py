@@ -209,3 +209,48 @@ def test_sigkill_during_a_burst_converges_without_duplicates(operator: Operator,
 
 def pods_of_all(c: Cluster, ns: str) -> list[dict[str, Any]]:
     return [p for p in c.get("pods", namespace=ns) if not p["metadata"].get("deletionTimestamp")]
+
+
+def test_objects_left_by_the_kopf_based_operator_are_cleaned_and_delete(operator: Operator, ns: str):
+    """Operator 0.1 kept a finalizer and the whole last-handled spec in an annotation on every
+    object (a spec over 256 KiB could then never be deleted). The watch-fed controller keeps
+    nothing on the object: it removes both once, and the object deletes at once."""
+    c = operator.cluster
+    doc = service("legacy", ns)
+    doc["metadata"]["finalizers"] = [f"{GROUP}/finalizer"]
+    doc["metadata"]["annotations"] = {f"{GROUP}/last-handled-configuration": json.dumps(doc["spec"]),
+                                      "team.example.com/owner": "ml"}
+    c.apply(doc)
+    cleaned = wait_for("legacy bookkeeping removed", lambda: (o := c.get("infsvc", "legacy", ns))
+                       and not o["metadata"].get("finalizers")
+                       and f"{GROUP}/last-handled-configuration" not in (o["metadata"].get("annotations") or {}) and o)
+    assert cleaned["metadata"]["annotations"] == {"team.example.com/owner": "ml"}, "only the operator's own keys go"
+    wait_ready(c, "legacy", ns)
+    c.kubectl("delete", "infsvc", "legacy", "-n", ns, "--timeout=30s")
+    assert c.get("infsvc", "legacy", ns) is None
+
+
+def test_a_child_the_api_server_refuses_is_reported_and_retried_when_the_spec_changes(operator: Operator, ns: str):
+    """A ResourceQuota refuses the Deployment (403): the service says so in Degraded and Ready
+    with the API server's words, for the current generation, and converges once it can."""
+    c = operator.cluster
+    c.apply({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-deployments", "namespace": ns},
+             "spec": {"hard": {"count/deployments.apps": "0"}}})
+    wait_for("the quota's usage is known", lambda: ((c.get("resourcequota", "no-deployments", ns) or {})
+                                                   .get("status") or {}).get("used"), timeout=60)
+    c.apply(service("quota", ns))
+    degraded = wait_for("Degraded=DeploymentRejected", lambda: (d := c.condition("infsvc", "quota", ns, "Degraded"))
+                        and d["status"] == "True" and d["reason"] == "DeploymentRejected" and d, timeout=60)
+    assert "exceeded quota" in degraded["message"] and degraded["observedGeneration"] == 1
+    ready = c.condition("infsvc", "quota", ns, "Ready")
+    assert ready["status"] == "False" and ready["reason"] == "DeploymentRejected"
+    assert c.get("infsvc", "quota", ns)["status"]["observedGeneration"] == 1
+    events = c.kubectl("get", "events", "-n", ns, "--field-selector",
+                       "involvedObject.name=quota,reason=DeploymentRejected", "-o", "name").stdout
+    assert events.strip(), "a DeploymentRejected event"
+    assert "Traceback" not in operator.log_path.read_text()
+
+    c.kubectl("delete", "resourcequota", "no-deployments", "-n", ns)
+    c.kubectl("patch", "infsvc", "quota", "-n", ns, "--type=merge", "-p", '{"spec": {"replicas": 2}}')
+    wait_for("Ready for generation 2", lambda: (r := c.condition("infsvc", "quota", ns, "Ready"))
+             and r["status"] == "True" and r["observedGeneration"] == 2, timeout=90)

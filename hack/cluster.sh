@@ -16,6 +16,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 STATE_ROOT=${TRITON_OPERATOR_STATE:-${XDG_CACHE_HOME:-$HOME/.cache}/triton-operator/clusters}
 STATE="$STATE_ROOT/$NAME"
 KUBECONFIG_FILE="$STATE/kubeconfig"
+SERVICE_CIDR=${SERVICE_CIDR:-10.96.0.0/16}
 
 log() { echo "cluster: $*" >&2; }
 
@@ -102,6 +103,15 @@ options:
   kwokControllerBinary: $BIN/kwok
   kubeAuthorization: true
   kubeAdmission: true
+# kube-apiserver's default Service range (10.0.0.0/24) holds about 250 Services; a /16 holds a
+# fleet of thousands (make bench-scale). The controller-manager must agree with the apiserver.
+componentsPatches:
+  - name: kube-apiserver
+    extraArgs:
+      - {key: service-cluster-ip-range, value: $SERVICE_CIDR}
+  - name: kube-controller-manager
+    extraArgs:
+      - {key: service-cluster-ip-range, value: $SERVICE_CIDR}
 YAML
     # Audit every request a ServiceAccount makes (metadata only): the e2e suite proves from this
     # log that the operator's RBAC grants nothing it does not use.

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from triton_operator.api import AutoscalingSpec
-from triton_operator.autoscaling.policy import Decision, History, Signals, decide, seed, status_patch
+from triton_operator.autoscaling.policy import Decision, History, Signals, decide, seed
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
 SPEC = AutoscalingSpec(min_replicas=1, max_replicas=10, target_queue_depth=4, target_p99_latency_ms=800,
@@ -121,20 +121,3 @@ def test_history_keeps_only_the_window():
     for s in (0, 100, 200, 400):
         h = h.add(T0 + timedelta(seconds=s), s, timedelta(seconds=300))
     assert [r for _, r in h.recommendations] == [200, 400]
-
-
-def test_status_patch_and_events():
-    up = decide(SPEC, 2, q(40, 2, p99=900), seed(T0, 2), T0)
-    patch, events = status_patch(up, 2, {}, 4, T0)
-    assert patch["autoscaling"]["desiredReplicas"] == 6 and patch["autoscaling"]["lastScaleTime"] == "2026-11-21T12:00:00Z"
-    assert patch["metrics"] == {"queueDepth": 20.0, "p99LatencyMs": 900.0, "observedAt": "2026-11-21T12:00:00Z"}
-    assert ("Normal", "ScaledUp") == events[0][:2]
-    down = decide(SPEC, 6, Signals(ready=6, error="Prometheus unreachable"), up.history, T0)
-    patch2, events2 = status_patch(down, 6, patch, 4, T0 + timedelta(seconds=10))
-    cond = next(c for c in patch2["conditions"] if c["type"] == "MetricsAvailable")
-    assert cond["status"] == "False" and "Prometheus unreachable" in cond["message"]
-    assert "metrics" not in patch2  # the last good figures stay as they were
-    assert [e[1] for e in events2] == ["MetricsUnavailable"]
-    back = decide(SPEC, 6, q(24, 6), down.history, T0 + timedelta(seconds=20))
-    _, events3 = status_patch(back, 6, patch2, 4, T0 + timedelta(seconds=20))
-    assert [e[1] for e in events3] == ["MetricsAvailable"]

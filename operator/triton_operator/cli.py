@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import threading
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -132,27 +133,32 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     import kopf  # the shell only: offline commands need no cluster libraries loaded
 
-    from .controller import handlers  # noqa: F401  (registers the handlers)
+    from .controller import handlers  # noqa: F401  (registers the start-up and clean-up)
 
     settings = from_env()
-    namespaces = args.namespace or settings.namespaces
+    if args.namespace:
+        settings = settings.model_copy(update={"namespaces": list(args.namespace)})
     kopf.configure(verbose=args.verbose)
     if not args.verbose:
-        # One "handler succeeded" line per child event drowns what matters; warnings still show.
-        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
-    stop_flag = None
+        # The liveness probe's own lines, every few seconds, drown what matters.
+        for name in ("aiohttp.access", "kopf.activities.probe"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+    # kopf stops when this is set: by the clean-up on SIGTERM, or when the lease is lost.
+    stop_flag = threading.Event()
+    leadership = None
     if args.leader_elect:
         from .controller.leader import elect
-        stop_flag = elect(args.leader_elect_namespace or _own_namespace())
-    kopf.run(
-        standalone=True,
-        clusterwide=not namespaces,
-        namespaces=namespaces,
-        liveness_endpoint=args.liveness,
-        stop_flag=stop_flag,
-    )
-    if stop_flag is not None and stop_flag.is_set():
-        raise CliError("lost the leader lease; exiting so that a new election starts", code=1)
+        leadership = elect(args.leader_elect_namespace or _own_namespace())
+        threading.Thread(target=lambda: leadership.lost.wait() and stop_flag.set(), name="leadership-watch",
+                         daemon=True).start()
+    # kopf hosts the process (signals, logging, liveness); it watches nothing itself: the
+    # controller's informers do, in the namespaces the settings name.
+    kopf.run(standalone=True, clusterwide=True, liveness_endpoint=args.liveness, stop_flag=stop_flag,
+             memo=kopf.Memo(settings=settings, stop_flag=stop_flag))
+    if leadership is not None:
+        if leadership.lost.is_set():
+            raise CliError("lost the leader lease; exiting so that a new election starts", code=1)
+        leadership.release()
     return 0
 
 

@@ -22,7 +22,13 @@ class Settings(BaseModel):
     field_manager: str = Field("triton-operator", description="Field manager for server-side apply.")
     namespaces: list[str] = Field(default_factory=list, description="Namespaces to watch; empty means all.")
     prometheus_url: str | None = Field(None, description="Prometheus base URL for autoscaling.")
-    resync_seconds: float = Field(30.0, gt=0, description="Period of the status refresh and drift check.")
+    resync_seconds: float = Field(
+        300.0, gt=0,
+        description="Period of the full check: every InferenceService is queued again and compared with the cache "
+                    "(no API reads; drift arrives as watch events and is corrected at once).")
+    workers: int = Field(8, ge=1, le=64, description="InferenceServices reconciled in parallel.")
+    api_qps: float = Field(100.0, gt=0, description="Sustained API requests per second (client-side limit).")
+    api_burst: int = Field(200, ge=1, description="API requests allowed in a burst above api_qps.")
     autoscale_interval_seconds: float = Field(10.0, gt=0, description="Period of the autoscaler's tick.")
     prometheus_timeout_seconds: float = Field(5.0, gt=0, description="Timeout of one Prometheus query.")
     metrics_namespace_label: str = Field(

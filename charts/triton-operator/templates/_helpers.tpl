@@ -55,7 +55,7 @@ spec:
 {{- define "triton-operator.namespacedRules" }}
 - apiGroups: [serving.triton-operator.io]
   resources: [inferenceservices]
-  verbs: [get, list, watch, patch]
+  verbs: [list, watch, patch]
 - apiGroups: [serving.triton-operator.io]
   resources: [inferenceservices/status]
   verbs: [patch]
@@ -64,7 +64,7 @@ spec:
   verbs: [update]
 - apiGroups: [apps]
   resources: [deployments]
-  verbs: [get, list, watch, create, patch]
+  verbs: [list, watch, create, patch]
 - apiGroups: [""]
   resources: [services]
   verbs: [list, watch, create, patch]

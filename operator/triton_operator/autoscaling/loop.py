@@ -1,29 +1,27 @@
-"""The autoscaler loop (shell): every tick, one Prometheus query per signal for all services,
-the pure policy per service, then status, Events and the Deployment's replicas.
-
-It never writes replicas anywhere but status.autoscaling.desiredReplicas; the reconcile pass
-renders the Deployment from there, so there is one writer of the Deployment.
+"""The autoscaler tick (shell): one Prometheus query per signal for all services, the pure policy
+per service over what the cache holds, and a work-queue entry for each service whose report
+changed. It writes nothing itself: the reconcile of that service renders the Deployment with the
+new replica count and writes the report into status, so each object has one writer.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from datetime import datetime, timezone
-from typing import Callable, Protocol
-
-from pydantic import ValidationError
+from typing import Any, Callable, Protocol
 
 from .. import telemetry
-from ..api import API_VERSION, InferenceService
-from ..controller.k8s import Kube, describe, namespace_terminating
-from ..controller.reconcile import object_lock, reconcile
+from ..api import InferenceService
+from ..controller.cache import Key
+from ..controller.k8s import Kube, describe
+from ..controller.logsummary import FailureLog
 from ..controller.status import Event
-from ..labels import MANAGED_BY
 from ..settings import Settings
-from . import policy as autoscaling
-from .policy import Decision, History, Signals
-from .prometheus import Key, Snapshot
+from . import policy
+from .prometheus import Snapshot
+from .report import Report, report
 
 log = logging.getLogger(__name__)
 
@@ -32,92 +30,101 @@ class Source(Protocol):
     def snapshot(self) -> Snapshot: ...
 
 
-def signals_for(key: Key, snapshot: Snapshot, ready: int) -> Signals:
+class Services(Protocol):
+    """What the autoscaler reads: the cache's parsed InferenceServices and their Deployments."""
+
+    def autoscaled(self) -> list[tuple[Key, InferenceService, dict[str, Any]]]: ...
+    def deployment(self, key: Key) -> dict[str, Any] | None: ...
+
+
+def signals_for(key: Key, snapshot: Snapshot, ready: int) -> policy.Signals:
     if "queue" in snapshot.errors:
-        return Signals(ready=ready, error=snapshot.errors["queue"])
+        return policy.Signals(ready=ready, error=snapshot.errors["queue"])
     if key not in snapshot.queue:
         why = "no Triton metrics for this service in Prometheus"
         why += " yet: no replica is ready" if ready == 0 else " (is it scraped, with the service label?)"
-        return Signals(ready=ready, error=why)
+        return policy.Signals(ready=ready, error=why)
     p99 = None if "p99" in snapshot.errors else snapshot.p99.get(key)
-    return Signals(queue_depth=snapshot.queue[key], p99_ms=p99, ready=ready)
+    return policy.Signals(queue_depth=snapshot.queue[key], p99_ms=p99, ready=ready)
 
 
 class Autoscaler:
-    def __init__(self, kube: Kube, settings: Settings, source: Source,
-                 clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)):
-        self.kube, self.settings, self.source, self.clock = kube, settings, source, clock
-        self.histories: dict[Key, History] = {}
+    def __init__(self, services: Services, enqueue: Callable[[Key], None], kube: Kube | None, settings: Settings,
+                 source: Source, clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)):
+        self.services, self.enqueue, self.kube, self.settings = services, enqueue, kube, settings
+        self.source, self.clock = source, clock
+        self._lock = threading.Lock()
+        self._histories: dict[Key, policy.History] = {}
+        self._reports: dict[Key, Report] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.failures = FailureLog(log)
+        self.last_decision_cpu_seconds = 0.0
+        self.last_changed = 0
 
-    def _list(self, api_version: str, kind: str, selector: str | None = None) -> list[dict]:
-        if not self.settings.namespaces:
-            return self.kube.list(api_version, kind, label_selector=selector)
-        return [i for ns in self.settings.namespaces for i in self.kube.list(api_version, kind, ns, selector)]
+    def report(self, key: Key) -> Report | None:
+        """The latest report for `key` (read by the reconcile that writes status)."""
+        with self._lock:
+            return self._reports.get(key)
 
-    def tick(self) -> dict[Key, Decision]:
-        services = []
-        for raw in self._list(API_VERSION, "InferenceService"):
-            try:
-                obj = InferenceService.model_validate(raw)
-            except ValidationError:
-                continue  # the reconcile pass reports invalid specs
-            if obj.spec.autoscaling is not None and not raw["metadata"].get("deletionTimestamp"):
-                services.append(obj)
+    def tick(self) -> dict[Key, policy.Decision]:
+        services = self.services.autoscaled()
         telemetry.AUTOSCALED_SERVICES.set(len(services))
-        live = {(s.namespace, s.name) for s in services}
-        self.histories = {k: v for k, v in self.histories.items() if k in live}
+        live = {key for key, _, _ in services}
+        with self._lock:
+            self._histories = {k: v for k, v in self._histories.items() if k in live}
+            self._reports = {k: v for k, v in self._reports.items() if k in live}
         if not services:
             return {}
         snapshot = self.source.snapshot()
-        deployments = {(d["metadata"]["namespace"], d["metadata"]["name"]): d
-                       for d in self._list("apps/v1", "Deployment", f"app.kubernetes.io/managed-by={MANAGED_BY}")}
-        decisions: dict[Key, Decision] = {}
-        for obj in services:
-            key = (obj.namespace, obj.name)
-            dep = deployments.get(key)
+        now = self.clock()
+        started = time.thread_time()
+        decisions: dict[Key, policy.Decision] = {}
+        changed: list[Key] = []
+        events: list[tuple[dict[str, Any], Event]] = []
+        for key, obj, raw in services:
+            dep = self.services.deployment(key)
             if dep is None:
                 continue  # not rendered yet (or its GPUClass is missing): nothing to scale
-            try:
-                decisions[key] = self._scale(obj, dep, snapshot)
-            except Exception as e:  # one service's API error must not stop the others
-                if not namespace_terminating(e):
-                    log.warning("autoscaling %s/%s failed: %s", key[0], key[1], describe(e))
-        return decisions
-
-    def _scale(self, obj: InferenceService, dep: dict, snapshot: Snapshot) -> Decision:
-        key = (obj.namespace, obj.name)
-        now = self.clock()
-        with object_lock(*key):
-            raw = self.kube.get_inference_service(*key)
-            if raw is None:
-                return Decision(0, "deleted", False, History())
             current = int(dep["spec"].get("replicas") or 0)
             ready = int((dep.get("status") or {}).get("readyReplicas") or 0)
-            history = self.histories.get(key) or autoscaling.seed(now, current)
-            decision = autoscaling.decide(obj.spec.autoscaling, current, signals_for(key, snapshot, ready),
-                                          history, now)
-            self.histories[key] = decision.history
-            patch, events = autoscaling.status_patch(decision, current, raw.get("status") or {},
-                                                     raw["metadata"].get("generation"), now)
-            self.kube.patch_status(*key, patch)
+            with self._lock:
+                history = self._histories.get(key) or policy.seed(now, current)
+                previous = self._reports.get(key)
+            if previous is None:
+                previous = Report.from_status(raw.get("status") or {})
+            decision = policy.decide(obj.spec.autoscaling, current, signals_for(key, snapshot, ready), history, now)
+            new, evs = report(decision, current, previous, now)
+            with self._lock:
+                self._histories[key] = decision.history
+                self._reports[key] = new
+            decisions[key] = decision
             direction = "up" if decision.desired > current else "down" if decision.desired < current else (
                 "hold" if decision.metrics_available else "hold_no_metrics")
             telemetry.DECISIONS.labels(direction).inc()
-            if decision.desired != current:
-                log.info("%s/%s: %s", key[0], key[1], decision.reason)
-                reconcile(self.kube, self.settings, *key)
-            for type_, reason, message in events:
-                self.kube.post_event(raw, Event(type_, reason, message))
-        return decision
+            if new is not previous:
+                changed.append(key)
+                if new.desired != (previous.desired if previous else current):
+                    log.info("%s/%s: %s", key[0], key[1], decision.reason)
+            events.extend((raw, Event(t, r, m)) for t, r, m in evs)
+        self.last_decision_cpu_seconds = time.thread_time() - started
+        self.last_changed = len(changed)
+        telemetry.DECISION_CPU_SECONDS.set(self.last_decision_cpu_seconds)
+        telemetry.REPORTS_CHANGED.set(len(changed))
+        for key in changed:
+            self.enqueue(key)
+        if self.kube is not None:
+            for raw, event in events:
+                self.kube.post_event(raw, event)
+        return decisions
 
     def run(self) -> None:
         while not self._stop.is_set():
             try:
                 self.tick()
-            except Exception as e:  # the API server is down: try again next tick
-                log.warning("autoscaler tick failed: %s", describe(e))
+                self.failures.success("autoscaler tick")
+            except Exception as e:  # noqa: BLE001 - try again next tick, never stop scaling
+                self.failures.failure("autoscaler tick", describe(e))
             self._stop.wait(self.settings.autoscale_interval_seconds)
 
     def start(self) -> None:
@@ -128,3 +135,4 @@ class Autoscaler:
         self._stop.set()
         if self._thread:
             self._thread.join(timeout=30)
+

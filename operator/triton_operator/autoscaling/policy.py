@@ -21,7 +21,6 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from .. import conditions as c
 from ..api import AutoscalingSpec
 
 
@@ -134,40 +133,3 @@ def decide(spec: AutoscalingSpec, current: int, signals: Signals, history: Histo
         reason = f"steady at {current}: {signals_text}"
     return Decision(desired, reason, True, history, round(per_replica, 3),
                     None if p99 is None else round(p99, 3), wants)
-
-
-METRICS_AVAILABLE = "MetricsAvailable"
-
-
-def status_patch(decision: Decision, current: int, old_status: dict, generation: int | None,
-                 now: datetime) -> tuple[dict, list[tuple[str, str, str]]]:
-    """The status fields the autoscaler owns, and the Events (type, reason, message) it deserves:
-    one per scale, and one when metrics go missing or come back."""
-    old_auto = old_status.get("autoscaling") or {}
-    scaled = decision.desired != current
-    auto = {
-        "desiredReplicas": decision.desired,
-        "lastDecision": decision.reason,
-        "lastScaleTime": c.timestamp(now) if scaled else old_auto.get("lastScaleTime"),
-    }
-    old_conds = old_status.get("conditions") or []
-    if decision.metrics_available:
-        conds = c.set_condition(old_conds, METRICS_AVAILABLE, True, "MetricsFresh",
-                                "queue depth and latency read from Prometheus", generation, now)
-    else:
-        conds = c.set_condition(old_conds, METRICS_AVAILABLE, False, "MetricsUnavailable",
-                                decision.reason, generation, now)
-    patch: dict = {"autoscaling": auto, "conditions": conds}
-    if decision.metrics_available:
-        patch["metrics"] = {"queueDepth": decision.queue_per_replica, "p99LatencyMs": decision.p99_ms,
-                            "observedAt": c.timestamp(now)}
-    events: list[tuple[str, str, str]] = []
-    if scaled:
-        events.append(("Normal", "ScaledUp" if decision.desired > current else "ScaledDown", decision.reason))
-    before = c.find(old_conds, METRICS_AVAILABLE)
-    if before is None or before["status"] != ("True" if decision.metrics_available else "False"):
-        if not decision.metrics_available:
-            events.append(("Warning", "MetricsUnavailable", decision.reason))
-        elif before is not None:
-            events.append(("Normal", "MetricsAvailable", "metrics are back; autoscaling resumed"))
-    return patch, events

@@ -16,8 +16,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from ..api import API_VERSION, GPUClass, first_error
-from .k8s import Kube
+from ..api import GPUClass, first_error
+from .k8s import GPU_CLASS, Kube
 
 log = logging.getLogger(__name__)
 CATALOG_LABEL = "serving.triton-operator.io/catalog"
@@ -54,9 +54,10 @@ def sync(kube: Kube, path: str, catalog: str = "default") -> list[str]:
     wanted = {m["metadata"]["name"] for m in manifests}
     for manifest in manifests:
         kube.apply(manifest)
-    for existing in kube.list(API_VERSION, "GPUClass", label_selector=f"{CATALOG_LABEL}={catalog}"):
-        name = existing["metadata"]["name"]
+    existing, _ = kube.list(GPU_CLASS, label_selector=f"{CATALOG_LABEL}={catalog}")
+    for item in existing:
+        name = item["metadata"]["name"]
         if name not in wanted:
             log.info("removing GPUClass %s: no longer in the catalog", name)
-            kube.delete(API_VERSION, "GPUClass", name)
+            kube.delete(GPU_CLASS, name)
     return sorted(wanted)

@@ -1,6 +1,11 @@
-"""The Kubernetes edge: server-side apply with one field manager, reads, status, events.
+"""The Kubernetes edge: one lean HTTP client for every read, watch and write the operator makes.
 
-Everything here is I/O; decisions live in the pure modules.
+Requests go through the kubernetes client's ApiClient (kubeconfig or in-cluster auth, TLS, token
+refresh) but bodies are plain JSON dicts, never the generated model classes: deserializing a
+Deployment into models costs more CPU than the request itself. Writes are server-side apply with
+one field manager, merge patches of status, deletes and Events. A client-side token bucket
+(qps/burst) keeps bursts polite; 429 answers from API Priority and Fairness are retried after
+their Retry-After. Everything here is I/O; decisions live in the pure modules.
 """
 
 from __future__ import annotations
@@ -8,124 +13,313 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Iterator
+from urllib.parse import quote
 
+import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
-from kubernetes.dynamic import DynamicClient
-from kubernetes.dynamic.exceptions import NotFoundError
 
-from ..api import API_VERSION, GROUP, VERSION
+from ..api import API_VERSION
 from .status import Event
 
 log = logging.getLogger(__name__)
+# urllib3 logs a warning per retried connection; during an API outage that is a line per object
+# per second. We retry through the work queue and log a summary instead.
+logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
 
 
-def describe(e: Exception) -> str:
-    """One line for an API error: the server's message, not the whole HTTP exchange."""
-    if isinstance(e, ApiException):
+@dataclass(frozen=True)
+class Kind:
+    """Where a kind lives in the API."""
+
+    api_version: str
+    kind: str
+    plural: str
+    namespaced: bool = True
+
+    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+        base = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{quote(namespace, safe='')}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{quote(name, safe='')}"
+        if subresource:
+            base += f"/{subresource}"
+        return base
+
+
+INFERENCE_SERVICE = Kind(API_VERSION, "InferenceService", "inferenceservices")
+GPU_CLASS = Kind(API_VERSION, "GPUClass", "gpuclasses", namespaced=False)
+DEPLOYMENT = Kind("apps/v1", "Deployment", "deployments")
+SERVICE = Kind("v1", "Service", "services")
+PDB = Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets")
+JOB = Kind("batch/v1", "Job", "jobs")
+POD = Kind("v1", "Pod", "pods")
+EVENT = Kind("v1", "Event", "events")
+KINDS = {(k.api_version, k.kind): k for k in (INFERENCE_SERVICE, GPU_CLASS, DEPLOYMENT, SERVICE, PDB, JOB, POD, EVENT)}
+
+
+def kind_of(manifest: dict[str, Any]) -> Kind:
+    try:
+        return KINDS[(manifest["apiVersion"], manifest["kind"])]
+    except KeyError:
+        raise ValueError(f"the operator does not manage {manifest.get('apiVersion')} {manifest.get('kind')}") from None
+
+
+class ApiError(Exception):
+    """An answer from the API server other than 2xx, or no answer at all (status 0)."""
+
+    def __init__(self, status: int, reason: str, message: str = "", body: dict[str, Any] | None = None):
+        super().__init__(f"{status} {reason}: {message}".rstrip(": "))
+        self.status, self.reason, self.message = status, reason, message
+        self.body = body or {}
+        self.retry_after: float | None = None
+
+    @property
+    def transient(self) -> bool:
+        """Worth retrying: the server or the network failed, or asked us to slow down."""
+        return self.status == 0 or self.status == 429 or self.status >= 500
+
+    @property
+    def rejected(self) -> bool:
+        """The server refused this object as it is (invalid, too large, forbidden by policy):
+        retrying the same body cannot succeed, the spec or the cluster must change."""
+        return self.status in (400, 403, 413, 422) and not namespace_terminating(self)
+
+
+def describe(e: BaseException) -> str:
+    """One line for an API or network error: the server's message, not the whole HTTP exchange."""
+    if isinstance(e, ApiError):
+        return str(e)
+    if isinstance(e, ApiException):  # from the kubernetes library (leader election)
         try:
             message = json.loads(e.body or "{}").get("message")
-        except ValueError:
+        except (ValueError, AttributeError):
             message = None
         return f"{e.status} {e.reason}: {message or ''}".strip().rstrip(":")
+    if isinstance(e, (urllib3.exceptions.HTTPError, OSError)):
+        return f"API server unreachable: {type(e).__name__}"
     return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
-def namespace_terminating(e: Exception) -> bool:
+def namespace_terminating(e: BaseException) -> bool:
     """The namespace is being deleted: nothing in it can or needs to be created any more."""
+    if isinstance(e, ApiError):
+        return e.status == 403 and "being terminated" in e.message
     return isinstance(e, ApiException) and e.status == 403 and "being terminated" in (e.body or "")
 
 
-def load_config() -> client.ApiClient:
+def load_config() -> client.Configuration:
+    """In-cluster credentials, else the kubeconfig; also made the library's default (leader
+    election uses the library's own API classes)."""
+    configuration = client.Configuration()
     try:
-        config.load_incluster_config()
+        config.load_incluster_config(client_configuration=configuration)
     except config.ConfigException:
-        config.load_kube_config()
-    return client.ApiClient()
+        config.load_kube_config(client_configuration=configuration)
+    client.Configuration.set_default(configuration)
+    return client.Configuration.get_default_copy()
+
+
+class TokenBucket:
+    """Client-side rate limit, as client-go's QPS/burst: at most `burst` requests at once, refilled
+    at `qps` per second. Thread-safe; `take` sleeps until a token is free."""
+
+    def __init__(self, qps: float, burst: int, clock: Any = time.monotonic, sleep: Any = time.sleep):
+        self.qps, self.burst = qps, max(1, burst)
+        self.tokens = float(self.burst)
+        self.clock, self.sleep = clock, sleep
+        self.stamp = clock()
+        self.lock = threading.Lock()
+
+    def take(self) -> float:
+        """Take one token; returns the seconds waited."""
+        with self.lock:
+            now = self.clock()
+            self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.qps)
+            self.stamp = now
+            self.tokens -= 1
+            wait = -self.tokens / self.qps if self.tokens < 0 else 0.0
+        if wait > 0:
+            self.sleep(wait)
+        return wait
 
 
 class Kube:
-    """A thin, thread-safe wrapper over the dynamic client."""
+    """A thread-safe client for the few kinds the operator reads and writes."""
 
-    def __init__(self, field_manager: str, api_client: client.ApiClient | None = None):
+    def __init__(self, field_manager: str, configuration: client.Configuration | None = None,
+                 qps: float = 50.0, burst: int = 100, timeout: float = 30.0, pool_size: int = 32):
         self.field_manager = field_manager
-        self.api_client = api_client or load_config()
-        self.dynamic = DynamicClient(self.api_client)
-        self._resources: dict[tuple[str, str], Any] = {}
-        self._lock = threading.Lock()
+        configuration = configuration or load_config()
+        configuration.retries = False          # retries happen in the work queue, with backoff
+        configuration.connection_pool_maxsize = pool_size
+        self.api = client.ApiClient(configuration)
+        self.api.user_agent = f"{field_manager} (python)"
+        self.bucket = TokenBucket(qps, burst)
+        self.timeout = timeout
+        self.requests = 0  # every request made, for the operator's own metrics
 
-    def resource(self, api_version: str, kind: str) -> Any:
-        key = (api_version, kind)
-        with self._lock:
-            if key not in self._resources:
-                self._resources[key] = self.dynamic.resources.get(api_version=api_version, kind=kind)
-            return self._resources[key]
+    # -- plumbing -------------------------------------------------------------------------------
+
+    def _open(self, method: str, path: str, query: dict[str, Any] | None = None, body: Any = None,
+              content_type: str | None = None, timeout: float | tuple[float, float] | None = None) -> Any:
+        self.bucket.take()
+        headers = {"Accept": "application/json"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        params = [(k, v) for k, v in (query or {}).items() if v is not None]
+        for attempt in range(4):
+            self.requests += 1
+            method_, url, headers_, body_, _ = self.api.param_serialize(
+                method, path, query_params=params, header_params=dict(headers), body=body,
+                auth_settings=["BearerToken"])
+            try:
+                resp = self.api.call_api(method_, url, header_params=headers_, body=body_,
+                                         _request_timeout=timeout or self.timeout)
+            except ApiException as e:  # raised by the library for TLS errors
+                raise ApiError(0, "Unreachable", describe(e)) from None
+            except (urllib3.exceptions.HTTPError, OSError) as e:
+                raise ApiError(0, "Unreachable", f"API server unreachable: {type(e).__name__}") from None
+            if resp.status == 429 and attempt < 3:
+                retry_after = _retry_after(resp)
+                resp.response.release_conn()
+                time.sleep(retry_after)
+                continue
+            return resp
+        return resp  # the last 429, raised by the caller
+
+    def request(self, method: str, path: str, query: dict[str, Any] | None = None, body: Any = None,
+                content_type: str | None = None) -> dict[str, Any]:
+        resp = self._open(method, path, query, body, content_type)
+        data = resp.read()
+        if not 200 <= resp.status < 300:
+            raise _error(resp.status, resp.reason, data, resp)
+        return json.loads(data) if data else {}
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def list(self, kind: Kind, namespace: str | None = None, label_selector: str | None = None,
+             limit: int = 500) -> tuple[list[dict[str, Any]], str]:
+        """Every object (paged), and the list's resourceVersion to watch from."""
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            page = self.request("GET", kind.path(namespace), {
+                "labelSelector": label_selector, "limit": limit, "continue": token})
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items, (page.get("metadata") or {}).get("resourceVersion", "")
+
+    def watch(self, kind: Kind, namespace: str | None, resource_version: str, label_selector: str | None = None,
+              timeout_seconds: int = 300) -> Iterator[dict[str, Any]]:
+        """Watch events from `resource_version` until the server ends the stream; bookmarks on."""
+        resp = self._open("GET", kind.path(namespace), {
+            "watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
+            "labelSelector": label_selector, "timeoutSeconds": timeout_seconds},
+            timeout=(10.0, timeout_seconds + 30.0))
+        if resp.status != 200:
+            raise _error(resp.status, resp.reason, resp.read(), resp)
+        buffer = b""
+        try:
+            for chunk in resp.response.stream(amt=None, decode_content=True):
+                buffer += chunk
+                while True:
+                    line, sep, rest = buffer.partition(b"\n")
+                    if not sep:
+                        break
+                    buffer = rest
+                    if line.strip():
+                        yield json.loads(line)
+        finally:
+            resp.response.release_conn()
+
+    def get(self, kind: Kind, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        try:
+            return self.request("GET", kind.path(namespace, name))
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    # -- writes ---------------------------------------------------------------------------------
 
     def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
         """Server-side apply; force, because the operator is the one owner of what it renders."""
-        res = self.resource(manifest["apiVersion"], manifest["kind"])
-        out = self.dynamic.server_side_apply(
-            res, body=manifest, namespace=manifest["metadata"].get("namespace"),
-            field_manager=self.field_manager, force_conflicts=True)
-        return out.to_dict()
+        kind = kind_of(manifest)
+        meta = manifest["metadata"]
+        return self.request("PATCH", kind.path(meta.get("namespace"), meta["name"]),
+                            {"fieldManager": self.field_manager, "force": "true"}, manifest,
+                            "application/apply-patch+yaml")
 
-    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+    def patch(self, kind: Kind, name: str, namespace: str | None, body: dict[str, Any],
+              subresource: str | None = None) -> dict[str, Any]:
+        """A JSON merge patch (of the object or a subresource such as status)."""
+        return self.request("PATCH", kind.path(namespace, name, subresource), {"fieldManager": self.field_manager},
+                            body, "application/merge-patch+json")
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any] | None:
+        """A merge patch of .status; None when the object is gone."""
         try:
-            return self.resource(api_version, kind).get(name=name, namespace=namespace).to_dict()
-        except NotFoundError:
-            return None
+            return self.patch(INFERENCE_SERVICE, name, namespace, {"status": status}, "status")
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
 
-    def list(self, api_version: str, kind: str, namespace: str | None = None,
-             label_selector: str | None = None) -> list[dict[str, Any]]:
-        res = self.resource(api_version, kind)
-        out = res.get(namespace=namespace, label_selector=label_selector) if namespace else \
-            res.get(label_selector=label_selector)
-        return [item.to_dict() if hasattr(item, "to_dict") else item for item in out.to_dict()["items"]]
-
-    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None,
-               propagation: str | None = None) -> None:
-        body = {"propagationPolicy": propagation} if propagation else None
+    def delete(self, kind: Kind, name: str, namespace: str | None = None, propagation: str | None = None) -> None:
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation} if propagation else None
         try:
-            self.resource(api_version, kind).delete(name=name, namespace=namespace, body=body)
-        except NotFoundError:
-            pass
-
-    def get_inference_service(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.get(API_VERSION, "InferenceService", name, namespace)
-
-    def list_gpu_classes(self) -> list[dict[str, Any]]:
-        return self.list(API_VERSION, "GPUClass")
-
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        """A merge patch of .status (fields not mentioned, e.g. the autoscaler's, are kept)."""
-        api = client.CustomObjectsApi(self.api_client)
-        try:
-            api.patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, "inferenceservices", name, {"status": status},
-                field_manager=self.field_manager)
-        except ApiException as e:
-            if e.status != 404:  # deleted meanwhile: nothing to report on
+            self.request("DELETE", kind.path(namespace, name), body=body)
+        except ApiError as e:
+            if e.status != 404:
                 raise
 
     def post_event(self, obj: dict[str, Any], event: Event) -> None:
         """A core/v1 Event on `obj`. Failures are logged, never raised: events are best effort."""
         meta = obj["metadata"]
-        now = datetime.now(timezone.utc)
-        body = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(generate_name=f"{meta['name']}.", namespace=meta.get("namespace")),
-            involved_object=client.V1ObjectReference(
-                api_version=obj.get("apiVersion"), kind=obj.get("kind"), name=meta["name"],
-                namespace=meta.get("namespace"), uid=meta.get("uid"),
-                resource_version=meta.get("resourceVersion")),
-            type=event.type, reason=event.reason, message=event.message[:1024],
-            first_timestamp=now, last_timestamp=now, count=1,
-            source=client.V1EventSource(component=self.field_manager),
-            reporting_component=self.field_manager, reporting_instance=self.field_manager,
-        )
+        namespace = meta.get("namespace") or "default"
+        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": namespace},
+            "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "name": meta["name"],
+                               "namespace": meta.get("namespace"), "uid": meta.get("uid"),
+                               "resourceVersion": meta.get("resourceVersion")},
+            "type": event.type, "reason": event.reason, "message": event.message[:1024],
+            "firstTimestamp": now[:19] + "Z", "lastTimestamp": now[:19] + "Z", "eventTime": None, "count": 1,
+            "source": {"component": self.field_manager},
+            "reportingComponent": self.field_manager, "reportingInstance": self.field_manager,
+        }
         try:
-            client.CoreV1Api(self.api_client).create_namespaced_event(meta.get("namespace") or "default", body)
-        except ApiException as e:
-            level = logging.DEBUG if namespace_terminating(e) else logging.WARNING
+            self.request("POST", EVENT.path(namespace), body=body)
+        except ApiError as e:
+            level = logging.DEBUG if namespace_terminating(e) or e.transient else logging.WARNING
             log.log(level, "could not post event %s on %s: %s", event.reason, meta["name"], describe(e))
+
+
+def _retry_after(resp: Any) -> float:
+    try:
+        return min(10.0, max(0.5, float(resp.headers.get("Retry-After") or 1)))
+    except ValueError:
+        return 1.0
+
+
+def _error(status: int, reason: str, data: bytes, resp: Any = None) -> ApiError:
+    body: dict[str, Any] = {}
+    try:
+        body = json.loads(data) if data else {}
+    except ValueError:
+        pass
+    message = body.get("message") if isinstance(body, dict) else None
+    err = ApiError(status, (body.get("reason") if isinstance(body, dict) else None) or reason or "Error",
+                   message or (data[:200].decode("utf-8", "replace") if data else ""), body if isinstance(body, dict) else {})
+    if status == 429 and resp is not None:
+        err.retry_after = _retry_after(resp)
+    return err

@@ -1,110 +1,304 @@
-"""One reconcile pass for one InferenceService: read, call the core, apply, report.
+"""One reconcile pass for one InferenceService, from the cache: plan (pure), write what differs,
+compute status (pure), write it if it changed.
 
-Called by the kopf handlers and directly by tests; it holds no state between calls but a lock
-per object, so overlapping triggers (a spec change, a child event, the resync timer) serialize.
+Nothing here reads the API. The work queue guarantees one pass per object at a time, so the
+pass owns the object's children and status. A pass whose inputs (the spec's generation, the
+replica count, the GPU classes, the children's tokens) are those of the last converged pass skips
+rendering altogether: at rest, a pass is a few dictionary lookups and no request.
+
+Errors: an API server that refuses a child (invalid, too large, forbidden) is the spec's fault,
+and becomes Degraded with the server's words, without retrying until something changes. A
+failing or unreachable API server raises `ApiError` (transient) and the queue retries with backoff.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import threading
-from collections import defaultdict
+import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from pydantic import ValidationError
 
 from .. import conditions as c
-from ..api import GPUClass, InferenceService, first_error
-from ..labels import LABEL_SERVICE, selector_labels
-from ..planning import engines
-from . import status as status_core
-from .k8s import Kube
-from ..render import Rendered, RenderError, desired_replicas, endpoints, engine_jobs, render
+from .. import telemetry
+from ..api import GROUP, GPUClass, InferenceService, first_error
+from ..autoscaling.report import METRICS_AVAILABLE, Report
+from ..labels import selector_labels
+from ..render import desired_replicas, endpoints
 from ..settings import Settings
+from . import desired as desired_core
+from . import status as status_core
+from .cache import Key, Store, token, trim, trim_pod
+from .k8s import DEPLOYMENT, GPU_CLASS, INFERENCE_SERVICE, JOB, KINDS, PDB, POD, SERVICE, ApiError, Kube, kind_of
 
 log = logging.getLogger(__name__)
-_locks: defaultdict[tuple[str, str], threading.RLock] = defaultdict(threading.RLock)
-_locks_guard = threading.Lock()
+
+# What earlier versions of the operator (on kopf's per-object handlers) left on every object:
+# a finalizer nobody removes any more, and the whole last-handled spec in an annotation.
+LEGACY_FINALIZER = f"{GROUP}/finalizer"
+LEGACY_ANNOTATION_PREFIX = f"{GROUP}/"
+# A child the API server refused is tried again after these pauses (doubling), whatever happens.
+REFUSAL_RETRY_BASE, REFUSAL_RETRY_MAX = 30.0, 600.0
 
 
-def object_lock(namespace: str, name: str) -> threading.RLock:
-    """Serializes everything that writes one InferenceService's status (re-entrant)."""
-    with _locks_guard:
-        return _locks[(namespace, name)]
+@dataclass(frozen=True)
+class Converged:
+    """What the last converged pass of one object saw and concluded. A pass the API server
+    refused is remembered only until `retry_at` (monotonic), so a refusal caused by the cluster
+    (a quota, an admission policy) is tried again, with growing pauses, without a retry storm."""
+
+    inputs: tuple[Any, ...]
+    tokens: tuple[Any, ...]
+    plan: desired_core.Plan
+    retry_at: float | None = None
+    refusals: int = 0
 
 
-def gpu_classes(raw: list[dict[str, Any]]) -> dict[str, GPUClass]:
-    out: dict[str, GPUClass] = {}
-    for item in raw:
+class Views:
+    """Parsed models over the raw cache, memoized by resourceVersion (pydantic runs once per change)."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self._lock = threading.Lock()
+        self._isvcs: dict[Key, tuple[str, InferenceService | None, str | None]] = {}
+        self._classes: tuple[int, dict[str, GPUClass]] = (-1, {})
+
+    def inference_service(self, key: Key) -> tuple[dict[str, Any] | None, InferenceService | None, str | None]:
+        """(raw, parsed or None, why it does not parse)."""
+        raw = self.store.get(INFERENCE_SERVICE.kind, key)
+        if raw is None:
+            with self._lock:
+                self._isvcs.pop(key, None)
+            return None, None, None
+        version = raw["metadata"].get("resourceVersion") or ""
+        with self._lock:
+            hit = self._isvcs.get(key)
+        if hit is not None and hit[0] == version:
+            return raw, hit[1], hit[2]
         try:
-            cls = GPUClass.model_validate(item)
+            model, error = InferenceService.model_validate(raw), None
         except ValidationError as e:
-            log.warning("ignoring GPUClass %s: %s", item.get("metadata", {}).get("name"), first_error(e))
-            continue
-        out[cls.name] = cls
-    return out
+            model, error = None, first_error(e)
+        with self._lock:
+            self._isvcs[key] = (version, model, error)
+        return raw, model, error
+
+    def gpu_classes(self) -> dict[str, GPUClass]:
+        version = self.store.version(GPU_CLASS.kind)
+        with self._lock:
+            if self._classes[0] == version:
+                return self._classes[1]
+        out: dict[str, GPUClass] = {}
+        for item in self.store.list("GPUClass"):
+            try:
+                cls = GPUClass.model_validate(item)
+            except ValidationError as e:
+                log.warning("ignoring GPUClass %s: %s", item["metadata"].get("name"), first_error(e))
+                continue
+            out[cls.name] = cls
+        with self._lock:
+            self._classes = (version, out)
+        return out
+
+    def autoscaled(self) -> list[tuple[Key, InferenceService, dict[str, Any]]]:
+        out = []
+        for key in self.store.keys(INFERENCE_SERVICE.kind):
+            raw, obj, _ = self.inference_service(key)
+            if obj is not None and obj.spec.autoscaling is not None and not raw["metadata"].get("deletionTimestamp"):
+                out.append((key, obj, raw))
+        return out
+
+    def deployment(self, key: Key) -> dict[str, Any] | None:
+        return self.store.get(DEPLOYMENT.kind, key)
+
+    def children(self, key: Key) -> desired_core.Children:
+        s = self.store
+        jobs = tuple(sorted(s.owned(JOB.kind, key), key=lambda j: j["metadata"]["name"]))
+        return desired_core.Children(
+            deployment=s.get(DEPLOYMENT.kind, key), service=s.get(SERVICE.kind, key), pdb=s.get(PDB.kind, key),
+            jobs=jobs, pods=tuple(s.owned(POD.kind, key)))
 
 
-def reconcile(kube: Kube, settings: Settings, namespace: str, name: str,
-              now: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> dict[str, Any] | None:
-    """Bring one InferenceService's children to its spec and write its status. Returns the status."""
-    with object_lock(namespace, name):
-        raw = kube.get_inference_service(namespace, name)
-        if raw is None or raw["metadata"].get("deletionTimestamp"):
+def _settings_digest(settings: Settings) -> str:
+    return hashlib.blake2b(settings.model_dump_json().encode(), digest_size=8).hexdigest()
+
+
+class Reconciler:
+    def __init__(self, kube: Kube, store: Store, views: Views, settings: Settings,
+                 reports: Callable[[Key], Report | None] = lambda key: None,
+                 enqueue_after: Callable[[Key, float], None] = lambda key, delay: None,
+                 now: Callable[[], datetime] = lambda: datetime.now(timezone.utc)):
+        self.kube, self.store, self.views, self.settings = kube, store, views, settings
+        self.reports, self.enqueue_after, self.now = reports, enqueue_after, now
+        self._converged: dict[Key, Converged] = {}
+        self._settings_digest = _settings_digest(settings)
+        self.skipped = 0  # passes that found their children in place without rendering
+
+    def forget(self, key: Key) -> None:
+        self._converged.pop(key, None)
+
+    # -- the pass -------------------------------------------------------------------------------
+
+    def reconcile(self, key: Key) -> dict[str, Any] | None:
+        """Bring one InferenceService's children to its spec and write its status. Returns the status."""
+        raw, isvc, invalid = self.views.inference_service(key)
+        if raw is None:
+            self.forget(key)
             return None
-        try:
-            isvc = InferenceService.model_validate(raw)
-        except ValidationError as e:
+        raw = self._drop_legacy_bookkeeping(raw)
+        if raw["metadata"].get("deletionTimestamp"):
+            self.forget(key)
+            return None
+        if isvc is None:
             # The CRD admits nothing the models refuse; this guards objects stored by an older CRD.
-            msg = f"spec is invalid: {first_error(e)}"
-            kube.patch_status(namespace, name, _invalid_status(raw, msg, now()))
-            return None
+            return self._write_status(raw, _invalid_status(raw, f"spec is invalid: {invalid}", self.now()), [])
 
-        classes = gpu_classes(kube.list_gpu_classes())
-        deployment = kube.get("apps/v1", "Deployment", name, namespace)
-        current = deployment["spec"].get("replicas") if deployment else None
-        desired = desired_replicas(isvc, current)
-        error, gpu_class, notes, engine_states = None, None, [], None
-        try:
-            if isvc.spec.model.format == "tensorrt-llm":
-                observed_jobs = kube.list("batch/v1", "Job", namespace, f"{LABEL_SERVICE}={name}")
-                known = [e.wire() for e in isvc.status.engines or []] if isvc.status else []
-                jobs = engine_jobs(isvc, classes, settings)
-                engine_states = engines.states(jobs, observed_jobs, known)
-                ready = engines.ready_classes(engine_states)
-                rendered = render(isvc, classes, settings, replicas=desired, engines_ready=ready, jobs=jobs)
-                if deployment is not None and rendered.gpu_class not in ready:
-                    # A new engine is building: the running Deployment keeps serving the old one
-                    # until it is in the cache, instead of being scaled to zero.
-                    rendered = Rendered(rendered.gpu_class, [m for m in rendered.manifests if m["kind"] != "Deployment"],
-                                        rendered.notes)
-                wanted = {m["metadata"]["name"] for m in rendered.manifests if m["kind"] == "Job"}
-                for job in observed_jobs:  # builds for an older spec or a class no longer used
-                    if job["metadata"]["name"] not in wanted:
-                        kube.delete("batch/v1", "Job", job["metadata"]["name"], namespace, propagation="Background")
-            else:
-                rendered = render(isvc, classes, settings, replicas=desired)
-            gpu_class, notes = rendered.gpu_class, rendered.notes
-            for manifest in rendered.manifests:
-                kube.apply(manifest)
-            deployment = kube.get("apps/v1", "Deployment", name, namespace)
-        except RenderError as e:
-            error = (e.reason, e.message)
-        selector = ",".join(f"{k}={v}" for k, v in selector_labels(name).items())
-        pods = kube.list("v1", "Pod", namespace, selector) if deployment else []
-        cls = classes.get(gpu_class) if gpu_class else None
+        report = self.reports(key) if isvc.spec.autoscaling is not None else None
+        children = self.views.children(key)
+        current = children.deployment["spec"].get("replicas") if children.deployment else None
+        replicas = desired_replicas(isvc, current) if report is None else max(
+            isvc.spec.autoscaling.min_replicas, min(isvc.spec.autoscaling.max_replicas, report.desired))
+        classes = self.views.gpu_classes()
+        inputs = (raw["metadata"].get("uid"), raw["metadata"].get("generation"), replicas,
+                  self.store.version("GPUClass"), self._settings_digest,
+                  _engines_digest(isvc) if isvc.spec.model.format == "tensorrt-llm" else None)
+        plan = self._converge(key, isvc, classes, children, replicas, inputs)
+
+        children = self.views.children(key)  # after our writes (written through to the cache)
+        cls = classes.get(plan.gpu_class) if plan.gpu_class else None
         observed = status_core.Observed(
-            desired_replicas=desired, gpu_class=gpu_class, gpu_class_spec=cls.spec if cls else None,
-            gpu_count=isvc.spec.gpu.count, error=error, notes=notes, deployment=deployment, pods=pods,
-            endpoints=endpoints(name, namespace, settings), selector=selector, engines=engine_states)
-        new_status, events = status_core.compute(isvc, observed, now())
-        old_status = raw.get("status") or {}
-        if any(old_status.get(k) != v for k, v in new_status.items()):
-            kube.patch_status(namespace, name, new_status)
+            desired_replicas=plan.replicas, gpu_class=plan.gpu_class, gpu_class_spec=cls.spec if cls else None,
+            gpu_count=isvc.spec.gpu.count, error=plan.error, notes=list(plan.notes), deployment=children.deployment,
+            pods=list(children.pods) if children.deployment else [], endpoints=endpoints(key[1], key[0], self.settings),
+            selector=",".join(f"{k}={v}" for k, v in selector_labels(key[1]).items()),
+            engines=None if plan.engines is None else list(plan.engines))
+        new_status, events = status_core.compute(isvc, observed, self.now())
+        new_status = _with_autoscaling(new_status, raw.get("status") or {}, report, isvc, self.now())
+        return self._write_status(raw, new_status, events)
+
+    def _converge(self, key: Key, isvc: InferenceService, classes: Mapping[str, GPUClass],
+                  children: desired_core.Children, replicas: int, inputs: tuple[Any, ...]) -> desired_core.Plan:
+        tokens = _tokens(children)
+        last = self._converged.get(key)
+        if last is not None and last.inputs == inputs and last.tokens == tokens and (
+                last.retry_at is None or time.monotonic() < last.retry_at):
+            self.skipped += 1
+            return last.plan
+        plan = desired_core.plan(isvc, classes, self.settings, children, replicas)
+        rejected: tuple[str, str] | None = None
+        for manifest in plan.apply:
+            try:
+                self._write(manifest)
+            except ApiError as e:
+                if not e.rejected:
+                    raise
+                kind, name = manifest["kind"], manifest["metadata"]["name"]
+                rejected = (f"{kind}Rejected", f"the API server refused {kind} {name}: {e.message or e.reason}")
+                break
+        for api_version, kind, name in plan.delete:
+            self.kube.delete(KINDS[(api_version, kind)], name, key[0], propagation="Background")
+            telemetry.WRITES.labels(kind, "delete").inc()
+        retry_at, refusals = None, 0
+        if rejected is not None:
+            plan = desired_core.Plan(plan.replicas, plan.gpu_class, plan.notes, rejected, engines=plan.engines)
+            refusals = (last.refusals if last is not None and last.inputs == inputs else 0) + 1
+            pause = min(REFUSAL_RETRY_MAX, REFUSAL_RETRY_BASE * 2 ** (refusals - 1))
+            retry_at = time.monotonic() + pause
+            self.enqueue_after(key, pause)
+        self._converged[key] = Converged(inputs, _tokens(self.views.children(key)), plan, retry_at, refusals)
+        return plan
+
+    def _write(self, manifest: dict[str, Any]) -> None:
+        kind = kind_of(manifest)
+        out = self.kube.apply(manifest)
+        telemetry.WRITES.labels(kind.kind, "apply").inc()
+        self.store.upsert(kind.kind, _trimmed(kind.kind, out))
+
+    def _write_status(self, raw: dict[str, Any], new_status: dict[str, Any],
+                      events: list[status_core.Event]) -> dict[str, Any]:
+        old = raw.get("status") or {}
+        patch = {k: v for k, v in new_status.items() if old.get(k) != v and not (v is None and k not in old)}
+        if patch:
+            meta = raw["metadata"]
+            out = self.kube.patch_status(meta.get("namespace") or "", meta["name"], patch)
+            telemetry.WRITES.labels("InferenceService", "status").inc()
+            if out is not None:
+                self.store.upsert(INFERENCE_SERVICE.kind, _trimmed(INFERENCE_SERVICE.kind, out))
         for event in events:
-            kube.post_event(raw, event)
+            self.kube.post_event(raw, event)
         return new_status
+
+    def _drop_legacy_bookkeeping(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """Remove the finalizer and annotations earlier versions kept on the object (once)."""
+        meta = raw["metadata"]
+        finalizers = meta.get("finalizers") or []
+        stale = [k for k in meta.get("annotations") or {} if k.startswith(LEGACY_ANNOTATION_PREFIX)]
+        if LEGACY_FINALIZER not in finalizers and not stale:
+            return raw
+        body: dict[str, Any] = {"metadata": {"resourceVersion": meta.get("resourceVersion")}}
+        if LEGACY_FINALIZER in finalizers:
+            body["metadata"]["finalizers"] = [f for f in finalizers if f != LEGACY_FINALIZER] or None
+        if stale:
+            body["metadata"]["annotations"] = {k: None for k in stale}
+        try:
+            out = self.kube.patch(INFERENCE_SERVICE, meta["name"], meta.get("namespace"), body)
+        except ApiError as e:
+            if e.status == 404:
+                return raw
+            raise  # 409: changed meanwhile; the queue retries with the newer object
+        telemetry.WRITES.labels("InferenceService", "metadata").inc()
+        trimmed = _trimmed(INFERENCE_SERVICE.kind, out)
+        self.store.upsert(INFERENCE_SERVICE.kind, trimmed)
+        return trimmed
+
+
+def _trimmed(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+    return trim_pod(obj) if kind == "Pod" else trim(obj)
+
+
+def _tokens(children: desired_core.Children) -> tuple[Any, ...]:
+    # A Job's state (Complete, Failed) moves its resourceVersion, not its generation, and decides
+    # whether serving is held back: Jobs count by resourceVersion.
+    return (token(children.deployment), token(children.service), token(children.pdb),
+            tuple((j["metadata"].get("uid"), j["metadata"].get("resourceVersion")) for j in children.jobs))
+
+
+def _engines_digest(isvc: InferenceService) -> str:
+    """Engine states remembered in status take part in the plan of a TensorRT-LLM service."""
+    engines = [e.wire() for e in isvc.status.engines or []] if isvc.status else []
+    return json.dumps(engines, sort_keys=True)
+
+
+def _with_autoscaling(new_status: dict[str, Any], old_status: dict[str, Any], report: Report | None,
+                      isvc: InferenceService, now: datetime) -> dict[str, Any]:
+    """Merge the autoscaler's report into the status reconcile computed; clear it when the spec
+    no longer autoscales."""
+    conds = new_status["conditions"]
+    old_cond = c.find(old_status.get("conditions") or [], METRICS_AVAILABLE)
+    if isvc.spec.autoscaling is None:
+        new_status["conditions"] = [x for x in conds if x["type"] != METRICS_AVAILABLE]
+        new_status["autoscaling"] = None
+        new_status["metrics"] = None
+        return new_status
+    if report is None:
+        # No tick yet since this process started: keep what an earlier run showed.
+        if old_cond is not None:
+            new_status["conditions"] = c.set_condition(conds, METRICS_AVAILABLE, old_cond["status"], old_cond["reason"],
+                                                       old_cond.get("message", ""), old_cond.get("observedGeneration"), now)
+        for k in ("autoscaling", "metrics"):
+            if old_status.get(k) is not None:
+                new_status[k] = old_status[k]
+        return new_status
+    ok, reason, message = report.condition()
+    new_status["conditions"] = c.set_condition(conds, METRICS_AVAILABLE, ok, reason, message,
+                                               isvc.metadata.get("generation"), now)
+    new_status.update(report.status())
+    return new_status
 
 
 def _invalid_status(raw: dict[str, Any], message: str, now: datetime) -> dict[str, Any]:

@@ -141,7 +141,9 @@ def compute(isvc: InferenceService, obs: Observed, now: datetime) -> tuple[dict[
     else:
         r = (False, "Loading", f"0/{desired} replicas ready: waiting for Triton to load the model")
     if obs.error and dep is not None:
-        r = (r[0], r[1], r[2] + f"; the latest spec cannot be applied: {obs.error[1]}")
+        # Whatever still runs serves an earlier spec: Ready (for this generation) is False.
+        still = f"; {ready} replica(s) of an earlier spec still serve" if ready else ""
+        r = (False, obs.error[0], f"the latest spec cannot be applied: {obs.error[1]}{still}")
     engine = obs.engine()
     held = engine is not None and engine["phase"] != "Ready"
     if held and not (r[0] and desired > 0):

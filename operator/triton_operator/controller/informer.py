@@ -1,0 +1,106 @@
+"""A small informer: LIST once, then WATCH from that resourceVersion, keeping the cache current.
+
+One thread per (kind, namespace). It lists in pages, stores the objects (trimmed), reports
+itself synced, and follows the watch with bookmarks on; a stream that ends is resumed from the
+last resourceVersion seen, an expired one (410 Gone) is listed again, and a failed API server is
+retried with backoff. Each stored change is handed to `on_change(kind, old, new)`.
+
+Why not kopf's watchers: kopf runs handlers per object (per-object workers, timers, diff-base
+annotations) and gives a handler no signal that a kind's initial listing is complete, which the
+reconcile needs before it may treat "not in the cache" as "does not exist". See docs/design.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable
+
+from .cache import Store, trim
+from .k8s import ApiError, Kind, Kube, describe
+from .logsummary import FailureLog
+
+log = logging.getLogger(__name__)
+OnChange = Callable[[str, "dict[str, Any] | None", "dict[str, Any] | None"], None]
+
+
+class Informer:
+    def __init__(self, kube: Kube, store: Store, kind: Kind, namespace: str | None, on_change: OnChange,
+                 failures: FailureLog, label_selector: str | None = None,
+                 project: Callable[[dict[str, Any]], dict[str, Any]] = trim, watch_timeout: int = 300):
+        self.kube, self.store, self.kind, self.namespace = kube, store, kind, namespace
+        self.on_change, self.failures, self.selector, self.project = on_change, failures, label_selector, project
+        self.watch_timeout = watch_timeout
+        self.synced = threading.Event()
+        self.stopped = threading.Event()
+        self.lists = 0      # LIST passes (the first, and one per expired watch)
+        self.events = 0     # watch events applied
+        where = f" in {namespace}" if namespace else ""
+        self.name = f"{kind.plural}{where}"
+        self.thread = threading.Thread(target=self.run, name=f"informer {self.name}", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        # The thread may sit in a watch read for up to watch_timeout; it is a daemon and checks
+        # the flag on every event, so it is not joined.
+        self.stopped.set()
+
+    def _list(self) -> str:
+        items, version = self.kube.list(self.kind, self.namespace, self.selector)
+        self.lists += 1
+        for old, new in self.store.replace(self.kind.kind, self.namespace, [self.project(i) for i in items]):
+            self.on_change(self.kind.kind, old, new)
+        self.synced.set()
+        return version
+
+    def run(self) -> None:
+        version: str | None = None
+        delay = 1.0
+        topic = f"watching {self.name}"
+        while not self.stopped.is_set():
+            try:
+                if version is None:
+                    version = self._list()
+                for event in self.kube.watch(self.kind, self.namespace, version, self.selector, self.watch_timeout):
+                    if self.stopped.is_set():
+                        return
+                    version = self._apply(event, version)
+                    if version is None:
+                        break  # expired: list again
+                self.failures.success(topic)
+                delay = 1.0
+            except ApiError as e:
+                if e.status == 410:
+                    version = None
+                    continue
+                self.failures.failure(topic, describe(e))
+                self.stopped.wait(delay)
+                delay = min(30.0, delay * 2)
+            except Exception as e:  # noqa: BLE001 - a broken stream must never end the informer
+                self.failures.failure(topic, describe(e))
+                self.stopped.wait(delay)
+                delay = min(30.0, delay * 2)
+
+    def _apply(self, event: dict[str, Any], version: str) -> str | None:
+        kind_ = event.get("type")
+        obj = event.get("object") or {}
+        if kind_ == "ERROR":
+            if obj.get("code") == 410:
+                return None
+            raise ApiError(int(obj.get("code") or 0), obj.get("reason") or "Error", obj.get("message") or "")
+        new_version = (obj.get("metadata") or {}).get("resourceVersion") or version
+        if kind_ == "BOOKMARK":
+            return new_version
+        self.events += 1
+        if kind_ == "DELETED":
+            old = self.store.remove(self.kind.kind, obj)
+            if old is not None:
+                self.on_change(self.kind.kind, old, None)
+        else:
+            trimmed = self.project(obj)
+            old, stored = self.store.upsert(self.kind.kind, trimmed)
+            if stored:
+                self.on_change(self.kind.kind, old, trimmed)
+        return new_version

@@ -1,0 +1,160 @@
+"""The controller's moving parts, wired: informers fill the cache and name the InferenceServices
+an event concerns; a work queue coalesces those names; a pool of workers reconciles them from
+the cache; a rare periodic pass re-queues everything (a check over the cache, not API calls); the
+autoscaler ticks beside them and queues the services whose report changed."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from .. import telemetry
+from ..autoscaling.loop import Autoscaler
+from ..autoscaling.prometheus import source_for
+from ..labels import LABEL_SERVICE, MANAGED_BY, MANAGED_BY_LABEL
+from ..settings import Settings
+from .cache import Key, Store, key_of, owner_of, trim_pod
+from .informer import Informer
+from .k8s import DEPLOYMENT, GPU_CLASS, INFERENCE_SERVICE, JOB, PDB, POD, SERVICE, ApiError, Kube, describe
+from .k8s import namespace_terminating
+from .logsummary import FailureLog
+from .queue import WorkQueue
+from .reconcile import Reconciler, Views
+
+log = logging.getLogger(__name__)
+CHILDREN_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+PODS_SELECTOR = f"{LABEL_SERVICE},app.kubernetes.io/component=server,{CHILDREN_SELECTOR}"
+
+
+class Manager:
+    def __init__(self, settings: Settings, kube: Kube | None = None):
+        self.settings = settings
+        self.kube = kube or Kube(settings.field_manager, qps=settings.api_qps, burst=settings.api_burst)
+        self.store = Store()
+        self.views = Views(self.store)
+        self.queue = WorkQueue()
+        self.failures = FailureLog(log)
+        self.autoscaler = Autoscaler(self.views, self.queue.add, self.kube, settings, source_for(settings))
+        self.reconciler = Reconciler(self.kube, self.store, self.views, settings, self.autoscaler.report,
+                                     self.queue.add_after)
+        self.informers: list[Informer] = []
+        namespaces: list[str | None] = list(settings.namespaces) or [None]
+        for kind, selector, project in ((INFERENCE_SERVICE, None, None), (DEPLOYMENT, CHILDREN_SELECTOR, None),
+                                        (SERVICE, CHILDREN_SELECTOR, None), (PDB, CHILDREN_SELECTOR, None),
+                                        (JOB, CHILDREN_SELECTOR, None), (POD, PODS_SELECTOR, trim_pod)):
+            for ns in namespaces:
+                kwargs: dict[str, Any] = {"label_selector": selector}
+                if project is not None:
+                    kwargs["project"] = project
+                self.informers.append(Informer(self.kube, self.store, kind, ns, self.on_change, self.failures, **kwargs))
+        self.informers.append(Informer(self.kube, self.store, GPU_CLASS, None, self.on_change, self.failures))
+        self.synced = threading.Event()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.reconciles = 0
+
+    # -- events -> keys ---------------------------------------------------------------------------
+
+    def on_change(self, kind: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        obj = new if new is not None else old
+        if obj is None:
+            return
+        if kind == INFERENCE_SERVICE.kind:
+            self.queue.add(key_of(obj))
+        elif kind == GPU_CLASS.kind:
+            name = obj["metadata"]["name"]
+            for isvc in self.store.list(INFERENCE_SERVICE.kind):
+                gpu = (isvc.get("spec") or {}).get("gpu") or {}
+                if name == gpu.get("class") or name in (gpu.get("fallbackClasses") or []):
+                    self.queue.add(key_of(isvc))
+        else:
+            owner = owner_of(obj)
+            if owner is not None:
+                self.queue.add(owner)
+
+    # -- running ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        for informer in self.informers:
+            informer.start()
+        self._spawn(self._start_when_synced, "controller start")
+
+    def _spawn(self, target: Any, name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _start_when_synced(self) -> None:
+        # "Not in the cache" may only mean "does not exist" once every kind has been listed:
+        # until then nothing is reconciled (keys queue up, coalesced).
+        for informer in self.informers:
+            while not informer.synced.wait(1.0):
+                if self._stop.is_set():
+                    return
+        self.synced.set()
+        log.info("cache synced: %s", ", ".join(f"{i.name} {self.store.count(i.kind.kind)}" for i in self.informers
+                                               if i.namespace in (None, self.informers[0].namespace)))
+        for i in range(self.settings.workers):
+            self._spawn(self._work, f"worker-{i}")
+        self._spawn(self._resync, "resync")
+        self.autoscaler.start()
+
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            key = self.queue.get(timeout=1.0)
+            if key is None:
+                continue
+            try:
+                self._reconcile_one(key)
+            finally:
+                self.queue.done(key)
+
+    def _reconcile_one(self, key: Key) -> None:
+        try:
+            self.reconciler.reconcile(key)
+        except ApiError as e:
+            if namespace_terminating(e):
+                self.queue.forget(key)
+                telemetry.RECONCILES.labels("namespace_terminating").inc()
+                return
+            delay = self.queue.add_rate_limited(key)
+            telemetry.RECONCILES.labels("retry").inc()
+            self.failures.failure("reconcile", f"{key[0]}/{key[1]}: {describe(e)} (retrying in {delay:.0f}s)")
+            return
+        except Exception as e:  # noqa: BLE001 - a bug in one object's pass must not stop the others
+            delay = self.queue.add_rate_limited(key)
+            telemetry.RECONCILES.labels("error").inc()
+            log.debug("reconcile of %s/%s failed", key[0], key[1], exc_info=True)
+            self.failures.failure("reconcile", f"{key[0]}/{key[1]}: {type(e).__name__}: {e} (retrying in {delay:.0f}s)")
+            return
+        self.queue.forget(key)
+        self.reconciles += 1
+        telemetry.RECONCILES.labels("ok").inc()
+
+    def _resync(self) -> None:
+        while not self._stop.wait(self.settings.resync_seconds):
+            for key in self.store.keys(INFERENCE_SERVICE.kind):
+                self.queue.add(key)
+            self.observe()
+
+    def observe(self) -> None:
+        """Refresh the operator's own gauges."""
+        telemetry.API_REQUESTS.set(self.kube.requests)
+        telemetry.QUEUE_DEPTH.set(len(self.queue))
+        for kind in ("InferenceService", "GPUClass", "Deployment", "Service", "PodDisruptionBudget", "Job", "Pod"):
+            telemetry.CACHE_OBJECTS.labels(kind).set(self.store.count(kind))
+
+    def health(self) -> dict[str, Any]:
+        self.observe()
+        return {"synced": self.synced.is_set(), "queued": len(self.queue), "reconciles": self.reconciles,
+                "skipped": self.reconciler.skipped, "apiRequests": self.kube.requests}
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.queue.shutdown()
+        self.autoscaler.stop()
+        for informer in self.informers:
+            informer.stop()
+        for thread in self._threads:
+            thread.join(timeout=10)

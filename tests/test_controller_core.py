@@ -1,0 +1,254 @@
+"""The controller's in-memory parts: the work queue, the watch-fed cache, the comparison that
+decides what to write, and the plan of one reconcile (all without a cluster; the e2e suite runs
+them against a real API server)."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+
+import pytest
+
+from triton_operator.controller.cache import Store, newer, token, trim, trim_pod
+from triton_operator.controller.desired import Children, matches, plan, quantity
+from triton_operator.controller.logsummary import FailureLog
+from triton_operator.controller.queue import WorkQueue
+from triton_operator.labels import LABEL_SERVICE
+from triton_operator.render import render
+from triton_operator.settings import Settings
+
+from .conftest import isvc
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+# -- work queue -------------------------------------------------------------------------------------
+
+def test_queue_coalesces_a_key_added_many_times():
+    q = WorkQueue()
+    for _ in range(10):
+        q.add(("ns", "a"))
+    q.add(("ns", "b"))
+    assert len(q) == 2
+    assert q.get(timeout=0) == ("ns", "a") and q.get(timeout=0) == ("ns", "b")
+    assert q.get(timeout=0) is None
+    assert q.adds == 11 and q.processed == 2
+
+
+def test_a_key_added_while_processing_comes_back_once_after_done():
+    q = WorkQueue()
+    q.add("a")
+    assert q.get(timeout=0) == "a"
+    q.add("a")
+    q.add("a")
+    assert q.get(timeout=0) is None, "never handed to a second worker while the first holds it"
+    q.done("a")
+    assert q.get(timeout=0) == "a"
+    q.done("a")
+    assert q.get(timeout=0) is None and q.idle()
+
+
+def test_failures_back_off_exponentially_and_forget_resets():
+    clock = Clock()
+    q = WorkQueue(base_delay=0.5, max_delay=4, clock=clock)
+    delays = [q.add_rate_limited("a") for _ in range(6)]
+    assert delays == [0.5, 1, 2, 4, 4, 4]
+    assert q.get(timeout=0) is None
+    clock.t += 0.5
+    assert q.get(timeout=0) == "a"
+    q.done("a")
+    q.forget("a")
+    assert q.add_rate_limited("a") == 0.5
+
+
+def test_get_blocks_until_a_key_arrives_and_shutdown_releases_waiters():
+    q = WorkQueue()
+    got: list[object] = []
+    worker = threading.Thread(target=lambda: got.append(q.get()))
+    worker.start()
+    q.add("x")
+    worker.join(timeout=5)
+    assert got == ["x"]
+    waiter = threading.Thread(target=lambda: got.append(q.get()))
+    waiter.start()
+    q.shutdown()
+    waiter.join(timeout=5)
+    assert got == ["x", None] and not waiter.is_alive()
+
+
+# -- cache ------------------------------------------------------------------------------------------
+
+def obj(name: str, rv: str, owner: str | None = None, ns: str = "ml", **extra):
+    meta = {"name": name, "namespace": ns, "resourceVersion": rv, "uid": f"uid-{name}",
+            "managedFields": [{"manager": "x"}]}
+    if owner:
+        meta["labels"] = {LABEL_SERVICE: owner}
+    return {"metadata": meta, **extra}
+
+
+def test_store_keeps_the_newest_version_and_indexes_children_by_owner():
+    s = Store()
+    assert s.upsert("Deployment", trim(obj("a", "10", owner="svc")))[1]
+    old, stored = s.upsert("Deployment", trim(obj("a", "9", owner="svc")))
+    assert not stored and old["metadata"]["resourceVersion"] == "10", "an older event never replaces a newer write"
+    assert s.upsert("Deployment", trim(obj("a", "11", owner="svc2")))[1]
+    assert s.owned("Deployment", ("ml", "svc")) == [] and len(s.owned("Deployment", ("ml", "svc2"))) == 1
+    assert "managedFields" not in s.get("Deployment", ("ml", "a"))["metadata"]
+    v = s.version("Deployment")
+    s.remove("Deployment", obj("a", "12"))
+    assert s.get("Deployment", ("ml", "a")) is None and s.owned("Deployment", ("ml", "svc2")) == []
+    assert s.version("Deployment") > v
+
+
+def test_replace_reports_additions_changes_and_deletions_in_its_namespace_only():
+    s = Store()
+    s.replace("Pod", None, [trim(obj("a", "1")), trim(obj("b", "1")), trim(obj("c", "1", ns="other"))])
+    changes = s.replace("Pod", "ml", [trim(obj("a", "1")), trim(obj("b", "2")), trim(obj("d", "1"))])
+    summary = sorted(((o or n)["metadata"]["name"], o is None, n is None) for o, n in changes)
+    assert summary == [("b", False, False), ("d", True, False)]
+    changes = s.replace("Pod", "ml", [trim(obj("a", "1"))])
+    assert sorted(o["metadata"]["name"] for o, n in changes if n is None) == ["b", "d"]
+    assert s.get("Pod", ("other", "c")) is not None, "another namespace's listing is left alone"
+
+
+def test_resource_versions_compare_as_integers_when_they_are():
+    assert newer("10", "9") and not newer("9", "10") and newer("abc", "abd") and newer("1", None)
+
+
+def test_a_trimmed_pod_keeps_what_status_reads():
+    pod = {"metadata": {"name": "p", "namespace": "ml", "labels": {LABEL_SERVICE: "s", "other": "x"}, "uid": "u",
+                        "resourceVersion": "3", "managedFields": []},
+           "spec": {"nodeName": "n", "containers": [{"name": "c", "image": "big"}]},
+           "status": {"phase": "Pending", "conditions": [
+               {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "no"},
+               {"type": "Initialized", "status": "True"}],
+               "containerStatuses": [{"name": "c", "ready": False, "restartCount": 3, "image": "big",
+                                      "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}}
+    t = trim_pod(pod)
+    assert t["metadata"]["labels"] == {LABEL_SERVICE: "s"}
+    assert [c["type"] for c in t["status"]["conditions"]] == ["PodScheduled"]
+    assert t["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+    assert "containers" not in t["spec"]
+
+
+def test_token_ignores_status_but_not_spec_or_labels():
+    dep = {"metadata": {"uid": "u", "generation": 2, "resourceVersion": "5", "labels": {"a": "b"}},
+           "spec": {}, "status": {"readyReplicas": 1}}
+    moved = copy.deepcopy(dep)
+    moved["metadata"]["resourceVersion"] = "6"
+    moved["status"]["readyReplicas"] = 2
+    assert token(dep) == token(moved)
+    relabelled = copy.deepcopy(dep)
+    relabelled["metadata"]["labels"] = {}
+    assert token(dep) != token(relabelled)
+    rescaled = copy.deepcopy(dep)
+    rescaled["metadata"]["generation"] = 3
+    assert token(dep) != token(rescaled) and token(None) is None
+
+
+# -- comparison -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("desired, live, same", [
+    ({"a": 1}, {"a": 1, "b": 2}, True),
+    ({"a": 1}, {"a": 2}, False),
+    ({"a": {"b": [1, 2]}}, {"a": {"b": [1, 2]}}, True),
+    ({"a": [1, 2]}, {"a": [1, 2, 3]}, False),
+    ({"a": [{"x": 1}]}, {"a": [{"x": 1, "defaulted": True}]}, True),
+    ({"a": []}, {}, True),
+    ({"a": {}}, {}, True),
+    ({"a": None}, {}, True),
+    ({"a": {"x": 1}}, {}, False),
+    ({"n": 1}, {"n": 1.0}, True),
+    ({"flag": True}, {"flag": 1}, False),
+    ({"s": "1"}, {"s": 1}, False),
+    ({"resources": {"requests": {"cpu": "1"}}}, {"resources": {"requests": {"cpu": "1000m"}}}, True),
+    ({"resources": {"limits": {"memory": "1Gi"}}}, {"resources": {"limits": {"memory": "1073741824"}}}, True),
+    ({"resources": {"limits": {"memory": "1Gi"}}}, {"resources": {"limits": {"memory": "1G"}}}, False),
+    ({"emptyDir": {"sizeLimit": "2Gi"}}, {"emptyDir": {"sizeLimit": "2048Mi"}}, True),
+    ({"env": [{"value": "1000"}]}, {"env": [{"value": "1e3"}]}, False),  # not a quantity field
+])
+def test_matches_is_a_subset_comparison(desired, live, same):
+    assert matches(desired, live) is same
+
+
+def test_quantities():
+    assert quantity("500m") == quantity("0.5") and quantity("1Ki") == 1024 and quantity("1E") == 10**18
+    assert quantity("1e3") == 1000 and quantity("abc") is None and quantity("1Xi") is None
+
+
+# -- plan -------------------------------------------------------------------------------------------
+
+def live_children(manifests):
+    """What the API server would hold after applying `manifests`: the same fields plus defaults."""
+    out = {}
+    for m in manifests:
+        live = copy.deepcopy(m)
+        live["metadata"].update(uid="u-" + m["kind"], generation=1, resourceVersion="7")
+        live.setdefault("status", {})
+        if m["kind"] == "Deployment":
+            live["spec"]["template"]["spec"]["dnsPolicy"] = "ClusterFirst"
+            live["spec"]["template"]["spec"]["containers"][0]["terminationMessagePath"] = "/dev/termination-log"
+        if m["kind"] == "Service":
+            live["spec"]["clusterIP"] = "10.0.0.7"
+        out[m["kind"]] = live
+    return Children(deployment=out.get("Deployment"), service=out.get("Service"), pdb=out.get("PodDisruptionBudget"))
+
+
+def test_nothing_to_write_when_the_children_hold_the_rendered_fields(classes):
+    obj = isvc()
+    rendered = render(obj, classes, Settings(), replicas=2).manifests
+    p = plan(obj, classes, Settings(), live_children(rendered), replicas=2)
+    assert p.error is None and p.gpu_class == "h100" and p.apply == () and p.rendered == 3
+
+
+def test_only_what_drifted_is_written(classes):
+    obj = isvc()
+    children = live_children(render(obj, classes, Settings(), replicas=2).manifests)
+    children.deployment["spec"]["replicas"] = 5
+    p = plan(obj, classes, Settings(), children, replicas=2)
+    assert [m["kind"] for m in p.apply] == ["Deployment"] and p.apply[0]["spec"]["replicas"] == 2
+    p = plan(obj, classes, Settings(), Children(service=children.service, pdb=children.pdb), replicas=2)
+    assert [m["kind"] for m in p.apply] == ["Deployment"], "a deleted child is created again"
+
+
+def test_a_spec_that_cannot_render_is_an_error_not_an_exception(classes):
+    p = plan(isvc(gpu={"class": "b200"}), classes, Settings(), Children(), replicas=1)
+    assert p.error[0] == "GPUClassNotFound" and p.apply == ()
+
+
+def test_llm_serving_waits_for_its_engine_and_stale_build_jobs_are_deleted(classes):
+    obj = isvc(model={"source": "hf://meta/llama", "format": "tensorrt-llm", "parameters": "8B", "precision": "fp16"})
+    old_job = {"metadata": {"name": "demo-oldhash", "labels": {LABEL_SERVICE: "demo"}}, "status": {}}
+    p = plan(obj, classes, Settings(), Children(jobs=(old_job,)), replicas=2)
+    kinds = sorted(m["kind"] for m in p.apply)
+    assert kinds == ["Deployment", "Job", "PodDisruptionBudget", "Service"]
+    assert next(m for m in p.apply if m["kind"] == "Deployment")["spec"]["replicas"] == 0, "held until the engine exists"
+    assert p.delete == (("batch/v1", "Job", "demo-oldhash"),)
+    assert [e["phase"] for e in p.engines] == ["Building"]
+
+    running = live_children([m for m in p.apply if m["kind"] == "Deployment"]).deployment
+    p2 = plan(obj, classes, Settings(), Children(deployment=running, jobs=()), replicas=2)
+    assert "Deployment" not in [m["kind"] for m in p2.apply], "a running Deployment keeps serving while a new engine builds"
+
+
+# -- bounded logging ----------------------------------------------------------------------------------
+
+def test_repeated_failures_log_one_line_per_interval(caplog):
+    clock = Clock()
+    flog = FailureLog(logging.getLogger("test.failures"), interval=30, clock=clock)
+    with caplog.at_level(logging.WARNING, logger="test.failures"):
+        for i in range(1000):
+            clock.t += 0.1
+            flog.failure("reconcile", f"ml/s{i}: 503")
+        flog.success("reconcile")
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 + 3 + 1, lines  # the first, one per 30 s over 100 s, the recovery
+    assert lines[0] == "reconcile: ml/s0: 503"
+    assert "failures in the last 30s" in lines[1] and lines[-1].startswith("reconcile: recovered")
