@@ -33,7 +33,7 @@ def test_one_build_job_per_usable_class_on_nodes_of_that_class(classes):
         "matchExpressions"][0]["values"][0] == "NVIDIA-H100-80GB-HBM3"
     build = h100["containers"][0]
     assert build["resources"]["limits"]["nvidia.com/gpu"] == "2"
-    assert build["args"][:1] == ["build-engine"]
+    assert build["args"][:2] == ["triton-runtime", "build-engine"]
     assert build["args"][build["args"].index("--compute-capability") + 1] == "9.0"
     assert jobs[1]["spec"]["template"]["spec"]["containers"][0]["args"][
         jobs[1]["spec"]["template"]["spec"]["containers"][0]["args"].index("--compute-capability") + 1] == "8.0"
@@ -61,9 +61,9 @@ def test_serving_is_held_until_the_engine_of_its_class_is_ready(classes):
     ready = render(obj, classes, Settings(), engines_ready={"h100"}).by_kind("Deployment")
     assert ready["spec"]["replicas"] == 2
     pod = ready["spec"]["template"]["spec"]
-    assert pod["initContainers"][0]["name"] == "make-repository"
-    assert pod["containers"][0]["command"] == ["triton-runtime"]
-    assert pod["containers"][0]["args"][:5] == ["serve", "--repository", "/models", "--world-size", "2"]
+    assert [c["name"] for c in pod["initContainers"]] == ["doctor", "make-repository"]
+    assert "command" not in pod["containers"][0]
+    assert pod["containers"][0]["args"][:6] == ["triton-runtime", "serve", "--repository", "/models", "--world-size", "2"]
     assert {"name": "engines", "mountPath": "/engines", "readOnly": True} in pod["containers"][0]["volumeMounts"]
 
 

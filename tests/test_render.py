@@ -118,7 +118,7 @@ def test_model_sources_reach_triton(classes):
     hf = render(isvc(model={"source": "hf://org/m", "format": "onnx", "credentialsSecret": "hf"}),
                 classes, Settings()).by_kind("Deployment")["spec"]["template"]["spec"]
     (stage,) = hf["initContainers"]
-    assert stage["args"][:3] == ["stage", "--source", "hf://org/m"]
+    assert stage["args"][:4] == ["triton-runtime", "stage", "--source", "hf://org/m"]
     assert stage["envFrom"] == [{"secretRef": {"name": "hf"}}]
     assert "envFrom" not in hf["containers"][0]  # the secret stays with the container that fetches
 
