@@ -49,7 +49,11 @@ def engine_dir(cache: Path, key: str) -> Path:
 def lookup(cache: Path, key: str) -> Path | None:
     """The published engine for key, or None. Only complete engines have a manifest."""
     path = engine_dir(cache, key)
-    return path if (path / MANIFEST).is_file() else None
+    try:
+        return path if (path / MANIFEST).is_file() else None
+    except OSError as e:  # a folder this uid may not enter
+        raise CacheError(f"engine cache {cache} is not readable by uid {os.getuid()} ({e.strerror or e}): give "
+                         f"the claim's volume read access for uid/gid {os.getuid()}/{os.getgid()}") from None
 
 
 def manifests(cache: Path) -> list[dict]:

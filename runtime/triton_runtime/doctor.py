@@ -66,8 +66,9 @@ def _gib(n: float) -> str:
 # Checks (pure but for the directory probes, which create and remove one file)
 # ---------------------------------------------------------------------------------------------
 
-def check_examples(examples: Path, precision: str, on_path: Callable[[str], str | None] = shutil.which) -> list[str]:
+def check_examples(examples: Path, precision: str, on_path: Callable[[str], str | None] | None = None) -> list[str]:
     """The converters and trtllm-build a build runs."""
+    on_path = on_path or shutil.which
     found = []
     if not examples.is_dir():
         found.append(f"TensorRT-LLM examples not found at {examples} (the converters live there; the "
@@ -121,8 +122,11 @@ def check_engine(cache_dir: Path, spec: EngineSpec, version: str | None) -> list
     if version is None:
         return []  # reported by check_trtllm
     key = spec.key(version)
-    if cache.lookup(cache_dir, key):
-        return []
+    try:
+        if cache.lookup(cache_dir, key):
+            return []
+    except cache.CacheError as e:
+        return [str(e)]
     others = sorted({m.get("trtllm_version", "?") for m in cache.manifests(cache_dir)
                      if m.get("spec") == spec.fields() and m.get("trtllm_version") != version})
     if others:
@@ -210,13 +214,18 @@ def free_bytes(path: Path) -> float:
     return shutil.disk_usage(probe).free
 
 
-def write_termination_message(lines: list[str], path: Path = TERMINATION_LOG) -> None:
-    """Best effort: the kubelet shows it as the container's last state message."""
-    text = "\n".join(lines).encode()[:TERMINATION_LOG_LIMIT]
+def write_termination_message(lines: list[str], path: Path | None = None) -> bool:
+    """The problems as the container's termination message, which the kubelet keeps in the pod's
+    status (lastState.terminated.message; `kubectl describe pod`). Only where the kubelet mounted
+    the file: outside a pod nothing is written."""
+    path = path or TERMINATION_LOG
+    if not path.is_file():
+        return False
     try:
-        path.write_bytes(text)
+        path.write_bytes("\n".join(lines).encode()[:TERMINATION_LOG_LIMIT])
     except OSError:
-        pass
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -232,8 +241,10 @@ class Request:
 
 def run(req: Request, environ: Mapping[str, str] | None = None,
         gpu_probe: Callable[[Mapping[str, str]], tuple[int, str]] = visible_gpus,
-        list_source: Callable[..., dict[str, int]] = listing) -> Report:
+        list_source: Callable[..., dict[str, int]] = listing,
+        free_space: Callable[[Path], float] | None = None) -> Report:
     env = os.environ if environ is None else environ
+    free_space = free_space or free_bytes
     report = Report()
     version = req.trtllm_version or image.trtllm_version()
     report.extend(check_trtllm(version), f"TensorRT-LLM {version}")
@@ -256,9 +267,9 @@ def run(req: Request, environ: Mapping[str, str] | None = None,
             if req.spec.calibration_dataset and not req.spec.calibration_dataset.startswith("pvc://"):
                 calibration = sum(list_source(req.spec.calibration_dataset, None, "dataset").values())
             scratch_need, cache_need = needs(s, req.spec.precision, calibration)
-            report.extend(check_space("scratch", scratch, scratch_need, free_bytes(scratch), SCRATCH_ADVICE,
+            report.extend(check_space("scratch", scratch, scratch_need, free_space(scratch), SCRATCH_ADVICE,
                                       req.scratch_limit)
-                          + check_space("engine cache", req.cache_dir, cache_need, free_bytes(req.cache_dir),
+                          + check_space("engine cache", req.cache_dir, cache_need, free_space(req.cache_dir),
                                         CACHE_ADVICE),
                           f"disk: {_gib(scratch_need)} scratch, {_gib(cache_need)} cache needed")
         except SourceUnavailable as e:  # the network or the server: the build retries it, so only warn
