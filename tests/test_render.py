@@ -121,6 +121,11 @@ def test_model_sources_reach_triton(classes):
     assert stage["args"][:4] == ["triton-runtime", "stage", "--source", "hf://org/m"]
     assert stage["envFrom"] == [{"secretRef": {"name": "hf"}}]
     assert "envFrom" not in hf["containers"][0]  # the secret stays with the container that fetches
+    # The runtime image's uid 1000 has no home directory: the staging container gets one; the
+    # Triton image's server container is left as its image defines it.
+    assert {"name": "home", "mountPath": "/home/triton-server"} in stage["volumeMounts"]
+    assert {e["name"]: e["value"] for e in stage["env"]}["HOME"] == "/home/triton-server"
+    assert "env" not in hf["containers"][0]
 
 
 def test_fallback_class_is_used_when_the_class_is_missing(classes):

@@ -153,9 +153,14 @@ def _model_delivery(isvc: InferenceService, cls: GPUClassSpec, settings: Setting
         # The doctor runs first, with the pod's GPUs, so that a node without them, an engine of
         # another TensorRT-LLM version or an unwritable home fails in seconds with a reason.
         doctor = runtime.doctor_args("serve", identity, isvc.spec.gpu.count)
+        home_env = runtime.cache_environment(runtime.SERVING_HOME)
         return {"path": MODEL_ROOT, "init": {"name": "make-repository", "args": args}, "doctor": doctor,
                 "volumes": volumes, "init_mounts": init_mounts, "server_mounts": server_mounts,
-                "secret_on_server": False, "env": runtime.cache_environment(runtime.SERVING_HOME)}
+                "secret_on_server": False, "init_env": home_env, "server_env": home_env}
+    # The staging container runs the runtime image as uid 1000 too: it gets a writable home
+    # (huggingface_hub and the cloud clients keep caches and credentials files there).
+    volumes.append({"name": "home", "emptyDir": {"sizeLimit": runtime.SERVING_HOME_SIZE}})
+    init_mounts.append({"name": "home", "mountPath": runtime.SERVING_HOME})
     if source_claim:
         volumes.append({"name": "model-source", "persistentVolumeClaim": {"claimName": source_claim, "readOnly": True}})
         init_mounts.append({"name": "model-source", "mountPath": f"{PVC_ROOT}/{source_claim}", "readOnly": True})
@@ -165,7 +170,8 @@ def _model_delivery(isvc: InferenceService, cls: GPUClassSpec, settings: Setting
     if m.revision:
         args += ["--revision", m.revision]
     return {"path": MODEL_ROOT, "init": {"name": "stage-model", "args": args}, "volumes": volumes,
-            "init_mounts": init_mounts, "server_mounts": server_mounts, "secret_on_server": False}
+            "init_mounts": init_mounts, "server_mounts": server_mounts, "secret_on_server": False,
+            "init_env": runtime.cache_environment(runtime.SERVING_HOME)}
 
 
 def _server_args(isvc: InferenceService, repository: str) -> list[str]:
@@ -330,16 +336,16 @@ def render(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Se
     # share the runtime image's TensorRT-LLM version.
     image = settings.runtime_image if llm else (spec.server.image or settings.triton_image)
     resources, init_resources = _resources(isvc, cls)
-    runtime_env = delivery.get("env", [])
+    init_env = delivery.get("init_env", [])
     init_containers = []
     if delivery.get("doctor"):
         # With the server's resources, GPUs included: the scheduler reserves max(init, app) per
         # resource, and the kubelet hands the init container's GPUs on to the server.
         init_containers.append({"name": "doctor", "args": delivery["doctor"], "resources": resources,
-                                "env": runtime_env, "volumeMounts": delivery.get("init_mounts", []),
+                                "env": init_env, "volumeMounts": delivery.get("init_mounts", []),
                                 "secret": False})
     if delivery["init"] is not None:
-        init_containers.append({**delivery["init"], "resources": init_resources, "env": runtime_env,
+        init_containers.append({**delivery["init"], "resources": init_resources, "env": init_env,
                                 "volumeMounts": delivery.get("init_mounts", []),
                                 "secret": not llm})  # only the container that fetches gets credentials
     max_surge = spec.rollout.max_surge
@@ -371,7 +377,7 @@ def render(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Se
         "image": image,
         "image_pull_policy": spec.server.image_pull_policy,
         "args": _server_args(isvc, delivery["path"]),
-        "env": runtime.merge_env(runtime_env, [e.wire() for e in spec.server.env]),
+        "env": runtime.merge_env(delivery.get("server_env", []), [e.wire() for e in spec.server.env]),
         "resources": resources,
         "init_image": settings.runtime_image,
         "init_containers": init_containers,
