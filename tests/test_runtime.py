@@ -321,7 +321,6 @@ def test_an_unwritable_cache_is_one_line_not_a_traceback(tmp_path):
 def test_a_cache_without_file_locks_builds_without_one(tmp_path, monkeypatch):
     """NFS without a lock manager answers flock with ENOLCK: the atomic rename still protects."""
     import errno
-    import fcntl as real_fcntl
 
     def no_locks(handle, op):
         raise OSError(errno.ENOLCK, "No locks available")
