@@ -43,12 +43,17 @@ def _prepare_home() -> None:
     """Create the per-user cache folders the environment names (the doctor reports if it cannot)."""
     for name in image.CACHE_VARIABLES:
         if os.environ.get(name):
-            Path(os.environ[name]).mkdir(parents=True, exist_ok=True)
+            try:
+                Path(os.environ[name]).mkdir(parents=True, exist_ok=True)
+            except OSError:
+                pass  # the doctor, which ran first, names it; the tool that needs it will fail clearly
 
 
 def _run(cmd: list[str], cwd: Path) -> None:
     """Run a build step inside the scratch folder: TensorRT-LLM writes relative paths, e.g.
-    trtllm-build's timing cache (BuildConfig.output_timing_cache defaults to 'model.cache')."""
+    trtllm-build's timing cache (NVIDIA/TensorRT-LLM v0.17.0 tensorrt_llm/builder.py:
+    BuildConfig.output_timing_cache = 'model.cache'), and the pod's working folder is not
+    writable by uid 1000."""
     print(f"+ (cd {cwd}) " + " ".join(cmd), flush=True)
     try:
         result = subprocess.run(cmd, cwd=cwd)
