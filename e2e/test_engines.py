@@ -4,8 +4,10 @@ the engine exists, and a spec change replaces the Jobs.
 
 Simulated: kwok runs no containers, and it moves a Job's pods to Succeeded by itself, so the Job
 controller (real) marks each build Complete about a second after it starts; no engine is really
-built (that needs a GPU and the runtime image). The engine cache PVC is bound by the real
-PersistentVolume controller to a hostPath volume that nothing mounts."""
+built (that needs a GPU and the runtime image), and the `triton-runtime doctor` init container that
+leads every build pod and serving pod is accepted and scheduled but not run (tests/
+test_runtime_build.py runs it). The engine cache PVC is bound by the real PersistentVolume
+controller to a hostPath volume that nothing mounts."""
 
 from __future__ import annotations
 
@@ -46,6 +48,11 @@ def test_engine_builds_per_class_then_serving(operator: Operator, ns: str):
             (pod,) = c.get("pods", namespace=ns, selector=f"job-name={jobs[cls]['metadata']['name']}")
             node = c.get("node", pod["spec"]["nodeName"])
             assert node["metadata"]["labels"]["nvidia.com/gpu.product"] == product
+            (doctor,) = pod["spec"]["initContainers"]
+            assert doctor["args"][:4] == ["triton-runtime", "doctor", "--for", "build"] and "command" not in doctor
+            assert doctor["resources"]["limits"]["nvidia.com/gpu"] == "1"
+            rules = jobs[cls]["spec"]["podFailurePolicy"]["rules"]  # kept by the API server as rendered
+            assert rules[0]["action"] == "FailJob" and rules[0]["onExitCodes"]["values"] == [2, 3]
         status = c.get("infsvc", "llm", ns)["status"]
         assert sorted((e["gpuClass"], e["phase"]) for e in status["engines"]) == [("h100", "Ready"), ("h200", "Ready")]
         conds = {x["type"]: x for x in status["conditions"]}
@@ -54,7 +61,9 @@ def test_engine_builds_per_class_then_serving(operator: Operator, ns: str):
         assert len(serving) == 2
         assert all(_ts(p["metadata"]["creationTimestamp"]) >= built for p in serving), \
             "serving pods were created before their class's engine was built"
-        assert all(p["spec"]["initContainers"][0]["name"] == "make-repository" for p in serving)
+        assert all([i["name"] for i in p["spec"]["initContainers"]] == ["doctor", "make-repository"] for p in serving)
+        assert all(p["spec"]["initContainers"][0]["args"][:4] == ["triton-runtime", "doctor", "--for", "serve"]
+                   for p in serving)
         assert conds["EngineReady"]["reason"] == "EngineReady"
         reasons = c.kubectl("get", "events", "-n", ns, "--field-selector", "involvedObject.name=llm",
                             "-o", "custom-columns=R:.reason", "--no-headers").stdout.split()
@@ -67,7 +76,7 @@ def test_engine_builds_per_class_then_serving(operator: Operator, ns: str):
         wait_for("engines ready for generation 2", lambda: (x := c.condition("infsvc", "llm", ns, "EngineReady"))
                  and x["status"] == "True" and x["observedGeneration"] == 2, timeout=60)
         dep = c.get("deployment", "llm", ns)
-        args = dep["spec"]["template"]["spec"]["initContainers"][0]["args"]
+        args = next(i for i in dep["spec"]["template"]["spec"]["initContainers"] if i["name"] == "make-repository")["args"]
         assert args[args.index("--max-batch-size") + 1] == "128"
         assert {j["metadata"]["name"] for j in c.get("jobs", namespace=ns)} == new
     finally:
@@ -86,3 +95,29 @@ def test_engine_spec_on_a_non_llm_format_is_rejected(installed, ns: str):
                            "spec": {"model": {"source": "hf://a/b", "format": "tensorrt-llm"}, "gpu": {"class": "l4"},
                                     "engine": {"maxInputLen": 4096, "maxSeqLen": 4096}}}, check=False)
     assert out.returncode != 0 and "maxInputLen must be less than maxSeqLen" in out.stderr
+
+
+def test_llm_specs_the_runtime_cannot_honour_are_rejected_at_admission(installed, ns: str):
+    """The CEL rules of the CRD, evaluated by the real API server."""
+    llm = {"source": "hf://meta-llama/Llama-3.2-1B", "format": "tensorrt-llm", "precision": "fp8"}
+    cases = [
+        ("image", {"model": llm, "server": {"image": "nvcr.io/nvidia/tritonserver:25.02-trtllm-python-py3"}},
+         "server.image cannot be set for model.format tensorrt-llm"),
+        ("gemma", {"model": {**llm, "source": "hf://google/gemma-2-9b-it"}}, "serve them with format triton"),
+        ("calib", {"model": {**llm, "precision": "fp16"}, "engine": {"calibrationDataset": "pvc://data/calib"}},
+         "engine.calibrationDataset applies only to precisions fp8 and int4-awq"),
+    ]
+    for name, spec, words in cases:
+        out = installed.apply({"apiVersion": f"{GROUP}/v1alpha1", "kind": "InferenceService",
+                               "metadata": {"name": f"bad-{name}", "namespace": ns},
+                               "spec": {"gpu": {"class": "h100"}, **spec}}, check=False)
+        assert out.returncode != 0 and words in out.stderr, (name, out.stderr)
+    # What stays allowed beside them: an image for other formats, a calibration set for fp8.
+    for name, spec in (("onnx-image", {"model": {"source": "hf://a/b", "format": "onnx"},
+                                       "server": {"image": "nvcr.io/nvidia/tritonserver:25.01-py3"}}),
+                       ("fp8-calib", {"model": llm, "engine": {"calibrationDataset": "pvc://data/calib"}})):
+        out = installed.apply({"apiVersion": f"{GROUP}/v1alpha1", "kind": "InferenceService",
+                               "metadata": {"name": name, "namespace": ns},
+                               "spec": {"gpu": {"class": "h100"}, **spec}}, check=False)
+        assert out.returncode == 0, (name, out.stderr)
+        installed.kubectl("delete", "infsvc", name, "-n", ns, "--wait=false", check=False)

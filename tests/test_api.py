@@ -77,3 +77,61 @@ def test_gpu_class_spec_needs_figures_and_parses_capability():
     assert spec.tolerations[0].key == "nvidia.com/gpu" and spec.resource_name == "nvidia.com/gpu"
     with pytest.raises(ValidationError, match="memoryGiB"):
         GPUClassSpec.model_validate({"productNames": ["x"], "memoryBandwidthTBps": 1, "computeCapability": "9.0"})
+
+
+LLM = {"model": {"source": "hf://meta-llama/Llama-3.2-1B", "format": "tensorrt-llm", "parameters": "1B",
+                 "precision": "fp8"}}
+
+
+@pytest.mark.parametrize("changes, field, words", [
+    # The server image of an LLM is the runtime image: its TensorRT-LLM built the engine.
+    ({**LLM, "server": {"image": "nvcr.io/nvidia/tritonserver:25.02-trtllm-python-py3"}}, "spec",
+     "server.image cannot be set for model.format tensorrt-llm"),
+    ({"model": {**LLM["model"], "source": "hf://google/gemma-2-9b-it"}}, "spec.model", "Gemma, ChatGLM/GLM-4 or Baichuan"),
+    ({"model": {**LLM["model"], "source": "hf://THUDM/chatglm3-6b"}}, "spec.model", "serve them with format triton"),
+    ({"model": {**LLM["model"], "source": "hf://THUDM/glm-4-9b-chat"}}, "spec.model", "remote code"),
+    ({"model": {**LLM["model"], "source": "s3://models/Baichuan2-7B"}}, "spec.model", "Baichuan"),
+    ({"model": {**LLM["model"], "precision": "fp16"}, "engine": {"calibrationDataset": "pvc://data/calib"}}, "spec",
+     "calibrationDataset applies only to precisions fp8 and int4-awq"),
+    ({**LLM, "engine": {"calibrationDataset": "file:///data"}}, "spec.engine.calibrationDataset", "pattern"),
+    ({**LLM, "engine": {"buildResources": {"limits": {"nvidia.com/gpu": "2"}}}}, "spec.engine.buildResources",
+     "spec.gpu"),
+])
+def test_llm_specs_the_runtime_cannot_honour_are_refused(changes, field, words):
+    with pytest.raises(ValidationError) as err:
+        isvc(**changes)
+    assert ".".join(str(p) for p in err.value.errors()[0]["loc"]).startswith(field)
+    assert words in str(err.value)
+
+
+def test_what_stays_allowed_next_to_those_refusals():
+    assert isvc(server={"image": "registry.local/tritonserver:25.01-py3"}).spec.server.image  # onnx may pick its image
+    assert isvc(model={"source": "hf://google/gemma-onnx", "format": "onnx"})  # only tensorrt-llm builds engines
+    calibrated = isvc(**LLM, engine={"calibrationDataset": "hf://org/calib-text",
+                                     "buildResources": {"requests": {"memory": "64Gi", "ephemeral-storage": "100Gi"}}})
+    assert calibrated.spec.engine.calibration_dataset == "hf://org/calib-text"
+
+
+def test_admission_rules_say_what_the_models_say():
+    """The CRD's CEL rules carry the models' messages, so kubectl and `triton-operator render`
+    refuse the same specs with the same words."""
+    from triton_operator import api, crdgen
+    schema = crdgen.inference_service_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    rules = {r["message"]: r for r in schema["x-kubernetes-validations"]}
+    assert rules[api.SERVER_IMAGE_MESSAGE]["fieldPath"] == ".server.image"
+    assert "self.model.format != 'tensorrt-llm'" in rules[api.SERVER_IMAGE_MESSAGE]["rule"]
+    assert rules[api.CALIBRATION_MESSAGE]["rule"].endswith("self.model.precision in ['fp8', 'int4-awq']")
+    (family,) = schema["properties"]["model"]["x-kubernetes-validations"]
+    assert family["message"] == api.UNBUILT_LLM_MESSAGE and api.UNBUILT_LLM_FAMILIES in family["rule"]
+
+
+def test_the_operator_refuses_the_families_the_runtime_refuses():
+    """api.UNBUILT_LLM_FAMILIES (by name, at admission) covers runtime's UNSUPPORTED model_types
+    that have a recognisable name; Qwen v1 (model_type qwen, names like Qwen-7B) is only caught by
+    the runtime, as Qwen2 repositories share its name."""
+    import re
+
+    from triton_operator import api
+    from triton_runtime import trtllm
+    for model_type in set(trtllm.UNSUPPORTED) - {"qwen"}:
+        assert re.search(api.UNBUILT_LLM_FAMILIES, model_type), model_type

@@ -44,6 +44,11 @@ BAD = {
                   " autoscaling: {minReplicas: 4, maxReplicas: 2}}", "minReplicas must be less than or equal"),
     "missing class": ("spec: {model: {source: 'hf://a/b', format: onnx}, gpu: {class: b200}}",
                       "GPUClassNotFound: GPUClass b200 does not exist"),
+    "image on an llm": ("spec: {model: {source: 'hf://a/b', format: tensorrt-llm}, gpu: {class: h100},"
+                        " server: {image: 'nvcr.io/nvidia/tritonserver:25.02-trtllm-python-py3'}}",
+                        "server.image cannot be set for model.format tensorrt-llm"),
+    "gemma engine": ("spec: {model: {source: 'hf://google/gemma-2-9b', format: tensorrt-llm}, gpu: {class: h100}}",
+                     "serve them with format triton"),
     "fp8 on a100": ("spec: {model: {source: 'hf://a/b', format: onnx, precision: fp8}, gpu: {class: a100-80gb}}",
                     "PrecisionUnsupported"),
 }

@@ -33,7 +33,7 @@ def test_one_build_job_per_usable_class_on_nodes_of_that_class(classes):
         "matchExpressions"][0]["values"][0] == "NVIDIA-H100-80GB-HBM3"
     build = h100["containers"][0]
     assert build["resources"]["limits"]["nvidia.com/gpu"] == "2"
-    assert build["args"][:1] == ["build-engine"]
+    assert build["args"][:2] == ["triton-runtime", "build-engine"]
     assert build["args"][build["args"].index("--compute-capability") + 1] == "9.0"
     assert jobs[1]["spec"]["template"]["spec"]["containers"][0]["args"][
         jobs[1]["spec"]["template"]["spec"]["containers"][0]["args"].index("--compute-capability") + 1] == "8.0"
@@ -61,9 +61,9 @@ def test_serving_is_held_until_the_engine_of_its_class_is_ready(classes):
     ready = render(obj, classes, Settings(), engines_ready={"h100"}).by_kind("Deployment")
     assert ready["spec"]["replicas"] == 2
     pod = ready["spec"]["template"]["spec"]
-    assert pod["initContainers"][0]["name"] == "make-repository"
-    assert pod["containers"][0]["command"] == ["triton-runtime"]
-    assert pod["containers"][0]["args"][:5] == ["serve", "--repository", "/models", "--world-size", "2"]
+    assert [c["name"] for c in pod["initContainers"]] == ["doctor", "make-repository"]
+    assert "command" not in pod["containers"][0]
+    assert pod["containers"][0]["args"][:6] == ["triton-runtime", "serve", "--repository", "/models", "--world-size", "2"]
     assert {"name": "engines", "mountPath": "/engines", "readOnly": True} in pod["containers"][0]["volumeMounts"]
 
 
@@ -117,3 +117,87 @@ def test_conditions_while_building_ready_and_failed():
 def test_onnx_services_have_no_engine_condition(classes):
     status, _ = compute(isvc(), Observed(desired_replicas=1, gpu_class="h100"), NOW)
     assert find(status["conditions"], "EngineReady") is None and "engines" not in status
+
+
+def _build_pod(obj, classes, settings=None):
+    return engine_jobs(obj, classes, settings or Settings())[0]
+
+
+def test_build_jobs_run_the_doctor_first_and_fail_at_once_on_what_retries_cannot_fix(classes):
+    job = _build_pod(isvc(**LLM), classes)
+    pod = job["spec"]["template"]["spec"]
+    (doctor,) = pod["initContainers"]
+    (build,) = pod["containers"]
+    assert doctor["args"][:4] == ["triton-runtime", "doctor", "--for", "build"]
+    assert doctor["args"][doctor["args"].index("--gpus") + 1] == "2"
+    assert doctor["resources"] == build["resources"] and doctor["volumeMounts"] == build["volumeMounts"]
+    assert doctor["env"] == build["env"] and doctor.get("envFrom") == build.get("envFrom")  # it sizes the source
+    # runtime/triton_runtime: cli.EXIT_SPEC (2) and doctor.PROBLEMS_EXIT (3) never fix themselves.
+    from triton_runtime import cli, doctor as runtime_doctor
+    (fail, ignore) = job["spec"]["podFailurePolicy"]["rules"]
+    assert fail == {"action": "FailJob", "onExitCodes": {"operator": "In",
+                                                         "values": [cli.EXIT_SPEC, runtime_doctor.PROBLEMS_EXIT]}}
+    assert ignore["action"] == "Ignore" and ignore["onPodConditions"][0]["type"] == "DisruptionTarget"
+    assert pod["restartPolicy"] == "Never"  # podFailurePolicy requires it
+
+
+def test_build_jobs_have_their_own_resources_not_the_serving_ones(classes):
+    """Serving limits (e.g. 128Gi for a 70B server) must not cap a build that holds the whole
+    checkpoint in host memory; the build's requests follow the model size (api: engine.buildResources)."""
+    serving = {"requests": {"cpu": "8", "memory": "64Gi"}, "limits": {"memory": "128Gi"}}
+    seventy = {**LLM, "model": {**LLM["model"], "parameters": "70B", "precision": "fp8"},
+               "gpu": {"class": "h200", "count": 2}, "server": {"resources": serving}}
+    build = _build_pod(isvc(**seventy), classes)["spec"]["template"]["spec"]["containers"][0]
+    # cpu 2+2N; memory 70e9 x 2 bytes x 1.25 = 163 GiB; scratch (2+1) x 70 GB x 1.2 + 10 GiB = 245 GiB
+    assert build["resources"] == {
+        "requests": {"cpu": "6", "memory": "163Gi", "ephemeral-storage": "245Gi", "nvidia.com/gpu": "2"},
+        "limits": {"nvidia.com/gpu": "2"}}
+    small = {**LLM, "model": {**LLM["model"], "parameters": "1B"}, "gpu": {"class": "h100"}}
+    assert _build_pod(isvc(**small), classes)["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"][
+        "memory"] == "16Gi"  # the floor
+    chosen = {**seventy, "engine": {"buildResources": {"requests": {"memory": "300Gi", "ephemeral-storage": "400Gi"},
+                                                       "limits": {"memory": "350Gi"}}}}
+    job = _build_pod(isvc(**chosen), classes)["spec"]["template"]["spec"]
+    assert job["containers"][0]["resources"] == {
+        "requests": {"cpu": "6", "memory": "300Gi", "ephemeral-storage": "400Gi", "nvidia.com/gpu": "2"},
+        "limits": {"memory": "350Gi", "nvidia.com/gpu": "2"}}
+    scratch = next(v for v in job["volumes"] if v["name"] == "scratch")
+    assert scratch == {"name": "scratch", "emptyDir": {"sizeLimit": "400Gi"}}  # the doctor checks against it too
+    doctor_args = job["initContainers"][0]["args"]
+    assert doctor_args[doctor_args.index("--scratch-size") + 1] == "400Gi"
+
+
+def test_a_build_of_unknown_size_gets_a_default_and_an_unbounded_scratch(classes):
+    unknown = {**LLM, "model": {k: v for k, v in LLM["model"].items() if k != "parameters"}}
+    pod = _build_pod(isvc(**unknown), classes)["spec"]["template"]["spec"]
+    assert pod["containers"][0]["resources"]["requests"] == {"cpu": "6", "memory": "32Gi", "nvidia.com/gpu": "2"}
+    assert {"name": "scratch", "emptyDir": {}} in pod["volumes"]
+    assert "--scratch-size" not in pod["initContainers"][0]["args"]
+
+
+def test_build_home_and_caches_live_on_the_scratch_volume(classes):
+    """uid 1000 has no home in the NGC image (Triton server v2.54.0 build.py: useradd without -m),
+    and quantize.py's calibration download goes to HF_DATASETS_CACHE: on scratch, it is counted."""
+    build = _build_pod(isvc(**LLM), classes)["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in build["env"]}
+    assert set(env) == {"HOME", "XDG_CACHE_HOME", "HF_HOME", "HF_DATASETS_CACHE", "TORCH_EXTENSIONS_DIR"}
+    assert all(v.startswith("/scratch/home") for v in env.values())
+    assert {"name": "scratch", "mountPath": "/scratch"} in build["volumeMounts"]
+
+
+def test_calibration_dataset_reaches_the_build_and_its_claim_is_mounted(classes):
+    fp8 = {**LLM, "model": {**LLM["model"], "precision": "fp8"}, "gpu": {"class": "h100", "count": 1},
+           "engine": {"calibrationDataset": "pvc://datasets/calib/text"}}
+    jobs = engine_jobs(isvc(**fp8), classes, Settings())
+    pod = jobs[0]["spec"]["template"]["spec"]
+    for container in (pod["initContainers"][0], pod["containers"][0]):
+        args = container["args"]
+        assert args[args.index("--calibration-dataset") + 1] == "pvc://datasets/calib/text"
+        assert {"name": "claim-datasets", "mountPath": "/mnt/pvc/datasets", "readOnly": True} in container["volumeMounts"]
+    assert {"name": "claim-datasets", "persistentVolumeClaim": {"claimName": "datasets", "readOnly": True}} in pod["volumes"]
+    # The calibration set changes the engine: a new Job, and make-repository names the same key.
+    plain = engine_jobs(isvc(**{**fp8, "engine": {}}), classes, Settings())
+    assert jobs[0]["metadata"]["name"] != plain[0]["metadata"]["name"]
+    dep = render(isvc(**fp8), classes, Settings()).by_kind("Deployment")
+    make_repository = dep["spec"]["template"]["spec"]["initContainers"][1]["args"]
+    assert make_repository[make_repository.index("--calibration-dataset") + 1] == "pvc://datasets/calib/text"

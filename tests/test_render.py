@@ -118,9 +118,14 @@ def test_model_sources_reach_triton(classes):
     hf = render(isvc(model={"source": "hf://org/m", "format": "onnx", "credentialsSecret": "hf"}),
                 classes, Settings()).by_kind("Deployment")["spec"]["template"]["spec"]
     (stage,) = hf["initContainers"]
-    assert stage["args"][:3] == ["stage", "--source", "hf://org/m"]
+    assert stage["args"][:4] == ["triton-runtime", "stage", "--source", "hf://org/m"]
     assert stage["envFrom"] == [{"secretRef": {"name": "hf"}}]
     assert "envFrom" not in hf["containers"][0]  # the secret stays with the container that fetches
+    # The runtime image's uid 1000 has no home directory: the staging container gets one; the
+    # Triton image's server container is left as its image defines it.
+    assert {"name": "home", "mountPath": "/home/triton-server"} in stage["volumeMounts"]
+    assert {e["name"]: e["value"] for e in stage["env"]}["HOME"] == "/home/triton-server"
+    assert "env" not in hf["containers"][0]
 
 
 def test_fallback_class_is_used_when_the_class_is_missing(classes):
@@ -154,3 +159,53 @@ def test_values_cannot_break_the_yaml(classes):
     dep = render(obj, classes, Settings()).by_kind("Deployment")
     assert dep["spec"]["template"]["metadata"]["annotations"]["note"] == "a: b\n- c: {d}"
     assert dep["spec"]["template"]["spec"]["containers"][0]["args"][-1] == "--log-info=true # x"
+
+
+def _containers(manifest):
+    pod = manifest["spec"]["template"]["spec"]
+    return pod.get("initContainers", []) + pod["containers"]
+
+
+@pytest.mark.parametrize("path", ISVC_EXAMPLES, ids=lambda p: p.stem)
+def test_no_container_replaces_the_image_entrypoint(path, classes):
+    """The NGC images' entrypoint (/opt/nvidia/nvidia_entrypoint.sh: CUDA forward compatibility,
+    driver checks) must run: programs go in args, as Triton server v2.54.0
+    deploy/k8s-onprem/templates/deployment.yaml passes `args: [tritonserver, ...]`."""
+    for manifest in _render_file(path, classes):
+        if manifest["kind"] not in ("Deployment", "Job"):
+            continue
+        for container in _containers(manifest):
+            assert "command" not in container, (path.stem, container["name"])
+            assert container["args"][0] in ("tritonserver", "triton-runtime"), (path.stem, container["name"])
+
+
+LLM = {"model": {"source": "hf://meta-llama/Llama-3.2-1B-Instruct", "format": "tensorrt-llm", "parameters": "1B",
+                 "precision": "fp16"}, "gpu": {"class": "h100", "count": 1}}
+
+
+def test_llm_pods_run_the_doctor_first_with_their_gpus_and_a_writable_home(classes):
+    dep = render(isvc(**LLM, server={"env": [{"name": "HF_HOME", "value": "/custom"}]}), classes, Settings()
+                 ).by_kind("Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    doctor, make_repository = pod["initContainers"]
+    triton = pod["containers"][0]
+    assert doctor["name"] == "doctor" and doctor["args"][:4] == ["triton-runtime", "doctor", "--for", "serve"]
+    assert doctor["args"][doctor["args"].index("--gpus") + 1] == "1"
+    # The same engine identity as make-repository, so both compute the same cache key.
+    assert doctor["args"][4:doctor["args"].index("--gpus")] == make_repository["args"][2:make_repository["args"].index("--repository")]
+    assert doctor["resources"] == triton["resources"]  # GPUs included: the doctor counts them
+    assert "nvidia.com/gpu" not in make_repository["resources"]["requests"]
+    assert "envFrom" not in make_repository and "envFrom" not in doctor  # nothing is fetched there
+    home = {"name": "home", "mountPath": "/home/triton-server"}
+    for container in (doctor, make_repository, triton):
+        env = {e["name"]: e["value"] for e in container["env"]}
+        assert env["HOME"] == "/home/triton-server" and env["HF_DATASETS_CACHE"].startswith("/home/triton-server/")
+        assert env["TORCH_EXTENSIONS_DIR"].startswith("/home/triton-server/") and home in container["volumeMounts"]
+    # The user's variable replaces ours, never twice in the list (server-side apply refuses that).
+    assert [e for e in triton["env"] if e["name"] == "HF_HOME"] == [{"name": "HF_HOME", "value": "/custom"}]
+    assert {"name": "home", "emptyDir": {"sizeLimit": "2Gi"}} in pod["volumes"]
+
+
+def test_llm_pods_always_run_the_runtime_image(classes):
+    dep = render(isvc(**LLM), classes, Settings(runtime_image="registry.local/runtime:1")).by_kind("Deployment")
+    assert {c["image"] for c in _containers(dep)} == {"registry.local/runtime:1"}

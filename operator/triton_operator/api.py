@@ -32,6 +32,24 @@ BYTES_PER_PARAMETER: dict[str, float] = {
 }
 # FP8 kernels need Ada Lovelace or newer (L4 8.9, H100/H200 9.0); A100 (8.0) has none.
 MIN_COMPUTE_CAPABILITY: dict[str, tuple[int, int]] = {"fp8": (8, 9), "bf16": (8, 0)}
+# Precisions quantize.py builds by calibrating on sample text (runtime/triton_runtime/spec.py).
+CALIBRATED_PRECISIONS = ("fp8", "int4-awq")
+# Checkpoint families format tensorrt-llm refuses by name (the runtime refuses them again by
+# config.json model_type, runtime/triton_runtime/trtllm.py UNSUPPORTED): NVIDIA/TensorRT-LLM
+# v0.17.0 examples/gemma/convert_checkpoint.py takes other flags (--ckpt-type --model-dir
+# --output-model-dir --world-size), and ChatGLM/GLM-4 and Baichuan tokenizers are Python code in
+# the checkpoint (trust_remote_code), which the tokenizer models refuse to run. RE2 and Python
+# agree on this pattern (CEL's matches() searches like re.search).
+UNBUILT_LLM_FAMILIES = r"(?i)(gemma|chatglm|glm-4|baichuan)"
+UNBUILT_LLM_MESSAGE = (
+    "model.source names a Gemma, ChatGLM/GLM-4 or Baichuan checkpoint, which format tensorrt-llm does not "
+    "build (Gemma's converter takes other flags; ChatGLM and Baichuan tokenizers are remote code): build the "
+    "engine and the model repository yourself and serve them with format triton")
+SERVER_IMAGE_MESSAGE = (
+    "server.image cannot be set for model.format tensorrt-llm: the engine is built and served by the "
+    "operator's runtime image, whose TensorRT-LLM version the engine's cache key names; set the operator's "
+    "runtime image (chart value triton.runtimeImage) instead")
+CALIBRATION_MESSAGE = "engine.calibrationDataset applies only to precisions fp8 and int4-awq"
 
 
 def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
@@ -135,6 +153,11 @@ class GPUClass(Model):
 class ModelSpec(Model):
     """Which model to serve, where it is, and how it is stored."""
 
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        cel(f"self.format != 'tensorrt-llm' || !self.source.matches('{UNBUILT_LLM_FAMILIES}')",
+            UNBUILT_LLM_MESSAGE, "source"),
+    ]})
+
     source: str = Field(
         ..., pattern=SOURCE_PATTERN, max_length=2048,
         description="Where the model is: hf://ORG/NAME (Hugging Face), s3://BUCKET/PATH, gs://BUCKET/PATH, or pvc://CLAIM/PATH (a PersistentVolumeClaim in the same namespace).")
@@ -156,6 +179,12 @@ class ModelSpec(Model):
     @property
     def scheme(self) -> str:
         return self.source.split("://", 1)[0]
+
+    @model_validator(mode="after")
+    def _buildable(self) -> ModelSpec:
+        if self.format == "tensorrt-llm" and re.search(UNBUILT_LLM_FAMILIES, self.source):
+            raise ValueError(UNBUILT_LLM_MESSAGE)
+        return self
 
     def parameter_count(self) -> float | None:
         if not self.parameters:
@@ -224,7 +253,7 @@ class AutoscalingSpec(Model):
 
 
 class ContainerResources(Model):
-    """Requests and limits of the Triton container, as in a Pod spec (without GPUs)."""
+    """Requests and limits of a container, as in a Pod spec (without GPUs, which spec.gpu sets)."""
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
         cel("!has(self.requests) || self.requests.all(k, !k.startsWith('nvidia.com/'))",
@@ -234,7 +263,7 @@ class ContainerResources(Model):
     ]})
 
     requests: dict[str, Annotated[str, Field(pattern=QUANTITY)]] | None = Field(
-        None, description="Resource requests, e.g. {cpu: '8', memory: 64Gi}. Defaults to cpu 2 and memory 8Gi.")
+        None, description="Resource requests, e.g. {cpu: '8', memory: 64Gi}; keys left out keep the operator's defaults.")
     limits: dict[str, Annotated[str, Field(pattern=QUANTITY)]] | None = Field(
         None, description="Resource limits, e.g. {memory: 96Gi}.")
 
@@ -258,10 +287,14 @@ class ServerSpec(Model):
 
     image: str | None = Field(
         None, max_length=512,
-        description="Triton image. Defaults to the operator's configured Triton image (the -trtllm-python-py3 flavour for tensorrt-llm).")
+        description="Triton image for formats other than tensorrt-llm. Defaults to the operator's configured Triton "
+                    "image. Not allowed with tensorrt-llm: those services run the operator's runtime image, which "
+                    "holds triton-runtime and the TensorRT-LLM version their engines were built with.")
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
         None, description="Image pull policy.")
-    resources: ContainerResources | None = Field(None, description="CPU and memory requests and limits.")
+    resources: ContainerResources | None = Field(
+        None, description="CPU and memory requests and limits of the Triton container. Requests default to cpu 2 "
+                          "and memory 8Gi; no limits unless set.")
     args: list[Annotated[str, Field(max_length=1024)]] = Field(
         default_factory=list, max_length=64,
         description="Extra tritonserver flags appended after the operator's, e.g. --log-verbose=1.")
@@ -286,6 +319,21 @@ class EngineSpec(Model):
     max_seq_len: int = Field(4096, ge=2, description="Longest prompt plus output in tokens.")
     max_num_tokens: int = Field(8192, ge=1, description="Most tokens in one engine step (batch of prompts and generations).")
     streaming: bool = Field(False, description="Serve tokens as they are generated (decoupled model, gRPC streaming).")
+    calibration_dataset: str | None = Field(
+        None, pattern=SOURCE_PATTERN, max_length=2048,
+        description="Calibration text for precisions fp8 and int4-awq, for clusters without access to the Hugging "
+                    "Face Hub: hf://ORG/NAME (a dataset repository), s3://, gs:// or pvc://CLAIM/PATH holding a "
+                    "Hugging Face datasets folder with a train split and a text column (512 rows are used; "
+                    "e.g. parquet or jsonl files). The build Job fetches it with the model's credentials. When "
+                    "unset, TensorRT-LLM's quantize.py downloads cnn_dailymail from the Hub.")
+    build_resources: ContainerResources | None = Field(
+        None, description="CPU, memory and ephemeral-storage of the engine-build Job, independent of the serving "
+                          "pods'. Defaults, with P = model.parameters in billions and N = gpu.count: requests cpu "
+                          "2+2N; memory 2.5 GB per billion parameters (the 16-bit checkpoint held in host memory "
+                          "while converting, plus a quarter), at least 16Gi; ephemeral-storage (2 + bytes per "
+                          "parameter at the precision) x P GB plus a fifth plus 10Gi, for the download and the "
+                          "converted checkpoint, which also sizes the scratch volume. No limits unless set here. "
+                          "Without model.parameters: memory 32Gi and an unbounded scratch volume.")
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
         cel("self.maxInputLen < self.maxSeqLen", "maxInputLen must be less than maxSeqLen (which counts input and output)"),
@@ -315,6 +363,11 @@ class InferenceServiceSpec(Model):
             "rollout.maxSurge and rollout.maxUnavailable cannot both be 0", "rollout"),
         cel("!has(self.engine) || self.model.format == 'tensorrt-llm'",
             "engine applies only to model.format tensorrt-llm", "engine"),
+        cel("!has(self.server) || !has(self.server.image) || self.model.format != 'tensorrt-llm'",
+            SERVER_IMAGE_MESSAGE, "server.image"),
+        cel("!has(self.engine) || !has(self.engine.calibrationDataset) || "
+            f"self.model.precision in {list(CALIBRATED_PRECISIONS)}",
+            CALIBRATION_MESSAGE, "engine.calibrationDataset"),
     ]})
 
     model: ModelSpec = Field(..., description="The model to serve.")
@@ -338,6 +391,10 @@ class InferenceServiceSpec(Model):
             raise ValueError("rollout.maxSurge and rollout.maxUnavailable cannot both be 0")
         if self.engine is not None and self.model.format != "tensorrt-llm":
             raise ValueError("engine applies only to model.format tensorrt-llm")
+        if self.server.image is not None and self.model.format == "tensorrt-llm":
+            raise ValueError(SERVER_IMAGE_MESSAGE)
+        if self.engine and self.engine.calibration_dataset and self.model.precision not in CALIBRATED_PRECISIONS:
+            raise ValueError(CALIBRATION_MESSAGE)
         return self
 
 

@@ -3,13 +3,18 @@
 A builder works in <cache>/.tmp/<key>.<random>, writes manifest.json last, and renames the folder
 to <cache>/<key>: rename is atomic on one filesystem, so a reader sees a whole engine or none.
 Builders of the same key serialize on a lock file (flock); one that gets the lock after another
-published finds the engine and reuses it. If locks do not reach across nodes (some NFS setups),
-the rename still guarantees that the loser's copy is thrown away, never mixed in.
+published finds the engine and reuses it. If locks do not reach across nodes (some NFS setups
+answer flock with ENOLCK), the build goes on without one: the rename still guarantees that the
+loser's copy is thrown away, never mixed in.
+
+A cache the build cannot write (an NFS export that squashes uid 1000, a claim mounted read-only)
+is a CacheError with one line that says what to change, never a traceback.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -20,6 +25,21 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 MANIFEST = "manifest.json"
+LOCKS = ".locks"
+SCRATCH = ".tmp"
+# flock errors that mean "this filesystem has no (cross-node) locks", not "someone holds it".
+NO_LOCKS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS}
+
+
+class CacheError(RuntimeError):
+    """The cache folder cannot be used; the message names the path and what to change."""
+
+
+def not_writable(cache: Path, path: Path, e: OSError) -> CacheError:
+    return CacheError(
+        f"engine cache {cache} is not writable by uid {os.getuid()} ({e.strerror or e} at {path}): give the "
+        f"claim's volume write access for uid/gid {os.getuid()}/{os.getgid()} (fsGroup does not change "
+        f"ownership on NFS; set the export's owner or use a StorageClass that honours fsGroup)")
 
 
 def engine_dir(cache: Path, key: str) -> Path:
@@ -29,15 +49,36 @@ def engine_dir(cache: Path, key: str) -> Path:
 def lookup(cache: Path, key: str) -> Path | None:
     """The published engine for key, or None. Only complete engines have a manifest."""
     path = engine_dir(cache, key)
-    return path if (path / MANIFEST).is_file() else None
+    try:
+        return path if (path / MANIFEST).is_file() else None
+    except OSError as e:  # a folder this uid may not enter
+        raise CacheError(f"engine cache {cache} is not readable by uid {os.getuid()} ({e.strerror or e}): give "
+                         f"the claim's volume read access for uid/gid {os.getuid()}/{os.getgid()}") from None
+
+
+def manifests(cache: Path) -> list[dict]:
+    """Every published engine's manifest (unreadable ones skipped)."""
+    out = []
+    for path in sorted(cache.glob(f"*/{MANIFEST}")) if cache.is_dir() else []:
+        try:
+            out.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return out
 
 
 @contextlib.contextmanager
-def locked(cache: Path, key: str, timeout: float = 6 * 3600) -> Iterator[None]:
-    locks = cache / ".locks"
-    locks.mkdir(parents=True, exist_ok=True)
-    with open(locks / f"{key}.lock", "w") as handle:
+def locked(cache: Path, key: str, timeout: float = 6 * 3600, log: Callable[[str], None] = print) -> Iterator[None]:
+    locks = cache / LOCKS
+    path = locks / f"{key}.lock"
+    try:
+        locks.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "w")
+    except OSError as e:
+        raise not_writable(cache, path, e) from None
+    with handle:
         deadline = time.monotonic() + timeout
+        held = True
         while True:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -46,10 +87,17 @@ def locked(cache: Path, key: str, timeout: float = 6 * 3600) -> Iterator[None]:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"another build of {key} held the lock for {timeout:.0f}s") from None
                 time.sleep(2)
+            except OSError as e:
+                if e.errno not in NO_LOCKS:
+                    raise
+                log(f"the engine cache's filesystem has no file locks ({e.strerror}): building without one")
+                held = False
+                break
         try:
             yield
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            if held:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def publish(cache: Path, key: str, build: Callable[[Path], dict], log: Callable[[str], None] = print) -> Path:
@@ -58,13 +106,16 @@ def publish(cache: Path, key: str, build: Callable[[Path], dict], log: Callable[
     if found:
         log(f"engine {key} is in the cache: nothing to build")
         return found
-    with locked(cache, key):
+    with locked(cache, key, log=log):
         found = lookup(cache, key)
         if found:
             log(f"engine {key} was published by another builder while this one waited: reusing it")
             return found
-        scratch = cache / ".tmp" / f"{key}.{uuid.uuid4().hex[:8]}"
-        scratch.mkdir(parents=True)
+        scratch = cache / SCRATCH / f"{key}.{uuid.uuid4().hex[:8]}"
+        try:
+            scratch.mkdir(parents=True)
+        except OSError as e:
+            raise not_writable(cache, scratch, e) from None
         try:
             fields = build(scratch)
             (scratch / MANIFEST).write_text(json.dumps({"key": key, **fields}, indent=2, sort_keys=True))

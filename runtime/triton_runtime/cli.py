@@ -5,29 +5,30 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from . import cache, repository, trtllm
-from .fetch import FetchError, fetch
+from . import cache, doctor, image, repository, trtllm
+from .fetch import FetchError, checkpoint_files, fetch
 from .spec import EngineSpec, SpecError
 from .stage import StageError, stage
 
-EXAMPLES_DIR = Path(os.environ.get("TRTLLM_EXAMPLES_DIR", "/app/tensorrt_llm/examples"))
+EXIT_SPEC = 2  # a spec that cannot be built: retrying cannot help (the build Job fails at once)
 
 
 class RuntimeFailure(Exception):
     pass
 
 
-def _trtllm_version() -> str:
-    try:
-        import tensorrt_llm  # only inside the serving image, on a GPU node
-    except ImportError:
-        raise RuntimeFailure("tensorrt_llm is not installed: build-engine runs in the runtime image") from None
-    return tensorrt_llm.__version__
+def _version(a: argparse.Namespace) -> str:
+    version = a.trtllm_version or image.trtllm_version()
+    if version is None:
+        raise RuntimeFailure(f"TensorRT-LLM is not installed (no {image.TRTLLM_DISTRIBUTION} distribution): "
+                             f"run this in the runtime image built from runtime/Dockerfile")
+    return version
 
 
 def _engine_spec(a: argparse.Namespace) -> EngineSpec:
@@ -35,43 +36,82 @@ def _engine_spec(a: argparse.Namespace) -> EngineSpec:
         source=a.source, precision=a.precision, compute_capability=a.compute_capability,
         revision=a.revision or "main", tensor_parallelism=a.tensor_parallelism,
         max_batch_size=a.max_batch_size, max_input_len=a.max_input_len, max_seq_len=a.max_seq_len,
-        max_num_tokens=a.max_num_tokens).validate()
+        max_num_tokens=a.max_num_tokens, calibration_dataset=a.calibration_dataset).validate()
 
 
-def _run(cmd: list[str]) -> None:
-    print("+ " + " ".join(cmd), flush=True)
-    result = subprocess.run(cmd)
+def _prepare_home() -> None:
+    """Create the per-user cache folders the environment names (the doctor reports if it cannot)."""
+    for name in image.CACHE_VARIABLES:
+        if os.environ.get(name):
+            try:
+                Path(os.environ[name]).mkdir(parents=True, exist_ok=True)
+            except OSError:
+                pass  # the doctor, which ran first, names it; the tool that needs it will fail clearly
+
+
+def _run(cmd: list[str], cwd: Path) -> None:
+    """Run a build step inside the scratch folder: TensorRT-LLM writes relative paths, e.g.
+    trtllm-build's timing cache (NVIDIA/TensorRT-LLM v0.17.0 tensorrt_llm/builder.py:
+    BuildConfig.output_timing_cache = 'model.cache'), and the pod's working folder is not
+    writable by uid 1000."""
+    print(f"+ (cd {cwd}) " + " ".join(cmd), flush=True)
+    try:
+        result = subprocess.run(cmd, cwd=cwd)
+    except FileNotFoundError:
+        raise RuntimeFailure(f"{cmd[0]} is not on PATH: this is not a TensorRT-LLM image") from None
     if result.returncode != 0:
         raise RuntimeFailure(f"{cmd[0]} exited with {result.returncode}")
 
 
+def _is_tokenizer_file(name: str) -> bool:
+    """What the pre/postprocessing models load with AutoTokenizer, and nothing heavier."""
+    return (name.startswith(("tokenizer", "special_tokens", "vocab", "merges", "added_tokens"))
+            or name.endswith(".tiktoken") or name in ("config.json", "generation_config.json"))
+
+
 def cmd_build_engine(a: argparse.Namespace) -> int:
     spec = _engine_spec(a)
-    key = spec.key(a.trtllm_version or _trtllm_version())
-    cache_dir = Path(a.cache)
+    version = _version(a)
+    key = spec.key(version)
+    examples = image.examples_dir()
+    if not examples.is_dir():
+        raise RuntimeFailure(f"TensorRT-LLM examples not found at {examples}: the converters live there "
+                             f"(set {image.EXAMPLES_ENV} if this image keeps them elsewhere)")
+    _prepare_home()
 
     def build(out: Path) -> dict:
         with tempfile.TemporaryDirectory(dir=a.scratch) as tmp:
-            model_dir = fetch(spec.source, Path(tmp) / "hf", spec.revision)
+            work = Path(tmp)
+            model_dir = fetch(spec.source, work / "hf", spec.revision, select=checkpoint_files)
             model_type = json.loads((model_dir / "config.json").read_text()).get("model_type", "")
-            ckpt = Path(tmp) / "checkpoint"
-            _run(trtllm.checkpoint_command(spec, model_type, model_dir, ckpt, EXAMPLES_DIR))
-            _run(trtllm.build_command(spec, ckpt, out / "engine"))
+            script = trtllm.converter(spec, model_type, examples)
+            if not script.is_file():
+                raise RuntimeFailure(f"{script} not found: this image's TensorRT-LLM examples lack the converter "
+                                     f"for model_type {model_type!r}")
+            calibration = None
+            if spec.calibration_dataset:
+                # A fixed folder name: quantize.py treats any path containing "cnn_dailymail" as that dataset.
+                calibration = fetch(spec.calibration_dataset, work / "calibration", repo_type="dataset")
+            ckpt = work / "checkpoint"
+            _run(trtllm.checkpoint_command(spec, model_type, model_dir, ckpt, examples,
+                                           calibration_dataset=calibration), cwd=work)
+            _run(trtllm.build_command(spec, ckpt, out / "engine"), cwd=work)
             tokenizer = out / "tokenizer"
             tokenizer.mkdir()
-            for f in model_dir.iterdir():  # the tokenizer travels with the engine
-                if f.name.startswith(("tokenizer", "special_tokens", "vocab", "merges")) or f.name == "config.json":
-                    (tokenizer / f.name).write_bytes(f.read_bytes())
-        return {"source": spec.source, "revision": spec.revision, "precision": spec.precision}
+            for f in sorted(model_dir.iterdir()):  # the tokenizer travels with the engine
+                if f.is_file() and _is_tokenizer_file(f.name):
+                    shutil.copyfile(f, tokenizer / f.name)
+        return {"source": spec.source, "revision": spec.revision, "precision": spec.precision,
+                "spec": spec.fields(), "trtllm_version": version}
 
-    path = cache.publish(cache_dir, key, build)
+    path = cache.publish(Path(a.cache), key, build)
     print(f"engine ready: {path}")
     return 0
 
 
 def cmd_make_repository(a: argparse.Namespace) -> int:
     spec = _engine_spec(a)
-    key = spec.key(a.trtllm_version or _trtllm_version())
+    key = spec.key(_version(a))
     found = cache.lookup(Path(a.cache), key)
     if not found:
         raise RuntimeFailure(f"no engine {key} in {a.cache}: the build Job for this GPU class has not finished")
@@ -79,6 +119,29 @@ def cmd_make_repository(a: argparse.Namespace) -> int:
         engine_dir=str(found / "engine"), tokenizer_dir=str(found / "tokenizer"),
         max_batch_size=spec.max_batch_size, decoupled=a.streaming), Path(a.repository))
     print(f"repository written to {a.repository} for engine {key}")
+    return 0
+
+
+def cmd_doctor(a: argparse.Namespace) -> int:
+    limit = None
+    if a.scratch_size:
+        try:
+            limit = doctor.parse_quantity(a.scratch_size)
+        except ValueError as e:
+            raise SpecError(f"--scratch-size: {e}") from None
+    req = doctor.Request(mode=a.mode, spec=_engine_spec(a), cache_dir=Path(a.cache), gpus=a.gpus,
+                         scratch=Path(a.scratch) if a.scratch else None, scratch_limit=limit,
+                         trtllm_version=a.trtllm_version)
+    report = doctor.run(req)
+    for line in report.passed:
+        print(f"doctor: ok: {line}")
+    for line in report.warnings:
+        print(f"doctor: warning: {line}", file=sys.stderr)
+    for line in report.problems:
+        print(f"doctor: {line}", file=sys.stderr)
+    if report.problems:
+        doctor.write_termination_message(report.problems)
+        return doctor.PROBLEMS_EXIT
     return 0
 
 
@@ -107,6 +170,7 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-input-len", type=int, default=2048)
     p.add_argument("--max-seq-len", type=int, default=4096)
     p.add_argument("--max-num-tokens", type=int, default=8192)
+    p.add_argument("--calibration-dataset", help="hf://, s3://, gs:// or pvc:// datasets folder for quantize.py")
     p.add_argument("--cache", required=True, help="the shared engine cache folder")
     p.add_argument("--trtllm-version", help="override the detected TensorRT-LLM version (tests)")
 
@@ -123,6 +187,13 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("--repository", required=True)
     m.add_argument("--streaming", action="store_true", help="decoupled tensorrt_llm for token streaming")
     m.set_defaults(func=cmd_make_repository)
+    d = sub.add_parser("doctor", help="check that this pod can build (--for build) or serve (--for serve) the engine")
+    d.add_argument("--for", dest="mode", choices=("build", "serve"), required=True)
+    _engine_args(d)
+    d.add_argument("--gpus", type=int, required=True, help="GPUs the pod was given (gpu.count)")
+    d.add_argument("--scratch", help="build: where the checkpoint is downloaded and converted")
+    d.add_argument("--scratch-size", help="build: the scratch volume's size limit, e.g. 40Gi")
+    d.set_defaults(func=cmd_doctor)
     s = sub.add_parser("stage", help="fetch a non-LLM model into a model repository")
     s.add_argument("--source", required=True)
     s.add_argument("--revision")
@@ -146,9 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return args.func(args)
-    except (SpecError, StageError, FetchError, RuntimeFailure, TimeoutError) as e:
+    except (SpecError, StageError, FetchError, RuntimeFailure, cache.CacheError, TimeoutError) as e:
         print(f"triton-runtime {args.command}: {e}", file=sys.stderr)
-        return 2 if isinstance(e, SpecError) else 1
+        return EXIT_SPEC if isinstance(e, SpecError) else 1
 
 
 if __name__ == "__main__":

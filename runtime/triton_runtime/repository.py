@@ -1,6 +1,12 @@
 """The Triton model repository for in-flight batching with TensorRT-LLM, as tensorrtllm_backend's
 all_models/inflight_batcher_llm lays it out: ensemble = preprocessing -> tensorrt_llm ->
-postprocessing. Configs are text protobuf (Triton's ModelConfig); the tests parse each one."""
+postprocessing. Configs are text protobuf (Triton's ModelConfig); the tests parse each one.
+
+Tensor and parameter names, types and the ensemble's wiring are a subset of
+triton-inference-server/tensorrtllm_backend v0.17.0 all_models/inflight_batcher_llm/
+{ensemble,preprocessing,tensorrt_llm,postprocessing}/config.pbtxt, so clients written for the
+upstream ensemble (text_input, max_tokens, stream, end_id, pad_id, temperature, top_k, top_p,
+exclude_input_in_output -> text_output) work unchanged."""
 
 from __future__ import annotations
 
@@ -20,6 +26,10 @@ class RepositorySpec:
     enable_kv_cache_reuse: bool = True
     batch_scheduler_policy: str = "max_utilization"
     max_queue_delay_microseconds: int = 0
+    # Return only the generated tokens, not the prompt echoed before them. The backend reads this
+    # parameter as the default (inflight_batcher_llm/src/model_instance_state.cc: false when unset);
+    # a request's exclude_input_in_output input overrides it.
+    exclude_input_in_output: bool = True
 
 
 def _param(key: str, value: object) -> str:
@@ -27,9 +37,11 @@ def _param(key: str, value: object) -> str:
     return f'parameters: {{ key: "{key}" value: {{ string_value: "{text}" }} }}'
 
 
-def _tensor(name: str, dtype: str, dims: str, optional: bool = False, scalar: bool = False) -> str:
+def _tensor(name: str, dtype: str, dims: str, optional: bool = False, scalar: bool = False,
+            ragged: bool = False) -> str:
     extra = " reshape: { shape: [ ] }" if scalar else ""
     extra += " optional: true" if optional else ""
+    extra += " allow_ragged_batch: true" if ragged else ""
     return f'  {{ name: "{name}" data_type: {dtype} dims: [ {dims} ]{extra} }}'
 
 
@@ -39,12 +51,15 @@ def _io(kind: str, tensors: list[str]) -> str:
 
 def tensorrt_llm_config(spec: RepositorySpec) -> str:
     inputs = [
-        _tensor("input_ids", "TYPE_INT32", "-1"),
+        # Prompts of different lengths batch without padding (upstream: allow_ragged_batch: true).
+        _tensor("input_ids", "TYPE_INT32", "-1", ragged=True),
         _tensor("input_lengths", "TYPE_INT32", "1", scalar=True),
         _tensor("request_output_len", "TYPE_INT32", "1", scalar=True),
+        # Without end_id the executor never stops at EOS and always generates request_output_len.
         _tensor("end_id", "TYPE_INT32", "1", optional=True, scalar=True),
         _tensor("pad_id", "TYPE_INT32", "1", optional=True, scalar=True),
         _tensor("streaming", "TYPE_BOOL", "1", optional=True, scalar=True),
+        _tensor("exclude_input_in_output", "TYPE_BOOL", "1", optional=True, scalar=True),
         _tensor("temperature", "TYPE_FP32", "1", optional=True, scalar=True),
         _tensor("runtime_top_k", "TYPE_INT32", "1", optional=True, scalar=True),
         _tensor("runtime_top_p", "TYPE_FP32", "1", optional=True, scalar=True),
@@ -65,6 +80,7 @@ def tensorrt_llm_config(spec: RepositorySpec) -> str:
         _param("batch_scheduler_policy", spec.batch_scheduler_policy),
         _param("kv_cache_free_gpu_mem_fraction", spec.kv_cache_free_gpu_mem_fraction),
         _param("enable_kv_cache_reuse", spec.enable_kv_cache_reuse),
+        _param("exclude_input_in_output", spec.exclude_input_in_output),
         _param("max_beam_width", 1),
         "",
     ])
@@ -87,9 +103,11 @@ def _tokenizer_model(name: str, spec: RepositorySpec, inputs: list[str], outputs
 def preprocessing_config(spec: RepositorySpec) -> str:
     return _tokenizer_model(
         "preprocessing", spec,
-        [_tensor("QUERY", "TYPE_STRING", "1"), _tensor("MAX_TOKENS", "TYPE_INT32", "1")],
-        [_tensor("INPUT_ID", "TYPE_INT32", "-1"), _tensor("INPUT_LEN", "TYPE_INT32", "1"),
-         _tensor("OUTPUT_LEN", "TYPE_INT32", "1")])
+        [_tensor("QUERY", "TYPE_STRING", "1"), _tensor("REQUEST_OUTPUT_LEN", "TYPE_INT32", "1"),
+         _tensor("END_ID", "TYPE_INT32", "1", optional=True), _tensor("PAD_ID", "TYPE_INT32", "1", optional=True)],
+        [_tensor("INPUT_ID", "TYPE_INT32", "-1"), _tensor("REQUEST_INPUT_LEN", "TYPE_INT32", "1"),
+         _tensor("REQUEST_OUTPUT_LEN", "TYPE_INT32", "1"),
+         _tensor("OUT_END_ID", "TYPE_INT32", "1"), _tensor("OUT_PAD_ID", "TYPE_INT32", "1")])
 
 
 def postprocessing_config(spec: RepositorySpec) -> str:
@@ -99,12 +117,33 @@ def postprocessing_config(spec: RepositorySpec) -> str:
         [_tensor("OUTPUT", "TYPE_STRING", "-1")])
 
 
+# The ensemble's own inputs (all but text_input and max_tokens optional), as upstream names them.
+ENSEMBLE_INPUTS = [
+    _tensor("text_input", "TYPE_STRING", "1"),
+    _tensor("max_tokens", "TYPE_INT32", "1"),
+    _tensor("end_id", "TYPE_INT32", "1", optional=True),
+    _tensor("pad_id", "TYPE_INT32", "1", optional=True),
+    _tensor("stream", "TYPE_BOOL", "1", optional=True),
+    _tensor("exclude_input_in_output", "TYPE_BOOL", "1", optional=True),
+    _tensor("temperature", "TYPE_FP32", "1", optional=True),
+    _tensor("top_k", "TYPE_INT32", "1", optional=True),
+    _tensor("top_p", "TYPE_FP32", "1", optional=True),
+]
+
 STEPS = [
-    ("preprocessing", {"QUERY": "text_input", "MAX_TOKENS": "max_tokens"},
-     {"INPUT_ID": "_input_ids", "INPUT_LEN": "_input_len", "OUTPUT_LEN": "_output_len"}),
-    ("tensorrt_llm", {"input_ids": "_input_ids", "input_lengths": "_input_len", "request_output_len": "_output_len"},
-     {"output_ids": "_output_ids", "sequence_length": "_sequence_length"}),
-    ("postprocessing", {"TOKENS_BATCH": "_output_ids", "SEQUENCE_LENGTH": "_sequence_length"},
+    ("preprocessing",
+     {"QUERY": "text_input", "REQUEST_OUTPUT_LEN": "max_tokens", "END_ID": "end_id", "PAD_ID": "pad_id"},
+     {"INPUT_ID": "_INPUT_ID", "REQUEST_INPUT_LEN": "_REQUEST_INPUT_LEN",
+      "REQUEST_OUTPUT_LEN": "_REQUEST_OUTPUT_LEN",
+      "OUT_END_ID": "_PREPROCESSOR_END_ID", "OUT_PAD_ID": "_PREPROCESSOR_PAD_ID"}),
+    ("tensorrt_llm",
+     {"input_ids": "_INPUT_ID", "input_lengths": "_REQUEST_INPUT_LEN",
+      "request_output_len": "_REQUEST_OUTPUT_LEN",
+      "end_id": "_PREPROCESSOR_END_ID", "pad_id": "_PREPROCESSOR_PAD_ID",
+      "streaming": "stream", "exclude_input_in_output": "exclude_input_in_output",
+      "temperature": "temperature", "runtime_top_k": "top_k", "runtime_top_p": "top_p"},
+     {"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH"}),
+    ("postprocessing", {"TOKENS_BATCH": "_TOKENS_BATCH", "SEQUENCE_LENGTH": "_SEQUENCE_LENGTH"},
      {"OUTPUT": "text_output"}),
 ]
 
@@ -119,7 +158,7 @@ def ensemble_config(spec: RepositorySpec) -> str:
         'name: "ensemble"',
         'platform: "ensemble"',
         f"max_batch_size: {spec.max_batch_size}",
-        _io("input", [_tensor("text_input", "TYPE_STRING", "1"), _tensor("max_tokens", "TYPE_INT32", "1")]),
+        _io("input", ENSEMBLE_INPUTS),
         _io("output", [_tensor("text_output", "TYPE_STRING", "-1")]),
         "ensemble_scheduling {\n  step [\n" + ",\n".join(steps) + "\n  ]\n}",
         "",

@@ -18,12 +18,16 @@ from .. import planning
 from ..api import API_VERSION, EngineSpec, GPUClass, GPUClassSpec, InferenceService
 from ..labels import LABEL_GPU_CLASS, LABEL_SERVICE, MANAGED_BY, selector_labels
 from ..settings import Settings
+from . import runtime
+from .runtime import PROGRAM, SCRATCH_ROOT
 
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 MODEL_ROOT = "/models"
 ENGINE_ROOT = "/engines"
-SCRATCH_ROOT = "/scratch"
 PVC_ROOT = "/mnt/pvc"  # runtime/ finds pvc://CLAIM/PATH at PVC_ROOT/CLAIM/PATH
+# triton-runtime's exit codes that retrying cannot fix: 2 a spec it cannot build, 3 a pod the
+# doctor found unfit (runtime/triton_runtime/cli.py EXIT_SPEC, doctor.py PROBLEMS_EXIT).
+NO_RETRY_EXIT_CODES = [2, 3]
 QUANTILES = "0.5:0.05,0.9:0.01,0.95:0.005,0.99:0.001"
 DEFAULT_REQUESTS = {"cpu": "2", "memory": "8Gi"}
 # Triton's NGC images run as the unprivileged user triton-server (uid 1000).
@@ -105,6 +109,8 @@ def engine_args(isvc: InferenceService, cls: GPUClassSpec) -> list[str]:
             "--tensor-parallelism", str(isvc.spec.gpu.count), "--max-batch-size", str(e.max_batch_size),
             "--max-input-len", str(e.max_input_len), "--max-seq-len", str(e.max_seq_len),
             "--max-num-tokens", str(e.max_num_tokens), "--cache", ENGINE_ROOT]
+    if e.calibration_dataset:
+        args += ["--calibration-dataset", e.calibration_dataset]
     return args + (["--revision", m.revision] if m.revision else [])
 
 
@@ -136,32 +142,49 @@ def _model_delivery(isvc: InferenceService, cls: GPUClassSpec, settings: Setting
         # The engine was built by this class's build Job into the shared cache.
         volumes.append({"name": "engines", "persistentVolumeClaim": {"claimName": engine_claim(isvc, settings),
                                                                      "readOnly": True}})
-        init_mounts.append({"name": "engines", "mountPath": ENGINE_ROOT, "readOnly": True})
-        server_mounts.append({"name": "engines", "mountPath": ENGINE_ROOT, "readOnly": True})
-        args = ["make-repository", *engine_args(isvc, cls), "--repository", MODEL_ROOT]
+        volumes.append({"name": "home", "emptyDir": {"sizeLimit": runtime.SERVING_HOME_SIZE}})
+        for mounts in (init_mounts, server_mounts):
+            mounts.append({"name": "engines", "mountPath": ENGINE_ROOT, "readOnly": True})
+            mounts.append({"name": "home", "mountPath": runtime.SERVING_HOME})
+        identity = engine_args(isvc, cls)
+        args = [PROGRAM, "make-repository", *identity, "--repository", MODEL_ROOT]
         if isvc.spec.engine and isvc.spec.engine.streaming:
             args.append("--streaming")
-        return {"path": MODEL_ROOT, "init": {"name": "make-repository", "args": args}, "volumes": volumes,
-                "init_mounts": init_mounts, "server_mounts": server_mounts, "secret_on_server": False}
+        # The doctor runs first, with the pod's GPUs, so that a node without them, an engine of
+        # another TensorRT-LLM version or an unwritable home fails in seconds with a reason.
+        doctor = runtime.doctor_args("serve", identity, isvc.spec.gpu.count)
+        home_env = runtime.cache_environment(runtime.SERVING_HOME)
+        return {"path": MODEL_ROOT, "init": {"name": "make-repository", "args": args}, "doctor": doctor,
+                "volumes": volumes, "init_mounts": init_mounts, "server_mounts": server_mounts,
+                "secret_on_server": False, "init_env": home_env, "server_env": home_env}
+    # The staging container runs the runtime image as uid 1000 too: it gets a writable home
+    # (huggingface_hub and the cloud clients keep caches and credentials files there).
+    volumes.append({"name": "home", "emptyDir": {"sizeLimit": runtime.SERVING_HOME_SIZE}})
+    init_mounts.append({"name": "home", "mountPath": runtime.SERVING_HOME})
     if source_claim:
         volumes.append({"name": "model-source", "persistentVolumeClaim": {"claimName": source_claim, "readOnly": True}})
         init_mounts.append({"name": "model-source", "mountPath": f"{PVC_ROOT}/{source_claim}", "readOnly": True})
     # Everything else is fetched (and laid out) by runtime/'s staging command.
-    args = ["stage", "--source", m.source, "--format", m.format, "--model-name", model_name(isvc),
+    args = [PROGRAM, "stage", "--source", m.source, "--format", m.format, "--model-name", model_name(isvc),
             "--repository", MODEL_ROOT]
     if m.revision:
         args += ["--revision", m.revision]
     return {"path": MODEL_ROOT, "init": {"name": "stage-model", "args": args}, "volumes": volumes,
-            "init_mounts": init_mounts, "server_mounts": server_mounts, "secret_on_server": False}
+            "init_mounts": init_mounts, "server_mounts": server_mounts, "secret_on_server": False,
+            "init_env": runtime.cache_environment(runtime.SERVING_HOME)}
 
 
-def _server_command(isvc: InferenceService, repository: str) -> tuple[list[str], list[str]]:
-    """(command, args) of the serving container."""
+def _server_args(isvc: InferenceService, repository: str) -> list[str]:
+    """The serving container's args, program first. No `command`: the NGC images' entrypoint
+    (/opt/nvidia/nvidia_entrypoint.sh: CUDA forward compatibility, driver checks) runs and then
+    execs them, as in Triton server v2.54.0 deploy/k8s-onprem/templates/deployment.yaml
+    (`args: [tritonserver, ...]`)."""
     if isvc.spec.model.format == "tensorrt-llm":
         # runtime/ runs one tritonserver rank per GPU under mpirun when tensor parallel.
-        return ["triton-runtime"], ["serve", "--repository", repository, "--world-size", str(isvc.spec.gpu.count),
-                                    "--", "--metrics-config=summary_quantiles=" + QUANTILES, *isvc.spec.server.args]
-    return ["tritonserver"], [
+        return [PROGRAM, "serve", "--repository", repository, "--world-size", str(isvc.spec.gpu.count),
+                "--", "--metrics-config=summary_quantiles=" + QUANTILES, *isvc.spec.server.args]
+    return [
+        "tritonserver",
         f"--model-repository={repository}",
         f"--http-port={HTTP_PORT}",
         f"--grpc-port={GRPC_PORT}",
@@ -210,6 +233,19 @@ def _resources(isvc: InferenceService, cls: GPUClassSpec) -> tuple[dict[str, Any
     return resources, {"requests": {k: v for k, v in resources["requests"].items() if k not in gpu}}
 
 
+def _scratch_limit(isvc: InferenceService) -> str | None:
+    """The build's scratch volume size: the user's ephemeral-storage request, else the estimate."""
+    user = isvc.spec.engine.build_resources if isvc.spec.engine else None
+    return ((user.requests or {}) if user else {}).get("ephemeral-storage") or runtime.scratch_size(isvc)
+
+
+def _build_resources(isvc: InferenceService, cls: GPUClassSpec) -> dict[str, Any]:
+    """The build container's own resources (never the serving ones), plus the class's GPUs."""
+    base = runtime.build_resources(isvc)
+    gpu = {cls.resource_name: str(isvc.spec.gpu.count)}
+    return {"requests": {**base["requests"], **gpu}, "limits": {**base["limits"], **gpu}}
+
+
 def engine_jobs(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Settings) -> list[dict[str, Any]]:
     """One engine-build Job per GPU class the service may run on (class and fallbacks that exist
     and fit), so that falling back needs no build. Empty for formats other than tensorrt-llm.
@@ -222,11 +258,18 @@ def engine_jobs(isvc: InferenceService, classes: Mapping[str, GPUClass], setting
         if gpu_class is None or planning.problems(isvc.spec.model, class_name, gpu_class.spec, isvc.spec.gpu.count):
             continue
         cls = gpu_class.spec
-        args = ["build-engine", *engine_args(isvc, cls), "--scratch", SCRATCH_ROOT]
-        digest = hashlib.sha256(json.dumps([class_name, settings.runtime_image, cls.resource_name, args]).encode())
-        resources, _ = _resources(isvc, cls)
+        identity = engine_args(isvc, cls)
+        scratch_limit = _scratch_limit(isvc)
+        args = [PROGRAM, "build-engine", *identity, "--scratch", SCRATCH_ROOT]
+        doctor = runtime.doctor_args("build", identity, isvc.spec.gpu.count, SCRATCH_ROOT, scratch_limit)
+        resources = _build_resources(isvc, cls)
+        digest = hashlib.sha256(json.dumps([class_name, settings.runtime_image, cls.resource_name, args, doctor,
+                                            resources]).encode())
         m = isvc.spec.model
         source_claim = m.source[len("pvc://"):].partition("/")[0] if m.scheme == "pvc" else None
+        calibration = isvc.spec.engine.calibration_dataset if isvc.spec.engine else None
+        calibration_claim = (calibration[len("pvc://"):].partition("/")[0]
+                             if calibration and calibration.startswith("pvc://") else None)
         context = {
             "name": f"{isvc.name}-{digest.hexdigest()[:10]}",
             "namespace": isvc.namespace,
@@ -234,11 +277,17 @@ def engine_jobs(isvc: InferenceService, classes: Mapping[str, GPUClass], setting
             "owner": _owner(isvc),
             "image": settings.runtime_image,
             "args": args,
+            "doctor_args": doctor,
+            "env": runtime.cache_environment(runtime.BUILD_HOME),
             "resources": resources,
+            "scratch_limit": scratch_limit,
+            "no_retry_exit_codes": NO_RETRY_EXIT_CODES,
             "credentials_secret": m.credentials_secret,
             "engine_claim": engine_claim(isvc, settings),
-            "source_claim": source_claim,
+            "claims": sorted({c for c in (source_claim, calibration_claim) if c}),
             "pvc_root": PVC_ROOT,
+            "engine_root": ENGINE_ROOT,
+            "scratch_root": SCRATCH_ROOT,
             "uid": TRITON_UID,
             **placement(cls),
         }
@@ -283,13 +332,22 @@ def render(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Se
     cls = gpu_class.spec
     delivery = _model_delivery(isvc, cls, settings)
     llm = spec.model.format == "tensorrt-llm"
-    image = spec.server.image or (settings.runtime_image if llm else settings.triton_image)
-    command, args = _server_command(isvc, delivery["path"])
+    # server.image is refused for tensorrt-llm (api.SERVER_IMAGE_MESSAGE): engine and server must
+    # share the runtime image's TensorRT-LLM version.
+    image = settings.runtime_image if llm else (spec.server.image or settings.triton_image)
     resources, init_resources = _resources(isvc, cls)
-    init = delivery["init"]
-    if init is not None:
-        init = {**init, "image": settings.runtime_image, "resources": init_resources,
-                "volumeMounts": delivery.get("init_mounts", [])}
+    init_env = delivery.get("init_env", [])
+    init_containers = []
+    if delivery.get("doctor"):
+        # With the server's resources, GPUs included: the scheduler reserves max(init, app) per
+        # resource, and the kubelet hands the init container's GPUs on to the server.
+        init_containers.append({"name": "doctor", "args": delivery["doctor"], "resources": resources,
+                                "env": init_env, "volumeMounts": delivery.get("init_mounts", []),
+                                "secret": False})
+    if delivery["init"] is not None:
+        init_containers.append({**delivery["init"], "resources": init_resources, "env": init_env,
+                                "volumeMounts": delivery.get("init_mounts", []),
+                                "secret": not llm})  # only the container that fetches gets credentials
     max_surge = spec.rollout.max_surge
     if max_surge is None:
         max_surge = 1 if cls.spare_gpus else 0
@@ -318,11 +376,11 @@ def render(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Se
         "max_unavailable": max_unavailable,
         "image": image,
         "image_pull_policy": spec.server.image_pull_policy,
-        "command": command,
-        "args": args,
-        "env": [e.wire() for e in spec.server.env],
+        "args": _server_args(isvc, delivery["path"]),
+        "env": runtime.merge_env(delivery.get("server_env", []), [e.wire() for e in spec.server.env]),
         "resources": resources,
-        "init": init,
+        "init_image": settings.runtime_image,
+        "init_containers": init_containers,
         "volumes": delivery["volumes"],
         "server_mounts": delivery["server_mounts"],
         "secret_on_server": delivery["secret_on_server"],
