@@ -80,6 +80,7 @@ class Prometheus:
     stale: set[int] = field(default_factory=set)
     history: dict[int, deque[Sample]] = field(default_factory=dict)
     first_seen: dict[int, float] = field(default_factory=dict)
+    in_system: deque[tuple[float, float]] = field(default_factory=deque)  # sum(pending + active) per scrape
 
     def in_outage(self, now: float) -> bool:
         return self.outage is not None and self.outage[0] <= now < self.outage[1]
@@ -98,6 +99,9 @@ class Prometheus:
             hist.append(sample)
             while hist and hist[0].t < now - 180:
                 hist.popleft()
+        self.in_system.append((now, sum(x.pending + x.active for x in samples.values())))
+        while self.in_system and self.in_system[0][0] < now - 180:
+            self.in_system.popleft()
 
     def query_error(self, now: float) -> str | None:
         if self.in_outage(now) and self.outage_kind == "prometheus":
@@ -108,6 +112,14 @@ class Prometheus:
         """Per pod, the newest sample an instant query at `now` sees."""
         return {rid: s for rid, s in self.latest.items()
                 if rid not in self.stale and now - s.t <= LOOKBACK_S}
+
+    def in_system_at(self, t: float) -> float | None:
+        """sum(pending + active) as an instant query at `t` sees it (`offset` in PromQL)."""
+        best = None
+        for ts, value in self.in_system:
+            if ts <= t and t - ts <= LOOKBACK_S:
+                best = value
+        return best
 
     def rate(self, now: float, window: float, rids: set[int] | None = None) -> float | None:
         """sum(rate(success[window])) over pods, Prometheus-style: per series (last - first) /

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Sequence
 
@@ -74,10 +74,30 @@ def live_signals(view: View) -> live_policy.Signals:
     return live_policy.Signals(queue_depth=queue, p99_ms=max(p99s) if p99s else math.nan, ready=ready)
 
 
+def demand_signals(view: View) -> live_policy.Signals:
+    """live_signals plus the inputs of the demand rule, as the live loop must feed them:
+    throughput = sum(rate(nv_inference_request_success[1m])); arrival_rate = throughput +
+    (in-system now - in-system 1 m ago) / 60 s, with in-system = sum(nv_inference_pending_request_count)
+    + sum(nv_trt_llm_request_metrics{request_type="active"}); startup_s = creation-to-Ready of the
+    newest ready pod."""
+    base = live_signals(view)
+    if base.error is not None:
+        return base
+    prom, now = view.prometheus, view.now
+    throughput = prom.rate(now, 60.0)
+    current, before = prom.in_system_at(now), prom.in_system_at(now - 60.0)
+    arrival = None
+    if throughput is not None and current is not None and before is not None:
+        arrival = max(0.0, throughput + (current - before) / 60.0)
+    started = [p for p in view.pods if p.state == "ready" and p.created > 0]
+    startup = max(started, key=lambda p: p.ready_at).ready_at - max(started, key=lambda p: p.ready_at).created if started else None
+    return replace(base, arrival_rate=arrival, throughput=throughput, startup_s=startup)
+
+
 @dataclass
 class Ours:
     spec: AutoscalingSpec
-    signals: Callable[[View], live_policy.Signals] = live_signals
+    signals: Callable[[View], live_policy.Signals] = demand_signals
     name: str = "ours"
     interval: float = LIVE_TICK_S
     sample_interval: float = 0.0
@@ -354,7 +374,7 @@ class Schedule:
     lead_s: float
     note: str
     name: str = "oracle"
-    interval: float = 1.0
+    interval: float = 5.0
     sample_interval: float = 0.0
 
     def decide(self, view: View) -> tuple[int, str]:
@@ -397,7 +417,7 @@ def oracle_schedule(requests: Sequence[Request], capacity: float, headroom: floa
 
 
 def run_oracle(requests: Sequence[Request], perf: Performance, cold: ColdStart, settings: Settings,
-               gpu_class: str = "", bucket_s: float = 60.0, iterations: int = 7) -> Run:
+               gpu_class: str = "", bucket_s: float = 60.0, iterations: int = 5) -> Run:
     """The cheapest plan with foresight that meets the SLO target (see the module docstring)."""
     from .results import summarize
 
@@ -410,6 +430,8 @@ def run_oracle(requests: Sequence[Request], perf: Performance, cold: ColdStart, 
                                  settings.max_replicas)
         note = f"capacity {capacity:.2f} req/s/replica, headroom {h:+.0%}"
         initial = max(counts[: int(lead // bucket_s) + 1])
+        if settings.initial_replicas is not None:
+            initial = max(initial, settings.initial_replicas)
         cfg = Settings(**{**settings.__dict__, "initial_replicas": initial})
         return simulate(requests, perf, cold, Schedule(counts, bucket_s, lead, note), cfg, gpu_class)
 
@@ -441,9 +463,22 @@ def parse_policy(name: str) -> str:
     raise PolicyError(f"unknown policy {name!r}; choose from {', '.join(POLICY_NAMES)}")
 
 
+def warm_start(requests: Sequence[Request], perf: Performance, settings: Settings) -> Settings:
+    """Settings whose initial replicas serve the first minute's arrivals at 80 % of a replica's
+    saturated throughput, as if the service had been running: every policy starts from the
+    same, sensible place instead of from minReplicas under full load."""
+    if settings.initial_replicas is not None or not requests:
+        return settings
+    capacity = saturated_throughput(requests, perf, settings)
+    first = sum(1 for r in requests if r.arrival < 60.0) / 60.0
+    initial = max(settings.min_replicas, min(settings.max_replicas, math.ceil(first / (capacity * 0.8))))
+    return Settings(**{**settings.__dict__, "initial_replicas": initial})
+
+
 def run_policy(name: str, requests: Sequence[Request], perf: Performance, cold: ColdStart,
                spec: AutoscalingSpec, settings: Settings, gpu_class: str = "") -> Run:
     name = parse_policy(name)
+    settings = warm_start(requests, perf, settings)
     if name == "oracle":
         return run_oracle(requests, perf, cold, settings, gpu_class)
     if name == "ours":
