@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv test unit e2e crds golden dev dev-down tools lint
+.PHONY: help venv test unit e2e crds golden dev dev-down tools lint bench-autoscaling
 
 help:
 	@echo "make dev       local cluster with simulated GPU nodes + operator + an example service"
@@ -15,6 +15,7 @@ help:
 	@echo "make e2e       end-to-end tests on a local cluster (E2E_USE_EXISTING_CLUSTER=1 uses $$KUBECONFIG)"
 	@echo "make crds      regenerate crds/ from the API models"
 	@echo "make golden    rewrite tests/golden after an intended rendering change"
+	@echo "make bench-autoscaling  every autoscaling policy on four workloads -> bench/results/autoscaling.md"
 
 $(STAMP): pyproject.toml runtime/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +40,9 @@ crds: $(STAMP)
 
 golden: $(STAMP)
 	UPDATE_GOLDEN=1 $(PY) -m pytest -q tests/test_render.py
+
+bench-autoscaling: $(STAMP)
+	$(PY) bench/autoscaling.py
 
 lint: $(STAMP)
 	$(VENV)/bin/lint-imports

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -121,3 +123,71 @@ def test_history_keeps_only_the_window():
     for s in (0, 100, 200, 400):
         h = h.add(T0 + timedelta(seconds=s), s, timedelta(seconds=300))
     assert [r for _, r in h.recommendations] == [200, 400]
+
+
+# -- the demand rule, the learned capacity and targets out of reach --------------------------
+
+def rates(depth: float, ready: int, arrival: float, throughput: float, p99: float | None = None,
+          startup: float | None = None) -> Signals:
+    return Signals(queue_depth=depth, p99_ms=p99, ready=ready, arrival_rate=arrival,
+                   throughput=throughput, startup_s=startup)
+
+
+def test_capacity_is_learned_only_after_a_saturated_minute():
+    ticks = [(s, rates(40, 4, 100, 80)) for s in range(10, 80, 10)]
+    ds = run(SPEC.model_copy(update={"max_replicas": 40}), 4, ticks)
+    assert ds[4].history.capacity is None            # saturated since 10 s: not yet a full minute
+    assert ds[-1].history.capacity == pytest.approx(20.0)   # 80 req/s over 4 full replicas
+    assert "demand" in ds[-1].wants and "queue" not in ds[-1].wants
+
+
+def test_demand_sizes_for_the_arrival_rate_and_drains_the_queue():
+    """Capacity 20 req/s/replica at 80 % utilization: 100 req/s need 6.25 -> 7 replicas, plus a
+    queue of 120 drained within 60 s (0.1 replica) -> 7."""
+    history = replace(seed(T0, 4), capacity=20.0)
+    d = decide(SPEC, 4, rates(120, 4, 100, 80), history, T0 + timedelta(seconds=10))
+    assert d.wants["demand"] == 7 and d.desired == 7
+    assert "demand 100 req/s" in d.reason and "capacity 20 req/s/replica at 80%" in d.reason
+
+
+def test_demand_does_not_scale_a_backlog_like_a_steady_load():
+    """The queue rule would ask for 400 / 4 = 100 replicas; the demand rule asks for what the
+    arrivals need plus what drains the backlog within a minute."""
+    history = replace(seed(T0, 4), capacity=20.0)
+    d = decide(SPEC.model_copy(update={"max_replicas": 200}), 4, rates(400, 4, 60, 80), history,
+               T0 + timedelta(seconds=10))
+    assert d.wants["demand"] == math.ceil(60 / 16 + 400 / 1200)
+
+
+def test_demand_sees_load_an_empty_queue_hides():
+    """In-flight batching: every slot busy, nothing queued; the queue rule would scale to min."""
+    history = replace(seed(T0, 8), capacity=20.0)
+    ticks = [(s, rates(0, 8, 120, 120)) for s in range(10, 400, 10)]
+    current, out = 8, []
+    for s, sig in ticks:
+        d = decide(SPEC, current, sig, history, T0 + timedelta(seconds=s))
+        history, current = d.history, d.desired
+        out.append(d)
+    assert {d.desired for d in out} == {8}           # 120 / 16 = 7.5 -> 8
+
+
+def test_a_rising_rate_asks_for_capacity_one_start_up_ahead():
+    history = replace(seed(T0, 5), capacity=20.0)
+    current = 5
+    for i, rate in enumerate([60, 66, 72, 78]):    # +0.6 req/s per s
+        d = decide(SPEC.model_copy(update={"max_replicas": 40}), current,
+                   rates(0, current, rate, rate, startup=100), history, T0 + timedelta(seconds=10 * (i + 1)))
+        history, current = d.history, d.desired
+    assert d.wants["demand"] == math.ceil((78 + 0.6 * 100) / 16)
+    assert "rising over 100s start-up" in d.reason
+
+
+def test_p99_over_target_without_a_queue_is_reported_not_chased():
+    ds = run(SPEC, 2, [(s, q(0, 2, p99=5000)) for s in range(10, 100, 10)])
+    assert {d.desired for d in ds} == {2}
+    assert ds[0].unattainable and "service time" in ds[0].reason and "p99" not in ds[0].wants
+
+
+def test_new_fields_default_so_the_live_loop_keeps_working():
+    d = decide(SPEC, 3, Signals(queue_depth=12, p99_ms=None, ready=3), seed(T0, 3), T0)
+    assert d.history.capacity is None and d.unattainable is None and "queue" in d.wants

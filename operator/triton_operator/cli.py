@@ -1,4 +1,5 @@
-"""The command line: run the operator, print the CRDs, render manifests offline, plan a fit."""
+"""The command line: run the operator, print the CRDs, render manifests offline, plan a fit,
+simulate autoscaling."""
 
 from __future__ import annotations
 
@@ -169,6 +170,12 @@ def _own_namespace() -> str:
     raise CliError("--leader-elect needs --leader-elect-namespace outside a pod")
 
 
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from .autoscaling.simulator import command
+
+    return command.run(args, _load_docs, _parse, default_catalog, CliError)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="triton-operator", description=__doc__)
     p.add_argument("--version", action="version", version=f"triton-operator {__version__}")
@@ -187,6 +194,9 @@ def parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plan", help="show whether a model fits each GPU class, and what it costs")
     pl.add_argument("-f", "--file", required=True)
     pl.set_defaults(func=cmd_plan)
+
+    from .autoscaling.simulator.command import add_parser as add_simulate
+    add_simulate(sub, cmd_simulate)
 
     run = sub.add_parser("run", help="run the operator")
     run.add_argument("-n", "--namespace", action="append", help="watch only this namespace (repeatable)")

@@ -1,0 +1,187 @@
+"""`triton-operator simulate`: the shell around the simulator (reads files, prints, writes the
+report). Every error a user can cause is a one-line CliError."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from ...api import GPUClass, InferenceService
+from . import policies, reader, replica, report, results, workload
+from .engine import Settings
+
+
+def add_parser(sub: Any, func: Callable[[argparse.Namespace], int]) -> None:
+    s = sub.add_parser("simulate", help="replay a trace against autoscaling policies and compare SLO and GPU-hours")
+    s.add_argument("-f", "--file", required=True, help="InferenceService YAML (the first one with autoscaling is used)")
+    s.add_argument("--gpu-class-file", help="GPUClass catalog YAML (default: the built-in catalog)")
+    src = s.add_mutually_exclusive_group(required=True)
+    src.add_argument("--trace", help="CSV with TIMESTAMP,ContextTokens,GeneratedTokens (the Azure LLM trace format)")
+    src.add_argument("--generate", metavar="SPEC",
+                     help="a generated workload, e.g. poisson:rate=5,duration=3600 | step:low=2,high=8,at=900 | "
+                          "diurnal:mean=5,amplitude=0.8,period=3600 | spike:base=3,peak=15,at=1200,width=300 | "
+                          "mmpp:low=3,high=12,mean_low_s=300,mean_high_s=60")
+    s.add_argument("--policy", action="append", help="ours, hpa, keda, kpa, oracle or fixed:N (repeatable; default: ours)")
+    s.add_argument("--rate-scale", type=float, default=1.0, help="multiply the request rate, keeping the duration")
+    s.add_argument("--time-scale", type=float, default=1.0, help="multiply arrival times (0.5 = twice as fast)")
+    s.add_argument("--slo-ms", type=float, help="a request meets the SLO when its latency is at most this "
+                                                 "(default: spec.autoscaling.targetP99LatencyMs)")
+    s.add_argument("--slo-target", type=float, default=0.99, help="share of requests that must meet the SLO (oracle)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--scrape-interval", type=float, default=5.0, help="Prometheus scrape interval, seconds")
+    s.add_argument("--outage", metavar="START:SECONDS", help="a metrics outage: scrapes fail from START for SECONDS")
+    s.add_argument("--outage-kind", choices=["scrape", "prometheus"], default="scrape",
+                   help="scrape: targets fail, series go stale (empty results); prometheus: every query errors")
+    s.add_argument("--cold-start", metavar="SECONDS", type=float, help="model load time (default: by model size)")
+    s.add_argument("--service-time-ms", type=float, default=20.0, help="non-LLM models: mean service time")
+    s.add_argument("--service-time-dist", choices=list(replica.SERVICE_DISTRIBUTIONS), default="exponential")
+    s.add_argument("--batch-size", type=int, default=1, help="non-LLM models: requests a replica serves at once")
+    s.add_argument("--report", metavar="DIR", help="write report.md, replicas.png and latency.png here")
+    s.add_argument("--json", action="store_true", help="print the figures as JSON instead of a table")
+    s.add_argument("--requests-out", metavar="FILE",
+                   help="CSV per request (arrival,start,first_token,finish,replica,gpu_class); "
+                        "with several policies, one file per policy (FILE with the policy name added)")
+    s.set_defaults(func=func)
+
+
+def _positive(value: float | None, flag: str, allow_zero: bool = False) -> None:
+    if value is None:
+        return
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f"{flag} must be a number {'>= 0' if allow_zero else '> 0'}, got {value}")
+
+
+def run(args: argparse.Namespace, load_docs: Callable[[str], list[dict]], parse: Callable[[dict, str], Any],
+        default_catalog: Callable[[], list[dict]], error: type[Exception]) -> int:
+    try:
+        return _run(args, load_docs, parse, default_catalog, error)
+    except (workload.WorkloadError, policies.PolicyError, ValueError) as e:
+        if isinstance(e, error):
+            raise
+        raise error(str(e)) from None
+
+
+def _run(args: argparse.Namespace, load_docs: Callable[[str], list[dict]], parse: Callable[[dict, str], Any],
+         default_catalog: Callable[[], list[dict]], error: type[Exception]) -> int:
+    for value, flag in ((args.rate_scale, "--rate-scale"), (args.time_scale, "--time-scale"),
+                        (args.slo_ms, "--slo-ms"), (args.scrape_interval, "--scrape-interval"),
+                        (args.service_time_ms, "--service-time-ms")):
+        _positive(value, flag)
+    _positive(args.cold_start, "--cold-start", allow_zero=True)
+    if not 0 < args.slo_target <= 1:
+        raise error(f"--slo-target must be in (0, 1], got {args.slo_target}")
+    if args.batch_size < 1:
+        raise error(f"--batch-size must be 1 or more, got {args.batch_size}")
+    names = [policies.parse_policy(p) for p in (args.policy or ["ours"])]
+    outage = None
+    if args.outage:
+        start, _, length = args.outage.partition(":")
+        try:
+            outage = (float(start), float(length))
+        except ValueError:
+            raise error(f"--outage must be START:SECONDS, e.g. 1200:300, got {args.outage!r}") from None
+        if not all(math.isfinite(x) and x >= 0 for x in outage) or outage[1] == 0:
+            raise error(f"--outage must be START:SECONDS with START >= 0 and SECONDS > 0, got {args.outage!r}")
+
+    objects = [parse(d, args.file) for d in load_docs(args.file)]
+    services = [o for o in objects if isinstance(o, InferenceService)]
+    if not services:
+        raise error(f"{args.file}: no InferenceService found")
+    svc = next((s for s in services if s.spec.autoscaling is not None), services[0])
+    if svc.spec.autoscaling is None:
+        raise error(f"{args.file}: InferenceService {svc.name} has no spec.autoscaling to simulate")
+    auto = svc.spec.autoscaling
+    catalog_docs, catalog_path = ((load_docs(args.gpu_class_file), args.gpu_class_file) if args.gpu_class_file
+                                  else (default_catalog(), "<built-in catalog>"))
+    classes: dict[str, GPUClass] = {}
+    for doc in catalog_docs:
+        obj = parse(doc, catalog_path)
+        if not isinstance(obj, GPUClass):
+            raise error(f"{catalog_path}: holds a {obj.kind}; only GPUClasses belong there")
+        classes[obj.name] = obj
+    classes.update({o.name: o for o in objects if isinstance(o, GPUClass)})
+    class_name = next((c for c in svc.spec.gpu.candidates() if c in classes), None)
+    if class_name is None:
+        raise error(f"{args.file}: none of the GPU classes {', '.join(svc.spec.gpu.candidates())} is in {catalog_path}")
+    gpu = classes[class_name].spec
+
+    is_llm = svc.spec.model.format == "tensorrt-llm"
+    if is_llm:
+        if svc.spec.model.parameter_count() is None:
+            raise error(f"{args.file}: spec.model.parameters is needed to model a TensorRT-LLM replica")
+        perf: replica.Performance = replica.llm_performance(svc.spec, gpu)
+    else:
+        perf = replica.ServiceTime(args.service_time_ms / 1000.0, args.batch_size, args.service_time_dist)
+    cold = replica.default_cold_start(svc.spec)
+    if args.cold_start is not None:
+        cold = replica.ColdStart(cold.schedule_s, cold.pull_s, args.cold_start, cold.readiness_period_s)
+
+    if args.trace:
+        try:
+            with open(args.trace, newline="") as f:
+                requests = reader.parse_trace(f, args.trace, need_tokens=is_llm)
+        except OSError as e:
+            raise error(f"{args.trace}: {e.strerror}") from None
+        except UnicodeDecodeError:
+            raise error(f"{args.trace}: not a text CSV file") from None
+        duration = None
+    else:
+        requests = workload.generate(args.generate, args.seed)
+        duration = float(dict(kv.split("=") for kv in args.generate.partition(":")[2].split(",") if "=" in kv)
+                         .get("duration", workload.GENERATORS[args.generate.partition(":")[0]][2].get("duration", 3600)))
+        if not requests:
+            raise error(f"--generate {args.generate}: the generator produced no requests (rate 0?)")
+    requests = workload.rescale(requests, args.rate_scale, args.time_scale, args.seed)
+    if duration is not None:
+        duration *= args.time_scale
+
+    slo_ms = args.slo_ms if args.slo_ms is not None else auto.target_p99_latency_ms
+    if slo_ms is None:
+        raise error("set --slo-ms or spec.autoscaling.targetP99LatencyMs: the SLO to measure against")
+    settings = Settings(min_replicas=auto.min_replicas, max_replicas=auto.max_replicas,
+                        gpus_per_replica=svc.spec.gpu.count, price_per_gpu_hour=gpu.price_per_hour,
+                        slo_s=slo_ms / 1000.0, slo_target=args.slo_target, seed=args.seed,
+                        scrape_interval=args.scrape_interval, outage=outage, outage_kind=args.outage_kind,
+                        duration=duration)
+    settings = policies.warm_start(requests, perf, settings)
+    runs = [policies.run_policy(n, requests, perf, cold, auto, settings, class_name) for n in names]
+    summaries = [results.summarize(r) for r in runs]
+
+    source = args.trace or f"--generate {args.generate}"
+    details = (f"{svc.name}: {svc.spec.model.parameters or ''} {svc.spec.model.format} "
+               f"{svc.spec.model.precision} on {svc.spec.gpu.count} x {class_name}; workload {source} "
+               f"(rate x{args.rate_scale:g}, time x{args.time_scale:g}, {len(requests)} requests); "
+               f"SLO: latency <= {slo_ms:g} ms; cold start {cold.ready_after():g} s; "
+               f"scrape every {args.scrape_interval:g} s; seed {args.seed}"
+               + (f"; metrics outage {outage[0]:g}s+{outage[1]:g}s ({args.outage_kind})" if outage else ""))
+    if args.requests_out:
+        base = Path(args.requests_out)
+        for r in runs:
+            path = base if len(runs) == 1 else base.with_name(f"{base.stem}-{r.policy.replace(':', '-')}{base.suffix}")
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                report.write_requests(r, path)
+            except OSError as e:
+                raise error(f"{path}: {e.strerror}") from None
+    if args.json:
+        json.dump({"details": details, "policies": [s.as_dict() for s in summaries]}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(details)
+        print(results.text_table(summaries))
+    if args.report:
+        try:
+            written = report.write_report(Path(args.report), runs, summaries, f"Autoscaling simulation: {svc.name}", details)
+        except OSError as e:
+            raise error(f"{args.report}: {e.strerror}") from None
+        if not args.json:
+            print(f"wrote {', '.join(str(Path(args.report) / w) for w in written)}")
+            if not report.have_matplotlib():
+                print(report.PLOTS_HINT)
+    elif not args.json and not report.have_matplotlib():
+        print(f"({report.PLOTS_HINT})")
+    return 0

@@ -1,0 +1,137 @@
+"""The metrics path (pure): what Triton exposes, what Prometheus stores, what a query returns.
+
+- Triton's p99 (`nv_inference_request_summary_us{quantile="0.99"}`) is a prometheus-cpp Summary
+  created with the library defaults (triton-inference-server/core src/metric_model_reporter.cc
+  adds it with only the quantiles): max_age 60 s over 5 age buckets. prometheus-cpp's
+  TimeWindowQuantiles inserts every observation into all buckets and, every max_age/5, resets the
+  current bucket and moves to the next (detail/time_window_quantiles.cc). A read therefore sees
+  the observations since the current bucket's last reset: the last 48 to 60 s. No observation in
+  that window reads as NaN. CKMS error (0.001 at p99) is below what the simulator resolves, so
+  quantiles are exact here.
+- The pending-request gauge is instantaneous; requests waiting in the service's queue are
+  attributed evenly to the ready pods (every consumer sums or averages them).
+- Prometheus scrapes every ready pod every scrape interval. A failed scrape marks the target's
+  series stale at once, and an instant query only looks back 5 minutes (Prometheus staleness
+  handling), so during a scrape outage queries return an empty result. A Prometheus outage makes
+  every query fail instead.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+SUMMARY_MAX_AGE_S = 60.0
+SUMMARY_AGE_BUCKETS = 5
+LOOKBACK_S = 300.0
+
+
+class WindowQuantiles:
+    """prometheus-cpp's TimeWindowQuantiles with exact quantiles."""
+
+    __slots__ = ("created", "interval", "buckets", "obs")
+
+    def __init__(self, created: float, max_age: float = SUMMARY_MAX_AGE_S,
+                 buckets: int = SUMMARY_AGE_BUCKETS):
+        self.created, self.interval, self.buckets = created, max_age / buckets, buckets
+        self.obs: deque[tuple[float, float]] = deque()
+
+    def window_start(self, now: float) -> float:
+        rotations = math.floor((now - self.created) / self.interval)
+        # the current bucket was last reset (buckets - 1) rotations ago (never, early on)
+        return self.created + max(0, rotations - (self.buckets - 1)) * self.interval
+
+    def observe(self, now: float, value: float) -> None:
+        self.obs.append((now, value))
+
+    def quantile(self, now: float, q: float) -> float:
+        start = self.window_start(now)
+        obs = self.obs
+        while obs and obs[0][0] < start:
+            obs.popleft()
+        if not obs:
+            return math.nan
+        values = sorted(v for _, v in obs)
+        rank = max(0, min(len(values) - 1, math.ceil(q * len(values)) - 1))
+        return values[rank]
+
+
+@dataclass
+class Sample:
+    """One scrape of one pod."""
+
+    t: float
+    pending: float
+    p99_ms: float
+    success: int        # nv_inference_request_success (a counter)
+    active: int         # requests in the batch (TensorRT-LLM's active request gauge)
+
+
+@dataclass
+class Prometheus:
+    """Scraped samples per pod, and the instant queries the autoscalers make."""
+
+    scrape_interval: float = 5.0
+    outage: tuple[float, float] | None = None     # (start, end) in seconds
+    outage_kind: str = "scrape"                   # scrape: targets fail; prometheus: queries fail
+    latest: dict[int, Sample] = field(default_factory=dict)
+    stale: set[int] = field(default_factory=set)
+    history: dict[int, deque[Sample]] = field(default_factory=dict)
+    first_seen: dict[int, float] = field(default_factory=dict)
+    in_system: deque[tuple[float, float]] = field(default_factory=deque)  # sum(pending + active) per scrape
+
+    def in_outage(self, now: float) -> bool:
+        return self.outage is not None and self.outage[0] <= now < self.outage[1]
+
+    def scrape(self, now: float, samples: dict[int, Sample], gone: list[int]) -> None:
+        for rid in gone:
+            self.stale.add(rid)
+        if self.in_outage(now) and self.outage_kind == "scrape":
+            self.stale.update(samples)
+            return
+        for rid, sample in samples.items():
+            self.latest[rid] = sample
+            self.stale.discard(rid)
+            self.first_seen.setdefault(rid, now)
+            hist = self.history.setdefault(rid, deque())
+            hist.append(sample)
+            while hist and hist[0].t < now - 180:
+                hist.popleft()
+        self.in_system.append((now, sum(x.pending + x.active for x in samples.values())))
+        while self.in_system and self.in_system[0][0] < now - 180:
+            self.in_system.popleft()
+
+    def query_error(self, now: float) -> str | None:
+        if self.in_outage(now) and self.outage_kind == "prometheus":
+            return "Prometheus unreachable: ConnectionError"
+        return None
+
+    def fresh(self, now: float) -> dict[int, Sample]:
+        """Per pod, the newest sample an instant query at `now` sees."""
+        return {rid: s for rid, s in self.latest.items()
+                if rid not in self.stale and now - s.t <= LOOKBACK_S}
+
+    def in_system_at(self, t: float) -> float | None:
+        """sum(pending + active) as an instant query at `t` sees it (`offset` in PromQL)."""
+        best = None
+        for ts, value in self.in_system:
+            if ts <= t and t - ts <= LOOKBACK_S:
+                best = value
+        return best
+
+    def rate(self, now: float, window: float, rids: set[int] | None = None) -> float | None:
+        """sum(rate(success[window])) over pods, Prometheus-style: per series (last - first) /
+        (their time span), extrapolation left out. None without two samples in the window."""
+        total, found = 0.0, False
+        for rid, hist in self.history.items():
+            if rid in self.stale or (rids is not None and rid not in rids):
+                continue
+            times = [s.t for s in hist]
+            lo = bisect.bisect_left(times, now - window)
+            inside = [s for s in list(hist)[lo:] if s.t <= now]
+            if len(inside) >= 2 and inside[-1].t > inside[0].t:
+                total += (inside[-1].success - inside[0].success) / (inside[-1].t - inside[0].t)
+                found = True
+        return total if found else None

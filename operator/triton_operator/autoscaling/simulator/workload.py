@@ -1,0 +1,202 @@
+"""Workloads (pure, seeded): requests from a trace or from a generator, and the knobs that
+stretch them (--rate-scale, --time-scale).
+
+A request is an arrival time in seconds from the start plus its token counts. Non-LLM models
+ignore the token counts.
+
+Generators are non-homogeneous Poisson processes (thinning, Lewis & Shedler 1979) except the
+MMPP, a two-state Markov-modulated Poisson process (Fischer & Meier-Hellstern 1993), the usual
+model of bursty traffic. Token counts of generated requests are drawn from lognormals fitted to
+the Azure LLM inference trace 2023 (conversation): prompt median 1020 / mean 1155 tokens, output
+median 129 / mean 211 tokens (bench/data/azure-llm-trace-2023/, CC-BY 4.0, Patel et al.,
+"Splitwise", ISCA 2024), unless the spec names fixed counts or a token mix is given.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+
+class WorkloadError(ValueError):
+    """Bad workload input; the message is one line a user can act on."""
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    arrival: float          # seconds from the start of the workload
+    prompt_tokens: int = 0
+    output_tokens: int = 1
+
+
+# Lognormal fits (mu, sigma of log tokens) to the Azure conversation trace: median = e^mu,
+# mean = e^(mu + sigma^2 / 2).
+PROMPT_LOGNORMAL = (math.log(1020), math.sqrt(2 * math.log(1155 / 1020)))
+OUTPUT_LOGNORMAL = (math.log(129), math.sqrt(2 * math.log(211 / 129)))
+MAX_PROMPT, MAX_OUTPUT = 14050, 1000   # the trace's largest values: no generated outlier beyond them
+
+TokenSampler = Callable[[random.Random], tuple[int, int]]
+
+
+def azure_like_tokens(rng: random.Random) -> tuple[int, int]:
+    prompt = min(MAX_PROMPT, max(1, round(rng.lognormvariate(*PROMPT_LOGNORMAL))))
+    output = min(MAX_OUTPUT, max(1, round(rng.lognormvariate(*OUTPUT_LOGNORMAL))))
+    return prompt, output
+
+
+def fixed_tokens(prompt: int, output: int) -> TokenSampler:
+    return lambda _rng: (prompt, output)
+
+
+def mix_tokens(pairs: Sequence[tuple[int, int]]) -> TokenSampler:
+    """Draw (prompt, output) pairs from an observed mix, e.g. a trace's rows."""
+    if not pairs:
+        raise WorkloadError("the token mix is empty")
+    return lambda rng: pairs[rng.randrange(len(pairs))]
+
+
+def _thinning(rate: Callable[[float], float], peak: float, duration: float, rng: random.Random,
+              tokens: TokenSampler) -> list[Request]:
+    out: list[Request] = []
+    if peak <= 0:
+        return out
+    t = 0.0
+    while True:
+        t += rng.expovariate(peak)
+        if t >= duration:
+            return out
+        if rng.random() * peak <= rate(t):
+            out.append(Request(t, *tokens(rng)))
+
+
+def poisson(rate: float, duration: float, rng: random.Random, tokens: TokenSampler) -> list[Request]:
+    return _thinning(lambda _t: rate, rate, duration, rng, tokens)
+
+
+def step(low: float, high: float, at: float, duration: float, rng: random.Random,
+         tokens: TokenSampler) -> list[Request]:
+    return _thinning(lambda t: high if t >= at else low, max(low, high), duration, rng, tokens)
+
+
+def diurnal(mean: float, amplitude: float, period: float, duration: float, rng: random.Random,
+            tokens: TokenSampler) -> list[Request]:
+    """mean x (1 - amplitude x cos(2 pi t / period)): the trough at t = 0, the peak at period/2."""
+    return _thinning(lambda t: mean * (1 - amplitude * math.cos(2 * math.pi * t / period)),
+                     mean * (1 + amplitude), duration, rng, tokens)
+
+
+def spike(base: float, peak: float, at: float, width: float, duration: float, rng: random.Random,
+          tokens: TokenSampler) -> list[Request]:
+    return _thinning(lambda t: peak if at <= t < at + width else base, max(base, peak), duration,
+                     rng, tokens)
+
+
+def mmpp(low: float, high: float, mean_low_s: float, mean_high_s: float, duration: float,
+         rng: random.Random, tokens: TokenSampler) -> list[Request]:
+    """Two-state MMPP: exponential sojourns in a quiet and a burst state."""
+    out: list[Request] = []
+    t, state_high = 0.0, False
+    while t < duration:
+        end = min(duration, t + rng.expovariate(1 / (mean_high_s if state_high else mean_low_s)))
+        rate = high if state_high else low
+        while rate > 0:
+            t += rng.expovariate(rate)
+            if t >= end:
+                break
+            out.append(Request(t, *tokens(rng)))
+        t, state_high = end, not state_high
+    return out
+
+
+# name -> (function, parameter names in call order, defaults)
+GENERATORS: dict[str, tuple[Callable[..., list[Request]], tuple[str, ...], dict[str, float]]] = {
+    "poisson": (poisson, ("rate", "duration"), {"duration": 3600}),
+    "step": (step, ("low", "high", "at", "duration"), {"duration": 3600}),
+    "diurnal": (diurnal, ("mean", "amplitude", "period", "duration"),
+                {"amplitude": 0.8, "period": 3600, "duration": 3600}),
+    "spike": (spike, ("base", "peak", "at", "width", "duration"), {"width": 300, "duration": 3600}),
+    "mmpp": (mmpp, ("low", "high", "mean_low_s", "mean_high_s", "duration"),
+             {"mean_low_s": 300, "mean_high_s": 60, "duration": 3600}),
+}
+
+
+def generate(spec: str, seed: int, tokens: TokenSampler | None = None) -> list[Request]:
+    """A generator spec `NAME:key=value,...`, e.g. `step:low=2,high=8,at=900,duration=3600`.
+    `prompt=N,output=M` fix the token counts of every request."""
+    name, _, rest = spec.partition(":")
+    if name not in GENERATORS:
+        raise WorkloadError(f"unknown generator {name!r}; choose one of {', '.join(GENERATORS)}")
+    func, params, defaults = GENERATORS[name]
+    values: dict[str, float] = dict(defaults)
+    fixed: dict[str, int] = {}
+    for item in filter(None, rest.split(",")):
+        key, eq, raw = item.partition("=")
+        key = key.strip()
+        if not eq or (key not in params and key not in ("prompt", "output")):
+            raise WorkloadError(f"generator {name}: expected key=value with keys "
+                                f"{', '.join(params + ('prompt', 'output'))}, got {item!r}")
+        try:
+            number = float(raw)
+        except ValueError:
+            raise WorkloadError(f"generator {name}: {key}={raw!r} is not a number") from None
+        if not math.isfinite(number) or number < 0:
+            raise WorkloadError(f"generator {name}: {key} must be a finite number >= 0, got {raw}")
+        if key in ("prompt", "output"):
+            if number < 1 or number != int(number):
+                raise WorkloadError(f"generator {name}: {key} must be a whole number >= 1")
+            fixed[key] = int(number)
+        else:
+            values[key] = number
+    missing = [p for p in params if p not in values]
+    if missing:
+        raise WorkloadError(f"generator {name}: missing {', '.join(missing)} (e.g. {example(name)})")
+    if values["duration"] <= 0:
+        raise WorkloadError(f"generator {name}: duration must be > 0")
+    for key in ("period", "mean_low_s", "mean_high_s"):
+        if key in values and values[key] <= 0:
+            raise WorkloadError(f"generator {name}: {key} must be > 0")
+    if "amplitude" in values and values["amplitude"] > 1:
+        raise WorkloadError(f"generator {name}: amplitude must be between 0 and 1")
+    if fixed:
+        sampler = fixed_tokens(fixed.get("prompt", 1024), fixed.get("output", 128))
+    else:
+        sampler = tokens or azure_like_tokens
+    return func(*(values[p] for p in params), rng=random.Random(seed), tokens=sampler)
+
+
+def example(name: str) -> str:
+    return {
+        "poisson": "poisson:rate=5,duration=3600",
+        "step": "step:low=2,high=8,at=900",
+        "diurnal": "diurnal:mean=5,amplitude=0.8,period=3600",
+        "spike": "spike:base=3,peak=15,at=1200,width=300",
+        "mmpp": "mmpp:low=3,high=12,mean_low_s=300,mean_high_s=60",
+    }[name]
+
+
+def rescale(requests: Sequence[Request], rate_scale: float = 1.0, time_scale: float = 1.0,
+            seed: int = 0) -> list[Request]:
+    """--time-scale multiplies every arrival time (0.5 replays the trace twice as fast, in half
+    the time). --rate-scale keeps the duration and multiplies the rate: each request is replayed
+    floor(k) or ceil(k) times (a seeded coin for the fraction), the extra copies placed uniformly
+    in the gap to the next arrival, so the rate profile and the token mix are kept."""
+    if not (math.isfinite(rate_scale) and rate_scale > 0):
+        raise WorkloadError(f"--rate-scale must be a number > 0, got {rate_scale}")
+    if not (math.isfinite(time_scale) and time_scale > 0):
+        raise WorkloadError(f"--time-scale must be a number > 0, got {time_scale}")
+    if rate_scale == 1 and time_scale == 1:
+        return list(requests)
+    rng = random.Random(seed)
+    whole, frac = int(rate_scale), rate_scale - int(rate_scale)
+    out: list[Request] = []
+    for i, r in enumerate(requests):
+        start = r.arrival * time_scale
+        gap = ((requests[i + 1].arrival * time_scale) - start) if i + 1 < len(requests) else 0.0
+        copies = whole + (1 if rng.random() < frac else 0)
+        for c in range(copies):
+            offset = 0.0 if c == 0 else rng.random() * gap
+            out.append(Request(start + offset, r.prompt_tokens, r.output_tokens))
+    out.sort(key=lambda r: r.arrival)
+    return out

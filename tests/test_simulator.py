@@ -1,0 +1,354 @@
+"""The autoscaling simulator: validation against queueing theory, accounting identities measured
+two ways, the baselines' rules as their upstream sources state them, calibration against
+TensorRT-LLM's published throughput, and the `simulate` command's errors.
+
+Nothing here needs a GPU: the replica is a model (replica.py), which is the point of the tool."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from triton_operator import cli
+from triton_operator.api import AutoscalingSpec, GPUClass, InferenceService
+from triton_operator.autoscaling import policy as live_policy
+from triton_operator.autoscaling.simulator import engine, metrics, policies, reader, replica, results, workload
+from triton_operator.autoscaling.simulator.engine import Settings, View, simulate
+
+ROOT = Path(__file__).resolve().parent.parent
+# The Azure LLM inference trace 2023 (CC-BY 4.0, attribution in its README beside it).
+TRACE = ROOT / "bench/data/azure-llm-trace-2023/conv.csv"
+CLASSES = {d["metadata"]["name"]: GPUClass.model_validate(d) for d in cli.default_catalog()}
+NO_COLD = replica.ColdStart(0, 0, 0, 0)
+
+
+def llm_spec(params: str = "8B", count: int = 1, **engine_fields) -> InferenceService:
+    eng = {"maxBatchSize": 64, "maxInputLen": 16000, "maxSeqLen": 17000, **engine_fields}
+    return InferenceService.model_validate({
+        "apiVersion": "serving.triton-operator.io/v1alpha1", "kind": "InferenceService", "metadata": {"name": "x"},
+        "spec": {"model": {"source": "hf://a/b", "format": "tensorrt-llm", "parameters": params, "precision": "fp8"},
+                 "gpu": {"class": "h100", "count": count}, "engine": eng,
+                 "autoscaling": {"minReplicas": 1, "maxReplicas": 16, "targetQueueDepth": 4,
+                                 "targetP99LatencyMs": 8000}}})
+
+
+def erlang_c_wait(servers: int, arrival: float, service_rate: float) -> float:
+    a = arrival / service_rate
+    rho = a / servers
+    top = a ** servers / math.factorial(servers) / (1 - rho)
+    bottom = sum(a ** k / math.factorial(k) for k in range(servers)) + top
+    return (top / bottom) / (servers * service_rate - arrival)
+
+
+@pytest.mark.parametrize("servers, arrival", [(4, 3.0), (2, 1.6), (8, 6.0)])
+def test_mean_wait_matches_erlang_c(servers, arrival):
+    """M/M/c: Poisson arrivals, exponential service (mean 1 s), c fixed replicas of one slot."""
+    reqs = workload.poisson(arrival, 40000 / arrival, random.Random(7), workload.fixed_tokens(1, 1))
+    perf = replica.ServiceTime(1.0, 1, "exponential")
+    run = simulate(reqs, perf, NO_COLD, policies.Fixed(servers),
+                   Settings(min_replicas=servers, max_replicas=servers, initial_replicas=servers, seed=3))
+    waits = [s - r.arrival for r, s in zip(run.requests, run.start)]
+    simulated = sum(waits) / len(waits)
+    expected = erlang_c_wait(servers, arrival, 1.0)
+    assert simulated == pytest.approx(expected, rel=0.05)
+
+
+class Sampler:
+    """Wraps a policy and samples the number of requests in the system every second, straight
+    from the engine (queue + batches), independently of the per-request records."""
+
+    def __init__(self, inner):
+        self.inner, self.name, self.interval = inner, inner.name, inner.interval
+        self.sample_interval, self.counts = 1.0, []
+
+    def decide(self, view: View):
+        return self.inner.decide(view)
+
+    def sample(self, view: View):
+        if self.inner.sample_interval:
+            self.inner.sample(view)
+        self.counts.append((view.now, view.concurrency))
+
+
+@pytest.fixture(scope="module")
+def azure_runs():
+    """Every policy on 20 minutes of the Azure conversation trace at 8x its rate."""
+    reqs = [r for r in reader.parse_trace(TRACE.open(), "conv") if r.arrival < 1200]
+    reqs = workload.rescale(reqs, rate_scale=8, seed=1)
+    svc = llm_spec()
+    perf = replica.llm_performance(svc.spec, CLASSES["h100"].spec)
+    cold = replica.default_cold_start(svc.spec)
+    auto = svc.spec.autoscaling
+    cfg = policies.warm_start(reqs, perf, Settings(min_replicas=1, max_replicas=16, slo_s=8.0,
+                                                    price_per_gpu_hour=4.0, duration=1200.0))
+    runs = {}
+    for name, pol in [("ours", policies.Ours(auto)), ("hpa", policies.HPA(auto, cold)),
+                      ("keda", policies.KEDA(auto)), ("kpa", policies.KPA(auto, 64.0)),
+                      ("fixed:4", policies.Fixed(4, name="fixed:4"))]:
+        sampler = Sampler(pol)
+        runs[name] = (simulate(reqs, perf, cold, sampler, cfg, "h100"), sampler)
+    return runs
+
+
+def test_littles_law_holds_on_every_run(azure_runs):
+    for name, (run, sampler) in azure_runs.items():
+        done = [(r.arrival, f) for r, f, d in zip(run.requests, run.finish, run.dropped) if not d]
+        assert len(done) == len(run.requests), name
+        horizon = max(f for _, f in done)
+        mean_in_system = sum(c for t, c in sampler.counts if t < horizon) / sum(1 for t, _ in sampler.counts if t < horizon)
+        arrival_rate = len(done) / horizon
+        mean_time = sum(f - a for a, f in done) / len(done)
+        assert mean_in_system == pytest.approx(arrival_rate * mean_time, rel=0.03), name
+
+
+def test_gpu_hours_are_the_integral_of_loading_ready_and_draining_replicas(azure_runs):
+    for name, (run, _) in azure_runs.items():
+        assert results.gpu_seconds(run) == pytest.approx(results.timeline_gpu_seconds(run), rel=1e-9), name
+        assert results.summarize(run).gpu_hours > 0
+
+
+def test_gpu_hours_count_gpus_per_replica():
+    reqs = workload.poisson(2, 600, random.Random(1), workload.fixed_tokens(1, 1))
+    perf = replica.ServiceTime(0.1, 1)
+    runs = [simulate(reqs, perf, NO_COLD, policies.Fixed(3), Settings(min_replicas=3, max_replicas=3, initial_replicas=3,
+                                                                    gpus_per_replica=g, duration=600.0)) for g in (1, 2)]
+    a, b = (results.summarize(r).gpu_hours for r in runs)
+    assert a == pytest.approx(3 * 600 / 3600, rel=1e-6) and b == pytest.approx(2 * a)
+
+
+def test_runs_are_deterministic_for_a_seed():
+    reqs = workload.generate("mmpp:low=20,high=80,duration=600", seed=5)
+    svc = llm_spec()
+    perf = replica.llm_performance(svc.spec, CLASSES["h100"].spec)
+    cold = replica.default_cold_start(svc.spec)
+
+    def once():
+        run = policies.run_policy("ours", reqs, perf, cold, svc.spec.autoscaling, Settings(max_replicas=16, slo_s=8.0))
+        return results.summarize(run), run.finish
+
+    assert once() == once()
+
+
+def test_ours_calls_the_live_decide(monkeypatch):
+    calls = []
+    real = live_policy.decide
+
+    def spy(*args, **kwargs):
+        calls.append(args[2])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(live_policy, "decide", spy)
+    reqs = workload.generate("poisson:rate=30,duration=300", seed=1)
+    svc = llm_spec()
+    perf = replica.llm_performance(svc.spec, CLASSES["h100"].spec)
+    policies.run_policy("ours", reqs, perf, NO_COLD, svc.spec.autoscaling, Settings(max_replicas=16, slo_s=8.0))
+    assert len(calls) >= 25 and all(isinstance(s, live_policy.Signals) for s in calls)
+
+
+@pytest.mark.parametrize("params, count, isl, osl, published", [
+    # TensorRT-LLM perf-overview (docs/source/performance/perf-overview.md), H100 SXM, FP8,
+    # Total Output Throughput in tokens/s at maximum load.
+    ("8B", 1, 128, 2048, 22714), ("8B", 1, 1000, 1000, 15220), ("8B", 1, 2048, 128, 3450),
+    ("8B", 1, 5000, 500, 3459), ("70B", 2, 128, 2048, 6651), ("70B", 2, 1000, 1000, 4205),
+    ("70B", 2, 2048, 128, 762), ("70B", 2, 5000, 500, 898),
+])
+def test_replica_model_reproduces_published_tensorrt_llm_throughput(params, count, isl, osl, published):
+    svc = llm_spec(params, count, maxBatchSize=2048, maxInputLen=20000, maxSeqLen=22000)
+    perf = replica.llm_performance(svc.spec, CLASSES["h100"].spec)
+    n = 1000
+    run = simulate([workload.Request(0.0, isl, osl)] * n, perf, NO_COLD, policies.Fixed(1),
+                   Settings(min_replicas=1, max_replicas=1, duration=0.0, horizon_s=1e9))
+    throughput = n * osl / max(run.finish)
+    assert throughput == pytest.approx(published, rel=0.2)
+
+
+def test_cold_start_defaults_grow_with_model_size():
+    small = replica.default_cold_start(llm_spec("8B").spec).ready_after()
+    large = replica.default_cold_start(llm_spec("70B", 2).spec).ready_after()
+    assert 40 <= small < large <= 120
+
+
+def test_summary_window_is_the_last_48_to_60_seconds():
+    w = metrics.WindowQuantiles(0.0)
+    w.observe(1.0, 500.0)
+    assert w.quantile(59.0, 0.99) == 500.0          # the current bucket has never been reset
+    assert math.isnan(w.quantile(60.5, 0.99))       # it was reset at 12 s: the window is [12, 60.5]
+    w.observe(61.0, 100.0)
+    assert w.quantile(72.5, 0.99) == 100.0          # window [24, 72.5]
+    assert math.isnan(w.quantile(200.0, 0.99))
+
+
+def test_scrape_outage_reads_as_empty_and_queries_error_in_a_prometheus_outage():
+    prom = metrics.Prometheus(5.0, (100.0, 200.0), "scrape")
+    prom.scrape(95.0, {0: metrics.Sample(95.0, 3.0, 10.0, 5, 1)}, [])
+    assert set(prom.fresh(96.0)) == {0}
+    prom.scrape(100.0, {0: metrics.Sample(100.0, 3.0, 10.0, 5, 1)}, [])
+    assert prom.fresh(101.0) == {} and prom.query_error(101.0) is None
+    down = metrics.Prometheus(5.0, (100.0, 200.0), "prometheus")
+    assert "unreachable" in down.query_error(150.0)
+
+
+# -- baselines ------------------------------------------------------------------------------
+
+def test_hpa_pods_metric_tolerance_and_missing_pods():
+    running = [(i, "Running") for i in range(4)]
+    assert policies.hpa_pods_metric({i: 4.2 for i in range(4)}, running, 4, 4.0) == 4      # within 10 %
+    assert policies.hpa_pods_metric({i: 8.0 for i in range(4)}, running, 4, 4.0) == 8
+    # scale-up: a pod without metrics counts as 0
+    assert policies.hpa_pods_metric({0: 8.0, 1: 8.0}, running[:3], 3, 4.0) == 4
+    # scale-down: missing pods count at the target, so the drop is damped
+    assert policies.hpa_pods_metric({0: 0.0, 1: 0.0}, running[:3], 3, 4.0) == 1   # (0 + 0 + 4) / 3 / 4 x 3
+    # pending pods are ignored, and count as 0 on a scale-up
+    assert policies.hpa_pods_metric({0: 12.0}, [(0, "Running"), (1, "Pending")], 2, 4.0) == 3
+    assert policies.hpa_pods_metric({}, running, 4, 4.0) is None
+
+
+def test_hpa_behavior_stabilizes_down_and_limits_up():
+    b = policies.HPABehavior(1, 100)
+    assert b.normalize(0.0, 2, 50)[0] == 6                 # max(+4, 2x) per 15 s
+    assert b.normalize(15.0, 6, 50)[0] == 12
+    b2 = policies.HPABehavior(1, 100)
+    b2.normalize(0.0, 10, 10)
+    assert b2.normalize(100.0, 10, 2)[0] == 10             # 10 recommended within 300 s
+    assert b2.normalize(301.0, 10, 2)[0] == 2
+
+
+def desired_at(run, t: float) -> int:
+    return [row[1] for row in run.timeline if row[0] <= t][-1]
+
+
+def test_keda_reads_an_outage_as_zero_and_drops_to_min_while_ours_holds():
+    reqs = workload.generate("poisson:rate=150,duration=1500", seed=2)
+    svc = llm_spec()
+    perf = replica.llm_performance(svc.spec, CLASSES["h100"].spec)
+    cold = replica.default_cold_start(svc.spec)
+    cfg = Settings(max_replicas=16, slo_s=8.0, outage=(600.0, 600.0), initial_replicas=10)
+    keda = simulate(reqs, perf, cold, policies.KEDA(svc.spec.autoscaling), cfg)
+    ours = simulate(reqs, perf, cold, policies.Ours(svc.spec.autoscaling), cfg)
+    assert desired_at(keda, 599) >= 8 and desired_at(keda, 1150) == 1   # after its 300 s window
+    assert any("empty result read as 0" in why for _, why in keda.reasons)
+    assert min(desired_at(ours, t) for t in range(610, 1200, 10)) >= 8
+    assert any("metrics unavailable" in why for t, why in ours.reasons if 610 < t < 1200)
+
+
+def test_kpa_panics_on_a_burst_and_never_scales_down_in_panic():
+    kpa = policies.KPA(AutoscalingSpec(max_replicas=50), target_per_pod=10.0)
+    pods = [engine.Pod(i, "ready", 0.0, 0.0, 5) for i in range(2)]
+    prom = metrics.Prometheus()
+    for t in range(60):
+        kpa.sample(View(float(t), 2, pods, prom, 10.0))
+    assert kpa.decide(View(60.0, 2, pods, prom, 10.0))[0] == 2
+    for t in range(60, 66):
+        kpa.sample(View(float(t), 2, pods, prom, 100.0))
+    n, why = kpa.decide(View(66.0, 2, pods, prom, 100.0))
+    assert "panic" in why and n > 2
+    for t in range(66, 80):
+        kpa.sample(View(float(t), n, pods, prom, 1.0))
+    assert kpa.decide(View(80.0, n, pods, prom, 1.0))[0] == n
+
+
+def test_oracle_meets_the_slo_target_with_fewer_gpu_hours_than_a_fixed_peak():
+    reqs = workload.generate("step:low=40,high=160,at=600,duration=1500", seed=4)
+    svc = llm_spec()
+    perf = replica.llm_performance(svc.spec, CLASSES["h100"].spec)
+    cold = replica.default_cold_start(svc.spec)
+    cfg = Settings(max_replicas=16, slo_s=8.0, slo_target=0.99, duration=1500.0)
+    oracle = results.summarize(policies.run_policy("oracle", reqs, perf, cold, svc.spec.autoscaling, cfg))
+    peak = results.summarize(policies.run_policy("fixed:10", reqs, perf, cold, svc.spec.autoscaling, cfg))
+    assert oracle.slo_attainment >= 0.99 and oracle.gpu_hours < peak.gpu_hours
+
+
+# -- workloads and the reader -----------------------------------------------------------------
+
+def test_generators_follow_their_rates():
+    step = workload.generate("step:low=2,high=8,at=1000,duration=2000", seed=1)
+    before = sum(1 for r in step if r.arrival < 1000) / 1000
+    after = sum(1 for r in step if r.arrival >= 1000) / 1000
+    assert before == pytest.approx(2, rel=0.1) and after == pytest.approx(8, rel=0.1)
+    spike = workload.generate("spike:base=2,peak=20,at=500,width=100,duration=1000", seed=1)
+    assert sum(1 for r in spike if 500 <= r.arrival < 600) == pytest.approx(2000, rel=0.1)
+    diurnal = workload.generate("diurnal:mean=5,amplitude=0.8,period=1000,duration=1000", seed=1)
+    trough = sum(1 for r in diurnal if r.arrival < 100)
+    peak = sum(1 for r in diurnal if 450 <= r.arrival < 550)
+    assert peak > 4 * trough
+    mmpp = workload.generate("mmpp:low=1,high=20,mean_low_s=100,mean_high_s=20,duration=20000", seed=1)
+    assert len(mmpp) / 20000 == pytest.approx((1 * 100 + 20 * 20) / 120, rel=0.2)
+
+
+def test_rate_and_time_scale():
+    reqs = reader.parse_trace(TRACE.open(), "conv")
+    doubled = workload.rescale(reqs, rate_scale=2.5, seed=1)
+    assert len(doubled) == pytest.approx(2.5 * len(reqs), rel=0.02)
+    assert doubled[-1].arrival <= reqs[-1].arrival + 1e-9
+    fast = workload.rescale(reqs, time_scale=0.5)
+    assert len(fast) == len(reqs) and fast[-1].arrival == pytest.approx(reqs[-1].arrival / 2)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("", "empty trace"),
+    ("TIMESTAMP,ContextTokens\n1,2\n", "missing column(s) GeneratedTokens"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n", "no requests"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n5,1,1\n3,1,1\n", "not sorted"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,1,1\n", "neither a date-time"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n1,many,1\n", "not a whole number"),
+])
+def test_reader_rejects_bad_traces(text, words):
+    with pytest.raises(workload.WorkloadError, match=None) as e:
+        reader.parse_trace(text.splitlines(keepends=True), "t.csv")
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_reader_reads_the_azure_format():
+    reqs = reader.parse_trace(TRACE.open(), "conv")
+    assert len(reqs) == 19366 and reqs[0].arrival == 0 and 3490 < reqs[-1].arrival < 3510
+    assert (reqs[0].prompt_tokens, reqs[0].output_tokens) == (374, 44)
+
+
+# -- the command ------------------------------------------------------------------------------
+
+EXAMPLE = str(ROOT / "examples/llama3-8b.yaml")
+
+
+def test_simulate_prints_a_table_and_json(capsys, tmp_path):
+    trace = tmp_path / "t.csv"
+    rows = ["TIMESTAMP,ContextTokens,GeneratedTokens"] + [f"{i * 0.05:.2f},500,100" for i in range(4000)]
+    trace.write_text("\n".join(rows) + "\n")
+    code = cli.main(["simulate", "-f", EXAMPLE, "--trace", str(trace), "--policy", "ours", "--policy", "hpa",
+                     "--slo-ms", "5000", "--report", str(tmp_path / "out"), "--requests-out", str(tmp_path / "r.csv")])
+    out = capsys.readouterr().out
+    assert code == 0 and "ours" in out and "hpa" in out and "GPU-h" in out
+    assert (tmp_path / "out/report.md").read_text().count("| ours") == 1
+    assert (tmp_path / "out/replicas.png").stat().st_size > 1000
+    lines = (tmp_path / "r-ours.csv").read_text().splitlines()
+    assert lines[0] == "arrival,start,first_token,finish,replica,gpu_class" and len(lines) == 4001
+    assert cli.main(["simulate", "-f", EXAMPLE, "--trace", str(trace), "--slo-ms", "5000", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {"gpu_hours", "slo_attainment"} <= set(data["policies"][0])
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--trace", "nope.csv"], "nope.csv: No such file"),
+    (["--generate", "poisson:rate=5", "--policy", "magic"], "unknown policy 'magic'"),
+    (["--generate", "poisson:rate=5", "--policy", "fixed:x"], "fixed:N needs a whole number"),
+    (["--generate", "poisson:rate=5", "--rate-scale", "-1"], "--rate-scale must be a number > 0"),
+    (["--generate", "poisson:rate=5", "--rate-scale", "nan"], "--rate-scale must be a number > 0"),
+    (["--generate", "poisson:rate=five"], "rate='five' is not a number"),
+    (["--generate", "wave:rate=5"], "unknown generator 'wave'"),
+    (["--generate", "step:low=1"], "missing high, at"),
+    (["--generate", "poisson:rate=5", "--outage", "soon"], "--outage must be START:SECONDS"),
+])
+def test_simulate_errors_are_one_line(capsys, args, words):
+    code = cli.main(["simulate", "-f", EXAMPLE, *args])
+    err = capsys.readouterr().err
+    assert code == 2 and words in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_simulate_needs_an_slo(capsys, tmp_path):
+    spec = tmp_path / "s.yaml"
+    spec.write_text(Path(EXAMPLE).read_text().replace("    targetP99LatencyMs: 800\n", ""))
+    assert cli.main(["simulate", "-f", str(spec), "--generate", "poisson:rate=1,duration=60"]) == 2
+    assert "set --slo-ms" in capsys.readouterr().err
