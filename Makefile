@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv test unit e2e crds golden dev dev-down tools lint bench-autoscaling
+.PHONY: help venv test unit e2e crds golden dev dev-down tools lint bench-autoscaling bench-scale
 
 help:
 	@echo "make dev       local cluster with simulated GPU nodes + operator + an example service"
@@ -16,6 +16,7 @@ help:
 	@echo "make crds      regenerate crds/ from the API models"
 	@echo "make golden    rewrite tests/golden after an intended rendering change"
 	@echo "make bench-autoscaling  every autoscaling policy on four workloads -> bench/results/autoscaling.md"
+	@echo "make bench-scale        the control plane at N=1000 services: bulk, idle, autoscaler -> bench/results/scale.md"
 
 $(STAMP): pyproject.toml runtime/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +44,10 @@ golden: $(STAMP)
 
 bench-autoscaling: $(STAMP)
 	$(PY) bench/autoscaling.py
+
+# N=1000 by default; N=200 make bench-scale for a quick look.
+bench-scale: $(STAMP)
+	$(PY) bench/scale.py --services $${N:-1000}
 
 lint: $(STAMP)
 	$(VENV)/bin/lint-imports

@@ -19,7 +19,7 @@ RECONCILE_SECONDS = Histogram(
     "triton_operator_reconcile_seconds", "Duration of one reconcile pass.", ["outcome"],
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
 DECISION_CPU_SECONDS = Gauge(
-    "triton_operator_autoscaler_decision_cpu_seconds", "CPU time of the decisions in the last autoscaler tick.")
+    "triton_operator_autoscaler_last_decision_cpu_seconds", "CPU time of the decisions in the last autoscaler tick.")
 REPORTS_CHANGED = Gauge(
     "triton_operator_autoscaler_reports_changed", "Services whose autoscaling report changed in the last tick.")
 API_REQUESTS = Gauge(
@@ -32,3 +32,6 @@ WRITES = Counter(
     "triton_operator_writes_total", "Writes to the API server by kind and verb.", ["kind", "verb"])
 CACHE_OBJECTS = Gauge(
     "triton_operator_cache_objects", "Objects in the watch-fed cache by kind.", ["kind"])
+TICKS = Counter("triton_operator_autoscaler_ticks_total", "Autoscaler ticks that found services to scale.")
+DECISION_CPU_SECONDS_TOTAL = Counter(
+    "triton_operator_autoscaler_decision_cpu_seconds_total", "CPU time spent on autoscaling decisions.")

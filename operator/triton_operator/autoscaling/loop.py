@@ -110,6 +110,8 @@ class Autoscaler:
         self.last_decision_cpu_seconds = time.thread_time() - started
         self.last_changed = len(changed)
         telemetry.DECISION_CPU_SECONDS.set(self.last_decision_cpu_seconds)
+        telemetry.DECISION_CPU_SECONDS_TOTAL.inc(self.last_decision_cpu_seconds)
+        telemetry.TICKS.inc()
         telemetry.REPORTS_CHANGED.set(len(changed))
         for key in changed:
             self.enqueue(key)

@@ -1,0 +1,541 @@
+#!/usr/bin/env python3
+"""make bench-scale: what the control plane costs at N InferenceServices (issue 9's figures).
+
+Starts its own local cluster (hack/cluster.sh: real kube-apiserver, etcd, controller-manager,
+scheduler; kwok GPU nodes, N/8 extra L4 nodes so every replica is placed), installs the chart
+(CRDs, RBAC, ServiceAccount) and runs the operator as that ServiceAccount, as a user would.
+Then, in one run, on the same API server:
+
+1. bare client: 8 threads write what the operator must write for N services (the
+   InferenceService, its rendered Deployment, Service and PDB, one status each) with the
+   operator's own JSON client; the namespace is then deleted.
+2. apply -> Deployment exists, one service at a time on an idle cluster, against one raw
+   server-side apply of a Deployment (p50 / p99 of 20 each).
+3. N InferenceServices applied by 8 threads: time until every child and a status for the current
+   generation are written (and until every service is Ready), against step 1.
+4. idle: the operator's CPU, RSS and API requests (from the API server's audit log; watches do
+   not count) over a window where nothing changes; then drift on one child, timed to its repair.
+5. autoscaling: a real Prometheus scrapes an exporter holding Triton's two series for all N
+   services; every service gets an autoscaling spec; per tick: Prometheus queries, decision CPU,
+   status writes at a steady load and after 10 % of the services' load moves.
+
+Prints the figures and writes bench/results/scale.md (with the date, machine and command).
+Usage: bench/scale.py [--services N] [--threads 8] [--idle-seconds 120] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+from kubernetes import client, config
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from e2e.harness import free_port  # noqa: E402
+from e2e.harness.prometheus import Prometheus, Target  # noqa: E402
+from triton_operator.api import GPUClass, InferenceService  # noqa: E402
+from triton_operator.controller import status as status_core  # noqa: E402
+from triton_operator.controller.cache import Store  # noqa: E402
+from triton_operator.controller.informer import Informer  # noqa: E402
+from triton_operator.controller.k8s import (DEPLOYMENT, INFERENCE_SERVICE, PDB, SERVICE, ApiError,  # noqa: E402
+                                            Kube)
+from triton_operator.controller.logsummary import FailureLog  # noqa: E402
+from triton_operator.render import endpoints, render  # noqa: E402
+from triton_operator.settings import Settings  # noqa: E402
+
+GROUP = "serving.triton-operator.io"
+RELEASE, RELEASE_NS, SA = "triton-operator", "triton-system", "triton-operator"
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def sh(*args: str, env: dict[str, str] | None = None, input: str | None = None, check: bool = True) -> str:
+    out = subprocess.run(list(args), capture_output=True, text=True, env=env, input=input, timeout=900)
+    if check and out.returncode != 0:
+        raise RuntimeError(f"{' '.join(args[:3])} failed: {out.stderr[-2000:]}")
+    return out.stdout
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+def isvc_doc(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
+    body = {"model": {"source": "hf://org/model", "format": "onnx", "parameters": "1B"},
+            "gpu": {"class": "l4", "count": 1}, "replicas": 1, **spec}
+    return {"apiVersion": f"{GROUP}/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": name, "namespace": namespace}, "spec": body}
+
+
+def l4_nodes(count: int) -> str:
+    docs = []
+    for i in range(count):
+        docs.append({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": f"bench-l4-{i}", "annotations": {"kwok.x-k8s.io/node": "fake"},
+                         "labels": {"kubernetes.io/hostname": f"bench-l4-{i}", "kubernetes.io/os": "linux",
+                                    "type": "kwok", "nvidia.com/gpu.present": "true",
+                                    "nvidia.com/gpu.product": "NVIDIA-L4", "nvidia.com/gpu.count": "8"}},
+            "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
+            "status": {"allocatable": {"cpu": "96", "memory": "1000Gi", "pods": "110", "nvidia.com/gpu": "8"},
+                       "capacity": {"cpu": "96", "memory": "1000Gi", "pods": "110", "nvidia.com/gpu": "8"},
+                       "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux",
+                                    "kubeletVersion": "fake", "kubeProxyVersion": "fake"}}})
+    return yaml.safe_dump_all(docs)
+
+
+class Watcher:
+    """The bench's own view of the cluster, through the operator's informer (watches, no polling)."""
+
+    def __init__(self, kube: Kube, namespace: str, kinds: tuple = (INFERENCE_SERVICE, DEPLOYMENT, SERVICE, PDB)):
+        self.store = Store()
+        self.changed = threading.Condition()
+        self.seen: dict[tuple[str, str], float] = {}
+        self.informers = [Informer(kube, self.store, k, namespace, self._on_change, FailureLog(_quiet()))
+                          for k in kinds]
+        for i in self.informers:
+            i.start()
+        for i in self.informers:
+            i.synced.wait(60)
+
+    def _on_change(self, kind: str, old: Any, new: Any) -> None:
+        if new is not None and old is None:
+            self.seen.setdefault((kind, new["metadata"]["name"]), time.monotonic())
+        with self.changed:
+            self.changed.notify_all()
+
+    def wait(self, what: str, done: Callable[[], Any], timeout: float) -> float:
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while not done():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+                self.changed.wait(min(left, 1.0))
+        return time.monotonic()
+
+    def stop(self) -> None:
+        for i in self.informers:
+            i.stop()
+
+
+def _quiet() -> Any:
+    import logging
+    return logging.getLogger("bench.watch")
+
+
+class Exporter:
+    """Triton's two series for every service, as a PodMonitor would label them."""
+
+    def __init__(self, namespace: str, names: list[str]):
+        self.values = {n: (1.0, 200_000.0) for n in names}  # (queued requests, p99 in us)
+        self.namespace = namespace
+        exporter = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                lines = []
+                for name, (queue, p99) in list(exporter.values.items()):
+                    labels = f'namespace="{exporter.namespace}",inferenceservice="{name}",model="m"'
+                    lines.append(f"nv_inference_pending_request_count{{{labels}}} {queue}")
+                    lines.append(f'nv_inference_request_summary_us{{{labels},quantile="0.99"}} {p99}')
+                body = ("\n".join(lines) + "\n").encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+class OperatorProcess:
+    def __init__(self, env: dict[str, str], kubeconfig: str, log_path: Path):
+        self.env, self.kubeconfig, self.log_path = env, kubeconfig, log_path
+        self.port, self.metrics_port = free_port(), free_port()
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, **extra: str) -> None:
+        env = {**self.env, "KUBECONFIG": self.kubeconfig, "TRITON_OPERATOR_METRICS_ADDRESS": "127.0.0.1",
+               "TRITON_OPERATOR_METRICS_PORT": str(self.metrics_port), **extra}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "triton_operator", "run", "--liveness", f"http://127.0.0.1:{self.port}/healthz",
+             "--leader-elect", "--leader-elect-namespace", RELEASE_NS],
+            env=env, stdout=open(self.log_path, "ab"), stderr=subprocess.STDOUT, cwd=ROOT)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"operator exited: {self.log_path.read_text()[-3000:]}")
+            health = self.health()
+            if health.get("synced"):
+                return
+            time.sleep(0.5)
+        raise TimeoutError("operator did not sync its cache in 120 s")
+
+    def health(self) -> dict[str, Any]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=5) as r:
+                return json.loads(r.read()).get("controller") or {}
+        except (OSError, ValueError):
+            return {}
+
+    def metrics(self) -> dict[str, float]:
+        """The operator's own metrics, summed over label sets by name+labels as text keys."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            out = {}
+            for line in r.read().decode().splitlines():
+                if line and not line.startswith("#"):
+                    key, _, value = line.rpartition(" ")
+                    out[key] = float(value)
+            return out
+
+    def cpu_seconds(self) -> float:
+        assert self.proc is not None
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def memory_mib(self) -> tuple[float, float]:
+        """(RSS, peak RSS) in MiB."""
+        assert self.proc is not None
+        status = {k: v for k, _, v in (line.partition(":") for line in
+                                       Path(f"/proc/{self.proc.pid}/status").read_text().splitlines())}
+        return int(status["VmRSS"].split()[0]) / 1024, int(status["VmHWM"].split()[0]) / 1024
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+def audit_requests(path: Path, start: int, user: str) -> dict[str, int]:
+    """Requests by `user` in the audit log after byte offset `start`, by verb (watches apart)."""
+    out: dict[str, int] = {}
+    with open(path, "rb") as f:
+        f.seek(start)
+        for line in f:
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            if e.get("stage") != "ResponseComplete" or (e.get("user") or {}).get("username") != user:
+                continue
+            verb = e.get("verb", "?")
+            res = (e.get("objectRef") or {}).get("resource", "")
+            out[f"{verb} {res}"] = out.get(f"{verb} {res}", 0) + 1
+    return out
+
+
+def parallel(threads: int, items: list[Any], fn: Callable[[Any], Any]) -> float:
+    started = time.monotonic()
+    with ThreadPoolExecutor(threads) as pool:
+        for _ in pool.map(fn, items):
+            pass
+    return time.monotonic() - started
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--services", type=int, default=int(os.environ.get("N", "1000")))
+    p.add_argument("--threads", type=int, default=8)
+    p.add_argument("--idle-seconds", type=float, default=120.0)
+    p.add_argument("--cluster", default="bench-scale")
+    p.add_argument("--keep", action="store_true", help="leave the cluster running")
+    p.add_argument("--out", default=str(ROOT / "bench" / "results" / "scale.md"))
+    args = p.parse_args()
+    n, threads = args.services, args.threads
+    figures: dict[str, Any] = {"services": n, "threads": threads}
+
+    bin_dir = sh(str(ROOT / "hack" / "install-tools.sh")).strip()
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    sh(str(ROOT / "hack" / "cluster.sh"), "down", args.cluster, env=env, check=False)
+    log(f"starting cluster {args.cluster}")
+    kubeconfig = sh(str(ROOT / "hack" / "cluster.sh"), "up", args.cluster, env=env).strip().splitlines()[-1]
+    env["KUBECONFIG"] = kubeconfig
+    audit_log = Path(sh(str(ROOT / "hack" / "cluster.sh"), "audit-log", args.cluster, env=env).strip())
+    work = Path(kubeconfig).parent
+    op: OperatorProcess | None = None
+    prom: Prometheus | None = None
+    exporter: Exporter | None = None
+    try:
+        sh("kubectl", "apply", "--server-side", "-f", "-", input=l4_nodes(n // 8 + 2), env=env)
+        sh("helm", "upgrade", "--install", RELEASE, str(ROOT / "charts" / "triton-operator"), "-n", RELEASE_NS,
+           "--create-namespace", "--set", "replicaCount=0", "--wait", "--timeout", "120s", env=env)
+        sh("kubectl", "apply", "--server-side", "-f", str(ROOT / "examples" / "gpuclasses.yaml"), env=env)
+        for ns in ("bare", "latency", "fleet"):
+            sh("kubectl", "create", "namespace", ns, env=env)
+        admin_cfg = client.Configuration()
+        config.load_kube_config(config_file=kubeconfig, client_configuration=admin_cfg)
+        kube = Kube("bench", admin_cfg, qps=10_000, burst=10_000, pool_size=64)
+        classes = {d["metadata"]["name"]: GPUClass.model_validate(d)
+                   for d in yaml.safe_load_all((ROOT / "examples" / "gpuclasses.yaml").read_text()) if d}
+        settings = Settings()
+
+        # 1. the bare client -------------------------------------------------------------------
+        names = [f"svc-{i:05d}" for i in range(n)]
+
+        def bare(name: str) -> None:
+            out = kube.apply(isvc_doc(name, "bare"))
+            obj = InferenceService.model_validate(out)
+            for manifest in render(obj, classes, settings, replicas=1).manifests:
+                kube.apply(manifest)
+            observed = status_core.Observed(desired_replicas=1, gpu_class="l4", gpu_class_spec=classes["l4"].spec,
+                                            endpoints=endpoints(name, "bare", settings), selector="x")
+            kube.patch_status("bare", name, status_core.compute(obj, observed, datetime.now(timezone.utc))[0])
+
+        log(f"bare client: {n} InferenceServices, {3 * n} children, {n} status writes, {threads} threads")
+        figures["bare_seconds"] = parallel(threads, names, bare)
+        log(f"bare client done in {figures['bare_seconds']:.1f}s")
+        sh("kubectl", "delete", "namespace", "bare", "--wait=true", "--timeout=900s", env=env)
+        log("bare namespace deleted")
+
+        # the operator, as the chart's ServiceAccount ---------------------------------------------
+        token = sh("kubectl", "create", "token", SA, "-n", RELEASE_NS, "--duration=6h", env=env).strip()
+        view = yaml.safe_load(sh("kubectl", "config", "view", "--minify", "--raw", "-o", "yaml", env=env))
+        sa_config = work / "operator.kubeconfig"
+        sa_config.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "op",
+            "clusters": [{"name": "local", "cluster": view["clusters"][0]["cluster"]}],
+            "users": [{"name": "op", "user": {"token": token}}],
+            "contexts": [{"name": "op", "context": {"cluster": "local", "user": "op"}}]}))
+        op = OperatorProcess(env, str(sa_config), work / "operator.log")
+        op.start()
+        log("operator running and synced")
+
+        # 2. apply -> Deployment exists ---------------------------------------------------------
+        watch = Watcher(kube, "latency", (DEPLOYMENT,))
+        raw, via_operator = [], []
+        for i in range(20):
+            obj = InferenceService.model_validate(isvc_doc(f"raw-{i}", "latency"))
+            dep = render(obj, classes, settings, replicas=0).by_kind("Deployment")
+            t0 = time.monotonic()
+            kube.apply(dep)
+            raw.append(time.monotonic() - t0)
+        for i in range(20):
+            name = f"lat-{i}"
+            t0 = time.monotonic()
+            kube.apply(isvc_doc(name, "latency", replicas=0))
+            watch.wait(f"Deployment {name}", lambda: ("Deployment", name) in watch.seen, 60)
+            via_operator.append(watch.seen[("Deployment", name)] - t0)
+            time.sleep(0.5)
+        watch.stop()
+        figures["raw_apply_ms"] = (percentile(raw, 50) * 1000, percentile(raw, 99) * 1000)
+        figures["apply_to_deployment_ms"] = (percentile(via_operator, 50) * 1000, percentile(via_operator, 99) * 1000)
+        log(f"raw apply p50/p99 {figures['raw_apply_ms'][0]:.0f}/{figures['raw_apply_ms'][1]:.0f} ms; "
+            f"apply -> Deployment {figures['apply_to_deployment_ms'][0]:.0f}/{figures['apply_to_deployment_ms'][1]:.0f} ms")
+        sh("kubectl", "delete", "namespace", "latency", "--wait=true", "--timeout=300s", env=env)
+
+        # 3. N services at once --------------------------------------------------------------------
+        watch = Watcher(kube, "fleet")
+        s = watch.store
+
+        def written() -> bool:
+            if min(s.count("Deployment"), s.count("Service"), s.count("PodDisruptionBudget")) < n:
+                return False
+            isvcs = s.list("InferenceService")
+            return len(isvcs) == n and all(
+                (i.get("status") or {}).get("observedGeneration") == i["metadata"]["generation"]
+                and (i.get("status") or {}).get("gpuClass") for i in isvcs)
+
+        def ready() -> bool:
+            isvcs = s.list("InferenceService")
+            return len(isvcs) == n and all(
+                any(c["type"] == "Ready" and c["status"] == "True" for c in (i.get("status") or {}).get("conditions") or [])
+                for i in isvcs)
+
+        before = op.health()
+        log(f"applying {n} InferenceServices with {threads} threads")
+        t0 = time.monotonic()
+        figures["apply_seconds"] = parallel(threads, names, lambda name: kube.apply(isvc_doc(name, "fleet")))
+        figures["written_seconds"] = watch.wait("every child and status written", written, 1800) - t0
+        figures["ready_seconds"] = watch.wait("every service Ready", ready, 1800) - t0
+        after = op.health()
+        figures["bulk_ratio"] = figures["written_seconds"] / figures["bare_seconds"]
+        figures["bulk_reconciles"] = after["reconciles"] - before.get("reconciles", 0)
+        figures["bulk_peak_rss_mib"] = op.memory_mib()[1]
+        log(f"written in {figures['written_seconds']:.1f}s ({figures['bulk_ratio']:.2f}x bare), "
+            f"Ready in {figures['ready_seconds']:.1f}s, {figures['bulk_reconciles']} passes")
+
+        # 4. idle ------------------------------------------------------------------------------------
+        deadline = time.monotonic() + 300
+        while op.health().get("queued", 1) and time.monotonic() < deadline:
+            time.sleep(1)
+        time.sleep(20)
+        user = f"system:serviceaccount:{RELEASE_NS}:{SA}"
+        offset = audit_log.stat().st_size
+        cpu0, t_idle = op.cpu_seconds(), time.monotonic()
+        time.sleep(args.idle_seconds)
+        window = time.monotonic() - t_idle
+        cpu = op.cpu_seconds() - cpu0
+        requests = audit_requests(audit_log, offset, user)
+        figures["idle_cpu_percent"] = 100 * cpu / window
+        figures["idle_rss_mib"] = op.memory_mib()[0]
+        figures["idle_requests_per_minute"] = sum(requests.values()) * 60 / window
+        figures["idle_requests"] = requests
+        log(f"idle over {window:.0f}s: CPU {figures['idle_cpu_percent']:.2f}% of a core, RSS "
+            f"{figures['idle_rss_mib']:.0f} MiB, {figures['idle_requests_per_minute']:.1f} requests/min {requests}")
+
+        victim = names[0]
+        t0 = time.monotonic()
+        drifted = int(kube.patch(DEPLOYMENT, victim, "fleet", {"spec": {"replicas": 3}})["metadata"]["resourceVersion"])
+        watch.wait("drift repaired", lambda: (d := s.get("Deployment", ("fleet", victim))) is not None
+                   and int(d["metadata"]["resourceVersion"]) > drifted and d["spec"]["replicas"] == 1, 120)
+        figures["drift_repair_seconds"] = time.monotonic() - t0
+        log(f"drift on one Deployment repaired in {figures['drift_repair_seconds']:.2f}s")
+
+        # 5. autoscaling -------------------------------------------------------------------------------
+        exporter = Exporter("fleet", names)
+        prom = Prometheus([Target(exporter.address)], scrape_interval="2s", evaluation_interval="2s")
+        prom.start()
+        prom.wait_for("count(nv_inference_pending_request_count)", lambda v: bool(v) and float(v[0]["value"][1]) >= n)
+        op.stop()
+        tick = 5.0
+        op.start(TRITON_OPERATOR_PROMETHEUS_URL=prom.url, TRITON_OPERATOR_AUTOSCALE_INTERVAL_SECONDS=str(tick))
+        autoscaling = {"spec": {"autoscaling": {"minReplicas": 1, "maxReplicas": 3, "targetQueueDepth": 4,
+                                                "targetP99LatencyMs": 1000}}}
+        parallel(threads, names, lambda name: kube.patch(INFERENCE_SERVICE, name, "fleet", autoscaling))
+        watch.wait("every service autoscaled with figures", lambda: all(
+            ((i.get("status") or {}).get("autoscaling") or {}).get("desiredReplicas")
+            and (i.get("status") or {}).get("metrics") for i in s.list("InferenceService")), 900)
+        time.sleep(3 * tick)
+
+        def sample() -> dict[str, float]:
+            m = op.metrics()
+            return {"ticks": m.get("triton_operator_autoscaler_ticks_total", 0),
+                    "cpu": m.get("triton_operator_autoscaler_decision_cpu_seconds_total", 0),
+                    "status": m.get('triton_operator_writes_total{kind="InferenceService",verb="status"}', 0),
+                    "apply": m.get('triton_operator_writes_total{kind="Deployment",verb="apply"}', 0),
+                    "queries": m.get("triton_operator_prometheus_queries_per_tick", 0)}
+
+        a = sample()
+        time.sleep(6 * tick)
+        b = sample()
+        ticks = b["ticks"] - a["ticks"]
+        figures["autoscale_ticks"] = ticks
+        figures["autoscale_queries_per_tick"] = b["queries"]
+        figures["autoscale_decision_cpu_ms_per_tick"] = 1000 * (b["cpu"] - a["cpu"]) / max(ticks, 1)
+        figures["autoscale_status_writes_steady"] = b["status"] - a["status"]
+        moved = names[: n // 10]
+        for name in moved:
+            exporter.values[name] = (12.0, 200_000.0)
+        watch.wait("10 % of services scaled up", lambda: all(
+            (d := s.get("Deployment", ("fleet", name))) is not None and d["spec"]["replicas"] == 3 for name in moved), 300)
+        time.sleep(2 * tick)
+        c = sample()
+        figures["autoscale_moved_services"] = len(moved)
+        figures["autoscale_status_writes_after_move"] = c["status"] - b["status"]
+        figures["autoscale_deployment_writes_after_move"] = c["apply"] - b["apply"]
+        log(f"autoscaler: {figures['autoscale_queries_per_tick']:.0f} queries/tick, "
+            f"{figures['autoscale_decision_cpu_ms_per_tick']:.1f} ms decision CPU/tick over {ticks:.0f} ticks, "
+            f"{figures['autoscale_status_writes_steady']:.0f} status writes at a steady load; after "
+            f"{len(moved)} services' load moved: {figures['autoscale_status_writes_after_move']:.0f} status, "
+            f"{figures['autoscale_deployment_writes_after_move']:.0f} Deployment writes")
+        watch.stop()
+    finally:
+        if exporter:
+            exporter.close()
+        if prom:
+            prom.close()
+        if op:
+            op.stop()
+        if not args.keep:
+            sh(str(ROOT / "hack" / "cluster.sh"), "down", args.cluster, env=env, check=False)
+    write_results(figures, Path(args.out), " ".join(sys.argv))
+    return 0
+
+
+def machine() -> str:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    mem = int(next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()
+                   if line.startswith("MemTotal"))) / 1024 / 1024
+    return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, Python {platform.python_version()}, {platform.system()}"
+
+
+def write_results(f: dict[str, Any], out: Path, command: str) -> None:
+    ok = lambda good: "yes" if good else "**no**"  # noqa: E731
+    raw50, raw99 = f["raw_apply_ms"]
+    op50, op99 = f["apply_to_deployment_ms"]
+    rows = [
+        ("bare client: N services' writes (N InferenceServices, 3N children, N status)", f"{f['bare_seconds']:.1f} s", "", ""),
+        ("operator: N applied -> every child and status written", f"{f['written_seconds']:.1f} s",
+         f"{f['bulk_ratio']:.2f}x bare", ok(f["bulk_ratio"] <= 1.3)),
+        ("operator: N applied -> every service Ready", f"{f['ready_seconds']:.1f} s", "", ""),
+        ("reconcile passes during the bulk", f"{f['bulk_reconciles']}", "", ""),
+        ("idle: operator CPU", f"{f['idle_cpu_percent']:.2f} % of a core", "<= 1 %", ok(f["idle_cpu_percent"] <= 1)),
+        ("idle: operator RSS", f"{f['idle_rss_mib']:.0f} MiB (peak {f['bulk_peak_rss_mib']:.0f})", "<= 150 MiB",
+         ok(f["idle_rss_mib"] <= 150)),
+        ("idle: API requests per minute (audit log, watches excluded)", f"{f['idle_requests_per_minute']:.1f}",
+         "<= 60", ok(f["idle_requests_per_minute"] <= 60)),
+        ("idle: what those requests were", ", ".join(f"{k}: {v}" for k, v in sorted(f["idle_requests"].items())) or "none", "", ""),
+        ("drift on a Deployment (replicas) repaired", f"{f['drift_repair_seconds']:.2f} s", "seconds",
+         ok(f["drift_repair_seconds"] <= 10)),
+        ("autoscaler: Prometheus queries per tick", f"{f['autoscale_queries_per_tick']:.0f}", "2",
+         ok(f["autoscale_queries_per_tick"] <= 2)),
+        ("autoscaler: decision CPU per tick (N autoscaled services)", f"{f['autoscale_decision_cpu_ms_per_tick']:.1f} ms",
+         "<= 50 ms", ok(f["autoscale_decision_cpu_ms_per_tick"] <= 50)),
+        (f"autoscaler: status writes over {f['autoscale_ticks']:.0f} ticks at a steady load",
+         f"{f['autoscale_status_writes_steady']:.0f}", "0", ok(f["autoscale_status_writes_steady"] == 0)),
+        (f"autoscaler: writes after {f['autoscale_moved_services']} services' load moved",
+         f"{f['autoscale_status_writes_after_move']:.0f} status, {f['autoscale_deployment_writes_after_move']:.0f} Deployment",
+         f"~{f['autoscale_moved_services']} each", ""),
+        ("apply -> Deployment exists (p50 / p99, idle cluster)", f"{op50:.0f} / {op99:.0f} ms",
+         f"{op99 / raw99:.2f}x raw p99", ok(op99 <= 3 * raw99)),
+        ("one raw server-side apply of a Deployment (p50 / p99)", f"{raw50:.0f} / {raw99:.0f} ms", "", ""),
+    ]
+    lines = [
+        f"# make bench-scale: N = {f['services']} InferenceServices",
+        "",
+        f"- command: `{command}` (`make bench-scale`)",
+        f"- date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
+        f"- machine: {machine()}",
+        "- cluster: hack/cluster.sh (kube-apiserver, etcd, controller-manager, scheduler, kwok nodes), "
+        f"the operator as the chart's ServiceAccount with leader election; {f['threads']} client threads",
+        "",
+        "| figure | value | goal | met |",
+        "| --- | --- | --- | --- |",
+        *[f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows],
+        "",
+    ]
+    text = "\n".join(lines)
+    print("\n" + text)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    (out.with_suffix(".json")).write_text(json.dumps(f, indent=2, default=str) + "\n")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
