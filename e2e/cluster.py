@@ -93,7 +93,9 @@ class Operator:
         self.extra_env = extra_env or {}
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> None:
+    def start(self, wait: bool = True) -> None:
+        """Start the process; with `wait`, until its liveness endpoint answers (a follower in a
+        leader election has none until it leads)."""
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "triton_operator", "run", "--liveness",
@@ -102,7 +104,8 @@ class Operator:
                  "TRITON_OPERATOR_METRICS_ADDRESS": "127.0.0.1",
                  "TRITON_OPERATOR_METRICS_PORT": str(self.metrics_port), **self.extra_env},
             stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-        wait_for("operator liveness endpoint", self.healthy, timeout=60)
+        if wait:
+            wait_for("operator liveness endpoint", self.healthy, timeout=60)
 
     def healthy(self) -> bool:
         if self.proc is None or self.proc.poll() is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import threading
 from importlib import resources
@@ -164,10 +165,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _own_namespace() -> str:
+    """The pod's namespace: from the downward API (POD_NAMESPACE, as the chart sets it), else the
+    ServiceAccount's namespace file."""
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
     path = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
     if path.exists():
         return path.read_text().strip()
-    raise CliError("--leader-elect needs --leader-elect-namespace outside a pod")
+    raise CliError("--leader-elect needs --leader-elect-namespace (or POD_NAMESPACE) outside a pod")
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:

@@ -38,9 +38,12 @@ class Leadership:
             lease = api.read_namespaced_lease(self.name, self.namespace)
             if lease.spec.holder_identity != self.identity:
                 return
-            now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-            api.patch_namespaced_lease(self.name, self.namespace, {"spec": {
-                "holderIdentity": None, "leaseDurationSeconds": 1, "renewTime": now, "acquireTime": now}})
+            # An update (the verb election already holds), guarded by the resourceVersion just read.
+            now = datetime.now(timezone.utc)
+            lease.spec.holder_identity = None
+            lease.spec.lease_duration_seconds = 1
+            lease.spec.renew_time = lease.spec.acquire_time = now
+            api.replace_namespaced_lease(self.name, self.namespace, lease)
             log.info("released the lease %s/%s", self.namespace, self.name)
         except (ApiException, OSError) as e:
             log.warning("could not release the lease %s/%s: %s", self.namespace, self.name, describe(e))
