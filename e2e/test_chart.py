@@ -130,7 +130,7 @@ def test_watched_namespaces_get_roles_not_cluster_access(tools):
     roles = {d["metadata"]["namespace"] for d in docs if d["kind"] == "Role"
              if "deployments" in {r for rule in d["rules"] for r in rule["resources"]}}
     assert roles == {"ml", "vision"}
-    env = {e["name"]: e["value"] for e in next(d for d in docs if d["kind"] == "Deployment")
+    env = {e["name"]: e.get("value") for e in next(d for d in docs if d["kind"] == "Deployment")
            ["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["TRITON_OPERATOR_NAMESPACES"] == "ml,vision"
 

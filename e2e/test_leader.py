@@ -24,7 +24,8 @@ LEASE_SECONDS = 30  # controller/leader.py
 
 def chart_container(cluster: Cluster) -> tuple[list[str], dict[str, str]]:
     """The operator container's args and env as the chart renders them."""
-    out = subprocess.run(["helm", "template", RELEASE, str(ROOT / "charts" / "triton-operator"), "-n", RELEASE_NS],
+    out = subprocess.run(["helm", "template", RELEASE, str(ROOT / "charts" / "triton-operator"), "-n", RELEASE_NS,
+                          "--kube-version", "1.36.0"],
                          capture_output=True, text=True, env=cluster.env, check=True).stdout
     dep = next(d for d in yaml.safe_load_all(out) if d and d["kind"] == "Deployment")
     container = dep["spec"]["template"]["spec"]["containers"][0]
