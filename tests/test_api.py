@@ -43,7 +43,7 @@ def test_wire_form_is_camel_case_and_round_trips():
     ({"replicas": -1}, "spec.replicas", "greater than or equal to 0"),
     ({"autoscaling": {"minReplicas": 5, "maxReplicas": 2}}, "spec.autoscaling", "minReplicas must be less"),
     ({"autoscaling": {"minReplicas": 1}}, "spec.autoscaling.maxReplicas", "Field required"),
-    ({"autoscaling": {"maxReplicas": 3, "targetQueueDepth": 0}}, "spec.autoscaling.targetQueueDepth", "greater than 0"),
+    ({"autoscaling": {"maxReplicas": 3, "targetQueueDepth": 0}}, "spec.autoscaling.targetQueueDepth", "greater than or equal to 0.01"),
     ({"server__resources": {"limits": {"nvidia.com/gpu": "1"}}}, "spec.server.resources", "spec.gpu"),
     ({"server__resources": {"requests": {"cpu": "four"}}}, "spec.server.resources.requests.cpu", "pattern"),
     ({"server__startupTimeoutSeconds": 5}, "spec.server.startupTimeoutSeconds", "greater than or equal to 60"),

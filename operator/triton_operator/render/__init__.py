@@ -17,6 +17,7 @@ import yaml
 from .. import planning
 from ..api import API_VERSION, EngineSpec, GPUClass, GPUClassSpec, InferenceService
 from ..labels import LABEL_GPU_CLASS, LABEL_SERVICE, MANAGED_BY, selector_labels
+from ..quantity import within_limits
 from ..settings import Settings
 from . import runtime
 from .runtime import PROGRAM, SCRATCH_ROOT
@@ -226,7 +227,8 @@ def _resources(isvc: InferenceService, cls: GPUClassSpec) -> tuple[dict[str, Any
     resources = {
         # Requests so the scheduler reserves host CPU and memory for the server; no default limits:
         # a model's host-memory peak while loading is unknown here, and a wrong limit OOM-kills it.
-        "requests": {**DEFAULT_REQUESTS, **((user_res.requests if user_res else None) or {}), **gpu},
+        "requests": {**within_limits(DEFAULT_REQUESTS, user_res.limits if user_res else None),
+                     **((user_res.requests if user_res else None) or {}), **gpu},
         "limits": {**((user_res.limits if user_res else None) or {}), **gpu},
     }
     # The scheduler reserves max(init, app) per resource, so the same requests cost nothing extra.
@@ -234,9 +236,9 @@ def _resources(isvc: InferenceService, cls: GPUClassSpec) -> tuple[dict[str, Any
 
 
 def _scratch_limit(isvc: InferenceService) -> str | None:
-    """The build's scratch volume size: the user's ephemeral-storage request, else the estimate."""
-    user = isvc.spec.engine.build_resources if isvc.spec.engine else None
-    return ((user.requests or {}) if user else {}).get("ephemeral-storage") or runtime.scratch_size(isvc)
+    """The build's scratch volume size: its ephemeral-storage request (the user's, else the
+    estimate, lowered to a lower limit)."""
+    return runtime.build_resources(isvc)["requests"].get("ephemeral-storage")
 
 
 def _build_resources(isvc: InferenceService, cls: GPUClassSpec) -> dict[str, Any]:

@@ -1,0 +1,53 @@
+"""The models agree with what the real API server said about each hostile spec (recorded by
+hack/record-admission.py against the CRDs in crds/), and both name the field they refuse."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from triton_operator import crdgen
+from triton_operator.api import InferenceService, describe
+
+from .admission_cases import RECORDED, case_document, load_cases
+from .crd_admission import Admission
+
+CASES = load_cases()
+RECORDS = json.loads(RECORDED.read_text())
+ADMISSION = Admission(crdgen.inference_service_crd())
+
+
+def test_every_case_is_recorded():
+    """Fails when a case was added or renamed without running hack/record-admission.py."""
+    assert {c["name"] for c in CASES} == set(RECORDS)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_models_agree_with_the_api_server(case):
+    record = RECORDS[case["name"]]
+    try:
+        InferenceService.model_validate(case_document(case))
+        errors = None
+    except ValidationError as e:
+        errors = e.errors()
+    assert (errors is None) == record["admitted"], (record, errors)
+    if errors is None:
+        assert "field" not in case, "an admitted case names no field"
+        return
+    field = case["field"]
+    assert field in record["message"], record["message"]
+    named = [describe(e) for e in errors]
+    assert any(n.startswith(field) or f"{field} " in n for n in named), named
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_the_python_admission_model_agrees_with_the_api_server(case):
+    """tests/crd_admission.py stands in for the API server in the property suite: it must say
+    what the real one said."""
+    record = RECORDS[case["name"]]
+    refusals = ADMISSION.refusals(case_document(case))
+    assert (not refusals) == record["admitted"], (record, refusals)
+    if refusals:
+        assert any(case["field"] in str(r) for r in refusals), refusals
