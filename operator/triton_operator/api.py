@@ -23,6 +23,7 @@ API_VERSION = f"{GROUP}/{VERSION}"
 # Integer fields of Pods, Deployments and Jobs are int32 (k8s.io/api); tolerationSeconds is int64.
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
+MAX_REPLICAS = 1000
 
 # Kubernetes' name syntax (k8s.io/apimachinery/pkg/api/validate/content, v0.36: dns.go, kube.go),
 # written with explicit character classes only ([.] for a dot, no \s or \w) so that Go's RE2 (the
@@ -122,12 +123,19 @@ def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str
 
 
 def error_path(loc: tuple[int | str, ...]) -> str:
-    """A pydantic error location as Kubernetes writes field paths: spec.server.env[0].value."""
+    """A pydantic error location as Kubernetes writes field paths: spec.server.env[0].value, and
+    spec.podLabels[a b] for a map key that is not a plain name (escaped and cut, to stay one line)."""
     out = ""
     for part in loc:
         if part == "[key]":  # the error is about a map key, which the path already ends with
             continue
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif re.fullmatch(r"[A-Za-z0-9_-]+", str(part)) and len(str(part)) <= 63:
+            out += f".{part}" if out else str(part)
+        else:
+            key = str(part).encode("unicode_escape").decode("ascii")
+            out += f"[{key[:60]}...]" if len(key) > 60 else f"[{key}]"
     return out
 
 
@@ -429,8 +437,8 @@ class AutoscalingSpec(Model):
         cel("self.minReplicas <= self.maxReplicas", "minReplicas must be less than or equal to maxReplicas", "maxReplicas"),
     ]})
 
-    min_replicas: int = Field(1, ge=1, le=1000, description="Fewest replicas, also while metrics are missing.")
-    max_replicas: int = Field(..., ge=1, le=1000, description="Most replicas the autoscaler may ask for.")
+    min_replicas: int = Field(1, ge=1, le=MAX_REPLICAS, description="Fewest replicas, also while metrics are missing.")
+    max_replicas: int = Field(..., ge=1, le=MAX_REPLICAS, description="Most replicas the autoscaler may ask for.")
     target_queue_depth: float = Field(
         4, ge=0.01, le=1_000_000, description="Requests waiting in Triton's queue per ready replica that the autoscaler aims for.")
     target_p99_latency_ms: float | None = Field(
@@ -438,7 +446,7 @@ class AutoscalingSpec(Model):
     scale_down_stabilization_seconds: int = Field(
         300, ge=0, le=3600,
         description="Scale down only to the highest replica count recommended within this many seconds.")
-    scale_down_max_step: int = Field(1, ge=1, le=1000, description="At most this many replicas removed per decision.")
+    scale_down_max_step: int = Field(1, ge=1, le=MAX_REPLICAS, description="At most this many replicas removed per decision.")
     tolerance: float = Field(
         0.1, ge=0, le=1, description="Relative deviation from a target ignored as noise (0.1 = 10 %).")
 
@@ -627,7 +635,7 @@ class InferenceServiceSpec(Model):
     model: ModelSpec = Field(..., description="The model to serve.")
     gpu: GPUSpec = Field(..., description="The GPUs each replica runs on.")
     replicas: int = Field(
-        1, ge=0, le=1000, description="Number of replicas when autoscaling is not set. `kubectl scale` sets it.")
+        1, ge=0, le=MAX_REPLICAS, description="Number of replicas when autoscaling is not set. `kubectl scale` sets it.")
     autoscaling: AutoscalingSpec | None = Field(
         None, description="Scale from Triton's queue depth and p99 latency. When set, replicas is ignored.")
     server: ServerSpec = Field(default_factory=ServerSpec, description="The Triton server container.")
