@@ -33,7 +33,7 @@ from .conftest import EXAMPLES, load
 from .crd_admission import Admission
 from .hostile import gpu_classes, inference_services
 
-settings.register_profile("unit", max_examples=1500, deadline=None, derandomize=True, print_blob=True,
+settings.register_profile("unit", max_examples=1000, deadline=None, derandomize=True, print_blob=True,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.register_profile("explore", max_examples=20000, deadline=None, print_blob=True,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -58,15 +58,15 @@ def _is_qualified_name(key: str) -> bool:  # validation.IsQualifiedName
     parts = key.split("/")
     if len(parts) > 2:
         return False
-    if len(parts) == 2 and not (0 < len(parts[0]) <= 253 and _SUBDOMAIN.match(parts[0])):
+    if len(parts) == 2 and not (0 < len(parts[0]) <= 253 and _SUBDOMAIN.fullmatch(parts[0])):
         return False
-    return 0 < len(parts[-1]) <= 63 and bool(_NAME.match(parts[-1]))
+    return 0 < len(parts[-1]) <= 63 and bool(_NAME.fullmatch(parts[-1]))
 
 
 def _check_labels(labels: dict[str, str], where: str) -> None:
     for k, v in labels.items():
         assert _is_qualified_name(k), f"{where}: label key {k!r}"
-        assert len(v) <= 63 and (v == "" or _NAME.match(v)), f"{where}: label value {v!r}"
+        assert len(v) <= 63 and (v == "" or _NAME.fullmatch(v)), f"{where}: label value {v!r}"
 
 
 def _check_annotations(annotations: dict[str, str], where: str) -> None:
@@ -145,6 +145,20 @@ def test_inference_services_models_crd_and_render_agree(doc):
     except RenderError:
         return
     check_children(rendered.manifests)
+    check_values_arrive_intact(obj, rendered.by_kind("Deployment"))
+
+
+def check_values_arrive_intact(obj: InferenceService, deployment: dict[str, Any]) -> None:
+    """What the user wrote reaches the pod unchanged (no mangled emoji, no lost character)."""
+    template = deployment["spec"]["template"]
+    triton = template["spec"]["containers"][0]
+    ours = {"prometheus.io/scrape", "prometheus.io/port", "prometheus.io/path", "serving.triton-operator.io/model"}
+    for key, value in obj.spec.pod_annotations.items():
+        if key not in ours:
+            assert template["metadata"]["annotations"][key] == value, key
+    for e in obj.spec.server.env:
+        assert {"name": e.name, "value": e.value} in triton.get("env", []), e.name
+    assert triton["args"][len(triton["args"]) - len(obj.spec.server.args):] == obj.spec.server.args
 
 
 @given(gpu_classes())
@@ -205,16 +219,18 @@ def test_the_largest_spec_fits_the_budget():
     esc = "\x01"  # JSON writes it as \\u0001: 6 bytes for one character
     spec = {
         "model": {"source": "s3://b/" + esc * 2041, "format": "tensorrt-llm", "name": "n" * 128, "revision": esc * 128,
-                  "parameters": "1." + "0" * 13 + "K", "credentialsSecret": "s" * 253},
+                  "parameters": "1." + "0" * 13 + "K", "precision": "fp8", "credentialsSecret": "s" * 253},
         "gpu": {"class": "h100", "fallbackClasses": [f"{i}" + "c" * 62 for i in range(8)]},
         "server": {
-            "image": "i" * 512, "shmSize": "9" * 30 + "Mi",
+            "shmSize": "9" * 30 + "Mi",  # (no image: tensorrt-llm runs the runtime image, and has an engine)
             "resources": {"requests": {"cpu": "1", "memory": "1", "ephemeral-storage": "1"},
                           "limits": {"cpu": "9" * 32, "memory": "9" * 32, "ephemeral-storage": "9" * 32}},
             "args": [esc * 512] * 64,
             "env": [{"name": f"E{i:03d}" + "E" * 124, "value": esc * 384} for i in range(64)],
         },
-        "engine": {"cacheClaim": "e" * 253},
+        "engine": {"cacheClaim": "e" * 253, "calibrationDataset": "s3://b/" + esc * 2041,
+                   "buildResources": {"requests": {"cpu": "1", "memory": "1", "ephemeral-storage": "1"},
+                                      "limits": {"cpu": "9" * 32, "memory": "9" * 32, "ephemeral-storage": "9" * 32}}},
         "serviceAccountName": "a" * 253,
         "podLabels": {f"{'p' * 63}.{'p' * 63}.{'p' * 63}.{'p' * 59}{i:02d}/{'n' * 63}": "v" * 63 for i in range(64)},
         "podAnnotations": {f"a{i:02d}": esc * 509 for i in range(64)},
@@ -224,6 +240,6 @@ def test_the_largest_spec_fits_the_budget():
     obj = InferenceService.model_validate(doc)
     assert ISVC_ADMISSION.refusals(doc) == []
     size = len(json.dumps(spec).encode())
-    assert 500_000 < size <= 779_032, size  # the bound api.py states; fields with a pattern stay ASCII
+    assert 500_000 < size <= 793_084, size  # the bound api.py states; fields with a pattern stay ASCII
     check_children(render(obj, CLASSES, SETTINGS).manifests)
     assert len(dump(render(obj, CLASSES, SETTINGS).manifests)) < 1536 * 1024

@@ -27,7 +27,8 @@ MAX_REPLICAS = 1000
 
 # Kubernetes' name syntax (k8s.io/apimachinery/pkg/api/validate/content, v0.36: dns.go, kube.go),
 # written with explicit character classes only ([.] for a dot, no \s or \w) so that Go's RE2 (the
-# API server), Rust's regex (pydantic) and CEL read every pattern alike.
+# API server), Rust's regex (pydantic) and CEL read every pattern alike. Python's re needs
+# fullmatch: its $ also matches before a final newline.
 _DNS_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _DNS_LABEL_ANY_CASE = "[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?"
 _NAME_PART = "[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"  # 1-63 characters
@@ -73,14 +74,15 @@ RESOURCE_NAMES = ("cpu", "memory", "ephemeral-storage")
 #   server     image 512 + shmSize 32 + resources 2 x 3 x (name 17 + quantity 32)              =     838
 #              args 64 x 512                                                                   =  32,768
 #              env names and values together (ENV_TOTAL)                                       =  32,768
+#   engine     cacheClaim 253 + calibrationDataset 2,048 + buildResources 2 x 3 x 49           =   2,595
 #   podLabels  64 x (key 317 + value 63)                                                       =  24,320
 #   podAnnotations keys and values together (ANNOTATIONS_TOTAL)                                =  32,768
-#   engine.cacheClaim 253 + serviceAccountName 253                                             =     506
-#   total                                                                                      = 127,108
+#   serviceAccountName                                                                         =     253
+#   total                                                                                      = 129,450
 # JSON spends at most 6 bytes on a code point (a \u00XX escape; UTF-8 needs at most 4), and the
 # keys, numbers and punctuation around them take under 16 KB (64 env items, 64 + 64 map entries,
-# 64 args, 30 scalars): at most 6 x 127,108 + 16,384 = 779,032 bytes (0.74 MiB) in the worst case,
-# about 143 KB for ASCII text, so even kubectl's client-side apply annotation fits.
+# 64 args, 40 scalars): at most 6 x 129,450 + 16,384 = 793,084 bytes (0.76 MiB) in the worst case,
+# about 146 KB for ASCII text, so even kubectl's client-side apply annotation fits.
 ARGS_MAX_ITEMS, ARG_MAX_LENGTH = 64, 512
 ENV_MAX_ITEMS, ENV_TOTAL = 64, 32768
 LABELS_MAX = 64
@@ -189,13 +191,13 @@ def _prefix_fits(key: str) -> bool:
 
 
 def _label_key(key: str) -> str:
-    if not re.match(QUALIFIED_NAME, key) or not _prefix_fits(key):
+    if not re.fullmatch(QUALIFIED_NAME, key) or not _prefix_fits(key):
         raise ValueError(f"label key {key!r} is not valid: use {LABEL_KEY_RULES}")
     return key
 
 
 def _annotation_key(key: str) -> str:
-    if not re.match(ANNOTATION_KEY, key) or not _prefix_fits(key):
+    if not re.fullmatch(ANNOTATION_KEY, key) or not _prefix_fits(key):
         raise ValueError(f"annotation key {key!r} is not valid: use {LABEL_KEY_RULES}")
     return key
 
@@ -327,10 +329,10 @@ def _named(metadata: dict[str, Any], pattern: str, max_length: int, what: str) -
     name = metadata.get("name")
     if not isinstance(name, str) or not name:
         raise ValueError("metadata.name is required")
-    if not re.match(pattern, name) or len(name) > max_length:
+    if not re.fullmatch(pattern, name) or len(name) > max_length:
         raise ValueError(f"metadata.name must be {what}")
     namespace = metadata.get("namespace")
-    if namespace is not None and (not isinstance(namespace, str) or not re.match(DNS_LABEL, namespace)
+    if namespace is not None and (not isinstance(namespace, str) or not re.fullmatch(DNS_LABEL, namespace)
                                   or len(namespace) > 63):
         raise ValueError("metadata.namespace must be a DNS label (lowercase letters, digits, '-') of at most 63 characters")
     return metadata

@@ -8,7 +8,8 @@ kubectl reads YAML with go-yaml v2 (through sigs.k8s.io/yaml), turns it into JSO
 - a float with an integral value is written by Go's JSON encoder without a decimal point, so
   `replicas: 1.0` arrives as the integer 1 (beyond 64 bits it is read back as a float);
 - map keys that are numbers or booleans become strings ("1", "true");
-- an integer beyond 64 bits is read as a float.
+- an integer beyond 64 bits is read as a float;
+- a lone UTF-16 surrogate in a JSON string becomes U+FFFD.
 Limits keep a hostile file from exhausting memory: nesting depth and the number of values after
 aliases are expanded (go-yaml refuses "excessive aliasing" too).
 """
@@ -69,13 +70,13 @@ def _construct_number(loader: yaml.SafeLoader, node: yaml.Node) -> int | float |
     if text in _SPECIAL_FLOATS:
         return _SPECIAL_FLOATS[text]
     if text.startswith("."):
-        return float(text) if re.match(r"^[.][0-9]+([eE][-+]?[0-9]+)?$", text) else text
+        return float(text) if re.fullmatch(r"^[.][0-9]+([eE][-+]?[0-9]+)?$", text) else text
     plain = text.replace("_", "")
-    if _GO_INT.match(plain):
+    if _GO_INT.fullmatch(plain):
         value = _go_int(plain)
-        if -INT64 <= value < INT64 or (value >= 0 and value < 2 * INT64 and _GO_UINT.match(plain)):
+        if -INT64 <= value < INT64 or (value >= 0 and value < 2 * INT64 and _GO_UINT.fullmatch(plain)):
             return value
-    if _YAML_STYLE_FLOAT.match(plain):
+    if _YAML_STYLE_FLOAT.fullmatch(plain):
         return float(plain)
     return text
 
@@ -90,13 +91,21 @@ _Loader.add_constructor(_NUMBER_TAG, _construct_number)
 _Loader.add_constructor("tag:yaml.org,2002:timestamp", lambda loader, node: loader.construct_scalar(node))
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _go_string(text: str) -> str:
+    """A lone UTF-16 surrogate (JSON "\\ud83d" alone) becomes U+FFFD, as Go's decoder makes it."""
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
 def _key(key: Any) -> str:
     if isinstance(key, bool):
         return "true" if key else "false"
     if isinstance(key, (int, float)) and not isinstance(key, bool):
         return str(_number(key))
     if isinstance(key, str):
-        return key
+        return _go_string(key) if _SURROGATE.search(key) else key
     raise KubeYAMLError(f"a map key must be a string, not {type(key).__name__}")
 
 
@@ -125,6 +134,8 @@ def _as_json(value: Any, depth: int, counter: _Counter) -> Any:
         return [_as_json(v, depth + 1, counter) for v in value]
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return _number(value)
+    if isinstance(value, str) and _SURROGATE.search(value):
+        return _go_string(value)
     if isinstance(value, bytes):  # !!binary: the JSON that kubectl sends has no bytes
         raise KubeYAMLError("binary values (!!binary) cannot be sent to the API server")
     return value

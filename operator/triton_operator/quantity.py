@@ -32,9 +32,9 @@ class QuantityError(ValueError):
 
 def parse_quantity(text: str) -> Decimal:
     """The exact value of a quantity as Kubernetes holds it."""
-    if not isinstance(text, str) or not _QUANTITY_RE.match(text):
+    if not isinstance(text, str) or not _QUANTITY_RE.fullmatch(text):
         raise QuantityError(f"{text!r} is not a quantity such as 500m, 2, 1.5Gi or 8G")
-    number, suffix = _PARTS_RE.match(text).groups()
+    number, suffix = _PARTS_RE.fullmatch(text).groups()
     with localcontext() as ctx:
         ctx.prec = 80  # exact for every value the pattern admits (at most 32 characters, e<=99)
         value = Decimal(number if not number.endswith(".") else number + "0")
