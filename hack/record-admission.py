@@ -21,7 +21,7 @@ from kubernetes.client.rest import ApiException
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.admission_cases import GROUP, VERSION, case_document, load_cases  # noqa: E402
+from tests.admission_cases import GROUP, PLURALS, VERSION, case_document, load_cases  # noqa: E402
 
 NAMESPACE = "default"
 
@@ -34,8 +34,12 @@ def main() -> int:
     for case in load_cases():
         doc = case_document(case)
         try:
-            api.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "inferenceservices", doc,
-                                                dry_run="All", field_validation="Strict")
+            if doc["kind"] == "GPUClass":
+                api.create_cluster_custom_object(GROUP, VERSION, PLURALS["GPUClass"], doc,
+                                                 dry_run="All", field_validation="Strict")
+            else:
+                api.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURALS[doc["kind"]], doc,
+                                                    dry_run="All", field_validation="Strict")
             recorded[case["name"]] = {"admitted": True}
         except ApiException as e:
             if e.status not in (400, 422):

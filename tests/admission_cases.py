@@ -14,6 +14,9 @@ GROUP, VERSION = "serving.triton-operator.io", "v1alpha1"
 CASES = Path(__file__).resolve().parent / "admission_cases.yaml"
 RECORDED = Path(__file__).resolve().parent / "admission_recorded.json"
 BASE_SPEC = {"model": {"source": "hf://org/model", "format": "onnx"}, "gpu": {"class": "h100"}}
+BASE_GPU_CLASS_SPEC = {"productNames": ["NVIDIA-L4"], "memoryGiB": 24, "memoryBandwidthTBps": 0.3,
+                       "computeCapability": "8.9"}
+PLURALS = {"InferenceService": "inferenceservices", "GPUClass": "gpuclasses"}
 _FILLER = re.compile(r"@x([0-9]+)")
 
 
@@ -43,8 +46,10 @@ def _merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
 
 
 def case_document(case: dict[str, Any]) -> dict[str, Any]:
+    kind = case.get("kind", "InferenceService")
+    base = BASE_SPEC if kind == "InferenceService" else BASE_GPU_CLASS_SPEC
     return {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService",
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": kind,
         "metadata": _merge({"name": "hostile"}, case.get("metadata") or {}),
-        "spec": _expand(_merge(BASE_SPEC, case.get("spec") or {})),
+        "spec": _expand(_merge(base, case.get("spec") or {})),
     }

@@ -20,9 +20,10 @@ GROUP = "serving.triton-operator.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 
-# Integer fields of Pods, Deployments and Jobs are int32 (k8s.io/api); tolerationSeconds is int64.
+# Integer fields of Pods, Deployments and Jobs are int32 (k8s.io/api). (tolerationSeconds is an
+# int64, but a CRD's minimum and maximum must stay within 2^53, where the API server, which reads
+# them as float64, still takes them for integers: int32 bounds it too.)
 INT32_MAX = 2**31 - 1
-INT64_MAX = 2**63 - 1
 MAX_REPLICAS = 1000
 
 # Kubernetes' name syntax (k8s.io/apimachinery/pkg/api/validate/content, v0.36: dns.go, kube.go),
@@ -255,7 +256,7 @@ class Toleration(Model):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         None, description="Taint effect to match; empty matches all effects.")
     toleration_seconds: int | None = Field(
-        None, ge=0, le=INT64_MAX, description="For NoExecute: how long the pod stays bound after the taint appears.")
+        None, ge=0, le=INT32_MAX, description="For NoExecute: how long the pod stays bound after the taint appears.")
 
     @model_validator(mode="after")
     def _as_kubernetes_checks(self) -> Toleration:
