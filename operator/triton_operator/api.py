@@ -38,7 +38,6 @@ DNS_LABEL = f"^{_DNS_LABEL}$"
 DNS_1035_LABEL = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
 SERVICE_NAME_RULES = ("a lowercase letter, then lowercase letters, digits or '-', ending with a letter or "
                       "digit, at most 52 characters (it names the Service; other children add suffixes)")
-DNS_SUBDOMAIN = f"^{_DNS_LABEL}([.]{_DNS_LABEL})*$"
 # Label keys and other "qualified names": an optional DNS subdomain prefix and '/', then a name.
 QUALIFIED_NAME = f"^({_DNS_LABEL}([.]{_DNS_LABEL})*/)?{_NAME_PART}$"
 # Annotation keys: the same, but Kubernetes lowercases them before checking, so any case.
@@ -50,8 +49,6 @@ QUALIFIED_NAME_MAX_LENGTH = 253 + 1 + 63
 LABEL_KEY_RULES = ("an optional DNS subdomain prefix of at most 253 characters and '/', then a name of at "
                    "most 63 letters, digits, '-', '_' or '.' that starts and ends with a letter or digit "
                    "(e.g. example.com/team)")
-LABEL_VALUE_RULES = ("at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit, "
-                     "or empty")
 
 SOURCE_SCHEMES = ("hf", "s3", "gs", "pvc")
 _NO_SPACE, _NO_SPACE_OR_SLASH = r"[^ \t\n\r\f\v]", r"[^/ \t\n\r\f\v]"
