@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from triton_operator.api import GPUClassSpec, InferenceService, ModelSpec
+from triton_operator.api import GPUClassSpec, InferenceService, ModelSpec, first_error
 
 from .conftest import isvc, isvc_doc
 
@@ -43,7 +43,7 @@ def test_wire_form_is_camel_case_and_round_trips():
     ({"replicas": -1}, "spec.replicas", "greater than or equal to 0"),
     ({"autoscaling": {"minReplicas": 5, "maxReplicas": 2}}, "spec.autoscaling", "minReplicas must be less"),
     ({"autoscaling": {"minReplicas": 1}}, "spec.autoscaling.maxReplicas", "Field required"),
-    ({"autoscaling": {"maxReplicas": 3, "targetQueueDepth": 0}}, "spec.autoscaling.targetQueueDepth", "greater than 0"),
+    ({"autoscaling": {"maxReplicas": 3, "targetQueueDepth": 0}}, "spec.autoscaling.targetQueueDepth", "greater than or equal to 0.01"),
     ({"server__resources": {"limits": {"nvidia.com/gpu": "1"}}}, "spec.server.resources", "spec.gpu"),
     ({"server__resources": {"requests": {"cpu": "four"}}}, "spec.server.resources.requests.cpu", "pattern"),
     ({"server__startupTimeoutSeconds": 5}, "spec.server.startupTimeoutSeconds", "greater than or equal to 60"),
@@ -135,3 +135,73 @@ def test_the_operator_refuses_the_families_the_runtime_refuses():
     from triton_runtime import trtllm
     for model_type in set(trtllm.UNSUPPORTED) - {"qwen"}:
         assert re.search(api.UNBUILT_LLM_FAMILIES, model_type), model_type
+
+@pytest.mark.parametrize("changes, field", [
+    ({"gpu__count": True}, "spec.gpu.count"),
+    ({"replicas": 0.0}, "spec.replicas"),
+    ({"replicas": 1.5}, "spec.replicas"),
+    ({"autoscaling": {"minReplicas": "1", "maxReplicas": 3}}, "spec.autoscaling.minReplicas"),
+    ({"autoscaling": {"maxReplicas": 3, "targetQueueDepth": True}}, "spec.autoscaling.targetQueueDepth"),
+    ({"autoscaling": {"maxReplicas": 3, "targetQueueDepth": float("inf")}}, "spec.autoscaling.targetQueueDepth"),
+    ({"rollout": {"maxSurge": 2**64}}, "spec.rollout.maxSurge"),
+    ({"rollout": {"maxSurge": 2**31}}, "spec.rollout.maxSurge"),
+    ({"engine": {"maxNumTokens": 2**31}, "model__format": "tensorrt-llm"}, "spec.engine.maxNumTokens"),
+    ({"model__parameters": "0B"}, "spec.model.parameters"),
+    ({"model__parameters": "0.00M"}, "spec.model.parameters"),
+    ({"podLabels": {"team": "ml platform"}}, "spec.podLabels.team"),
+    ({"podLabels": {"a/b/c": "x"}}, "spec.podLabels[a/b/c]"),
+    ({"podAnnotations": {"note\n": "x"}}, "spec.podAnnotations[note\\n]"),
+    ({"podAnnotations": {"a": "x" * 20000, "b": "x" * 12768}}, "spec.podAnnotations"),
+    ({"server__env": [{"name": "A"}, {"name": "A", "value": "2"}]}, "spec.server.env"),
+    ({"server__env": [{"name": "A", "value": "x" * 8193}]}, "spec.server.env[0].value"),
+    ({"server__resources": {"requests": {"memory": "64Gi"}, "limits": {"memory": "32Gi"}}}, "spec.server.resources.limits"),
+    ({"server__resources": {"limits": {"hugepages-2Mi": "1Gi"}}}, "spec.server.resources.limits"),
+    ({"server__image": "nvcr.io/nvidia/tritonserver:25.01-py3 "}, "spec.server.image"),
+    ({"server__shmSize": "-1Gi"}, "spec.server.shmSize"),
+])
+def test_what_kubernetes_would_refuse_in_a_child_is_refused_naming_the_field(changes, field):
+    """Each of these once reached a child (or planning) and failed there; tests/admission_cases.yaml
+    holds what the real API server says about the same specs."""
+    with pytest.raises(ValidationError) as err:
+        isvc(**changes)
+    assert first_error(err.value).startswith(field + ":"), first_error(err.value)
+    assert "\n" not in first_error(err.value)
+
+
+def test_explicit_nulls_mean_unset_as_the_api_server_stores_them():
+    obj = isvc(gpu__fallbackClasses=None, server={"image": None, "args": []}, podLabels={"team": None},
+               autoscaling=None)
+    assert obj.spec.gpu.fallback_classes == [] and obj.spec.server.image is None
+    assert obj.spec.pod_labels == {} and obj.spec.autoscaling is None
+    with pytest.raises(ValidationError, match="spec.model"):
+        isvc(model=None)
+    with pytest.raises(ValidationError, match="spec.server.args.0"):  # null list items are refused there too
+        isvc(server={"args": [None]})
+
+
+def test_names_are_service_names():
+    for name in ("8b-llama", "llama.v3", "Llama"):
+        doc = isvc_doc()
+        doc["metadata"]["name"] = name
+        with pytest.raises(ValidationError, match="metadata.name must be a lowercase letter"):
+            InferenceService.model_validate(doc)
+    doc = isvc_doc()
+    doc["metadata"]["name"] = 5
+    with pytest.raises(ValidationError, match="metadata.name is required"):
+        InferenceService.model_validate(doc)
+
+
+def test_gpu_class_refuses_what_pods_would_refuse():
+    base = {"productNames": ["NVIDIA-L4"], "memoryGiB": 24, "memoryBandwidthTBps": 0.3, "computeCapability": "8.9"}
+    for changes, words in [
+        ({"productNames": ["NVIDIA L4"]}, "productNames.0"),
+        ({"nodeSelector": {"pool": "gpu a"}}, "nodeSelector.pool"),
+        ({"tolerations": [{"operator": "Equal", "value": "x"}]}, "operator must be Exists when key is empty"),
+        ({"tolerations": [{"key": "k", "tolerationSeconds": 5}]}, "effect must be NoExecute"),
+        ({"tolerations": [{"key": "k", "operator": "Exists", "value": "v"}]}, "value must be empty"),
+        ({"resourceName": "kubernetes.io/gpu"}, "kubernetes.io"),
+        ({"memoryGiB": 0.5}, "memoryGiB"),
+        ({"productNames": [], "nodeSelector": {}}, "set productNames or nodeSelector"),
+    ]:
+        with pytest.raises(ValidationError, match=words):
+            GPUClassSpec.model_validate({**base, **changes})

@@ -209,3 +209,31 @@ def test_llm_pods_run_the_doctor_first_with_their_gpus_and_a_writable_home(class
 def test_llm_pods_always_run_the_runtime_image(classes):
     dep = render(isvc(**LLM), classes, Settings(runtime_image="registry.local/runtime:1")).by_kind("Deployment")
     assert {c["image"] for c in _containers(dep)} == {"registry.local/runtime:1"}
+
+@pytest.mark.parametrize("resources, requests", [
+    # A limit below a default request lowers the request to the limit (Kubernetes refuses
+    # request > limit, and itself defaults a missing request to the limit).
+    ({"limits": {"cpu": "1"}}, {"cpu": "1", "memory": "8Gi"}),
+    ({"limits": {"cpu": "500m", "memory": "4Gi"}}, {"cpu": "500m", "memory": "4Gi"}),
+    # A limit above a default leaves the default; an explicit request always wins.
+    ({"limits": {"cpu": "4", "memory": "8192Mi"}}, {"cpu": "2", "memory": "8Gi"}),
+    ({"requests": {"cpu": "250m"}, "limits": {"cpu": "1"}}, {"cpu": "250m", "memory": "8Gi"}),
+    ({"limits": {"ephemeral-storage": "1Gi"}}, {"cpu": "2", "memory": "8Gi"}),
+])
+def test_default_requests_follow_a_lower_limit(classes, resources, requests):
+    dep = render(isvc(server={"resources": resources}), classes, Settings()).by_kind("Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    triton = pod["containers"][0]["resources"]
+    assert {k: v for k, v in triton["requests"].items() if k != "nvidia.com/gpu"} == requests
+    assert pod["initContainers"][0]["resources"]["requests"] == requests
+    kubernetes_validate.validate(dep, K8S_VERSION, strict=True)
+
+
+def test_env_is_rendered_once_per_name_and_labels_as_given(classes):
+    obj = isvc(server={"env": [{"name": "A", "value": "1"}, {"name": "B"}]},
+               podLabels={"example.com/team": "ml-platform"}, podAnnotations={"example.com/note": "ready \U0001F680"})
+    dep = render(obj, classes, Settings()).by_kind("Deployment")
+    template = dep["spec"]["template"]
+    assert template["spec"]["containers"][0]["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": ""}]
+    assert template["metadata"]["labels"]["example.com/team"] == "ml-platform"
+    assert template["metadata"]["annotations"]["example.com/note"] == "ready \U0001F680"
