@@ -67,6 +67,7 @@ def test_chart_crds_are_the_generated_crds(tools):
         assert path.read_text() == (ROOT / "crds" / path.name).read_text(), "run make crds"
     assert not [d for d in template(tools, "--set", "crds.enabled=false") if d["kind"] == "CustomResourceDefinition"]
     kept = [d for d in template(tools, "--set", "crds.keep=false") if d["kind"] == "CustomResourceDefinition"]
+    assert {d["metadata"]["name"] for d in kept} == {c["metadata"]["name"] for c in crdgen.all_crds().values()}
     assert all("annotations" not in d["metadata"] for d in kept)
 
 
