@@ -15,6 +15,7 @@ import yaml
 from triton_operator import crdgen
 
 from .cluster import ROOT, Cluster, Operator, wait_for
+from .conftest import CLUSTER_NAME
 
 CHART = ROOT / "charts" / "triton-operator"
 SCENARIOS = sorted((CHART / "ci").glob("*.yaml"))
@@ -160,8 +161,9 @@ def test_security_scan_of_chart_and_rendered_manifests(tools, tmp_path):
 
 
 def test_install_upgrade_uninstall(tools, tmp_path):
-    """A cluster of its own, so uninstalling cannot disturb the rest of the suite."""
-    name = "triton-chart"
+    """A cluster of its own, so uninstalling cannot disturb the rest of the suite (named after the
+    suite's cluster, so that two suites running side by side do not share it)."""
+    name = f"{CLUSTER_NAME}-chart"
     up = subprocess.run([ROOT / "hack" / "cluster.sh", "up", name], capture_output=True, text=True)
     assert up.returncode == 0, up.stderr[-2000:]
     c = Cluster(kubeconfig=up.stdout.strip().splitlines()[-1], bin_dir=tools)
