@@ -162,11 +162,11 @@ def _containers(manifest):
 
 
 @pytest.mark.parametrize("path", ISVC_EXAMPLES, ids=lambda p: p.stem)
-def test_no_container_replaces_the_image_entrypoint(path, classes):
+def test_no_container_replaces_the_image_entrypoint(path):
     """The NGC images' entrypoint (/opt/nvidia/nvidia_entrypoint.sh: CUDA forward compatibility,
     driver checks) must run: programs go in args, as Triton server v2.54.0
     deploy/k8s-onprem/templates/deployment.yaml passes `args: [tritonserver, ...]`."""
-    for manifest in _render_file(path, classes):
+    for manifest in _render_file(path):
         if manifest["kind"] not in ("Deployment", "Job"):
             continue
         for container in _containers(manifest):

@@ -311,6 +311,12 @@ def test_concurrent_builders_of_one_key_build_once(tmp_path, monkeypatch):
                               "engine k was published by another builder while this one waited: reusing it"]
 
 
+def _without_coverage(environ) -> dict[str, str]:
+    """A child running as another user cannot write the coverage data file of `make unit`, and
+    coverage would say so on stderr: that child runs unmeasured."""
+    return {k: v for k, v in environ.items() if not k.startswith("COVERAGE_")}
+
+
 def test_an_unwritable_cache_is_one_line_not_a_traceback(tmp_path):
     """A real permission denial: the cache folder belongs to root and the build runs as nobody, as
     an NFS export that squashes uid 1000 looks to the build Job."""
@@ -327,7 +333,8 @@ def test_an_unwritable_cache_is_one_line_not_a_traceback(tmp_path):
                 "--trtllm-version", "0.17.0", "--cache", str(shared / "engines"), "--scratch", "/tmp"]
         out = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
                               sys.executable, "-m", "triton_runtime.cli", *args], cwd="/",
-                             capture_output=True, text=True, env={**os.environ, "TRTLLM_EXAMPLES_DIR": str(examples)})
+                             capture_output=True, text=True, env={**_without_coverage(os.environ),
+                                                                   "TRTLLM_EXAMPLES_DIR": str(examples)})
         assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
         (line,) = out.stderr.strip().splitlines()
         assert line.startswith(f"triton-runtime build-engine: engine cache {shared / 'engines'} is not writable by "
