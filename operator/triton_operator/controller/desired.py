@@ -27,7 +27,8 @@ class Children:
     service: dict[str, Any] | None = None
     pdb: dict[str, Any] | None = None
     jobs: tuple[dict[str, Any], ...] = ()
-    pods: tuple[dict[str, Any], ...] = ()
+    pods: tuple[dict[str, Any], ...] = ()          # serving pods
+    build_pods: tuple[dict[str, Any], ...] = ()    # pods of engine-build Jobs
 
     def live(self, manifest: dict[str, Any]) -> dict[str, Any] | None:
         kind = manifest["kind"]
@@ -61,7 +62,7 @@ def plan(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Sett
         if isvc.spec.model.format == "tensorrt-llm":
             jobs = engine_jobs(isvc, classes, settings)
             known = [e.wire() for e in isvc.status.engines or []] if isvc.status else []
-            engine_states = engines.states(jobs, list(children.jobs), known)
+            engine_states = engines.states(jobs, list(children.jobs), known, list(children.build_pods))
             ready = engines.ready_classes(engine_states)
             rendered = render(isvc, classes, settings, replicas=replicas, engines_ready=ready, jobs=jobs)
             manifests = rendered.manifests

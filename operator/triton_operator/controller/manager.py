@@ -24,7 +24,7 @@ from .reconcile import Reconciler, Views
 
 log = logging.getLogger(__name__)
 CHILDREN_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
-PODS_SELECTOR = f"{LABEL_SERVICE},app.kubernetes.io/component=server,{CHILDREN_SELECTOR}"
+PODS_SELECTOR = f"{LABEL_SERVICE},{CHILDREN_SELECTOR}"  # serving pods and engine-build pods
 
 
 class Manager:

@@ -119,9 +119,12 @@ class Views:
     def children(self, key: Key) -> desired_core.Children:
         s = self.store
         jobs = tuple(sorted(s.owned(JOB.kind, key), key=lambda j: j["metadata"]["name"]))
+        pods = s.owned(POD.kind, key)
+        component = "app.kubernetes.io/component"
         return desired_core.Children(
             deployment=s.get(DEPLOYMENT.kind, key), service=s.get(SERVICE.kind, key), pdb=s.get(PDB.kind, key),
-            jobs=jobs, pods=tuple(s.owned(POD.kind, key)))
+            jobs=jobs, pods=tuple(p for p in pods if p["metadata"]["labels"].get(component) == "server"),
+            build_pods=tuple(p for p in pods if p["metadata"]["labels"].get(component) == "engine-build"))
 
 
 def _settings_digest(settings: Settings) -> str:
@@ -156,7 +159,7 @@ class Reconciler:
             return None
         if isvc is None:
             # The CRD admits nothing the models refuse; this guards objects stored by an older CRD.
-            return self._write_status(raw, _invalid_status(raw, f"spec is invalid: {invalid}", self.now()), [])
+            return self._write_status(raw, *_invalid_status(raw, f"spec is invalid: {invalid}", self.now()))
 
         report = self.reports(key) if isvc.spec.autoscaling is not None else None
         children = self.views.children(key)
@@ -301,9 +304,15 @@ def _with_autoscaling(new_status: dict[str, Any], old_status: dict[str, Any], re
     return new_status
 
 
-def _invalid_status(raw: dict[str, Any], message: str, now: datetime) -> dict[str, Any]:
+def _invalid_status(raw: dict[str, Any], message: str, now: datetime
+                    ) -> tuple[dict[str, Any], list[status_core.Event]]:
+    """Status (and an Event, once) for an object the models refuse: stored under an older CRD."""
     gen = raw["metadata"].get("generation")
-    conds = (raw.get("status") or {}).get("conditions") or []
+    old = (raw.get("status") or {}).get("conditions") or []
+    conds = old
     for type_, value in ((c.READY, False), (c.PROGRESSING, False), (c.DEGRADED, True)):
         conds = c.set_condition(conds, type_, value, "InvalidSpec", message, gen, now)
-    return {"observedGeneration": gen, "conditions": conds}
+    before = c.find(old, c.DEGRADED)
+    events = [] if before and before.get("reason") == "InvalidSpec" and before.get("message") == message else [
+        status_core.Event("Warning", "InvalidSpec", message)]
+    return {"observedGeneration": gen, "conditions": conds}, events

@@ -68,7 +68,11 @@ def pod_trouble(pods: list[dict[str, Any]]) -> PodTrouble:
         for cs in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
             waiting = (cs.get("state") or {}).get("waiting") or {}
             if waiting.get("reason") in BAD_WAITING:
-                failing.append((name, waiting["reason"], waiting.get("message") or ""))
+                # A crash loop's own message only says it backs off; what the container said as it
+                # exited (runtime/'s doctor writes its findings there) tells the user what to fix.
+                said = ((cs.get("lastState") or {}).get("terminated") or {}).get("message") or ""
+                message = f"{cs.get('name')}: {said.strip()}" if said.strip() else waiting.get("message") or ""
+                failing.append((name, waiting["reason"], message))
     return PodTrouble(unschedulable, failing)
 
 
