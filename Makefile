@@ -16,7 +16,7 @@ define covered_pytest
 	  $(COVERAGE) combine --quiet && $(COVERAGE) report; exit $$status
 endef
 
-.PHONY: help venv test unit unit-coverage e2e crds golden check-generated dev dev-down tools lint bench-autoscaling bench-scale
+.PHONY: help venv test unit unit-coverage e2e crds golden check-generated dev dev-down tools lint bench-autoscaling bench-scale bench-robustness
 
 help:
 	@echo "make dev       local cluster with simulated GPU nodes + operator + an example service"
@@ -29,6 +29,7 @@ help:
 	@echo "make golden    rewrite tests/golden after an intended rendering change"
 	@echo "make bench-autoscaling  every autoscaling policy on four workloads -> bench/results/autoscaling.md"
 	@echo "make bench-scale        the control plane at N=1000 services: bulk, idle, autoscaler -> bench/results/scale.md"
+	@echo "make bench-robustness   1,000 hostile specs against the API server and the operator -> bench/results/robustness.md"
 
 $(STAMP): pyproject.toml runtime/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -70,6 +71,9 @@ bench-autoscaling: $(STAMP)
 # N=1000 by default; N=200 make bench-scale for a quick look.
 bench-scale: $(STAMP)
 	$(PY) bench/scale.py --services $${N:-1000}
+
+bench-robustness: $(STAMP)
+	$(PY) bench/robustness.py -n $${N:-1000}
 
 lint: $(STAMP)
 	$(VENV)/bin/lint-imports
