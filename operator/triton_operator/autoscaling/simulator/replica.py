@@ -1,31 +1,8 @@
 """What one replica can do (pure): Triton + TensorRT-LLM in-flight batching for LLMs, a plain
 service-time distribution with parallel slots for everything else, and the cold start.
 
-LLM step model (one in-flight-batching iteration of TensorRT-LLM):
-- decode is memory-bandwidth bound: every iteration reads all weights once plus the KV cache of
-  every sequence in the batch; time = bytes / (bandwidth x MBU);
-- prefill is compute bound: 2 x parameters FLOPs per prompt token plus causal attention
-  (2 x layers x hidden x n^2), at the GPU's dense tensor throughput x MFU;
-- an iteration also pays a fixed launch/scheduling overhead.
-Weights and bandwidth come from the planning module and the GPUClass (planning.plan). Dense
-tensor TFLOPS are not in the GPUClass: they follow from the bandwidth with the FLOP/byte ratio of
-the compute capability's datacenter part (H100 SXM 989 TFLOPS / 3.35 TB/s, capped at 989 for
-Hopper so an H200 keeps H100 compute; L4 121 / 0.3; A10 125 / 0.6; A100 312 / 2.0: NVIDIA
-datasheets); FP8 and INT8 double it.
-
-Calibration: MBU = 0.6, MFU = 0.55 and 0.3 ms per iteration reproduce TensorRT-LLM's published
-maximum-throughput figures for Llama 3.1 8B FP8 on one H100 SXM (perf-overview, TensorRT-LLM
-1.0 docs/source/performance/perf-overview.md: ISL/OSL 128/2048: 22,714 output tok/s; 1000/1000:
-15,220; 2048/128: 3,450; 5000/500: 3,459) and Llama 3.3 70B FP8 on two H100 (128/2048: 6,651;
-1000/1000: 4,205; 2048/128: 762; 5000/500: 898) within 20 % (tests/test_simulator.py).
-
-KV cache per token assumes the Llama 3 family's grouped-query shape (8 KV heads x 128 dims;
-layers 16/28/32/80/126 at 1/3/8/70/405 B, interpolated in log size): 2 x layers x 8 x 128 x
-bytes, FP8 when the weights are FP8 (the runtime quantizes with --kv_cache_dtype fp8), FP16
-otherwise. KV capacity is kv_cache_free_gpu_mem_fraction (0.9, the runtime's default) of the
-memory left after weights and a 5 % activation reserve. Admission reserves prompt + output
-tokens (TensorRT-LLM's GUARANTEED_NO_EVICT behaviour; MAX_UTILIZATION, the runtime's policy,
-admits more and pauses on pressure, which only matters where KV cache binds).
+LLM replicas run the step model of planning/serving.py (decode bandwidth bound, prefill compute
+bound, calibrated against TensorRT-LLM's published throughput).
 
 Cold start (pods count as capacity only when ready): scheduling 5 s, image pull 30 s (a cached
 multi-GB Triton TensorRT-LLM image still costs seconds to unpack; an uncached one minutes),
@@ -41,79 +18,14 @@ import random
 from dataclasses import dataclass
 from typing import Protocol
 
-from ...api import BYTES_PER_PARAMETER, GPUClassSpec, InferenceServiceSpec
-from ...planning import GIB, plan
+from ...api import BYTES_PER_PARAMETER, InferenceServiceSpec
+from ...planning.serving import LLMPerformance, llm_performance
 
-MBU = 0.6                 # achieved share of peak memory bandwidth in decode
-MFU = 0.55                # achieved share of dense tensor FLOPs in prefill
-ITERATION_OVERHEAD_S = 0.0003
-TP_EFFICIENCY = 0.9       # all-reduce cost per iteration when a replica spans several GPUs
-KV_FREE_FRACTION = 0.9    # kv_cache_free_gpu_mem_fraction (runtime/triton_runtime/repository.py)
-ACTIVATION_RESERVE = 0.05
+__all__ = ["ColdStart", "LLMPerformance", "LLMReplica", "Performance", "ServiceReplica", "ServiceTime",
+           "default_cold_start", "llm_performance"]
+
 LOAD_BYTES_PER_S = 1.7e9
 LOAD_FIXED_S = 10.0
-
-# FLOP per byte of memory bandwidth (dense FP16 tensor) by compute capability, and caps.
-_FLOP_PER_BYTE = {(9, 0): 295.0, (8, 9): 403.0, (8, 6): 208.0, (8, 0): 156.0, (7, 0): 139.0}
-_TFLOPS_CAP = {(9, 0): 989.0}
-_LLAMA_LAYERS = ((1e9, 16), (3e9, 28), (8e9, 32), (70e9, 80), (405e9, 126))
-
-
-def dense_tflops(gpu: GPUClassSpec, precision: str) -> float:
-    cap = gpu.capability
-    ratio = _FLOP_PER_BYTE.get(cap) or _FLOP_PER_BYTE.get((cap[0], 0)) or (
-        295.0 if cap >= (9, 0) else 156.0)
-    fp16 = min(ratio * gpu.memory_bandwidth_tbps, _TFLOPS_CAP.get(cap, math.inf))
-    if precision in ("fp8", "int8"):
-        return fp16 * 2
-    if precision == "fp32":
-        return fp16 / 2
-    return fp16
-
-
-def llama_layers(params: float) -> float:
-    pts = _LLAMA_LAYERS
-    if params <= pts[0][0]:
-        return pts[0][1] * params / pts[0][0] if params > 0 else 1
-    for (p0, l0), (p1, l1) in zip(pts, pts[1:]):
-        if params <= p1:
-            w = (math.log(params) - math.log(p0)) / (math.log(p1) - math.log(p0))
-            return l0 + w * (l1 - l0)
-    return pts[-1][1] * (params / pts[-1][0]) ** (1 / 3)
-
-
-@dataclass(frozen=True)
-class LLMPerformance:
-    """Per-replica figures of a TensorRT-LLM engine on `gpus` GPUs of one class."""
-
-    params: float
-    weight_bytes: float
-    kv_bytes_per_token: float
-    kv_capacity_tokens: float
-    bandwidth: float           # effective bytes/s (all GPUs, x MBU, x TP efficiency)
-    flops: float               # effective FLOP/s for prefill
-    layers: float
-    hidden: float
-    max_batch: int
-    max_input_len: int
-    max_seq_len: int
-
-    def decode_step_s(self, batch: int, kv_tokens: float) -> float:
-        memory = (self.weight_bytes + kv_tokens * self.kv_bytes_per_token) / self.bandwidth
-        compute = 2 * self.params * batch / self.flops
-        return max(memory, compute) + ITERATION_OVERHEAD_S
-
-    def prefill_s(self, tokens: int) -> float:
-        linear = 2 * self.params * tokens
-        attention = 2 * self.layers * self.hidden * tokens * tokens
-        return (linear + attention) / self.flops
-
-    def fits(self, prompt: int, output: int) -> bool:
-        return prompt <= self.max_input_len and prompt + output <= self.max_seq_len
-
-    @property
-    def kind(self) -> str:
-        return "llm"
 
 
 @dataclass(frozen=True)
@@ -166,32 +78,6 @@ def default_cold_start(spec: InferenceServiceSpec) -> ColdStart:
     params = spec.model.parameter_count()
     weight_bytes = params * BYTES_PER_PARAMETER[spec.model.precision] if params else 1e9
     return ColdStart(load_s=round(LOAD_FIXED_S + weight_bytes / LOAD_BYTES_PER_S, 1))
-
-
-def llm_performance(spec: InferenceServiceSpec, gpu: GPUClassSpec, max_batch: int | None = None) -> LLMPerformance:
-    params = spec.model.parameter_count()
-    if params is None:
-        raise ValueError("spec.model.parameters is needed to model a TensorRT-LLM replica")
-    count = spec.gpu.count
-    figures = plan(spec.model, gpu, count)
-    weight_bytes = (figures.weights_gib or 0) * GIB
-    layers = llama_layers(params)
-    hidden = math.sqrt(params / (12 * layers))
-    kv_bytes = 2 * layers * 8 * 128 * (1 if spec.model.precision == "fp8" else 2)
-    memory = gpu.memory_gib * GIB * count
-    kv_capacity = max(0.0, (memory * (1 - ACTIVATION_RESERVE) - weight_bytes) * KV_FREE_FRACTION) / kv_bytes
-    tp = 1.0 if count == 1 else TP_EFFICIENCY
-    engine = spec.engine
-    return LLMPerformance(
-        params=params, weight_bytes=weight_bytes, kv_bytes_per_token=kv_bytes,
-        kv_capacity_tokens=kv_capacity,
-        bandwidth=gpu.memory_bandwidth_tbps * 1e12 * count * MBU * tp,
-        flops=dense_tflops(gpu, spec.model.precision) * 1e12 * count * MFU * tp,
-        layers=layers, hidden=hidden,
-        max_batch=max_batch or (engine.max_batch_size if engine else 64),
-        max_input_len=engine.max_input_len if engine else 2048,
-        max_seq_len=engine.max_seq_len if engine else 4096,
-    )
 
 
 # ----------------------------------------------------------------------------------------------
