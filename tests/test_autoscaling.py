@@ -9,7 +9,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from triton_operator.api import AutoscalingSpec
-from triton_operator.autoscaling.policy import Decision, History, Signals, decide, seed
+from triton_operator.autoscaling.policy import (DEMAND_HOLD_S, DRAIN_S, UTILIZATION, Decision, History, Signals,
+                                               decide, seed)
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
 SPEC = AutoscalingSpec(min_replicas=1, max_replicas=10, target_queue_depth=4, target_p99_latency_ms=800,
@@ -17,9 +18,10 @@ SPEC = AutoscalingSpec(min_replicas=1, max_replicas=10, target_queue_depth=4, ta
 
 
 def run(spec: AutoscalingSpec, start: int, ticks: list[tuple[int, Signals]],
-        ready_follows: bool = False) -> list[Decision]:
+        history: History | None = None) -> list[Decision]:
     """Feed (seconds, signals) in order; the Deployment does what each decision says."""
-    current, history, out = start, seed(T0, start), []
+    current, out = start, []
+    history = history or seed(T0, start)
     for seconds, signals in ticks:
         d = decide(spec, current, signals, history, T0 + timedelta(seconds=seconds))
         history, current = d.history, d.desired
@@ -72,7 +74,7 @@ def test_scale_down_waits_for_the_window_then_steps():
     first_down = next(i for i, d in enumerate(ds) if d.desired < 6)
     assert idle[first_down][0] >= 300  # nothing before the 5-minute window has passed
     assert all(ds[i].desired >= ds[i + 1].desired >= ds[i].desired - 1 for i in range(len(ds) - 1))
-    assert ds[-1].desired < 6 and "highest recommendation in window" in ds[first_down].reason
+    assert ds[-1].desired < 6 and "highest recommendation within the last 300s" in ds[first_down].reason
 
 
 def test_a_short_lull_does_not_scale_down():
@@ -122,7 +124,7 @@ def test_history_keeps_only_the_window():
     h = History()
     for s in (0, 100, 200, 400):
         h = h.add(T0 + timedelta(seconds=s), s, timedelta(seconds=300))
-    assert [r for _, r in h.recommendations] == [200, 400]
+    assert [r for _, r, _ in h.recommendations] == [200, 400]
 
 
 # -- the demand rule, the learned capacity and targets out of reach --------------------------
@@ -141,51 +143,161 @@ def test_capacity_is_learned_only_after_a_saturated_minute():
     assert "demand" in ds[-1].wants and "queue" not in ds[-1].wants
 
 
+def measured(capacity: float, current: int) -> History:
+    """A history that has learned `capacity` req/s per replica (no plan to scale)."""
+    return replace(seed(T0, current), capacity=capacity)
+
+
 def test_demand_sizes_for_the_arrival_rate_and_drains_the_queue():
-    """Capacity 20 req/s/replica at 80 % utilization: 100 req/s need 6.25 -> 7 replicas, plus a
-    queue of 120 drained within 60 s (0.1 replica) -> 7."""
-    history = replace(seed(T0, 4), capacity=20.0)
-    d = decide(SPEC, 4, rates(120, 4, 100, 80), history, T0 + timedelta(seconds=10))
-    assert d.wants["demand"] == 7 and d.desired == 7
-    assert "demand 100 req/s" in d.reason and "capacity 20 req/s/replica at 80%" in d.reason
+    """Capacity 20 req/s/replica at 95 % utilization: 100 req/s need 5.26 replicas, plus a
+    queue of 120 drained within 60 s (0.1 replica) -> 6."""
+    d = decide(SPEC, 4, rates(120, 4, 100, 80), measured(20.0, 4), T0 + timedelta(seconds=10))
+    assert UTILIZATION == 0.95 and DRAIN_S == 60
+    assert d.wants["demand"] == 6 and d.desired == 6
+    assert "demand 100 req/s" in d.reason and "capacity 20 req/s/replica (measured) at 95%" in d.reason
+    assert "backlog 120 drained within 60s" in d.reason
 
 
 def test_demand_does_not_scale_a_backlog_like_a_steady_load():
     """The queue rule would ask for 400 / 4 = 100 replicas; the demand rule asks for what the
     arrivals need plus what drains the backlog within a minute."""
-    history = replace(seed(T0, 4), capacity=20.0)
-    d = decide(SPEC.model_copy(update={"max_replicas": 200}), 4, rates(400, 4, 60, 80), history,
+    d = decide(SPEC.model_copy(update={"max_replicas": 200}), 4, rates(400, 4, 60, 80), measured(20.0, 4),
                T0 + timedelta(seconds=10))
-    assert d.wants["demand"] == math.ceil(60 / 16 + 400 / 1200)
+    assert d.wants["demand"] == math.ceil(60 / 19 + 400 / 1200)
 
 
 def test_demand_sees_load_an_empty_queue_hides():
     """In-flight batching: every slot busy, nothing queued; the queue rule would scale to min."""
-    history = replace(seed(T0, 8), capacity=20.0)
-    ticks = [(s, rates(0, 8, 120, 120)) for s in range(10, 400, 10)]
-    current, out = 8, []
-    for s, sig in ticks:
-        d = decide(SPEC, current, sig, history, T0 + timedelta(seconds=s))
+    history, current, out = measured(20.0, 8), 8, []
+    for s in range(10, 400, 10):
+        d = decide(SPEC, current, rates(0, 8, 150, 150), history, T0 + timedelta(seconds=s))
         history, current = d.history, d.desired
         out.append(d)
-    assert {d.desired for d in out} == {8}           # 120 / 16 = 7.5 -> 8
+    assert {d.desired for d in out} == {8}           # 150 / 19 = 7.9 -> 8
 
 
 def test_a_rising_rate_asks_for_capacity_one_start_up_ahead():
-    history = replace(seed(T0, 5), capacity=20.0)
-    current = 5
+    history, current = measured(20.0, 5), 5
     for i, rate in enumerate([60, 66, 72, 78]):    # +0.6 req/s per s
         d = decide(SPEC.model_copy(update={"max_replicas": 40}), current,
                    rates(0, current, rate, rate, startup=100), history, T0 + timedelta(seconds=10 * (i + 1)))
         history, current = d.history, d.desired
-    assert d.wants["demand"] == math.ceil((78 + 0.6 * 100) / 16)
+    assert d.wants["demand"] == math.ceil((78 + 0.6 * 100) / 19)
     assert "rising over 100s start-up" in d.reason
 
+
+def test_a_growing_queue_is_drained_as_it_will_be_when_new_pods_are_up():
+    """A step: the queue grows by 100 req/s. Sized for the queue alone (300 / 1200 s) the rule
+    would add a fraction of a replica; by the time new pods are up (60 s) it holds 6,300."""
+    spec = SPEC.model_copy(update={"max_replicas": 40})
+    ds = run(spec, 4, [(10, rates(0, 4, 80, 80, startup=60)), (20, rates(1000, 4, 80, 80, startup=60))],
+             measured(20.0, 4))
+    assert ds[1].wants["demand"] == math.ceil(80 / 19 + (1000 + 100 * 60) / 1200)
+    assert "queue growing 100/s until pods start" in ds[1].reason
+
+
+# -- where a replica's capacity comes from ---------------------------------------------------------
+
+def planned(depth: float, ready: int, throughput: float, in_flight: float, hint: float = 20.0,
+            solo: float = 1.0, slots: float = 64) -> Signals:
+    """What the live loop feeds for a TensorRT-LLM service: no arrival rate (the policy derives
+    it), requests inside the batches, and the planner's figures for the token mix."""
+    return Signals(queue_depth=depth, ready=ready, throughput=throughput, in_flight=in_flight,
+                   capacity_hint=hint, solo_latency_s=solo, batch_slots=slots)
+
+
+def test_the_plan_sizes_demand_before_anything_is_measured():
+    """A first tick after a restart: no trail, so the arrivals are the completions; the planned
+    capacity sizes them at once instead of the queue rule asking for 400 / 4 replicas."""
+    (d,) = run(SPEC.model_copy(update={"max_replicas": 200}), 4, [(10, planned(400, 4, 76, 256))])
+    assert d.wants["demand"] == math.ceil(76 / 19 + 400 / 1200) and "queue" not in d.wants
+    assert "capacity 20 req/s/replica (planned)" in d.reason
+
+
+def test_arrivals_are_completions_plus_what_the_service_took_on():
+    """Without an arrival-rate signal: 80 req/s completed while the held requests (queued + in
+    batches) grew from 100 to 700 within the minute -> 90 req/s arrived."""
+    ticks = [(10, planned(0, 4, 80, 100))] + [(s, planned(0, 4, 80, 100 + 10 * (s - 10))) for s in range(20, 80, 10)]
+    ds = run(SPEC.model_copy(update={"max_replicas": 40}), 4, ticks)
+    assert ds[-1].history.rates[-1][1] == pytest.approx(80 + 600 / 60)
+
+
+def test_an_engine_faster_than_planned_is_learned_without_saturating_it():
+    """Plan: 1 s alone in the batch, 64 slots, 20 req/s when full (3.2 s each). Observed: 20
+    req/s per replica with 20 requests per batch, i.e. 1 s each (Little's law), where the plan
+    says 1.69 s: the engine is faster; the capacity estimate rises without any saturation."""
+    ticks = [(s, planned(0, 4, 80, 80)) for s in range(10, 610, 10)]
+    ds = run(SPEC.model_copy(update={"max_replicas": 40}), 4, ticks)
+    assert ds[4].history.efficiency is None           # the replicas have not run a full minute yet
+    efficiency = ds[-1].history.efficiency
+    assert efficiency is not None and 1.2 < efficiency <= (1 + 0.6875)
+    assert "as measured" in ds[-1].reason
+
+
+def test_a_saturated_minute_measures_the_capacity_against_the_plan():
+    """Requests wait for a whole minute: 4 replicas completing 60 req/s do 15 each, not the
+    planned 20."""
+    ticks = [(s, planned(40, 4, 60, 256)) for s in range(10, 200, 10)]
+    ds = run(SPEC.model_copy(update={"max_replicas": 40}), 4, ticks)
+    assert ds[-1].history.efficiency == pytest.approx(0.75, abs=0.03)
+    assert "capacity 15 req/s/replica (planned x0.75 as measured)" in ds[-1].reason
+
+
+def test_no_capacity_sample_while_the_ready_replicas_changed_within_the_minute():
+    """A pod ready for 20 s has not completed a full minute: throughput / ready understates it."""
+    ticks = [(s, planned(40, 4, 60, 256)) for s in range(10, 60, 10)] + [
+        (s, planned(40, 6, 60, 384)) for s in range(60, 110, 10)]
+    ds = run(SPEC.model_copy(update={"max_replicas": 40}), 6, ticks)
+    assert all(d.history.efficiency is None for d in ds)
+
+
+# -- scale-down hold ------------------------------------------------------------------------------
+
+def test_a_measured_drop_scales_down_after_the_short_hold():
+    """Every recommendation for two minutes came from demand: the hold is DEMAND_HOLD_S, not
+    the 300 s window."""
+    history, current, out = measured(20.0, 10), 10, []
+    for s in range(10, 400, 10):
+        d = decide(SPEC, current, rates(0, current, 60, 60), history, T0 + timedelta(seconds=s))
+        history, current = d.history, d.desired
+        out.append((s, d))
+    first = next(s for s, d in out if d.desired < 10)
+    assert DEMAND_HOLD_S <= first < 300 and current == math.ceil(60 / 19)
+    assert f"within the last {int(DEMAND_HOLD_S)}s" in next(d.reason for s, d in out if s == first)
+
+
+def test_queue_recommendations_keep_the_full_window():
+    """Nothing sizes demand (no capacity known): the 300 s window holds as configured."""
+    ds = run(SPEC, 6, [(s, q(0, 6)) for s in range(10, 300, 10)])
+    assert {d.desired for d in ds} == {6}
+
+
+# -- p99 ---------------------------------------------------------------------------------------------
 
 def test_p99_over_target_without_a_queue_is_reported_not_chased():
     ds = run(SPEC, 2, [(s, q(0, 2, p99=5000)) for s in range(10, 100, 10)])
     assert {d.desired for d in ds} == {2}
     assert ds[0].unattainable and "service time" in ds[0].reason and "p99" not in ds[0].wants
+
+
+def test_p99_left_over_from_a_drained_queue_is_neither_chased_nor_out_of_reach():
+    """Triton's summary still holds the requests that waited a minute ago."""
+    ds = run(SPEC, 4, [(10, q(40, 4, p99=700)), (20, q(0, 4, p99=3000)), (90, q(0, 4, p99=3000))])
+    for d in ds[1:]:
+        assert d.unattainable is None and "from a queue that has drained" in d.reason
+        assert "p99" not in d.wants
+
+
+def test_p99_over_target_with_full_batches_is_not_service_time():
+    """More replicas would thin the batches; the planned demand sizes them, p99 is not out of reach."""
+    d = decide(SPEC, 4, replace(planned(0, 4, 76, 200), p99_ms=5000),
+               seed(T0, 4), T0 + timedelta(seconds=10))
+    assert d.unattainable is None and "with full batches" in d.reason
+
+
+def test_p99_over_target_with_light_batches_and_no_queue_is_out_of_reach():
+    d = decide(SPEC, 4, replace(planned(0, 4, 20, 30), p99_ms=5000), seed(T0, 4), T0 + timedelta(seconds=10))
+    assert d.unattainable and "service time" in d.reason and d.desired == 4
 
 
 def test_new_fields_default_so_the_live_loop_keeps_working():

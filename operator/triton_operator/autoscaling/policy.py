@@ -5,23 +5,31 @@ decision with a reason a human can read. The clock is passed in; the live loop a
 Rules, and the failures they prevent (see shared/reference/autoscaling.md):
 - Fail static: a Prometheus error, a missing or NaN queue series holds the current replicas
   (kubernetes#99394, keda#3065: an outage read as "no load" dropped services to minimum).
-- Queue depth asks for ceil(total queued / target per replica) replicas: an absolute count, so
-  pods that are still loading count as capacity on the way and one burst never compounds into a
-  second burst of scale-ups while they start.
-- p99 latency asks for ceil(ready x p99 / target), but only while requests wait: latency made of
-  service time (the queue is empty) does not fall with more replicas, so a p99 target below it
-  is reported as out of reach instead of scaling to max.
-- Demand (when the loop feeds the arrival rate): replicas = (arrival rate + its rising trend x
-  the pod start-up time) / (a replica's capacity x UTILIZATION), plus what drains the queue
-  within DRAIN_S. A replica's capacity is learned from the metrics: whenever requests wait, every
-  ready replica is full, so throughput / ready over a minute spent saturated is what one replica
-  can do (a running average of those samples, kept in History). Until one is learned the queue rule alone decides. With a capacity
-  known, demand replaces the queue rule, which over-asks on a backlog (a queue of 400 is not 100
-  replicas of steady load) and under-asks when in-flight batching hides the load (the queue is
-  empty while every batch slot is busy).
+- Demand, whenever a replica's capacity is known: replicas = (arrival rate + its rising trend x
+  the pod start-up time) / (capacity x UTILIZATION), plus what drains the queue within DRAIN_S.
+  - The arrival rate is what the service received over the last minute: completions plus the
+    growth of what it holds (queued + inside the engines' batches), by conservation of requests.
+  - A replica's capacity starts from the planning model (planning/serving.py: the GPU's
+    bandwidth and compute, the engine's batch, the measured token mix), and is learned from the
+    metrics: whenever requests wait, every ready replica is full, so throughput / ready over a
+    minute spent saturated is what one replica does (a running average of those samples).
+  Demand replaces the queue rule, which over-asks on a backlog (a queue of 400 is not 100
+  replicas of steady load) and under-asks when in-flight batching hides the load (nothing waits
+  while every batch slot is busy).
+- Queue depth, when no capacity is known (a model the planner cannot size, nothing learned yet):
+  ceil(total queued / target per replica) replicas, an absolute count, so pods that are still
+  loading count as capacity on the way and one burst never compounds into a second burst of
+  scale-ups while they start.
+- p99 latency asks for ceil(ready x p99 / target), but only while requests wait (with demand in
+  charge, only while they wait and demand does not already ask for more). Latency made of
+  service time (nothing waited within Triton's 60 s summary window) does not fall with more
+  replicas, so a p99 target below it is reported as out of reach instead of scaling to max. A
+  p99 still high from a queue that has just drained is neither chased nor reported.
 - The largest request wins. A tolerance band ignores small noise (llm-d-autoscaling#1427).
 - Up fast: at once, at most max(2x, +4) per decision. Down slowly: only to the highest
-  recommendation seen within the stabilization window, and at most maxStep per decision.
+  recommendation seen within the stabilization window, and at most maxStep per decision. Demand
+  recommendations are themselves minute averages sized from a measured capacity, so once every
+  recommendation within the last DEMAND_HOLD_S was demand's, that shorter window is the hold.
 """
 
 from __future__ import annotations
@@ -32,64 +40,152 @@ from datetime import datetime, timedelta
 
 from ..api import AutoscalingSpec
 
-UTILIZATION = 0.8          # share of a replica's learned capacity the demand rule plans to use
+UTILIZATION = 0.95         # share of a replica's capacity the demand rule plans to use
 DRAIN_S = 60.0             # the demand rule drains a backlog within this many seconds
 CAPACITY_WEIGHT = 0.2      # weight of a new capacity sample in the running average
 TREND_WINDOW_S = 120.0     # arrival-rate history used for the trend
 DEFAULT_STARTUP_S = 60.0   # pod start-up time assumed when the loop does not measure it
-RATE_WINDOW_S = 60.0       # the window of the throughput and arrival-rate queries
+RATE_WINDOW_S = 60.0       # the window of the throughput query (and of the arrival rate)
+P99_WINDOW_S = 60.0        # Triton's latency summary covers about the last minute
+FULL_BATCH = 0.5           # batches this full make latency a matter of load, not of service time alone
+DEMAND_HOLD_S = 120.0      # scale-down hold when every recent recommendation came from demand
 
 
 @dataclass(frozen=True)
 class Signals:
     """One service's figures from one tick. `error` set means the figures cannot be trusted.
 
-    The optional rates feed the demand rule; without them the policy runs on queue and p99."""
+    The optional fields feed the demand rule; without them the policy runs on queue and p99."""
 
     queue_depth: float | None = None   # requests waiting, summed over the service's pods
     p99_ms: float | None = None        # None: no traffic in the window (the summary is NaN)
     ready: int = 0                     # replicas serving
     error: str | None = None
-    arrival_rate: float | None = None  # requests/s the service received over the last minute
-    throughput: float | None = None    # requests/s it completed over the last minute
+    arrival_rate: float | None = None  # requests/s received over the last minute, when measured directly
+    throughput: float | None = None    # requests/s completed over the last minute
     startup_s: float | None = None     # seconds a new pod takes to become ready (last observed)
+    in_flight: float | None = None     # requests inside the engines' batches, summed over pods
+    capacity_hint: float | None = None  # planned requests/s of one saturated replica (planning/serving)
+    solo_latency_s: float | None = None  # planned seconds one request spends alone in a batch
+    batch_slots: float | None = None   # requests one replica's batch holds
 
 
 @dataclass(frozen=True)
 class History:
-    """Recommendations within the stabilization window, oldest first; the learned per-replica
-    capacity (requests/s) and recent arrival rates."""
+    """What the policy remembers between ticks: recommendations within the stabilization window
+    (oldest first, each with the rule that made it), what was learned about a replica's capacity,
+    the arrival-rate trail for the trend, what the service held (for the arrival rate and the
+    batch occupancy), and when requests last waited."""
 
-    recommendations: tuple[tuple[datetime, int], ...] = ()
-    capacity: float | None = None
+    recommendations: tuple[tuple[datetime, int, str], ...] = ()
+    capacity: float | None = None      # measured requests/s per saturated replica (no plan to scale)
+    efficiency: float | None = None    # measured capacity / planned capacity
     rates: tuple[tuple[datetime, float], ...] = ()
     saturated_since: datetime | None = None
+    held: tuple[tuple[datetime, float, float], ...] = ()   # (t, queued, in batches)
+    queued_at: datetime | None = None
+    ready_since: tuple[int, datetime] | None = None   # the ready count, and since when it holds
 
-    def add(self, now: datetime, replicas: int, window: timedelta) -> History:
-        kept = tuple((t, r) for t, r in self.recommendations if now - t < window)
-        return replace(self, recommendations=kept + ((now, replicas),))
+    def add(self, now: datetime, replicas: int, window: timedelta, source: str = "") -> History:
+        kept = tuple(r for r in self.recommendations if now - r[0] < window)
+        return replace(self, recommendations=kept + ((now, replicas, source),))
 
-    def highest(self) -> int | None:
-        return max((r for _, r in self.recommendations), default=None)
+    def highest(self, since: datetime | None = None) -> int | None:
+        return max((r for t, r, _ in self.recommendations if since is None or t > since), default=None)
+
+    def all_from(self, source: str, since: datetime) -> bool:
+        """Every recommendation since `since` came from `source`, and there is one older than
+        `since` (the record covers the whole span)."""
+        recent = [s for t, _, s in self.recommendations if t > since]
+        return bool(recent) and all(s == source for s in recent) and any(
+            t <= since for t, _, _ in self.recommendations)
+
+    def capacity_for(self, signals: Signals) -> tuple[float, str] | None:
+        """Requests/s one saturated replica completes, and where the figure comes from."""
+        hint = signals.capacity_hint
+        if hint is not None and math.isfinite(hint) and hint > 0:
+            if self.efficiency is None:
+                return hint, "planned"
+            return hint * self.efficiency, f"planned x{self.efficiency:.2f} as measured"
+        if self.capacity is not None:
+            return self.capacity, "measured"
+        return None
 
     def learn(self, now: datetime, signals: Signals) -> History:
-        """Capacity from saturated ticks (requests waiting: every ready replica is full), and
-        the arrival-rate trail for the trend."""
-        capacity, since = self.capacity, self.saturated_since
-        saturated = (signals.ready > 0 and signals.queue_depth is not None
-                     and signals.queue_depth >= signals.ready)
-        since = (since or now) if saturated else None
-        # Only a throughput measured over a fully saturated rate window is a capacity sample.
-        if (since is not None and now - since >= timedelta(seconds=RATE_WINDOW_S)
-                and signals.throughput is not None and signals.throughput > 0):
-            sample = signals.throughput / signals.ready
-            capacity = sample if capacity is None else (
-                (1 - CAPACITY_WEIGHT) * capacity + CAPACITY_WEIGHT * sample)
-        rates = self.rates
-        if signals.arrival_rate is not None and math.isfinite(signals.arrival_rate):
+        """Capacity samples, the trail of what the service held, the arrival-rate trail, and
+        when requests last waited."""
+        queue = signals.queue_depth or 0.0
+        saturated = signals.ready > 0 and queue >= signals.ready
+        since = (self.saturated_since or now) if saturated else None
+        ready_since = self.ready_since if self.ready_since and self.ready_since[0] == signals.ready else (
+            signals.ready, now)
+        cutoff = now - timedelta(seconds=2 * RATE_WINDOW_S)
+        held = tuple(h for h in self.held if h[0] >= cutoff) + ((now, queue, signals.in_flight or 0.0),)
+        hist = replace(self, saturated_since=since, held=held, ready_since=ready_since,
+                       queued_at=now if queue >= 1 else self.queued_at)
+        hist = hist._sample(now, signals)
+        rate = hist.arrival_rate(now, signals)
+        if rate is not None:
             cutoff = now - timedelta(seconds=TREND_WINDOW_S)
-            rates = tuple((t, r) for t, r in rates if t >= cutoff) + ((now, signals.arrival_rate),)
-        return replace(self, capacity=capacity, rates=rates, saturated_since=since)
+            hist = replace(hist, rates=tuple((t, r) for t, r in self.rates if t >= cutoff) + ((now, rate),))
+        return hist
+
+    def _sample(self, now: datetime, signals: Signals) -> History:
+        """One capacity sample per tick, when the last rate window was run by the same ready
+        replicas throughout (a pod just ready has not completed a full minute):
+        - saturated for the whole window (requests waiting, so every replica was full):
+          throughput / ready is what one replica does;
+        - otherwise, with a plan: Little's law gives the time a request spent in the batch,
+          occupancy / throughput per replica, at the occupancy observed; the plan's line at that
+          occupancy over the observed time is how much faster the engine runs than planned. The
+          fuller the batches, the shorter the extrapolation to a full batch, the more it counts."""
+        window = timedelta(seconds=RATE_WINDOW_S)
+        ready, x = signals.ready, signals.throughput
+        if (ready <= 0 or x is None or not math.isfinite(x) or x <= 0 or self.ready_since is None
+                or now - self.ready_since[1] < window):
+            return self
+        per_replica = x / ready
+        hint = signals.capacity_hint
+        planned = hint is not None and math.isfinite(hint) and hint > 0
+        if self.saturated_since is not None and now - self.saturated_since >= window:
+            if planned:
+                return replace(self, efficiency=_average(self.efficiency, per_replica / hint, CAPACITY_WEIGHT))
+            return replace(self, capacity=_average(self.capacity, per_replica, CAPACITY_WEIGHT))
+        solo, slots = signals.solo_latency_s, signals.batch_slots
+        if not planned or solo is None or not slots or signals.in_flight is None or self.saturated_since is not None:
+            return self
+        inside = [b for t, _, b in self.held if now - t < window]
+        occupancy = min(float(slots), sum(inside) / len(inside) / ready)
+        if occupancy <= 0:
+            return self
+        observed = occupancy / per_replica                    # seconds in the batch (Little)
+        slope = (slots / hint - solo) / slots                 # the plan's seconds per busy slot
+        ratio = (solo + slope * occupancy) / observed
+        return replace(self, efficiency=_average(self.efficiency if self.efficiency is not None else 1.0, ratio,
+                                                 CAPACITY_WEIGHT * occupancy / slots))
+
+    def arrival_rate(self, now: datetime, signals: Signals) -> float | None:
+        """Requests/s received over about the last minute: given, or completions plus the growth
+        of what the service holds (arrivals = completions + held now - held then)."""
+        if signals.arrival_rate is not None:
+            return signals.arrival_rate if math.isfinite(signals.arrival_rate) else None
+        x = signals.throughput
+        if x is None or not math.isfinite(x):
+            return None
+        past = [h for h in self.held if 0.75 * RATE_WINDOW_S <= (now - h[0]).total_seconds() <= 1.5 * RATE_WINDOW_S]
+        if not past:
+            return x   # no trail yet (a restart): completions alone; the drain term covers a backlog
+        t, queued, inside = min(past, key=lambda h: abs((now - h[0]).total_seconds() - RATE_WINDOW_S))
+        _, queued_now, inside_now = self.held[-1]
+        return max(0.0, x + (queued_now + inside_now - queued - inside) / (now - t).total_seconds())
+
+    def queue_growth(self) -> float:
+        """Requests/s the queue grew by since the previous tick (0 when it did not grow)."""
+        if len(self.held) < 2:
+            return 0.0
+        (t0, q0, _), (t1, q1, _) = self.held[-2], self.held[-1]
+        span = (t1 - t0).total_seconds()
+        return max(0.0, (q1 - q0) / span) if span > 0 else 0.0
 
     def trend(self) -> float:
         """Least-squares slope of the arrival rate (requests/s per s) over the trail; 0 below
@@ -104,10 +200,14 @@ class History:
         return 0.0 if var == 0 else sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var
 
 
+def _average(old: float | None, sample: float, weight: float) -> float:
+    return sample if old is None else (1 - weight) * old + weight * sample
+
+
 def seed(now: datetime, current: int) -> History:
     """History for a service first seen (e.g. after an operator restart): it counts as having
     recommended its current replicas just now, so nothing scales down before a full window."""
-    return History(((now, current),))
+    return History(((now, current, "restart"),))
 
 
 @dataclass(frozen=True)
@@ -127,21 +227,30 @@ def _fmt(x: float) -> str:
 
 
 def _demand(spec: AutoscalingSpec, current: int, queue: float, signals: Signals,
-            history: History) -> tuple[int, str] | None:
-    capacity, rate = history.capacity, signals.arrival_rate
-    if capacity is None or capacity <= 0 or rate is None or not math.isfinite(rate):
+            history: History, now: datetime) -> tuple[int, str] | None:
+    known = history.capacity_for(signals)
+    rate = history.rates[-1][1] if history.rates and history.rates[-1][0] == now else None
+    if known is None or rate is None:
         return None
+    capacity, source = known
     lead = signals.startup_s if signals.startup_s is not None else DEFAULT_STARTUP_S
     rising = max(0.0, history.trend()) * lead
-    need = (rate + rising) / (capacity * UTILIZATION) + queue / (capacity * DRAIN_S)
+    # A growing queue keeps growing until new pods are up: drain what it will be by then.
+    growth = history.queue_growth()
+    backlog = queue + growth * lead
+    need = (rate + rising) / (capacity * UTILIZATION) + backlog / (capacity * DRAIN_S)
     replicas = max(1, math.ceil(need - 1e-9))
-    ratio = need / max(current, 1)
-    if abs(ratio - 1) <= spec.tolerance and need <= current:
+    if abs(need / max(current, 1) - 1) <= spec.tolerance and need <= current:
         replicas = current
     note = f"demand {_fmt(rate)} req/s"
     if rising > 0:
         note += f" (+{_fmt(rising)} rising over {_fmt(lead)}s start-up)"
-    note += f" / capacity {_fmt(capacity)} req/s/replica at {UTILIZATION:.0%}"
+    note += f" / capacity {_fmt(capacity)} req/s/replica ({source}) at {UTILIZATION:.0%}"
+    if backlog >= 1:
+        note += f", backlog {_fmt(backlog)}"
+        if growth > 0:
+            note += f" (queue growing {_fmt(growth)}/s until pods start)"
+        note += f" drained within {_fmt(DRAIN_S)}s"
     return replicas, note
 
 
@@ -167,7 +276,7 @@ def decide(spec: AutoscalingSpec, current: int, signals: Signals, history: Histo
     history = history.learn(now, signals)
 
     per_replica = queue / max(ready, 1)
-    demand = _demand(spec, current, queue, signals, history)
+    demand = _demand(spec, current, queue, signals, history, now)
     if demand is not None:
         wants["demand"], note = demand
         notes.append(note)
@@ -185,18 +294,31 @@ def decide(spec: AutoscalingSpec, current: int, signals: Signals, history: Histo
     if target is not None and p99 is not None and ready > 0:
         ratio = p99 / target
         notes.append(f"p99 {_fmt(p99)}ms (target {_fmt(target)}ms)")
+        # A request in the summary's window finished within it, but may have waited before it.
+        waited = history.queued_at is not None and now - history.queued_at < timedelta(seconds=2 * P99_WINDOW_S)
+        slots = signals.batch_slots
+        full = bool(slots) and signals.in_flight is not None and signals.in_flight >= FULL_BATCH * slots * ready
         if ratio > 1 + tol and queue < 1:
-            # Nothing waits: the latency is service time, which more replicas do not shorten.
-            unattainable = (f"p99 {_fmt(p99)}ms is over the {_fmt(target)}ms target with no "
-                            f"queue: that is service time, more replicas would not meet it")
-        else:
+            if waited:
+                notes.append("from a queue that has drained")
+            elif full:
+                notes.append("with full batches")
+            else:
+                # Nothing waited for the summary's requests and the batches are light: the
+                # latency is service time, which more replicas do not shorten.
+                unattainable = (f"p99 {_fmt(p99)}ms is over the {_fmt(target)}ms target with no "
+                                f"queue: that is service time, more replicas would not meet it")
+        elif abs(ratio - 1) <= tol:
+            wants["p99"] = current
+        elif ratio > 1 or demand is None:
             # Based on ready replicas only: pods still loading do not lower latency yet, and since
             # they are part of `current`, a request they already cover adds nothing.
-            wants["p99"] = current if abs(ratio - 1) <= tol else math.ceil(ready * ratio)
+            wants["p99"] = math.ceil(ready * ratio)
 
-    recommendation = max(lo, min(hi, max(wants.values())))
+    driver = max(wants, key=lambda k: wants[k])
+    recommendation = max(lo, min(hi, wants[driver]))
     window = timedelta(seconds=spec.scale_down_stabilization_seconds)
-    history = history.add(now, recommendation, window)
+    history = history.add(now, recommendation, window, driver)
     signals_text = ", ".join(notes)
     if unattainable:
         signals_text += f" ({unattainable})"
@@ -204,22 +326,24 @@ def decide(spec: AutoscalingSpec, current: int, signals: Signals, history: Histo
     if recommendation > current:
         limit = max(2 * current, current + 4)
         desired = min(recommendation, limit)
-        driver = max(wants, key=lambda k: wants[k])
         reason = f"scale up {current}->{desired}: {signals_text}; {driver} asks for {wants[driver]}"
         if desired < recommendation:
             reason += f" (step limited to {desired})"
     elif recommendation < current:
-        stabilized = history.highest() or recommendation
+        held_s = spec.scale_down_stabilization_seconds
+        if held_s > DEMAND_HOLD_S and history.all_from("demand", now - timedelta(seconds=DEMAND_HOLD_S)):
+            held_s = int(DEMAND_HOLD_S)
+        stabilized = history.highest(now - timedelta(seconds=held_s)) or recommendation
         if stabilized >= current:
             desired = current
             reason = (f"holding {current}: {signals_text} ask for {recommendation}, but "
-                      f"{stabilized} was recommended within the last {spec.scale_down_stabilization_seconds}s")
+                      f"{stabilized} was recommended within the last {held_s}s")
         else:
             desired = max(stabilized, current - spec.scale_down_max_step)
-            reason = f"scale down {current}->{desired}: {signals_text}; highest recommendation in window {stabilized}"
+            reason = (f"scale down {current}->{desired}: {signals_text}; highest recommendation within the last "
+                      f"{held_s}s {stabilized}")
     else:
         desired = current
         reason = f"steady at {current}: {signals_text}"
     return Decision(desired, reason, True, history, round(per_replica, 3),
                     None if p99 is None else round(p99, 3), wants, unattainable)
-

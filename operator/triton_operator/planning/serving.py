@@ -73,6 +73,16 @@ def llama_layers(params: float) -> float:
 
 
 @dataclass(frozen=True)
+class Sizing:
+    """A replica under in-flight batching, for one token mix: a request spends `solo_s` in an
+    otherwise empty batch, and `slots / rate` when every slot is busy (linear in between)."""
+
+    rate: float        # requests/s completed with every slot busy
+    solo_s: float      # seconds one request spends alone in the batch
+    slots: float       # requests the batch holds
+
+
+@dataclass(frozen=True)
 class LLMPerformance:
     """Per-replica figures of a TensorRT-LLM engine on `gpus` GPUs of one class."""
 
@@ -101,18 +111,29 @@ class LLMPerformance:
     def fits(self, prompt: int, output: int) -> bool:
         return prompt <= self.max_input_len and prompt + output <= self.max_seq_len
 
-    def saturated_rate(self, prompt_tokens: float, output_tokens: float) -> float:
-        """Requests/s one replica completes with every batch slot busy, for requests of these
-        mean token counts. Every admission stalls the batch for its prefill (P); a request then
-        holds a slot for `output` decode iterations of a full batch (tau). Per second,
-        X x P + X x output x tau / batch = 1, so X = 1 / (P + output x tau / batch). The batch
-        is the engine's maximum, or fewer when the KV cache cannot hold that many sequences."""
+    def sizing(self, prompt_tokens: float, output_tokens: float) -> Sizing | None:
+        """One replica serving requests of these mean token counts (None if one cannot fit).
+
+        Every admission stalls the batch for its prefill (P); a request then holds a slot for
+        `output` decode iterations (tau(B) each, B requests in the batch). With B slots busy,
+        per second X x P + X x output x tau(B) / B = 1, so a request spends
+        S(B) = B / X = B x P + output x tau(B) in the batch: linear in B while decode is
+        bandwidth bound (the KV reads grow with B). The batch is the engine's maximum, or fewer
+        when the KV cache cannot hold that many sequences."""
         prompt, output = max(1.0, prompt_tokens), max(1.0, output_tokens)
-        batch = min(float(self.max_batch), self.kv_capacity_tokens / (prompt + output))
-        if batch < 1:
-            return 0.0
-        tau = self.decode_step_s(math.ceil(batch), batch * (prompt + output / 2))
-        return 1.0 / (self.prefill_s(prompt) + output * tau / batch)
+        slots = min(float(self.max_batch), self.kv_capacity_tokens / (prompt + output))
+        if slots < 1:
+            return None
+        context = prompt + output / 2
+        prefill = self.prefill_s(prompt)
+        full = slots * prefill + output * self.decode_step_s(math.ceil(slots), slots * context)
+        solo = prefill + output * self.decode_step_s(1, context)
+        return Sizing(rate=slots / full, solo_s=solo, slots=slots)
+
+    def saturated_rate(self, prompt_tokens: float, output_tokens: float) -> float:
+        """Requests/s one replica completes with every batch slot busy (0 if none fits)."""
+        sized = self.sizing(prompt_tokens, output_tokens)
+        return 0.0 if sized is None else sized.rate
 
     @property
     def kind(self) -> str:

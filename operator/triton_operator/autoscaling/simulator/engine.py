@@ -120,6 +120,7 @@ class Simulation:
         self.replicas: dict[int, LLMReplica | ServiceReplica] = {}
         self.summaries: dict[int, WindowQuantiles] = {}
         self.success: dict[int, int] = {}
+        self.tokens: dict[int, list[int]] = {}     # per pod: [prompt, output] tokens of completed requests
         self.events: list[tuple[float, int, int, int, int]] = []
         self.seq = 0
         self.next_rid = 0
@@ -224,6 +225,9 @@ class Simulation:
                 self.first[i] = now
             self.done += 1
             self.success[rep.rid] = self.success.get(rep.rid, 0) + 1
+            counts = self.tokens.setdefault(rep.rid, [0, 0])
+            counts[0] += self.requests[i].prompt_tokens
+            counts[1] += self.requests[i].output_tokens
             if summary is not None:
                 summary.observe(now, (now - self.requests[i].arrival) * 1000.0)
         if rep.state == "draining" and rep.active() == 0:
@@ -239,7 +243,8 @@ class Simulation:
         ready = [r for r in self.replicas.values() if r.state == "ready"]
         share = len(self.queue) / len(ready) if ready else 0.0
         samples = {r.rid: Sample(now, share, self.summaries[r.rid].quantile(now, 0.99),
-                                 self.success.get(r.rid, 0), r.active()) for r in ready}
+                                 self.success.get(r.rid, 0), r.active(), *self.tokens.get(r.rid, (0, 0)))
+                   for r in ready}
         gone = [rid for rid in self.prom.latest if rid not in samples]
         self.prom.scrape(now, samples, gone)
 

@@ -67,6 +67,8 @@ class Sample:
     p99_ms: float
     success: int        # nv_inference_request_success (a counter)
     active: int         # requests in the batch (TensorRT-LLM's active request gauge)
+    prompt_tokens: int = 0   # nv_llm_input_token_len_sum: prompt tokens of completed requests
+    output_tokens: int = 0   # nv_llm_output_token_len_sum: output tokens of completed requests
 
 
 @dataclass
@@ -121,8 +123,9 @@ class Prometheus:
                 best = value
         return best
 
-    def rate(self, now: float, window: float, rids: set[int] | None = None) -> float | None:
-        """sum(rate(success[window])) over pods, Prometheus-style: per series (last - first) /
+    def rate(self, now: float, window: float, rids: set[int] | None = None,
+             counter: str = "success") -> float | None:
+        """sum(rate(counter[window])) over pods, Prometheus-style: per series (last - first) /
         (their time span), extrapolation left out. None without two samples in the window."""
         total, found = 0.0, False
         for rid, hist in self.history.items():
@@ -132,6 +135,7 @@ class Prometheus:
             lo = bisect.bisect_left(times, now - window)
             inside = [s for s in list(hist)[lo:] if s.t <= now]
             if len(inside) >= 2 and inside[-1].t > inside[0].t:
-                total += (inside[-1].success - inside[0].success) / (inside[-1].t - inside[0].t)
+                total += ((getattr(inside[-1], counter) - getattr(inside[0], counter))
+                          / (inside[-1].t - inside[0].t))
                 found = True
         return total if found else None

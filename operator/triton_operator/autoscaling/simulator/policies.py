@@ -74,30 +74,42 @@ def live_signals(view: View) -> live_policy.Signals:
     return live_policy.Signals(queue_depth=queue, p99_ms=max(p99s) if p99s else math.nan, ready=ready)
 
 
-def demand_signals(view: View) -> live_policy.Signals:
-    """live_signals plus the inputs of the demand rule, as the live loop must feed them:
-    throughput = sum(rate(nv_inference_request_success[1m])); arrival_rate = throughput +
-    (in-system now - in-system 1 m ago) / 60 s, with in-system = sum(nv_inference_pending_request_count)
-    + sum(nv_trt_llm_request_metrics{request_type="active"}); startup_s = creation-to-Ready of the
-    newest ready pod."""
+TOKEN_WINDOW_S = 300.0    # the token-mix query: rate(..._sum[5m]) / rate(..._count[5m])
+
+
+def demand_signals(view: View, perf: Performance | None = None) -> live_policy.Signals:
+    """live_signals plus the inputs of the demand rule, as the live loop feeds them: throughput =
+    sum(rate(nv_inference_request_success[1m])); in_flight = sum(nv_trt_llm_request_metrics
+    {request_type="active"}) (TensorRT-LLM only); startup_s = creation-to-Ready of the newest
+    ready pod; capacity_hint = planning/serving's saturated rate for the token mix measured from
+    nv_llm_input_token_len and nv_llm_output_token_len (TensorRT-LLM only)."""
     base = live_signals(view)
     if base.error is not None:
         return base
     prom, now = view.prometheus, view.now
+    llm = isinstance(perf, LLMPerformance)
     throughput = prom.rate(now, 60.0)
-    current, before = prom.in_system_at(now), prom.in_system_at(now - 60.0)
-    arrival = None
-    if throughput is not None and current is not None and before is not None:
-        arrival = max(0.0, throughput + (current - before) / 60.0)
+    in_flight = float(sum(s.active for s in prom.fresh(now).values())) if llm else None
+    sized = None
+    if llm:
+        count = prom.rate(now, TOKEN_WINDOW_S)
+        prompt, output = prom.rate(now, TOKEN_WINDOW_S, counter="prompt_tokens"), prom.rate(
+            now, TOKEN_WINDOW_S, counter="output_tokens")
+        if count and prompt is not None and output is not None:
+            sized = perf.sizing(prompt / count, output / count)  # type: ignore[union-attr]
     started = [p for p in view.pods if p.state == "ready" and p.created > 0]
-    startup = max(started, key=lambda p: p.ready_at).ready_at - max(started, key=lambda p: p.ready_at).created if started else None
-    return replace(base, arrival_rate=arrival, throughput=throughput, startup_s=startup)
+    newest = max(started, key=lambda p: p.ready_at) if started else None
+    return replace(base, throughput=throughput, in_flight=in_flight,
+                   capacity_hint=sized.rate if sized else None, solo_latency_s=sized.solo_s if sized else None,
+                   batch_slots=sized.slots if sized else None,
+                   startup_s=None if newest is None else newest.ready_at - newest.created)
 
 
 @dataclass
 class Ours:
     spec: AutoscalingSpec
-    signals: Callable[[View], live_policy.Signals] = demand_signals
+    perf: Performance | None = None
+    signals: Callable[[View, Performance | None], live_policy.Signals] = demand_signals
     name: str = "ours"
     interval: float = LIVE_TICK_S
     sample_interval: float = 0.0
@@ -107,7 +119,7 @@ class Ours:
         now = EPOCH + timedelta(seconds=view.now)
         if self.history is None:
             self.history = live_policy.seed(now, view.desired)
-        d = live_policy.decide(self.spec, view.desired, self.signals(view), self.history, now)
+        d = live_policy.decide(self.spec, view.desired, self.signals(view, self.perf), self.history, now)
         self.history = d.history
         return d.desired, d.reason
 
@@ -482,7 +494,7 @@ def run_policy(name: str, requests: Sequence[Request], perf: Performance, cold: 
     if name == "oracle":
         return run_oracle(requests, perf, cold, settings, gpu_class)
     if name == "ours":
-        policy: object = Ours(spec)
+        policy: object = Ours(spec, perf)
     elif name == "hpa":
         policy = HPA(spec, cold)
     elif name == "keda":
