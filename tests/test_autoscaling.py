@@ -303,3 +303,19 @@ def test_p99_over_target_with_light_batches_and_no_queue_is_out_of_reach():
 def test_new_fields_default_so_the_live_loop_keeps_working():
     d = decide(SPEC, 3, Signals(queue_depth=12, p99_ms=None, ready=3), seed(T0, 3), T0)
     assert d.history.capacity is None and d.unattainable is None and "queue" in d.wants
+
+
+def test_figures_from_fewer_pods_than_ready_never_scale_down_but_still_scale_up():
+    """One pod's scrape failed: its queue is missing, not zero (aibrix#1032: nor may it block a
+    scale-up)."""
+    idle = Signals(queue_depth=0, ready=4, reporting=3)
+    ds = run(SPEC, 4, [(s, idle) for s in range(10, 600, 10)])
+    assert {d.desired for d in ds} == {4} and "metrics from 3 of 4 ready replicas" in ds[-1].reason
+    (up,) = run(SPEC, 4, [(10, Signals(queue_depth=40, ready=4, reporting=3))])
+    assert up.desired == 8
+
+
+def test_a_partial_minute_teaches_nothing_about_capacity():
+    ticks = [(s, replace(planned(40, 4, 45, 256), reporting=3)) for s in range(10, 200, 10)]
+    ds = run(SPEC.model_copy(update={"max_replicas": 40}), 4, ticks)
+    assert ds[-1].history.efficiency is None

@@ -352,3 +352,16 @@ def test_simulate_needs_an_slo(capsys, tmp_path):
     spec.write_text(Path(EXAMPLE).read_text().replace("    targetP99LatencyMs: 800\n", ""))
     assert cli.main(["simulate", "-f", str(spec), "--generate", "poisson:rate=1,duration=60"]) == 2
     assert "set --slo-ms" in capsys.readouterr().err
+
+
+def test_rate_reads_a_young_series_low_as_prometheus_does():
+    """promql extrapolatedRate: a counter growing 10/s, scraped every 5 s. Covering the whole 1m
+    window it reads 10/s; a pod whose counter started at 0 20 s ago reads its 20 s of increase
+    over the whole 60 s window (extrapolation stops at the counter's zero)."""
+    prom = metrics.Prometheus(scrape_interval=5.0)
+    for t in range(0, 125, 5):
+        old = {1: metrics.Sample(float(t), 0.0, math.nan, 10 * t, 0)}
+        young = {2: metrics.Sample(float(t), 0.0, math.nan, 10 * (t - 100), 0)} if t >= 100 else {}
+        prom.scrape(float(t), {**old, **young}, [])
+    assert prom.rate(120.0, 60.0, rids={1}) == pytest.approx(10.0)
+    assert prom.rate(120.0, 60.0, rids={2}) == pytest.approx(10.0 * 20 / 60)

@@ -38,12 +38,44 @@ class Settings(BaseModel):
         description="Label of Triton's series that holds the InferenceService name (the chart's PodMonitor "
                     "copies it from the pod label serving.triton-operator.io/inferenceservice).")
     queue_query: str = Field(
-        'sum by ($namespace, $service) (nv_inference_pending_request_count{$service!=""})',
-        description="PromQL for requests waiting per service, over all its pods and models "
-                    "(for a TensorRT-LLM ensemble this counts the composing models' queues).")
+        'sum by ($namespace, $service) (nv_inference_pending_request_count{$service!=""})'
+        ' + on ($namespace, $service) ('
+        'sum by ($namespace, $service) (clamp_min('
+        'sum by ($namespace, $service, instance) (nv_inference_request_success{model="preprocessing", $service!=""})'
+        ' - sum by ($namespace, $service, instance) (nv_inference_request_success{model="tensorrt_llm", $service!=""})'
+        ' - sum by ($namespace, $service, instance) (nv_inference_request_failure{model="tensorrt_llm", $service!=""})'
+        ' - sum by ($namespace, $service, instance) (nv_trt_llm_request_metrics{request_type="active", $service!=""})'
+        ' - sum by ($namespace, $service, instance) (nv_inference_pending_request_count{model="tensorrt_llm", $service!=""})'
+        ', 0))'
+        ' or sum by ($namespace, $service) (nv_inference_pending_request_count{$service!=""}) * 0)',
+        description="PromQL for requests waiting per service, over all its pods and models: Triton's pending "
+                    "requests, plus, for a TensorRT-LLM ensemble, the requests its executor holds beyond the batch "
+                    "(past preprocessing, not finished by tensorrt_llm, neither active nor pending there), which no "
+                    "gauge shows.")
     p99_query: str = Field(
         'max by ($namespace, $service) (nv_inference_request_summary_us{quantile="0.99", $service!=""}) / 1000',
         description="PromQL for the p99 request latency per service in milliseconds.")
+    in_flight_query: str = Field(
+        'sum by ($namespace, $service) (nv_trt_llm_request_metrics{request_type="active", $service!=""})',
+        description="PromQL for requests inside the engines' batches per service (TensorRT-LLM's active requests).")
+    throughput_query: str = Field(
+        'max by ($namespace, $service) (sum by ($namespace, $service, model) '
+        '(rate(nv_inference_request_success{$service!=""}[1m])))',
+        description="PromQL for requests/s completed per service over the last minute (the busiest model, so an "
+                    "ensemble's steps count a request once). The window must match the policy's RATE_WINDOW_S.")
+    prompt_tokens_query: str = Field(
+        'sum by ($namespace, $service) (rate(nv_llm_input_token_len_sum{$service!=""}[5m]))'
+        ' / sum by ($namespace, $service) (rate(nv_llm_input_token_len_count{$service!=""}[5m]))',
+        description="PromQL for the mean prompt tokens per request per service (the planner sizes a replica for it).")
+    output_tokens_query: str = Field(
+        'sum by ($namespace, $service) (rate(nv_llm_output_token_len_sum{$service!=""}[5m]))'
+        ' / sum by ($namespace, $service) (rate(nv_llm_output_token_len_count{$service!=""}[5m]))',
+        description="PromQL for the mean output tokens per request per service.")
+    reporting_query: str = Field(
+        'count by ($namespace, $service) (count by ($namespace, $service, instance) '
+        '(nv_inference_pending_request_count{$service!=""}))',
+        description="PromQL for the number of a service's pods whose Triton metrics Prometheus has (fewer than the "
+                    "ready replicas: the figures are partial, and nothing scales down on them).")
     catalog_file: str | None = Field(
         None, description="GPUClass catalog YAML the operator applies at start (the Helm chart mounts it).")
     metrics_port: int = Field(8081, ge=0, le=65535, description="Port of the operator's own /metrics; 0 disables it.")

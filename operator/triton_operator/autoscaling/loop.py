@@ -1,23 +1,31 @@
-"""The autoscaler tick (shell): one Prometheus query per signal for all services, the pure policy
+"""The autoscaler tick (shell): one Prometheus query for all services and signals, the pure policy
 per service over what the cache holds, and a work-queue entry for each service whose report
 changed. It writes nothing itself: the reconcile of that service renders the Deployment with the
 new replica count and writes the report into status, so each object has one writer.
+
+Besides Prometheus, the policy gets from the cache the ready replicas, the pods' start-up time
+(PodScheduled to Ready of the newest ready pod) and, for TensorRT-LLM services, the planner's
+sizing of one replica (planning/serving.py) for the measured token mix on the GPU class the
+Deployment runs on.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Protocol
 
 from .. import telemetry
-from ..api import InferenceService
+from ..api import GPUClass, InferenceService
 from ..controller.cache import Key
 from ..controller.k8s import Kube, describe
 from ..controller.logsummary import FailureLog
 from ..controller.status import Event
+from ..labels import LABEL_GPU_CLASS
+from ..planning.serving import Sizing, llm_performance
 from ..settings import Settings
 from . import policy
 from .prometheus import Snapshot
@@ -31,21 +39,87 @@ class Source(Protocol):
 
 
 class Services(Protocol):
-    """What the autoscaler reads: the cache's parsed InferenceServices and their Deployments."""
+    """What the autoscaler reads: the cache's parsed InferenceServices, their Deployments and
+    pods, and the GPU classes."""
 
     def autoscaled(self) -> list[tuple[Key, InferenceService, dict[str, Any]]]: ...
     def deployment(self, key: Key) -> dict[str, Any] | None: ...
+    def children(self, key: Key) -> Any: ...          # .pods: the service's pods, trimmed
+    def gpu_classes(self) -> dict[str, GPUClass]: ...
 
 
-def signals_for(key: Key, snapshot: Snapshot, ready: int) -> policy.Signals:
-    if "queue" in snapshot.errors:
-        return policy.Signals(ready=ready, error=snapshot.errors["queue"])
-    if key not in snapshot.queue:
+# The planner's token mix when the engine does not report one (TensorRT-LLM backends before the
+# nv_llm_*_token_len histograms): a chat request. The calibration against the measured
+# throughput corrects the rest (policy.History._sample).
+ASSUMED_PROMPT_TOKENS, ASSUMED_OUTPUT_TOKENS = 1024.0, 256.0
+
+
+def signals_for(key: Key, snapshot: Snapshot, ready: int, sizing: Sizing | None = None,
+                startup_s: float | None = None) -> policy.Signals:
+    """One service's Signals from the tick's snapshot. A failed query, or no queue series for the
+    service, is an error (the policy holds); any other signal the service lacks is None, never 0."""
+    if snapshot.error is not None:
+        return policy.Signals(ready=ready, error=snapshot.error)
+    queue = snapshot.get("queue", key)
+    if queue is None:
         why = "no Triton metrics for this service in Prometheus"
         why += " yet: no replica is ready" if ready == 0 else " (is it scraped, with the service label?)"
         return policy.Signals(ready=ready, error=why)
-    p99 = None if "p99" in snapshot.errors else snapshot.p99.get(key)
-    return policy.Signals(queue_depth=snapshot.queue[key], p99_ms=p99, ready=ready)
+
+    def finite(signal: str) -> float | None:
+        v = snapshot.get(signal, key)
+        return v if v is not None and math.isfinite(v) else None
+
+    reporting = finite("reporting")
+    return policy.Signals(
+        queue_depth=queue, p99_ms=snapshot.get("p99", key), ready=ready, throughput=finite("throughput"),
+        in_flight=finite("in_flight"), startup_s=startup_s, reporting=None if reporting is None else int(reporting),
+        capacity_hint=sizing.rate if sizing else None, solo_latency_s=sizing.solo_s if sizing else None,
+        batch_slots=sizing.slots if sizing else None)
+
+
+def startup_seconds(pods: Any) -> float | None:
+    """Seconds from PodScheduled to Ready of the most recently scheduled ready pod (the cache keeps
+    both conditions with their transition times), None without one."""
+    newest: tuple[datetime, float] | None = None
+    for pod in pods or ():
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        conds = {c.get("type"): c for c in (pod.get("status") or {}).get("conditions") or []}
+        scheduled, ready = conds.get("PodScheduled"), conds.get("Ready")
+        if not scheduled or not ready or ready.get("status") != "True":
+            continue
+        try:
+            t0, t1 = _time(scheduled["lastTransitionTime"]), _time(ready["lastTransitionTime"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if t1 >= t0 and (newest is None or t0 > newest[0]):
+            newest = (t0, (t1 - t0).total_seconds())
+    return None if newest is None else newest[1]
+
+
+def _time(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
+def sizing_for(obj: InferenceService, deployment: dict[str, Any], classes: dict[str, GPUClass],
+               snapshot: Snapshot, key: Key) -> Sizing | None:
+    """The planner's figures for one replica of a TensorRT-LLM service on the GPU class its
+    Deployment runs on, for the token mix Prometheus measured (or an assumed one)."""
+    spec = obj.spec
+    if spec.model.format != "tensorrt-llm" or spec.model.parameter_count() is None:
+        return None
+    labels = ((deployment.get("spec") or {}).get("template") or {}).get("metadata", {}).get("labels") or {}
+    gpu = classes.get(labels.get(LABEL_GPU_CLASS, ""))
+    if gpu is None:
+        return None
+    prompt, output = snapshot.get("prompt_tokens", key), snapshot.get("output_tokens", key)
+    if prompt is None or output is None or not (math.isfinite(prompt) and math.isfinite(output)):
+        prompt, output = ASSUMED_PROMPT_TOKENS, ASSUMED_OUTPUT_TOKENS
+    try:
+        return llm_performance(spec, gpu.spec).sizing(prompt, output)
+    except (ValueError, ZeroDivisionError):
+        return None
 
 
 class Autoscaler:
@@ -77,6 +151,7 @@ class Autoscaler:
         if not services:
             return {}
         snapshot = self.source.snapshot()
+        classes = self.services.gpu_classes()
         now = self.clock()
         started = time.thread_time()
         decisions: dict[Key, policy.Decision] = {}
@@ -93,7 +168,9 @@ class Autoscaler:
                 previous = self._reports.get(key)
             if previous is None:
                 previous = Report.from_status(raw.get("status") or {})
-            decision = policy.decide(obj.spec.autoscaling, current, signals_for(key, snapshot, ready), history, now)
+            signals = signals_for(key, snapshot, ready, sizing_for(obj, dep, classes, snapshot, key),
+                                  startup_seconds(self.services.children(key).pods))
+            decision = policy.decide(obj.spec.autoscaling, current, signals, history, now)
             new, evs = report(decision, current, previous, now)
             with self._lock:
                 self._histories[key] = decision.history

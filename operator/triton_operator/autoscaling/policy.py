@@ -4,7 +4,9 @@ decision with a reason a human can read. The clock is passed in; the live loop a
 
 Rules, and the failures they prevent (see shared/reference/autoscaling.md):
 - Fail static: a Prometheus error, a missing or NaN queue series holds the current replicas
-  (kubernetes#99394, keda#3065: an outage read as "no load" dropped services to minimum).
+  (kubernetes#99394, keda#3065: an outage read as "no load" dropped services to minimum). Figures
+  from fewer pods than are ready never scale down (scale-up still works: aibrix#1032, one failed
+  scrape must not block all scaling) and teach nothing about capacity.
 - Demand, whenever a replica's capacity is known: replicas = (arrival rate + its rising trend x
   the pod start-up time) / (capacity x UTILIZATION), plus what drains the queue within DRAIN_S.
   - The arrival rate is what the service received over the last minute: completions plus the
@@ -68,6 +70,7 @@ class Signals:
     capacity_hint: float | None = None  # planned requests/s of one saturated replica (planning/serving)
     solo_latency_s: float | None = None  # planned seconds one request spends alone in a batch
     batch_slots: float | None = None   # requests one replica's batch holds
+    reporting: int | None = None       # pods whose metrics Prometheus has (fewer than ready: partial figures)
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,7 @@ class History:
     efficiency: float | None = None    # measured capacity / planned capacity
     rates: tuple[tuple[datetime, float], ...] = ()
     saturated_since: datetime | None = None
-    held: tuple[tuple[datetime, float, float], ...] = ()   # (t, queued, in batches)
+    held: tuple[tuple[datetime, float, float | None], ...] = ()   # (t, queued, in batches)
     queued_at: datetime | None = None
     ready_since: tuple[int, datetime] | None = None   # the ready count, and since when it holds
 
@@ -120,7 +123,7 @@ class History:
         ready_since = self.ready_since if self.ready_since and self.ready_since[0] == signals.ready else (
             signals.ready, now)
         cutoff = now - timedelta(seconds=2 * RATE_WINDOW_S)
-        held = tuple(h for h in self.held if h[0] >= cutoff) + ((now, queue, signals.in_flight or 0.0),)
+        held = tuple(h for h in self.held if h[0] >= cutoff) + ((now, queue, signals.in_flight),)
         hist = replace(self, saturated_since=since, held=held, ready_since=ready_since,
                        queued_at=now if queue >= 1 else self.queued_at)
         hist = hist._sample(now, signals)
@@ -144,6 +147,8 @@ class History:
         if (ready <= 0 or x is None or not math.isfinite(x) or x <= 0 or self.ready_since is None
                 or now - self.ready_since[1] < window):
             return self
+        if signals.reporting is not None and signals.reporting < ready:
+            return self   # a pod's figures are missing: the throughput understates the replicas
         per_replica = x / ready
         hint = signals.capacity_hint
         planned = hint is not None and math.isfinite(hint) and hint > 0
@@ -154,7 +159,7 @@ class History:
         solo, slots = signals.solo_latency_s, signals.batch_slots
         if not planned or solo is None or not slots or signals.in_flight is None or self.saturated_since is not None:
             return self
-        inside = [b for t, _, b in self.held if now - t < window]
+        inside = [b for t, _, b in self.held if now - t < window and b is not None]
         occupancy = min(float(slots), sum(inside) / len(inside) / ready)
         if occupancy <= 0:
             return self
@@ -177,7 +182,10 @@ class History:
             return x   # no trail yet (a restart): completions alone; the drain term covers a backlog
         t, queued, inside = min(past, key=lambda h: abs((now - h[0]).total_seconds() - RATE_WINDOW_S))
         _, queued_now, inside_now = self.held[-1]
-        return max(0.0, x + (queued_now + inside_now - queued - inside) / (now - t).total_seconds())
+        if (inside is None) != (inside_now is None):
+            return x   # the batches' figure came or went: the two ends do not compare
+        grown = queued_now - queued + (inside_now or 0.0) - (inside or 0.0)
+        return max(0.0, x + grown / (now - t).total_seconds())
 
     def queue_growth(self) -> float:
         """Requests/s the queue grew by since the previous tick (0 when it did not grow)."""
@@ -329,6 +337,11 @@ def decide(spec: AutoscalingSpec, current: int, signals: Signals, history: Histo
         reason = f"scale up {current}->{desired}: {signals_text}; {driver} asks for {wants[driver]}"
         if desired < recommendation:
             reason += f" (step limited to {desired})"
+    elif recommendation < current and signals.reporting is not None and signals.reporting < ready:
+        # A pod's metrics are missing: what is missing is not "no load" (scale-ups still happen).
+        desired = current
+        reason = (f"holding {current}: {signals_text} ask for {recommendation}, but Prometheus has metrics "
+                  f"from {signals.reporting} of {ready} ready replicas")
     elif recommendation < current:
         held_s = spec.scale_down_stabilization_seconds
         if held_s > DEMAND_HOLD_S and history.all_from("demand", now - timedelta(seconds=DEMAND_HOLD_S)):

@@ -1,4 +1,12 @@
-"""Reading Triton's metrics from Prometheus: one query per signal per tick for all services."""
+"""Reading Triton's metrics from Prometheus: one query per tick for all services and all signals.
+
+Each signal is its own PromQL expression (settings.*_query, one series per service). The source
+tags every expression's series with the signal's name (label_replace) and asks Prometheus for
+their union (`or`) in a single instant query, so a tick costs one query however many services
+and signals there are (issue 9: at most two). A failed query fails every signal: the policy then
+holds replicas; a signal a service does not have (no TensorRT-LLM metrics, no traffic yet) is
+simply absent, and absent never reads as zero.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +14,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from string import Template
+from typing import Any
 
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from requests import RequestException
@@ -15,21 +24,53 @@ from .. import telemetry
 from ..settings import Settings
 
 Key = tuple[str, str]  # (namespace, InferenceService name)
+SIGNAL_LABEL = "triton_operator_signal"
+# signal -> the setting that holds its PromQL
+SIGNALS = {"queue": "queue_query", "p99": "p99_query", "in_flight": "in_flight_query",
+           "throughput": "throughput_query", "prompt_tokens": "prompt_tokens_query",
+           "output_tokens": "output_tokens_query", "reporting": "reporting_query"}
 
 
 @dataclass
 class Snapshot:
-    """Per service: queue depth (sum over pods) and p99 in ms. `errors` name failed signals."""
+    """Per signal, per service: the value (NaN where Prometheus returned NaN). `error` set: the
+    query failed and no figure can be trusted."""
 
-    queue: dict[Key, float] = field(default_factory=dict)
-    p99: dict[Key, float] = field(default_factory=dict)
-    errors: dict[str, str] = field(default_factory=dict)
+    values: dict[str, dict[Key, float]] = field(default_factory=dict)
+    error: str | None = None
     queries: int = 0
+
+    def get(self, signal: str, key: Key) -> float | None:
+        return self.values.get(signal, {}).get(key)
 
 
 def render_query(template: str, settings: Settings) -> str:
     return Template(template).safe_substitute(
         namespace=settings.metrics_namespace_label, service=settings.metrics_service_label)
+
+
+def combined_query(settings: Settings) -> str:
+    """Every signal's expression, tagged with its name, in one union."""
+    return "\nor ".join(
+        f'label_replace(({render_query(getattr(settings, setting), settings)}), "{SIGNAL_LABEL}", "{signal}", "", "")'
+        for signal, setting in SIGNALS.items())
+
+
+def parse(result: list[dict[str, Any]], settings: Settings) -> Snapshot:
+    """The union's series, back into per-signal, per-service values."""
+    snap = Snapshot(values={signal: {} for signal in SIGNALS})
+    ns_label, svc_label = settings.metrics_namespace_label, settings.metrics_service_label
+    for item in result:
+        labels = item.get("metric", {})
+        signal = labels.get(SIGNAL_LABEL)
+        if signal not in snap.values:
+            continue
+        key = (labels.get(ns_label, ""), labels.get(svc_label, ""))
+        try:
+            snap.values[signal][key] = float(item["value"][1])
+        except (KeyError, IndexError, TypeError, ValueError):
+            snap.values[signal][key] = math.nan
+    return snap
 
 
 class PrometheusSource:
@@ -40,37 +81,20 @@ class PrometheusSource:
         self.client = PrometheusConnect(
             url=settings.prometheus_url, disable_ssl=False, retry=Retry(total=0),
             timeout=settings.prometheus_timeout_seconds)
-        self.queries = {
-            "queue": render_query(settings.queue_query, settings),
-            "p99": render_query(settings.p99_query, settings),
-        }
-
-    def _series(self, signal: str, snapshot: Snapshot) -> dict[Key, float]:
-        out: dict[Key, float] = {}
-        started = time.monotonic()
-        snapshot.queries += 1
-        try:
-            result = self.client.custom_query(self.queries[signal])
-        except (RequestException, PrometheusApiClientException, ValueError) as e:
-            telemetry.QUERY_ERRORS.labels(signal).inc()
-            snapshot.errors[signal] = _short(e)
-            return out
-        finally:
-            telemetry.QUERY_SECONDS.labels(signal).observe(time.monotonic() - started)
-        ns_label, svc_label = self.settings.metrics_namespace_label, self.settings.metrics_service_label
-        for item in result:
-            labels = item.get("metric", {})
-            key = (labels.get(ns_label, ""), labels.get(svc_label, ""))
-            try:
-                out[key] = float(item["value"][1])
-            except (KeyError, IndexError, TypeError, ValueError):
-                out[key] = math.nan
-        return out
+        self.query = combined_query(settings)
 
     def snapshot(self) -> Snapshot:
-        snap = Snapshot()
-        snap.queue = self._series("queue", snap)
-        snap.p99 = self._series("p99", snap)
+        started = time.monotonic()
+        try:
+            result = self.client.custom_query(self.query)
+        except (RequestException, PrometheusApiClientException, ValueError) as e:
+            telemetry.QUERY_ERRORS.labels("all").inc()
+            snap = Snapshot(error=_short(e))
+        else:
+            snap = parse(result, self.settings)
+        finally:
+            telemetry.QUERY_SECONDS.labels("all").observe(time.monotonic() - started)
+        snap.queries = 1
         telemetry.QUERIES_PER_TICK.set(snap.queries)
         return snap
 
@@ -87,8 +111,7 @@ class Unconfigured:
     services hold their replicas and say why instead of silently never scaling."""
 
     def snapshot(self) -> Snapshot:
-        why = "no Prometheus configured (set TRITON_OPERATOR_PROMETHEUS_URL)"
-        return Snapshot(errors={"queue": why, "p99": why})
+        return Snapshot(error="no Prometheus configured (set TRITON_OPERATOR_PROMETHEUS_URL)")
 
 
 def source_for(settings: Settings) -> PrometheusSource | Unconfigured:

@@ -125,17 +125,33 @@ class Prometheus:
 
     def rate(self, now: float, window: float, rids: set[int] | None = None,
              counter: str = "success") -> float | None:
-        """sum(rate(counter[window])) over pods, Prometheus-style: per series (last - first) /
-        (their time span), extrapolation left out. None without two samples in the window."""
+        """sum(rate(counter[window])) over pods, as Prometheus computes it (promql/functions.go
+        extrapolatedRate): per series, the increase between its first and last sample in the
+        window, extrapolated to the window's edges where samples reach them (within 1.1 x the
+        average interval), else by half an interval (never below the counter's zero), divided by
+        the window. A series younger than the window therefore reads low: a pod ready 20 s ago
+        shows about a third of its rate over 1m. None without two samples in the window."""
         total, found = 0.0, False
+        start = now - window
         for rid, hist in self.history.items():
             if rid in self.stale or (rids is not None and rid not in rids):
                 continue
             times = [s.t for s in hist]
-            lo = bisect.bisect_left(times, now - window)
+            lo = bisect.bisect_left(times, start)
             inside = [s for s in list(hist)[lo:] if s.t <= now]
-            if len(inside) >= 2 and inside[-1].t > inside[0].t:
-                total += ((getattr(inside[-1], counter) - getattr(inside[0], counter))
-                          / (inside[-1].t - inside[0].t))
-                found = True
+            if len(inside) < 2 or inside[-1].t <= inside[0].t:
+                continue
+            first, last = getattr(inside[0], counter), getattr(inside[-1], counter)
+            increase = last - first
+            sampled = inside[-1].t - inside[0].t
+            average = sampled / (len(inside) - 1)
+            to_start, to_end = inside[0].t - start, now - inside[-1].t
+            if to_start >= 1.1 * average:
+                to_start = average / 2
+            if increase > 0 and first >= 0:
+                to_start = min(to_start, sampled * first / increase)
+            if to_end >= 1.1 * average:
+                to_end = average / 2
+            total += increase * (sampled + to_start + to_end) / sampled / window
+            found = True
         return total if found else None

@@ -2,7 +2,8 @@
 
 - `ours`: the operator's own policy. It calls triton_operator.autoscaling.policy.decide, the
   very function the live loop calls, with Signals built as loop.signals_for builds them from
-  the two PromQL queries in settings.py (sum of pending requests, max of per-pod p99).
+  the PromQL expressions in settings.py (requests waiting, max of per-pod p99, requests in the
+  batches, completions per second, the token mix, pods reporting) and the planner's sizing.
 - `hpa`: Kubernetes autoscaling/v2 on a Pods metric (Triton's pending requests per pod through
   prometheus-adapter), AverageValue target = targetQueueDepth. Replica calculation follows
   pkg/controller/podautoscaler/replica_calculator.go (calcPlainMetricReplicas, groupPods), the
@@ -71,7 +72,8 @@ def live_signals(view: View) -> live_policy.Signals:
         return live_policy.Signals(ready=ready, error=why)
     queue = sum(s.pending for s in fresh.values())
     p99s = [s.p99_ms for s in fresh.values() if not math.isnan(s.p99_ms)]
-    return live_policy.Signals(queue_depth=queue, p99_ms=max(p99s) if p99s else math.nan, ready=ready)
+    return live_policy.Signals(queue_depth=queue, p99_ms=max(p99s) if p99s else math.nan, ready=ready,
+                               reporting=len(fresh))
 
 
 TOKEN_WINDOW_S = 300.0    # the token-mix query: rate(..._sum[5m]) / rate(..._count[5m])
