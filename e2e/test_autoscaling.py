@@ -60,10 +60,14 @@ def prometheus(triton: TritonServer) -> Iterator[Prometheus]:
 
 @pytest.fixture(scope="module")
 def scaling_operator(operator: Operator, prometheus: Prometheus) -> Iterator[Operator]:
-    """The session's operator, restarted with Prometheus and a 2 s autoscaler tick."""
+    """The session's operator, restarted with Prometheus and a 2 s autoscaler tick. The one real
+    Triton speaks for every simulated pod, so the pods-reporting signal counts it as all of them
+    (by default it counts scraped pods, and fewer than ready would hold every scale-down)."""
     saved = dict(operator.extra_env)
     operator.extra_env.update({"TRITON_OPERATOR_PROMETHEUS_URL": prometheus.url,
-                               "TRITON_OPERATOR_AUTOSCALE_INTERVAL_SECONDS": str(TICK)})
+                               "TRITON_OPERATOR_AUTOSCALE_INTERVAL_SECONDS": str(TICK),
+                               "TRITON_OPERATOR_REPORTING_QUERY":
+                                   'count by ($namespace, $service) (nv_inference_pending_request_count{$service!=""}) * 1000'})
     operator.stop()
     operator.start()
     c = operator.cluster
@@ -175,9 +179,9 @@ def queue_in_prometheus(prom: Prometheus) -> float:
 
 
 def queue_times(prom: Prometheus, since: float, threshold: float = 0.0) -> list[float]:
-    """Wall-clock times (1 s steps) since `since` at which Prometheus had the queue above `threshold`."""
+    """Wall-clock times (0.5 s steps) since `since` at which Prometheus had the queue above `threshold`."""
     series = prom.query_range(f'sum(nv_inference_pending_request_count{{inferenceservice="{NAME}"}})',
-                              since, time.time(), 1.0)
+                              since, time.time(), 0.5)
     return [float(t) for s in series for t, v in s["values"] if float(v) > threshold]
 
 
@@ -234,31 +238,65 @@ def test_load_step_scales_up_then_down_after_the_window(scaling_operator: Operat
     assert counts[:peak + 1] == sorted(counts[:peak + 1]), f"replicas went down under a steady load: {counts}"
     assert counts[peak + 1] == 5, f"the first scale-down step is not 6 -> 5: {counts}"
     assert all(a - b == 1 for a, b in zip(counts[peak:], counts[peak + 1:])), f"scale-down steps: {counts}"
-    # Nothing scales down within the window after the last tick that saw the load (Prometheus's
-    # last sample with a queue, less one tick and one scrape for when the operator read it).
+    # Nothing scales down within the window after the last tick that asked for 6 replicas: it saw
+    # Prometheus's last sample with more than 10 queued (ceil(queue / 2) = 6), at most one tick
+    # earlier, and the range query shows a sample up to one scrape after it was taken.
     first_down = changes[peak + 1][0]
-    last_queue = max(queue_times(prometheus, loaded_until - 5), default=loaded_until)
-    print(f"scale-down began {first_down - last_queue:.1f}s after the queue drained (window {WINDOW}s)")
-    assert first_down >= last_queue + WINDOW - TICK - 1, "scaled down inside the stabilization window"
+    last_busy = max(queue_times(prometheus, began, threshold=10), default=loaded_until)
+    print(f"scale-down began {first_down - last_busy:.1f}s after the last queue of 6 replicas (window {WINDOW}s)")
+    assert first_down >= last_busy + WINDOW - TICK - 2, "scaled down inside the stabilization window"
     events = scale_events(c)
     assert "ScaledUp" in events and "ScaledDown" in events
 
 
-def test_p99_above_target_with_a_short_queue_scales_up(scaling_operator: Operator, triton: TritonServer,
-                                                       prometheus: Prometheus):
+def test_p99_made_of_service_time_is_reported_not_chased(scaling_operator: Operator, triton: TritonServer,
+                                                         prometheus: Prometheus):
+    """One request at a time, 300 ms each, against a 100 ms p99 target: nothing waits, so more
+    replicas would not shorten it. The operator says so (status and a Warning) and scales nothing."""
     c = scaling_operator.cluster
     apply_service(c, targetQueueDepth=1000, targetP99LatencyMs=100)
     c.kubectl("wait", "--for=condition=Ready", f"infsvc/{NAME}", "-n", NS, "--timeout=120s")
     triton.set_delay_ms(300)
-    with ReplicaLog(c) as log, LoadGenerator(triton.grpc_address, "slow", concurrency=1, duration_s=120):
-        start = log.current
-        wait_for("p99 above 100ms in Prometheus", lambda: any(
-            v > 100_000 for _, v in prometheus.query_values(
-                f'nv_inference_request_summary_us{{inferenceservice="{NAME}",quantile="0.99"}}')), timeout=60)
-        log.wait(lambda n: n > start, "a scale-up on latency", timeout=90)
-        assert "p99" in service_status(c)["autoscaling"]["lastDecision"]
-        assert queue_in_prometheus(prometheus) <= 1  # the queue alone would not have scaled
-    triton.set_delay_ms(100)
+    try:
+        with ReplicaLog(c) as log, LoadGenerator(triton.grpc_address, "slow", concurrency=1, duration_s=300):
+            began, start = time.time(), log.current
+            # Up to two summary windows after the last queue (the previous test's) before the
+            # latency is known to be service time alone.
+            decision = wait_for("the p99 target reported out of reach", lambda: (
+                d := service_status(c).get("autoscaling", {}).get("lastDecision", "")) and "service time" in d and d,
+                timeout=240, interval=1)
+            assert "more replicas would not meet it" in decision and log.current == start
+            assert log.since(began) == [], f"replicas changed chasing service time: {log.since(began)}"
+            assert queue_in_prometheus(prometheus) == 0
+        events = c.kubectl("get", "events", "-n", NS, "--field-selector",
+                           f"involvedObject.name={NAME},reason=TargetUnattainable", "-o", "name").stdout
+        assert events.strip()
+    finally:
+        triton.set_delay_ms(100)
+
+
+def test_p99_above_target_with_a_short_queue_scales_up(scaling_operator: Operator, triton: TritonServer,
+                                                       prometheus: Prometheus):
+    """Two requests at a time against one Triton instance: one waits (a queue of 1, far below
+    targetQueueDepth 1000), and p99 (waiting + service) is over target: latency asks for more."""
+    c = scaling_operator.cluster
+    apply_service(c, targetQueueDepth=1000, targetP99LatencyMs=100)
+    c.kubectl("wait", "--for=condition=Ready", f"infsvc/{NAME}", "-n", NS, "--timeout=120s")
+    triton.set_delay_ms(300)
+    try:
+        with ReplicaLog(c) as log, LoadGenerator(triton.grpc_address, "slow", concurrency=2, duration_s=180):
+            start = log.current
+            wait_for("p99 above 100ms in Prometheus", lambda: any(
+                v > 100_000 for _, v in prometheus.query_values(
+                    f'nv_inference_request_summary_us{{inferenceservice="{NAME}",quantile="0.99"}}')), timeout=60)
+            try:
+                log.wait(lambda n: n > start, "a scale-up on latency", timeout=120)
+            except AssertionError as e:
+                raise AssertionError(f"{e}; last decision: {service_status(c).get('autoscaling')}") from None
+            assert "p99" in service_status(c)["autoscaling"]["lastDecision"]
+            assert queue_in_prometheus(prometheus) <= 2  # the queue alone (target 1000) would not have scaled
+    finally:
+        triton.set_delay_ms(100)
 
 
 def test_prometheus_outage_holds_replicas_then_recovers(scaling_operator: Operator, triton: TritonServer,

@@ -75,3 +75,17 @@ def test_a_restart_picks_up_the_report_status_shows():
     r2, events = report(later, 3, restored, T0 + timedelta(minutes=5))
     assert r2 is restored and events == [], "a restart rewrites nothing"
     assert Report.from_status({}) is None
+
+
+def test_a_target_out_of_reach_is_written_and_announced_when_it_becomes_so():
+    """The figures alone would not rewrite status; the verdict does, once, with a Warning."""
+    reachable = decide(SPEC, 2, q(0, 2, p99=400), seed(T0, 2), T0)
+    r, _ = report(reachable, 2, None, T0)
+    out = decide(SPEC, 2, q(0, 2, p99=4000), reachable.history, T0 + timedelta(seconds=10))
+    assert out.unattainable and out.desired == 2
+    r2, events = report(out, 2, r, T0 + timedelta(seconds=10))
+    assert r2 is not r and "service time" in r2.status()["autoscaling"]["lastDecision"]
+    assert [e[1] for e in events] == ["TargetUnattainable"]
+    still = decide(SPEC, 2, q(0, 2, p99=4000), out.history, T0 + timedelta(seconds=20))
+    r3, events3 = report(still, 2, r2, T0 + timedelta(seconds=20))
+    assert r3 is r2 and events3 == []

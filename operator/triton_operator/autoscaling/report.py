@@ -2,8 +2,8 @@
 `status.metrics` fields, the MetricsAvailable condition and the Events a change deserves.
 
 A report is rewritten only when something a reader cares about changed: the desired replicas,
-whether metrics are available, or a figure at two significant digits (3.14 and 3.12 queued
-requests both show 3.1). Noise in the metrics therefore writes nothing, and 1,000 services at a
+whether metrics are available, whether a target is out of reach (the reason then says why), or
+a figure at two significant digits (3.14 and 3.12 queued requests both show 3.1). Noise in the metrics therefore writes nothing, and 1,000 services at a
 steady load cost no API requests per tick.
 """
 
@@ -38,11 +38,13 @@ class Report:
     queue_depth: float | None = None
     p99_ms: float | None = None
     observed_at: str | None = None
+    unattainable: bool = False          # a target no replica count can meet (lastDecision says which)
 
     def same_as(self, other: Report | None) -> bool:
         """Nothing worth a write differs (the reason text and timestamps may)."""
-        return other is not None and (self.desired, self.metrics_available, self.queue_depth, self.p99_ms) == (
-            other.desired, other.metrics_available, other.queue_depth, other.p99_ms)
+        return other is not None and (
+            self.desired, self.metrics_available, self.queue_depth, self.p99_ms, self.unattainable) == (
+            other.desired, other.metrics_available, other.queue_depth, other.p99_ms, other.unattainable)
 
     def status(self) -> dict[str, Any]:
         """The status fields this report owns. While metrics are unavailable the last good
@@ -86,7 +88,8 @@ def report(decision: Decision, current: int, previous: Report | None, now: datet
         last_scale_time=stamp if scaled else (previous.last_scale_time if previous else None),
         queue_depth=significant(decision.queue_per_replica) if decision.metrics_available else None,
         p99_ms=significant(decision.p99_ms) if decision.metrics_available else None,
-        observed_at=stamp if decision.metrics_available else None)
+        observed_at=stamp if decision.metrics_available else None,
+        unattainable=decision.unattainable is not None)
     events: list[tuple[str, str, str]] = []
     if scaled:
         events.append(("Normal", "ScaledUp" if decision.desired > base else "ScaledDown", decision.reason))
@@ -95,6 +98,8 @@ def report(decision: Decision, current: int, previous: Report | None, now: datet
             events.append(("Warning", "MetricsUnavailable", decision.reason))
         elif previous is not None:
             events.append(("Normal", "MetricsAvailable", "metrics are back; autoscaling resumed"))
+    if decision.unattainable is not None and not (previous is not None and previous.unattainable):
+        events.append(("Warning", "TargetUnattainable", decision.unattainable))
     if new.same_as(previous) and not scaled:
         return previous, events  # type: ignore[return-value]
     return new, events
