@@ -319,3 +319,12 @@ def test_a_partial_minute_teaches_nothing_about_capacity():
     ticks = [(s, replace(planned(40, 4, 45, 256), reporting=3)) for s in range(10, 200, 10)]
     ds = run(SPEC.model_copy(update={"max_replicas": 40}), 4, ticks)
     assert ds[-1].history.efficiency is None
+
+
+def test_a_batch_figure_that_comes_or_goes_does_not_fake_arrivals():
+    """A minute ago the engine's active requests were unknown (a scrape without them); now 200
+    are in the batches. They were not 200 arrivals: the rate falls back to the completions."""
+    ticks = [(10, replace(planned(0, 4, 80, 0), in_flight=None))] + [
+        (s, planned(0, 4, 80, 200)) for s in range(20, 80, 10)]
+    ds = run(SPEC.model_copy(update={"max_replicas": 40}), 4, ticks)
+    assert ds[-1].history.rates[-1][1] == pytest.approx(80)

@@ -8,13 +8,20 @@ Rules, and the failures they prevent (see shared/reference/autoscaling.md):
   from fewer pods than are ready never scale down (scale-up still works: aibrix#1032, one failed
   scrape must not block all scaling) and teach nothing about capacity.
 - Demand, whenever a replica's capacity is known: replicas = (arrival rate + its rising trend x
-  the pod start-up time) / (capacity x UTILIZATION), plus what drains the queue within DRAIN_S.
+  the pod start-up time) / (capacity x UTILIZATION), plus what drains the backlog within
+  DRAIN_S, the backlog being the queue as it will be when new pods are up (it grows by its last
+  tick's growth for one start-up time).
   - The arrival rate is what the service received over the last minute: completions plus the
     growth of what it holds (queued + inside the engines' batches), by conservation of requests.
-  - A replica's capacity starts from the planning model (planning/serving.py: the GPU's
-    bandwidth and compute, the engine's batch, the measured token mix), and is learned from the
-    metrics: whenever requests wait, every ready replica is full, so throughput / ready over a
-    minute spent saturated is what one replica does (a running average of those samples).
+  - A replica's capacity starts from the plan (planning/serving.py: the GPU's bandwidth and
+    compute, the engine's batch, the measured token mix) and is calibrated on the live figures,
+    as a running average of measured / planned: a minute spent saturated (requests waiting, so
+    every ready replica was full) measures throughput / ready directly; an unsaturated minute
+    gives, by Little's law, the time a request spent in the batch at the observed occupancy,
+    which the plan's line (alone in the batch .. full batch) turns into a full-batch rate. Both
+    need the same ready replicas for the whole minute. Without a plan, saturated minutes alone.
+  - UTILIZATION is high (95 %) because an in-flight batch has many slots: near its saturated
+    rate a replica queues little, and the p99 rule and the saturated samples catch the rest.
   Demand replaces the queue rule, which over-asks on a backlog (a queue of 400 is not 100
   replicas of steady load) and under-asks when in-flight batching hides the load (nothing waits
   while every batch slot is busy).
@@ -22,11 +29,12 @@ Rules, and the failures they prevent (see shared/reference/autoscaling.md):
   ceil(total queued / target per replica) replicas, an absolute count, so pods that are still
   loading count as capacity on the way and one burst never compounds into a second burst of
   scale-ups while they start.
-- p99 latency asks for ceil(ready x p99 / target), but only while requests wait (with demand in
-  charge, only while they wait and demand does not already ask for more). Latency made of
-  service time (nothing waited within Triton's 60 s summary window) does not fall with more
-  replicas, so a p99 target below it is reported as out of reach instead of scaling to max. A
-  p99 still high from a queue that has just drained is neither chased nor reported.
+- p99 latency over target asks for ceil(ready x p99 / target), but only while requests wait
+  (under target it may ask for fewer only when demand is not in charge). Latency made of
+  service time (nothing waited for two summary windows, batches under half full) does not fall
+  with more replicas, so a p99 target below it is reported as out of reach (and the report
+  posts a Warning) instead of scaling to max. A p99 still high from a queue that has just
+  drained, or from full batches that demand sizes, is neither chased nor reported.
 - The largest request wins. A tolerance band ignores small noise (llm-d-autoscaling#1427).
 - Up fast: at once, at most max(2x, +4) per decision. Down slowly: only to the highest
   recommendation seen within the stabilization window, and at most maxStep per decision. Demand
