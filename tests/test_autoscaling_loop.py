@@ -116,3 +116,9 @@ def test_without_token_metrics_the_planner_assumes_a_chat_mix():
                                          (llm(), {"spec": {}})])
 def test_no_sizing_without_an_llm_engine_or_a_known_gpu_class(service, dep):
     assert sizing_for(service, dep, catalog(), parse([series("queue", "0")], Settings()), KEY) is None
+
+
+def test_the_snapshot_still_reads_as_queue_p99_and_errors():
+    snap = parse([series("queue", "4"), series("p99", "250")], Settings())
+    assert snap.queue == {KEY: 4.0} and snap.p99 == {KEY: 250.0} and snap.errors == {}
+    assert set(Snapshot(error="down").errors) == set(SIGNALS)

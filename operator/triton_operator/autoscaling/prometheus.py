@@ -43,6 +43,19 @@ class Snapshot:
     def get(self, signal: str, key: Key) -> float | None:
         return self.values.get(signal, {}).get(key)
 
+    @property
+    def queue(self) -> dict[Key, float]:
+        return self.values.get("queue", {})
+
+    @property
+    def p99(self) -> dict[Key, float]:
+        return self.values.get("p99", {})
+
+    @property
+    def errors(self) -> dict[str, str]:
+        """The failed signals and why (every one of them: they share the query)."""
+        return {} if self.error is None else {signal: self.error for signal in SIGNALS}
+
 
 def render_query(template: str, settings: Settings) -> str:
     return Template(template).safe_substitute(
