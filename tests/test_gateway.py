@@ -347,3 +347,27 @@ def test_settings_from_env_and_flags():
     assert s.namespaces == ["ml", "lab"] and s.port == 8081 and s.hold_timeout_seconds == 5
     with pytest.raises(GatewaySettingsError, match="TRITON_GATEWAY_PORT"):
         from_env({"TRITON_GATEWAY_PORT": "0"})
+
+
+# -- the API and the operator's side ------------------------------------------------------------------------
+
+def test_api_allows_scale_to_zero_and_says_which_services_speak_openai():
+    from triton_operator.api import InferenceService
+    from triton_operator.render import endpoints
+    from triton_operator.settings import Settings
+
+    from .conftest import isvc_doc
+
+    doc = isvc_doc(autoscaling={"minReplicas": 0, "maxReplicas": 2})
+    svc = InferenceService.model_validate(doc)
+    assert svc.spec.autoscaling.min_replicas == 0 and svc.spec.autoscaling.scale_to_zero_after_seconds == 900
+    with pytest.raises(ValueError, match="scaleToZeroAfterSeconds"):
+        InferenceService.model_validate(isvc_doc(autoscaling={"minReplicas": 0, "maxReplicas": 2,
+                                                              "scaleToZeroAfterSeconds": 5}))
+    llm = svc.spec.model.format == "tensorrt-llm"
+    assert svc.spec.serves_openai() == llm
+    assert InferenceService.model_validate(isvc_doc(openai={"enabled": False})).spec.serves_openai() is False
+    assert "openai" not in endpoints("llama", "ml", Settings(), openai=True)
+    assert endpoints("llama", "ml", Settings(gateway_url="https://llm.example.com/"), openai=True)["openai"] == \
+        "https://llm.example.com/v1"
+    assert "openai" not in endpoints("llama", "ml", Settings(gateway_url="https://llm.example.com"), openai=False)

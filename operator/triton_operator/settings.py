@@ -44,6 +44,10 @@ class Settings(BaseModel):
     p99_query: str = Field(
         'max by ($namespace, $service) (nv_inference_request_summary_us{quantile="0.99", $service!=""}) / 1000',
         description="PromQL for the p99 request latency per service in milliseconds.")
+    gateway_url: str | None = Field(
+        None, pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
+        description="Base URL of the gateway (e.g. https://llm.example.com); status.endpoints.openai is its /v1 "
+                    "for the services it serves.")
     catalog_file: str | None = Field(
         None, description="GPUClass catalog YAML the operator applies at start (the Helm chart mounts it).")
     metrics_port: int = Field(8081, ge=0, le=65535, description="Port of the operator's own /metrics; 0 disables it.")
