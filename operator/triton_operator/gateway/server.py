@@ -56,8 +56,18 @@ class Gateway:
         self.held: dict[Key, int] = {}
         self.draining = False
         self.upstream: aiohttp.ClientSession | None = None
+        self._children: dict[tuple[Any, ...], Any] = {}
         self._model_templates: dict[tuple[Key, str], tuple[float, str | None]] = {}
         self._tasks: list[asyncio.Task[Any]] = []
+
+    def child(self, metric: Any, *labels: str) -> Any:
+        """A labelled child of a metric, memoized (prometheus_client's labels() locks and hashes
+        on every call; this is the gateway's hot path)."""
+        key = (metric, *labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
 
     # -- cluster state ---------------------------------------------------------------------------
 
@@ -352,7 +362,7 @@ class Gateway:
         gen = t.to_generate(req, prompt, svc.default_max_tokens)
         started = self.clock()
         code = 500
-        in_flight = m.IN_FLIGHT.labels(*svc.key)
+        in_flight = self.child(m.IN_FLIGHT, *svc.key)
         try:
             path = f"/v2/models/{svc.generate_model}/" + ("generate_stream" if gen.stream else "generate")
             address, resp = await self._send(svc, "POST", path, json.dumps(gen.body).encode(),
@@ -380,8 +390,8 @@ class Gateway:
             raise t.OpenAIError(502, f"model {svc.key[1]}: the replica failed: {type(e).__name__}",
                                 "upstream_error", code="upstream_failed") from None
         finally:
-            m.REQUESTS.labels(*svc.key, route, str(code)).inc()
-            m.LATENCY.labels(*svc.key, route).observe(self.clock() - started)
+            self.child(m.REQUESTS, *svc.key, route, str(code)).inc()
+            self.child(m.LATENCY, *svc.key, route).observe(self.clock() - started)
 
     async def _stream(self, request: web.Request, resp: aiohttp.ClientResponse, gen: t.Generate,
                       svc: Service, started: float) -> web.StreamResponse:
@@ -432,7 +442,7 @@ class Gateway:
         headers = {h: request.headers[h] for h in V2_REQUEST_HEADERS if h in request.headers}
         started = self.clock()
         code = 500
-        in_flight = m.IN_FLIGHT.labels(*svc.key)
+        in_flight = self.child(m.IN_FLIGHT, *svc.key)
         try:
             address, resp = await self._send(svc, request.method, path, body or None, headers)
             in_flight.inc()
@@ -459,8 +469,8 @@ class Gateway:
             raise t.OpenAIError(502, f"model {svc.key[1]}: the replica failed: {type(e).__name__}",
                                 "upstream_error", code="upstream_failed") from None
         finally:
-            m.REQUESTS.labels(*svc.key, "v2", str(code)).inc()
-            m.LATENCY.labels(*svc.key, "v2").observe(self.clock() - started)
+            self.child(m.REQUESTS, *svc.key, "v2", str(code)).inc()
+            self.child(m.LATENCY, *svc.key, "v2").observe(self.clock() - started)
 
     # -- health and metrics ------------------------------------------------------------------------------
 
