@@ -30,6 +30,8 @@ def add_parser(sub: Any, handler: Any) -> None:
     g.add_argument("--key-file", action="append", help="API key list, YAML (repeatable); see gateway/keys.py")
     g.add_argument("--kubeconfig", help="kubeconfig to use outside a cluster (default: in-cluster, then ~/.kube/config)")
     g.add_argument("--endpoint-slice-selector", help="label selector of the EndpointSlices to route to")
+    g.add_argument("--resolve", action="append", metavar="HOST=ADDRESS",
+                   help="pin a host name of FQDN endpoints to an address, as curl --resolve (repeatable)")
     g.add_argument("--hold-timeout", type=float, help="seconds a request waits for a replica (default 300)")
     g.add_argument("--shutdown-timeout", type=float, help="seconds answers may finish after SIGTERM (default 10)")
     g.add_argument("--check-keys", action="store_true", help="validate the key files, print their digests, exit")
@@ -43,8 +45,14 @@ def run(args: argparse.Namespace, cli_error: type[Exception]) -> int:
     from .discovery import ApiServer, load_configuration
     from .server import Gateway
 
+    pins = None
+    if args.resolve:
+        bad = [p for p in args.resolve if "=" not in p or not p.split("=", 1)[1]]
+        if bad:
+            raise cli_error(f"--resolve takes HOST=ADDRESS, found {bad[0]!r}")
+        pins = dict(p.split("=", 1) for p in args.resolve)
     try:
-        settings = from_env(
+        settings = from_env(resolve=pins,
             address=args.address, port=args.port, metrics_port=args.metrics_port, namespaces=args.namespace,
             key_files=args.key_file, endpoint_slice_selector=args.endpoint_slice_selector,
             hold_timeout_seconds=args.hold_timeout, shutdown_timeout_seconds=args.shutdown_timeout)

@@ -29,6 +29,8 @@ class GatewaySettings(BaseModel):
         900.0, gt=0, description="Longest a replica may take to answer (to finish a stream).")
     shutdown_timeout_seconds: float = Field(
         10.0, ge=0, description="On SIGTERM, how long answers in progress may finish before they are cut.")
+    resolve: dict[str, str] = Field(
+        default_factory=dict, description="Host names pinned to addresses (HOST=ADDRESS), for FQDN endpoints.")
     endpoint_slice_selector: str = Field(
         "", description="Label selector of the EndpointSlices to route to (empty: all; each names its "
                         "Service by the kubernetes.io/service-name label).")
@@ -48,7 +50,10 @@ def from_env(environ: dict[str, str] | None = None, **overrides: object) -> Gate
         raw = env.get(ENV_PREFIX + name.upper())
         if raw is None or raw == "":
             continue
-        values[name] = [n.strip() for n in raw.split(",") if n.strip()] if name in _LISTS else raw
+        if name == "resolve":
+            values[name] = dict(pair.strip().split("=", 1) for pair in raw.split(",") if "=" in pair)
+        else:
+            values[name] = [n.strip() for n in raw.split(",") if n.strip()] if name in _LISTS else raw
     values.update({k: v for k, v in overrides.items() if v is not None})
     try:
         return GatewaySettings(**values)

@@ -66,7 +66,9 @@ class ApiServer:
 
     def _headers(self) -> dict[str, str]:
         headers = {"Accept": "application/json", "User-Agent": "triton-operator-gateway"}
-        token = self.configuration.get_api_key_with_prefix("authorization")
+        # The kubernetes library keeps the token under BearerToken (newer) or authorization; its
+        # refresh hook (in-cluster, rotating ServiceAccount tokens) runs on every read.
+        token = self.configuration.get_api_key_with_prefix("BearerToken", alias="authorization")
         if token:
             headers["Authorization"] = token
         return headers

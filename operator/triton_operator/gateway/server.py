@@ -10,10 +10,13 @@ import asyncio
 import hashlib
 import json
 import logging
+import socket
 import time
 from typing import Any, Awaitable, Callable
 
 import aiohttp
+import aiohttp.abc
+import aiohttp.resolver
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -280,8 +283,9 @@ class Gateway:
         if self.upstream is None:
             timeout = aiohttp.ClientTimeout(total=self.settings.upstream_timeout_seconds,
                                             sock_connect=self.settings.upstream_connect_timeout_seconds)
+            resolver = PinnedResolver(self.settings.resolve) if self.settings.resolve else None
             self.upstream = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60), timeout=timeout,
+                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60, resolver=resolver), timeout=timeout,
                 auto_decompress=False)
         return self.upstream
 
@@ -530,6 +534,27 @@ class Gateway:
             await self.api.close()
 
 
+class PinnedResolver(aiohttp.abc.AbstractResolver):
+    """Host names pinned to addresses (--resolve HOST=ADDRESS, as curl's --resolve), the rest
+    resolved as usual: for EndpointSlices of addressType FQDN whose names the gateway's resolver
+    does not know (the e2e suite points one at a local Triton this way)."""
+
+    def __init__(self, pins: dict[str, str]):
+        self.pins = pins
+        self.fallback = aiohttp.resolver.DefaultResolver()
+
+    async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET) -> list[aiohttp.abc.ResolveResult]:
+        pinned = self.pins.get(host)
+        if pinned is None:
+            return await self.fallback.resolve(host, port, family)
+        fam = socket.AF_INET6 if ":" in pinned else socket.AF_INET
+        return [{"hostname": host, "host": pinned, "port": port, "family": fam, "proto": 0,
+                 "flags": socket.AI_NUMERICHOST}]
+
+    async def close(self) -> None:
+        await self.fallback.close()
+
+
 async def _upstream_error(resp: aiohttp.ClientResponse, svc: Service) -> t.OpenAIError:
     """A replica's refusal as an OpenAI error: its 4xx (the model refused the input) stays a 400,
     anything else is a 502."""
@@ -554,8 +579,7 @@ async def errors(request: web.Request, handler: Callable[[web.Request], Awaitabl
         return _error_response(e)
     except web.HTTPRequestEntityTooLarge as e:
         m.REJECTED.labels("too_large").inc()
-        return _error_response(t.OpenAIError(413, f"request body larger than {e.max_size} bytes",
-                                             code="request_too_large"))
+        return _error_response(t.OpenAIError(413, e.text or "request body too large", code="request_too_large"))
     except web.HTTPException as e:
         if e.status < 400:
             raise
