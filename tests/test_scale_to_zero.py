@@ -26,7 +26,7 @@ def run(start: int, ticks: list[tuple[int, Signals]]) -> list[tuple[int, str]]:
 
 
 def idle(ready: int) -> Signals:
-    return Signals(queue_depth=0, ready=ready, held=0, in_flight=0, throughput=0)
+    return Signals(queue_depth=0, ready=ready, held=0, gateway_in_flight=0, throughput=0)
 
 
 def test_the_first_held_request_wakes_a_service_at_zero_on_the_next_tick():
@@ -50,7 +50,7 @@ def test_zero_only_after_the_idle_window_and_at_once_then():
 def test_any_use_restarts_the_idle_window():
     """In-flight batching serves a full load with nothing queued: running requests (at the
     gateway) or completed ones (Triton's throughput) keep the service up."""
-    busy = [Signals(queue_depth=0, ready=1, in_flight=2), Signals(queue_depth=0, ready=1, throughput=0.2),
+    busy = [Signals(queue_depth=0, ready=1, gateway_in_flight=2), Signals(queue_depth=0, ready=1, throughput=0.2),
             Signals(queue_depth=0, ready=1, held=1)]
     for signal in busy:
         out = run(1, [(0, idle(1)), (100, signal), (130, idle(1)), (200, idle(1)), (250, idle(1))])
@@ -77,12 +77,12 @@ def test_services_with_a_floor_never_reach_zero():
 
 
 def test_loop_reads_held_requests_from_the_one_demand_query():
-    snap = Snapshot(queue={}, held={KEY: 3.0}, in_flight={}, throughput={})
+    snap = Snapshot(queue={}, held={KEY: 3.0}, gateway_in_flight={}, throughput={})
     s = signals_for(KEY, snap, ready=0, current=0)
     assert s.error is None and s.held == 3 and s.queue_depth == 0
     # At zero, no series at all is no demand; with replicas, it is missing metrics.
     assert signals_for(KEY, Snapshot(), ready=0, current=0).error is None
     assert signals_for(KEY, Snapshot(), ready=0, current=1).error
     assert signals_for(KEY, Snapshot(errors={"queue": "down"}), ready=0, current=0).error == "down"
-    full = signals_for(KEY, Snapshot(queue={KEY: 2.0}, in_flight={KEY: 5.0}, throughput={KEY: 1.5}), ready=1)
-    assert (full.queue_depth, full.in_flight, full.throughput, full.held) == (2.0, 5.0, 1.5, None)
+    full = signals_for(KEY, Snapshot(queue={KEY: 2.0}, gateway_in_flight={KEY: 5.0}, throughput={KEY: 1.5}), ready=1)
+    assert (full.queue_depth, full.gateway_in_flight, full.throughput, full.held) == (2.0, 5.0, 1.5, None)

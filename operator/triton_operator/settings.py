@@ -41,11 +41,11 @@ class Settings(BaseModel):
         'sum by ($namespace, $service, signal) ('
         'label_replace(nv_inference_pending_request_count{$service!=""}, "signal", "queue", "", "")'
         ' or label_replace(triton_gateway_held_requests{$service!=""}, "signal", "held", "", "")'
-        ' or label_replace(triton_gateway_in_flight_requests{$service!=""}, "signal", "in_flight", "", "")'
+        ' or label_replace(triton_gateway_in_flight_requests{$service!=""}, "signal", "gateway_in_flight", "", "")'
         ' or label_replace(rate(nv_inference_request_success{$service!=""}[1m]), "signal", "throughput", "", ""))',
         description="PromQL for the demand of each service, one series per signal (label `signal`): queue "
                     "(requests waiting in Triton over all its pods and models; for a TensorRT-LLM ensemble the "
-                    "composing models' queues), held and in_flight (requests the gateway holds for a replica or "
+                    "composing models' queues), held and gateway_in_flight (requests the gateway holds for a replica or "
                     "has in flight) and throughput (requests/s completed). One query for all of them; a series "
                     "without the signal label counts as queue.")
     p99_query: str = Field(

@@ -40,7 +40,7 @@ class Services(Protocol):
 def signals_for(key: Key, snapshot: Snapshot, ready: int, current: int = 1) -> policy.Signals:
     if "queue" in snapshot.errors:
         return policy.Signals(ready=ready, error=snapshot.errors["queue"])
-    gateway = {"held": snapshot.held.get(key), "in_flight": snapshot.in_flight.get(key)}
+    gateway = {"held": snapshot.held.get(key), "gateway_in_flight": snapshot.gateway_in_flight.get(key)}
     if key not in snapshot.queue:
         if current == 0:
             # Scaled to zero: no replica reports, so no series is no demand, unless the gateway

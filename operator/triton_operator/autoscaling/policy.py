@@ -60,12 +60,12 @@ class Signals:
     throughput: float | None = None    # requests/s it completed over the last minute
     startup_s: float | None = None     # seconds a new pod takes to become ready (last observed)
     held: float | None = None          # requests held at the gateway, waiting for a ready replica
-    in_flight: float | None = None     # requests the gateway has sent to replicas and not finished
+    gateway_in_flight: float | None = None  # requests the gateway has sent to replicas and not finished
 
     def busy(self) -> bool:
         """Any sign of use: something queued, held, running, or completed in the rate window."""
         return any(x is not None and math.isfinite(x) and x > 0 for x in (
-            self.queue_depth, self.held, self.in_flight, self.throughput, self.arrival_rate))
+            self.queue_depth, self.held, self.gateway_in_flight, self.throughput, self.arrival_rate))
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ class Snapshot:
     queue: dict[Key, float] = field(default_factory=dict)
     p99: dict[Key, float] = field(default_factory=dict)
     held: dict[Key, float] = field(default_factory=dict)
-    in_flight: dict[Key, float] = field(default_factory=dict)
+    gateway_in_flight: dict[Key, float] = field(default_factory=dict)
     throughput: dict[Key, float] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     queries: int = 0
@@ -78,7 +78,7 @@ class PrometheusSource:
         snap = Snapshot()
         demand = self._series("queue", snap)
         snap.queue, snap.held = demand.get("queue", {}), demand.get("held", {})
-        snap.in_flight, snap.throughput = demand.get("in_flight", {}), demand.get("throughput", {})
+        snap.gateway_in_flight, snap.throughput = demand.get("gateway_in_flight", {}), demand.get("throughput", {})
         snap.p99 = self._series("p99", snap).get("p99", {})
         telemetry.QUERIES_PER_TICK.set(snap.queries)
         return snap

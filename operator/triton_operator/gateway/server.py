@@ -379,7 +379,7 @@ class Gateway:
                 if gen.stream:
                     answer = await self._stream(request, resp, gen, svc, started)
                 else:
-                    text, hit = t.cut_at_stop(t.output_text(await resp.json(content_type=None)), gen.stops)
+                    text, _ = t.cut_at_stop(t.output_text(await resp.json(content_type=None)), gen.stops)
                     answer = web.json_response(t.completion(gen, text, "stop"))
                 code = answer.status
                 return answer
