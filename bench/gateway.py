@@ -95,6 +95,12 @@ async def throughput(url: str, body: bytes, headers: dict[str, str], concurrency
         return done / (time.perf_counter() - started)
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))] * 1000
@@ -127,21 +133,32 @@ def overhead(n: int, seconds: float, concurrency: int) -> tuple[list[str], dict[
             "gateway /v1/completions (OpenAI, translated)": (f"http://127.0.0.1:{port}/v1/completions", openai_body, auth),
         }
         rows, figures = [], {}
+        # Latency in interleaved rounds, so that the machine's other load falls on every path alike.
+        lat: dict[str, list[float]] = {name: [] for name in paths}
+        cpu: dict[str, float] = {name: 0.0 for name in paths}
+        rounds = 4
+        for _ in range(rounds):
+            for name, (url, body, headers) in paths.items():
+                before = _cpu_seconds(gateway.pid)
+                lat[name] += asyncio.run(latency(url, body, headers, n // rounds))
+                cpu[name] += _cpu_seconds(gateway.pid) - before
         base_p50 = base_p99 = base_rps = 0.0
         for i, (name, (url, body, headers)) in enumerate(paths.items()):
-            lat = asyncio.run(latency(url, body, headers, n))
             rps = asyncio.run(throughput(url, body, headers, concurrency, seconds))
-            p50, p99 = pct(lat, 0.5), pct(lat, 0.99)
+            p50, p99 = pct(lat[name], 0.5), pct(lat[name], 0.99)
+            per_request = cpu[name] / (rounds * (n // rounds + 50)) * 1000
             if i == 0:
                 base_p50, base_p99, base_rps = p50, p99, rps
-                added = "-"
+                added, loss, gw_cpu = "-", "-", "-"
             else:
                 added = f"+{p50 - base_p50:.2f} / +{p99 - base_p99:.2f}"
+                loss = f"{100 * (1 - rps / base_rps):.1f} %"
+                gw_cpu = f"{per_request:.2f} (~{1000 / per_request:.0f} req/s per core)"
                 figures[f"{name} p50 added"] = p50 - base_p50
                 figures[f"{name} rps loss"] = 1 - rps / base_rps
-            loss = "-" if i == 0 else f"{100 * (1 - rps / base_rps):.1f} %"
-            rows.append(f"| {name} | {p50:.2f} | {p99:.2f} | {statistics.mean(lat) * 1000:.2f} | {added} | "
-                        f"{rps:.0f} | {loss} |")
+                figures[f"{name} cpu ms"] = per_request
+            rows.append(f"| {name} | {p50:.2f} | {p99:.2f} | {statistics.mean(lat[name]) * 1000:.2f} | {added} | "
+                        f"{rps:.0f} | {loss} | {gw_cpu} |")
             print(rows[-1], flush=True)
         return rows, figures
     finally:
@@ -178,9 +195,10 @@ def main() -> int:
     woke = "not measured (--no-wake)" if args.no_wake else wake()
     p50_added = figures["gateway /v1/completions (OpenAI, translated) p50 added"]
     loss = max(v for k, v in figures.items() if k.endswith("rps loss"))
+    cpu_note = ", ".join(f"{v:.2f} ms" for k, v in figures.items() if k.endswith("cpu ms")) + " for the two routes"
     verdict = (f"Goal (issue 11): under 2 ms added p50 and under 5 % throughput loss. Measured: +{p50_added:.2f} ms p50 "
-               f"on the OpenAI route; throughput loss up to {100 * loss:.1f} %: "
-               + ("met." if p50_added < 2 and loss < 0.05 else "NOT met (see below)."))
+               f"on the OpenAI route ({'met' if p50_added < 2 else 'NOT met'}); throughput loss up to "
+               f"{100 * loss:.1f} % ({'met' if loss < 0.05 else 'NOT met, see below'}).")
     text = f"""# Gateway benchmark
 
 Command: `make bench-gateway` (python bench/gateway.py -n {args.n} --seconds {args.seconds:g} --concurrency {args.concurrency}).
@@ -193,9 +211,18 @@ flight for {args.seconds:g} s per path.
 
 {verdict}
 
-| path | p50 ms | p99 ms | mean ms | added p50 / p99 ms | requests/s (c={args.concurrency}) | throughput loss |
-| --- | --- | --- | --- | --- | --- | --- |
+| path | p50 ms | p99 ms | mean ms | added p50 / p99 ms | requests/s (c={args.concurrency}) | throughput loss | gateway CPU ms per request |
+| --- | --- | --- | --- | --- | --- | --- | --- |
 {chr(10).join(rows)}
+
+Why the goal is missed here: the gateway is a third process on the same 2 cores as Triton and the load
+generator (and other work: see the load average), so its CPU per request ({cpu_note}) is taken from
+Triton's share, and every hop adds a loopback send and a process wake-up on an oversubscribed CPU. The
+data path is aiohttp's C HTTP parser on uvloop; the remaining Python per request is the aiohttp server and
+client request/response objects (profiled: no single hot spot of the gateway's own). Deployed, the gateway
+runs on CPUs of its own in front of GPU replicas whose requests take 100s of ms to seconds: its throughput
+ceiling is then about 1/CPU-per-request per core, shown above, far above what one GPU replica answers.
+The figure to watch on a quiet machine is the added p50; rerun `make bench-gateway` there.
 
 Wake from zero (e2e/test_gateway.py on a local kwok cluster, real operator, Prometheus scrape 1 s,
 autoscaler tick 1 s, 6 requests held): {woke}
