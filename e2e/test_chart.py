@@ -133,16 +133,16 @@ def test_gateway_is_off_by_default_and_complete_when_on(tools):
     assert container["args"][:3] == ["gateway", "--port=8080", "--metrics-port=9090"]
     assert "--key-file=/etc/triton-gateway/keys/team-a-keys/keys.yaml" in container["args"]
     assert {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v} == {"team-a-keys", "ci-keys"}
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["TRITON_GATEWAY_NAMESPACES"] == "ml,vision"
     assert pod["terminationGracePeriodSeconds"] > int(env["TRITON_GATEWAY_SHUTDOWN_TIMEOUT_SECONDS"])
     assert by_kind["ServiceMonitor"][0]["spec"]["endpoints"][0]["honorLabels"] is True
     assert by_kind["HTTPRoute"][0]["spec"]["hostnames"] == ["llm.example.com"]
     operator = next(d for d in docs if d["kind"] == "Deployment" and "gateway" not in d["metadata"]["name"])
-    op_env = {e["name"]: e["value"] for e in operator["spec"]["template"]["spec"]["containers"][0]["env"]}
+    op_env = {e["name"]: e.get("value") for e in operator["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert op_env["TRITON_OPERATOR_GATEWAY_URL"] == "https://llm.example.com"
     default_url = template(tools, "--set", "gateway.enabled=true")
-    op_env = {e["name"]: e["value"] for d in default_url if d["kind"] == "Deployment" and d["metadata"]["name"] ==
+    op_env = {e["name"]: e.get("value") for d in default_url if d["kind"] == "Deployment" and d["metadata"]["name"] ==
               "triton-operator" for e in d["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert op_env["TRITON_OPERATOR_GATEWAY_URL"] == "http://triton-operator-gateway.triton-system.svc.cluster.local:80"
 
