@@ -118,10 +118,10 @@ parameters [
 ]
 '''
 
-# The chat template the model's config carries, as a model repository built from a tokenizer with
-# one does (runtime/triton_runtime/repository.py copies tokenizer_config.json's chat_template): the
-# gateway uses it when spec.openai.chatTemplate is unset. The model echoes its prompt, so an
-# answer shows which template made it.
+# A chat template in the model's config (parameter chat_template), where a model repository can
+# carry its tokenizer's (runtime/triton_runtime/repository.py does not write it yet): the gateway
+# uses it when spec.openai.chatTemplate is unset. The model echoes its prompt, so an answer shows
+# which template made it.
 CHAT_TEMPLATE = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}<|assistant|>"
 
 
