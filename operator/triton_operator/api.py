@@ -437,7 +437,11 @@ class AutoscalingSpec(Model):
         cel("self.minReplicas <= self.maxReplicas", "minReplicas must be less than or equal to maxReplicas", "maxReplicas"),
     ]})
 
-    min_replicas: int = Field(1, ge=1, le=MAX_REPLICAS, description="Fewest replicas, also while metrics are missing.")
+    min_replicas: int = Field(
+        1, ge=0, le=MAX_REPLICAS,
+        description="Fewest replicas, also while metrics are missing. 0 scales the service to zero after "
+                    "scaleToZeroAfterSeconds without requests; the gateway then holds the first request, which "
+                    "wakes it (the autoscaler reads the gateway's held requests as demand).")
     max_replicas: int = Field(..., ge=1, le=MAX_REPLICAS, description="Most replicas the autoscaler may ask for.")
     target_queue_depth: float = Field(
         4, ge=0.01, le=1_000_000, description="Requests waiting in Triton's queue per ready replica that the autoscaler aims for.")
@@ -449,6 +453,10 @@ class AutoscalingSpec(Model):
     scale_down_max_step: int = Field(1, ge=1, le=MAX_REPLICAS, description="At most this many replicas removed per decision.")
     tolerance: float = Field(
         0.1, ge=0, le=1, description="Relative deviation from a target ignored as noise (0.1 = 10 %).")
+    scale_to_zero_after_seconds: int = Field(
+        900, ge=30, le=86400,
+        description="With minReplicas 0: the idle window. The service scales to zero once no request was queued, "
+                    "running or held at the gateway for this many seconds.")
 
     # Cross-field checks run on the later field, which sees the earlier ones in info.data, so that
     # an error names a field as the CRD's rule does (its fieldPath), not the object holding both.
@@ -619,6 +627,26 @@ class RolloutSpec(Model):
         return v
 
 
+class OpenAISpec(Model):
+    """How the gateway serves this model on its OpenAI-compatible routes (/v1/chat/completions,
+    /v1/completions): through Triton's generate endpoints of one model."""
+
+    enabled: bool | None = Field(
+        None, description="List the service in /v1/models and accept OpenAI requests for it. Defaults to true for "
+                          "format tensorrt-llm and when this block is set, false otherwise.")
+    model: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_.-]+$", max_length=128,
+        description="The Triton model whose generate endpoints answer (inputs text_input, max_tokens, stream, ... "
+                    "-> text_output). Defaults to 'ensemble' for tensorrt-llm, else to model.name.")
+    chat_template: str | None = Field(
+        None, max_length=65536,
+        description="Jinja chat template that turns messages into the prompt, as in a Hugging Face "
+                    "tokenizer_config.json. Defaults to the chat_template parameter of the Triton model's config, "
+                    "else a plain 'role: content' layout.")
+    default_max_tokens: int | None = Field(
+        None, ge=1, le=1_000_000, description="max_tokens when a request sets none (default 256).")
+
+
 class InferenceServiceSpec(Model):
     """The desired state of an InferenceService."""
 
@@ -640,6 +668,8 @@ class InferenceServiceSpec(Model):
         None, description="Scale from Triton's queue depth and p99 latency. When set, replicas is ignored.")
     server: ServerSpec = Field(default_factory=ServerSpec, description="The Triton server container.")
     rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="How spec changes roll out.")
+    openai: OpenAISpec | None = Field(
+        None, description="The gateway's OpenAI-compatible routes for this service (see the gateway in the README).")
     engine: EngineSpec | None = Field(
         None, description="TensorRT-LLM engine build settings (format tensorrt-llm); defaults apply when unset.")
     service_account_name: str | None = Field(
@@ -655,6 +685,13 @@ class InferenceServiceSpec(Model):
         ]},
         description=f"Extra annotations on serving pods (at most {ANNOTATIONS_MAX}; keys and values together at "
                     f"most {ANNOTATIONS_TOTAL} characters).")
+
+    def serves_openai(self) -> bool:
+        """Whether the gateway serves this model on its OpenAI routes (gateway/routing.py reads the
+        same rule from the raw object)."""
+        if self.openai is not None and self.openai.enabled is not None:
+            return self.openai.enabled
+        return self.model.format == "tensorrt-llm" or self.openai is not None
 
     @field_validator("pod_annotations")
     @classmethod
@@ -705,6 +742,8 @@ class Endpoints(Model):
     http: str | None = Field(None, description="KServe v2 HTTP/REST endpoint.")
     grpc: str | None = Field(None, description="KServe v2 gRPC endpoint.")
     metrics: str | None = Field(None, description="Prometheus metrics endpoint.")
+    openai: str | None = Field(
+        None, description="OpenAI-compatible base URL through the gateway (use the service name as the model).")
 
 
 class LiveMetrics(Model):

@@ -76,6 +76,19 @@ class Settings(BaseModel):
         '(nv_inference_pending_request_count{$service!=""}))',
         description="PromQL for the number of a service's pods whose Triton metrics Prometheus has (fewer than the "
                     "ready replicas: the figures are partial, and nothing scales down on them).")
+    held_query: str = Field(
+        'sum by ($namespace, $service) (triton_gateway_held_requests{$service!=""})',
+        description="PromQL for requests the gateway holds per service while no replica is ready (a service "
+                    "waking from zero); they count as queued, so a service at zero wakes on the first tick that "
+                    "sees one. The gateway labels its series namespace and inferenceservice.")
+    gateway_in_flight_query: str = Field(
+        'sum by ($namespace, $service) (triton_gateway_in_flight_requests{$service!=""})',
+        description="PromQL for requests the gateway has sent to a service's replicas and not yet finished (use "
+                    "that keeps a minReplicas 0 service from the idle window).")
+    gateway_url: str | None = Field(
+        None, pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
+        description="Base URL of the gateway (e.g. https://llm.example.com); status.endpoints.openai is its /v1 "
+                    "for the services it serves.")
     catalog_file: str | None = Field(
         None, description="GPUClass catalog YAML the operator applies at start (the Helm chart mounts it).")
     metrics_port: int = Field(8081, ge=0, le=65535, description="Port of the operator's own /metrics; 0 disables it.")

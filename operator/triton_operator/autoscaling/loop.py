@@ -1,6 +1,6 @@
-"""The autoscaler tick (shell): one Prometheus query for all services and signals, the pure policy
-per service over what the cache holds, and a work-queue entry for each service whose report
-changed. It writes nothing itself: the reconcile of that service renders the Deployment with the
+"""The autoscaler tick (shell): one Prometheus query for all services and signals (the gateway's
+held and in-flight requests among them), the pure policy per service over what the cache holds,
+and a work-queue entry for each service whose report changed. It writes nothing itself: the reconcile of that service renders the Deployment with the
 new replica count and writes the report into status, so each object has one writer.
 
 Besides Prometheus, the policy gets from the cache the ready replicas, the pods' start-up time
@@ -55,27 +55,33 @@ ASSUMED_PROMPT_TOKENS, ASSUMED_OUTPUT_TOKENS = 1024.0, 256.0
 
 
 def signals_for(key: Key, snapshot: Snapshot, ready: int, sizing: Sizing | None = None,
-                startup_s: float | None = None) -> policy.Signals:
-    """One service's Signals from the tick's snapshot. A failed query, or no queue series for the
-    service, is an error (the policy holds); any other signal the service lacks is None, never 0."""
+                startup_s: float | None = None, current: int = 1) -> policy.Signals:
+    """One service's Signals from the tick's snapshot. A failed query is an error (the policy
+    holds, at zero too); so is no queue series for a service with replicas. A service scaled to
+    zero (`current` 0) has no replica to report, so there no series is no demand, unless the
+    gateway holds requests for it. Any other signal the service lacks is None, never 0."""
     if snapshot.error is not None:
         return policy.Signals(ready=ready, error=snapshot.error)
-    queue = snapshot.get("queue", key)
-    if queue is None:
-        why = "no Triton metrics for this service in Prometheus"
-        why += " yet: no replica is ready" if ready == 0 else " (is it scraped, with the service label?)"
-        return policy.Signals(ready=ready, error=why)
 
     def finite(signal: str) -> float | None:
         v = snapshot.get(signal, key)
         return v if v is not None and math.isfinite(v) else None
+
+    gateway = {"held": finite("held"), "gateway_in_flight": finite("gateway_in_flight")}
+    queue = snapshot.get("queue", key)
+    if queue is None:
+        if current == 0:
+            return policy.Signals(queue_depth=0.0, ready=ready, **gateway)
+        why = "no Triton metrics for this service in Prometheus"
+        why += " yet: no replica is ready" if ready == 0 else " (is it scraped, with the service label?)"
+        return policy.Signals(ready=ready, error=why)
 
     reporting = finite("reporting")
     return policy.Signals(
         queue_depth=queue, p99_ms=snapshot.get("p99", key), ready=ready, throughput=finite("throughput"),
         in_flight=finite("in_flight"), startup_s=startup_s, reporting=None if reporting is None else int(reporting),
         capacity_hint=sizing.rate if sizing else None, solo_latency_s=sizing.solo_s if sizing else None,
-        batch_slots=sizing.slots if sizing else None)
+        batch_slots=sizing.slots if sizing else None, **gateway)
 
 
 def startup_seconds(pods: Any) -> float | None:
@@ -169,7 +175,7 @@ class Autoscaler:
             if previous is None:
                 previous = Report.from_status(raw.get("status") or {})
             signals = signals_for(key, snapshot, ready, sizing_for(obj, dep, classes, snapshot, key),
-                                  startup_seconds(self.services.children(key).pods))
+                                  startup_seconds(self.services.children(key).pods), current)
             decision = policy.decide(obj.spec.autoscaling, current, signals, history, now)
             new, evs = report(decision, current, previous, now)
             with self._lock:

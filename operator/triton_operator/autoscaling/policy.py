@@ -35,6 +35,15 @@ Rules, and the failures they prevent (see shared/reference/autoscaling.md):
   with more replicas, so a p99 target below it is reported as out of reach (and the report
   posts a Warning) instead of scaling to max. A p99 still high from a queue that has just
   drained, or from full batches that demand sizes, is neither chased nor reported.
+- Scale to zero (minReplicas 0): requests held at the gateway count as queued requests (in every
+  rule and in what the service holds), so a service at zero asks for a replica on the first tick
+  that sees one held; at zero, no series at all is no demand, but a failed query still holds.
+  Below one replica it goes only after the idle window (scaleToZeroAfterSeconds) without a
+  request queued, held, inside a batch, in flight at the gateway or completed; until then the
+  floor is one replica (an empty queue alone is no proof of idleness: in-flight batching serves a
+  full load with nothing waiting), and partial figures neither start the window nor end it at
+  zero. The idle window is the stabilization of that last step, so it goes to zero at once when
+  it has passed.
 - The largest request wins. A tolerance band ignores small noise (llm-d-autoscaling#1427).
 - Up fast: at once, at most max(2x, +4) per decision. Down slowly: only to the highest
   recommendation seen within the stabilization window, and at most maxStep per decision. Demand
@@ -79,6 +88,15 @@ class Signals:
     solo_latency_s: float | None = None  # planned seconds one request spends alone in a batch
     batch_slots: float | None = None   # requests one replica's batch holds
     reporting: int | None = None       # pods whose metrics Prometheus has (fewer than ready: partial figures)
+    held: float | None = None          # requests the gateway holds for a ready replica (none is ready)
+    gateway_in_flight: float | None = None  # requests the gateway has sent to replicas and not finished
+
+    def busy(self) -> bool:
+        """Any sign of use: something queued, held, inside a batch, in flight at the gateway, or
+        completed in the rate window."""
+        return any(x is not None and math.isfinite(x) and x > 0 for x in (
+            self.queue_depth, self.held, self.in_flight, self.gateway_in_flight, self.throughput,
+            self.arrival_rate))
 
 
 @dataclass(frozen=True)
@@ -93,9 +111,10 @@ class History:
     efficiency: float | None = None    # measured capacity / planned capacity
     rates: tuple[tuple[datetime, float], ...] = ()
     saturated_since: datetime | None = None
-    held: tuple[tuple[datetime, float, float | None], ...] = ()   # (t, queued, in batches)
+    contents: tuple[tuple[datetime, float, float | None], ...] = ()   # (t, queued, in batches)
     queued_at: datetime | None = None
     ready_since: tuple[int, datetime] | None = None   # the ready count, and since when it holds
+    idle_since: datetime | None = None  # first tick of the current run without any use (minReplicas 0)
 
     def add(self, now: datetime, replicas: int, window: timedelta, source: str = "") -> History:
         kept = tuple(r for r in self.recommendations if now - r[0] < window)
@@ -131,8 +150,8 @@ class History:
         ready_since = self.ready_since if self.ready_since and self.ready_since[0] == signals.ready else (
             signals.ready, now)
         cutoff = now - timedelta(seconds=2 * RATE_WINDOW_S)
-        held = tuple(h for h in self.held if h[0] >= cutoff) + ((now, queue, signals.in_flight),)
-        hist = replace(self, saturated_since=since, held=held, ready_since=ready_since,
+        contents = tuple(h for h in self.contents if h[0] >= cutoff) + ((now, queue, signals.in_flight),)
+        hist = replace(self, saturated_since=since, contents=contents, ready_since=ready_since,
                        queued_at=now if queue >= 1 else self.queued_at)
         hist = hist._sample(now, signals)
         rate = hist.arrival_rate(now, signals)
@@ -167,7 +186,7 @@ class History:
         solo, slots = signals.solo_latency_s, signals.batch_slots
         if not planned or solo is None or not slots or signals.in_flight is None or self.saturated_since is not None:
             return self
-        inside = [b for t, _, b in self.held if now - t < window and b is not None]
+        inside = [b for t, _, b in self.contents if now - t < window and b is not None]
         occupancy = min(float(slots), sum(inside) / len(inside) / ready)
         if occupancy <= 0:
             return self
@@ -185,11 +204,11 @@ class History:
         x = signals.throughput
         if x is None or not math.isfinite(x):
             return None
-        past = [h for h in self.held if 0.75 * RATE_WINDOW_S <= (now - h[0]).total_seconds() <= 1.5 * RATE_WINDOW_S]
+        past = [h for h in self.contents if 0.75 * RATE_WINDOW_S <= (now - h[0]).total_seconds() <= 1.5 * RATE_WINDOW_S]
         if not past:
             return x   # no trail yet (a restart): completions alone; the drain term covers a backlog
         t, queued, inside = min(past, key=lambda h: abs((now - h[0]).total_seconds() - RATE_WINDOW_S))
-        _, queued_now, inside_now = self.held[-1]
+        _, queued_now, inside_now = self.contents[-1]
         if (inside is None) != (inside_now is None):
             return x   # the batches' figure came or went: the two ends do not compare
         grown = queued_now - queued + (inside_now or 0.0) - (inside or 0.0)
@@ -197,9 +216,9 @@ class History:
 
     def queue_growth(self) -> float:
         """Requests/s the queue grew by since the previous tick (0 when it did not grow)."""
-        if len(self.held) < 2:
+        if len(self.contents) < 2:
             return 0.0
-        (t0, q0, _), (t1, q1, _) = self.held[-2], self.held[-1]
+        (t0, q0, _), (t1, q1, _) = self.contents[-2], self.contents[-1]
         span = (t1 - t0).total_seconds()
         return max(0.0, (q1 - q0) / span) if span > 0 else 0.0
 
@@ -272,7 +291,47 @@ def _demand(spec: AutoscalingSpec, current: int, queue: float, signals: Signals,
 
 def decide(spec: AutoscalingSpec, current: int, signals: Signals, history: History,
            now: datetime) -> Decision:
-    lo, hi = spec.min_replicas, spec.max_replicas
+    if spec.min_replicas == 0:
+        return _decide_to_zero(spec, current, signals, history, now)
+    return _decide(spec, current, signals, history, now, spec.min_replicas)
+
+
+def _decide_to_zero(spec: AutoscalingSpec, current: int, signals: Signals, history: History,
+                    now: datetime) -> Decision:
+    """minReplicas 0: the floor is one replica until the idle window has passed (see the module)."""
+    if signals.error is not None:
+        return _decide(spec, current, signals, history, now, 0 if current == 0 else 1)
+    # No proof of idleness: a NaN queue, or figures from fewer pods than are ready (what is missing
+    # is not "no load"). They neither start the idle window nor end it.
+    queue = signals.queue_depth
+    unsure = queue is None or not math.isfinite(queue) or (
+        signals.reporting is not None and signals.reporting < signals.ready)
+    if signals.busy():
+        idle_since = None
+    elif unsure:
+        idle_since = history.idle_since
+    else:
+        idle_since = history.idle_since or now
+    history = replace(history, idle_since=idle_since)
+    idle_s = (now - idle_since).total_seconds() if idle_since is not None else 0.0
+    if idle_since is not None and not unsure and (current == 0 or idle_s >= spec.scale_to_zero_after_seconds):
+        kept = history.add(now, 0, timedelta(seconds=spec.scale_down_stabilization_seconds), "idle")
+        if current == 0:
+            return Decision(0, "scaled to zero: no requests queued, running or held", True, kept, 0.0,
+                            None, {"idle": 0})
+        return Decision(0, f"scale to zero {current}->0: no requests for {_fmt(idle_s)}s "
+                           f"(scaleToZeroAfterSeconds {spec.scale_to_zero_after_seconds})",
+                        True, kept, 0.0, None, {"idle": 0})
+    decision = _decide(spec, current, signals, history, now, 1)
+    if idle_since is not None:
+        left = max(0.0, spec.scale_to_zero_after_seconds - idle_s)
+        decision = replace(decision, reason=decision.reason + f"; idle for {_fmt(idle_s)}s, zero in {_fmt(left)}s")
+    return decision
+
+
+def _decide(spec: AutoscalingSpec, current: int, signals: Signals, history: History,
+            now: datetime, lo: int) -> Decision:
+    hi = spec.max_replicas
     bounded = max(lo, min(hi, current))
     if signals.error is not None:
         why = f"metrics unavailable ({signals.error}): holding {bounded} replicas"
@@ -282,6 +341,12 @@ def decide(spec: AutoscalingSpec, current: int, signals: Signals, history: Histo
     queue = signals.queue_depth
     if queue is None or math.isnan(queue):
         return Decision(bounded, f"no queue-depth data: holding {bounded} replicas", False, history)
+    # Requests held at the gateway (no replica ready: a service waking from zero) wait like queued
+    # ones, for every rule and for what the service holds (they move into Triton's queue on wake).
+    held = signals.held if signals.held is not None and math.isfinite(signals.held) else 0.0
+    if held:
+        queue += held
+        signals = replace(signals, queue_depth=queue)
 
     ready = signals.ready
     tol = spec.tolerance
@@ -302,6 +367,8 @@ def decide(spec: AutoscalingSpec, current: int, signals: Signals, history: Histo
         ratio = queue / (spec.target_queue_depth * capacity)
         wants["queue"] = current if abs(ratio - 1) <= tol else math.ceil(queue / spec.target_queue_depth)
         notes.append(f"queue {_fmt(per_replica)}/replica (target {_fmt(spec.target_queue_depth)})")
+    if held:
+        notes.append(f"{_fmt(held)} held at the gateway")
 
     p99 = signals.p99_ms
     if p99 is not None and math.isnan(p99):

@@ -4,8 +4,9 @@ Each signal is its own PromQL expression (settings.*_query, one series per servi
 tags every expression's series with the signal's name (label_replace) and asks Prometheus for
 their union (`or`) in a single instant query, so a tick costs one query however many services
 and signals there are (issue 9: at most two). A failed query fails every signal: the policy then
-holds replicas; a signal a service does not have (no TensorRT-LLM metrics, no traffic yet) is
-simply absent, and absent never reads as zero.
+holds replicas; a signal a service does not have (no TensorRT-LLM metrics, no traffic yet, no
+gateway in front) is simply absent, and absent never reads as zero. The gateway's series (held
+and gateway_in_flight) are two more signals of the same query, so the budget holds with it.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ SIGNAL_LABEL = "triton_operator_signal"
 # signal -> the setting that holds its PromQL
 SIGNALS = {"queue": "queue_query", "p99": "p99_query", "in_flight": "in_flight_query",
            "throughput": "throughput_query", "prompt_tokens": "prompt_tokens_query",
-           "output_tokens": "output_tokens_query", "reporting": "reporting_query"}
+           "output_tokens": "output_tokens_query", "reporting": "reporting_query",
+           "held": "held_query", "gateway_in_flight": "gateway_in_flight_query"}
 
 
 @dataclass
