@@ -365,3 +365,56 @@ def test_rate_reads_a_young_series_low_as_prometheus_does():
         prom.scrape(float(t), {**old, **young}, [])
     assert prom.rate(120.0, 60.0, rids={1}) == pytest.approx(10.0)
     assert prom.rate(120.0, 60.0, rids={2}) == pytest.approx(10.0 * 20 / 60)
+
+
+# -- minReplicas 0: the gateway's held requests through the metrics path ------------------------
+
+def test_ours_scales_to_zero_when_idle_and_wakes_on_held_requests():
+    """decide's scale-to-zero path, fed as the live loop feeds it: at zero no Triton series is no
+    demand, the gateway's held gauge (scraped like a pod) is. Two bursts 30 min apart with a 300 s
+    idle window: up from zero on the first tick that sees a held request, down to zero 300 s after
+    the last use (a minute of completions in the rate window included), up again."""
+    svc = llm_spec()
+    auto = svc.spec.autoscaling.model_copy(update={"min_replicas": 0, "scale_to_zero_after_seconds": 300})
+    perf = replica.llm_performance(svc.spec, CLASSES["h100"].spec)
+    cold = replica.ColdStart(5, 5, 10, 0)
+    reqs = [workload.Request(t + i * 0.5, 200, 20) for t in (600.0, 2400.0) for i in range(40)]
+    run = policies.run_policy("ours", reqs, perf, cold, auto, Settings(min_replicas=0, max_replicas=16, slo_s=8.0,
+                                                                        duration=3600.0))
+    assert run.timeline[0][1] == 0, "no arrivals in the first minute: the service starts at zero"
+    changes = [(t, old, new, why) for t, old, new, why in run.decisions]
+    wakes = [c for c in changes if c[1] == 0]
+    sleeps = [c for c in changes if c[2] == 0]
+    assert len(wakes) == 2 and len(sleeps) == 2, changes
+    for (t, _, _, why), burst in zip(wakes, (600.0, 2400.0)):
+        assert burst < t <= burst + policies.LIVE_TICK_S + 5.0 and "held at the gateway" in why
+    for t, _, _, why in sleeps:
+        assert why.startswith("scale to zero") and "no requests for 300s" in why
+    last = max(f for f in run.finish if not math.isnan(f))
+    assert sleeps[1][0] >= last + 300
+    assert not any(run.dropped) and all(not math.isnan(f) for f in run.finish)
+
+
+def test_a_prometheus_outage_at_zero_holds_zero_and_the_held_requests_wait_for_it():
+    svc = llm_spec()
+    auto = svc.spec.autoscaling.model_copy(update={"min_replicas": 0})
+    perf = replica.llm_performance(svc.spec, CLASSES["h100"].spec)
+    reqs = [workload.Request(300.0 + i, 200, 20) for i in range(5)]
+    cfg = Settings(min_replicas=0, max_replicas=4, slo_s=8.0, duration=900.0, outage=(0.0, 500.0),
+                   outage_kind="prometheus")
+    run = policies.run_policy("ours", reqs, perf, NO_COLD, auto, cfg)
+    first_up = next(t for t, old, new, _ in run.decisions if new > old)
+    assert first_up >= 500.0, "a failed query is never read as demand, nor as none: replicas hold"
+    assert all(r.startswith("metrics unavailable") for t, r in run.reasons if t < 500.0)
+    assert not any(run.dropped)
+
+
+def test_simulate_refuses_baselines_whose_scale_to_zero_is_not_modelled(capsys, tmp_path):
+    spec = tmp_path / "zero.yaml"
+    spec.write_text(Path(EXAMPLE).read_text().replace("minReplicas: 1", "minReplicas: 0"))
+    code = cli.main(["simulate", "-f", str(spec), "--generate", "poisson:rate=1,duration=60", "--policy", "ours",
+                     "--policy", "keda"])
+    err = capsys.readouterr().err
+    assert code == 2 and "minReplicas 0" in err and "keda" in err and err.count("\n") == 1
+    assert cli.main(["simulate", "-f", str(spec), "--generate", "poisson:rate=1,duration=120", "--policy", "ours",
+                     "--policy", "fixed:1", "--slo-ms", "5000"]) == 0

@@ -95,6 +95,7 @@ def _run(args: argparse.Namespace, load_docs: Callable[[str], list[dict]], parse
     if svc.spec.autoscaling is None:
         raise error(f"{args.file}: InferenceService {svc.name} has no spec.autoscaling to simulate")
     auto = svc.spec.autoscaling
+    policies.check_min_replicas(names, auto)
     catalog_docs, catalog_path = ((load_docs(args.gpu_class_file), args.gpu_class_file) if args.gpu_class_file
                                   else (default_catalog(), "<built-in catalog>"))
     classes: dict[str, GPUClass] = {}

@@ -5,6 +5,7 @@ through the same metrics path the live system has.
 Modelling choices (the sources are in replica.py and metrics.py):
 - Routing: one FIFO queue per service, served by the least-busy ready replica that can admit the
   head request (a gateway or activator in front, and the best case for every policy alike).
+  While no replica is ready the queue is what the gateway holds (metrics.py).
   Requests are never routed to a pod that is not ready or is terminating.
 - Scaling: a Deployment. New pods load for the cold start, then serve. Scale-down removes pods
   as a ReplicaSet does (not-ready before ready, the newest first); a removed ready pod stops
@@ -24,7 +25,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
-from .metrics import Prometheus, Sample, WindowQuantiles
+from .metrics import GatewaySample, Prometheus, Sample, WindowQuantiles
 from .replica import ColdStart, LLMPerformance, LLMReplica, Performance, ServiceReplica
 from .workload import Request
 
@@ -246,7 +247,11 @@ class Simulation:
                                  self.success.get(r.rid, 0), r.active(), *self.tokens.get(r.rid, (0, 0)))
                    for r in ready}
         gone = [rid for rid in self.prom.latest if rid not in samples]
-        self.prom.scrape(now, samples, gone)
+        # The gateway holds what waits while no replica is ready; otherwise it has sent it on.
+        held = 0 if ready else len(self.queue)
+        running = sum(r.active() for r in self.replicas.values())
+        gateway = GatewaySample(now, float(held), float(running + len(self.queue) - held))
+        self.prom.scrape(now, samples, gone, gateway)
 
     def view(self, now: float) -> View:
         pods = [Pod(r.rid, r.state, r.created, r.ready_at, r.active()) for r in self.replicas.values()]

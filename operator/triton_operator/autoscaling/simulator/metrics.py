@@ -10,6 +10,10 @@
   quantiles are exact here.
 - The pending-request gauge is instantaneous; requests waiting in the service's queue are
   attributed evenly to the ready pods (every consumer sums or averages them).
+- The gateway in front (engine.py routes as it does) holds requests while no replica is ready:
+  its `triton_gateway_held_requests` gauge is the service's queue then, and
+  `triton_gateway_in_flight_requests` what it has sent to replicas and not finished. Prometheus
+  scrapes it like a pod (a scrape outage makes its series stale too).
 - Prometheus scrapes every ready pod every scrape interval. A failed scrape marks the target's
   series stale at once, and an instant query only looks back 5 minutes (Prometheus staleness
   handling), so during a scrape outage queries return an empty result. A Prometheus outage makes
@@ -72,6 +76,15 @@ class Sample:
 
 
 @dataclass
+class GatewaySample:
+    """One scrape of the gateway, for this service."""
+
+    t: float
+    held: float         # triton_gateway_held_requests
+    in_flight: float    # triton_gateway_in_flight_requests
+
+
+@dataclass
 class Prometheus:
     """Scraped samples per pod, and the instant queries the autoscalers make."""
 
@@ -83,16 +96,20 @@ class Prometheus:
     history: dict[int, deque[Sample]] = field(default_factory=dict)
     first_seen: dict[int, float] = field(default_factory=dict)
     in_system: deque[tuple[float, float]] = field(default_factory=deque)  # sum(pending + active) per scrape
+    gateway: GatewaySample | None = None          # the gateway's newest sample (None: stale)
 
     def in_outage(self, now: float) -> bool:
         return self.outage is not None and self.outage[0] <= now < self.outage[1]
 
-    def scrape(self, now: float, samples: dict[int, Sample], gone: list[int]) -> None:
+    def scrape(self, now: float, samples: dict[int, Sample], gone: list[int],
+               gateway: GatewaySample | None = None) -> None:
         for rid in gone:
             self.stale.add(rid)
         if self.in_outage(now) and self.outage_kind == "scrape":
             self.stale.update(samples)
+            self.gateway = None
             return
+        self.gateway = gateway
         for rid, sample in samples.items():
             self.latest[rid] = sample
             self.stale.discard(rid)
@@ -109,6 +126,11 @@ class Prometheus:
         if self.in_outage(now) and self.outage_kind == "prometheus":
             return "Prometheus unreachable: ConnectionError"
         return None
+
+    def gateway_at(self, now: float) -> GatewaySample | None:
+        """The gateway's series as an instant query at `now` sees them."""
+        g = self.gateway
+        return g if g is not None and now - g.t <= LOOKBACK_S else None
 
     def fresh(self, now: float) -> dict[int, Sample]:
         """Per pod, the newest sample an instant query at `now` sees."""

@@ -3,7 +3,10 @@
 - `ours`: the operator's own policy. It calls triton_operator.autoscaling.policy.decide, the
   very function the live loop calls, with Signals built as loop.signals_for builds them from
   the PromQL expressions in settings.py (requests waiting, max of per-pod p99, requests in the
-  batches, completions per second, the token mix, pods reporting) and the planner's sizing.
+  batches, completions per second, the token mix, pods reporting, the gateway's held and
+  in-flight requests) and the planner's sizing. With minReplicas 0 that is decide's scale-to-zero
+  path: the service goes to zero after scaleToZeroAfterSeconds idle and wakes on the requests the
+  gateway holds (hpa, keda and kpa are refused there: their own scale to zero is not modelled).
 - `hpa`: Kubernetes autoscaling/v2 on a Pods metric (Triton's pending requests per pod through
   prometheus-adapter), AverageValue target = targetQueueDepth. Replica calculation follows
   pkg/controller/podautoscaler/replica_calculator.go (calcPlainMetricReplicas, groupPods), the
@@ -59,21 +62,27 @@ class PolicyError(ValueError):
 
 def live_signals(view: View) -> live_policy.Signals:
     """The Signals the live loop would build at this instant (loop.signals_for over
-    prometheus.PrometheusSource.snapshot): a failed query is an error, a service with no series
-    is an error, else the sum of pending requests and the max of the per-pod p99."""
+    prometheus.PrometheusSource.snapshot): a failed query is an error; a service with no Triton
+    series is an error, unless it is scaled to zero (then it has no demand but what the gateway
+    holds); else the sum of pending requests and the max of the per-pod p99, with the gateway's
+    held and in-flight requests."""
     ready = view.ready
     error = view.prometheus.query_error(view.now)
     if error is not None:
         return live_policy.Signals(ready=ready, error=error)
+    gw = view.prometheus.gateway_at(view.now)
+    gateway = {} if gw is None else {"held": gw.held, "gateway_in_flight": gw.in_flight}
     fresh = view.prometheus.fresh(view.now)
     if not fresh:
+        if view.desired == 0:
+            return live_policy.Signals(queue_depth=0.0, ready=ready, **gateway)
         why = "no Triton metrics for this service in Prometheus"
         why += " yet: no replica is ready" if ready == 0 else " (is it scraped, with the service label?)"
         return live_policy.Signals(ready=ready, error=why)
     queue = sum(s.pending for s in fresh.values())
     p99s = [s.p99_ms for s in fresh.values() if not math.isnan(s.p99_ms)]
     return live_policy.Signals(queue_depth=queue, p99_ms=max(p99s) if p99s else math.nan, ready=ready,
-                               reporting=len(fresh))
+                               reporting=len(fresh), **gateway)
 
 
 TOKEN_WINDOW_S = 300.0    # the token-mix query: rate(..._sum[5m]) / rate(..._count[5m])
@@ -86,7 +95,7 @@ def demand_signals(view: View, perf: Performance | None = None) -> live_policy.S
     ready pod; capacity_hint = planning/serving's saturated rate for the token mix measured from
     nv_llm_input_token_len and nv_llm_output_token_len (TensorRT-LLM only)."""
     base = live_signals(view)
-    if base.error is not None:
+    if base.error is not None or not view.prometheus.fresh(view.now):
         return base
     prom, now = view.prometheus, view.now
     llm = isinstance(perf, LLMPerformance)
@@ -477,6 +486,23 @@ def parse_policy(name: str) -> str:
     raise PolicyError(f"unknown policy {name!r}; choose from {', '.join(POLICY_NAMES)}")
 
 
+# Baselines whose own scale to zero and back the simulator does not model: the HPA does not scale
+# from zero on a Pods metric (the HPAScaleToZero gate and an Object/External metric), KEDA wakes
+# through its activation threshold and sleeps after cooldownPeriod, Knative through its activator
+# and scale-to-zero grace period.
+NO_SCALE_TO_ZERO = ("hpa", "keda", "kpa")
+
+
+def check_min_replicas(names: Sequence[str], spec: AutoscalingSpec) -> None:
+    """minReplicas 0 runs only with policies whose scale to zero is modelled."""
+    if spec.min_replicas > 0:
+        return
+    bad = [n for n in names if n in NO_SCALE_TO_ZERO]
+    if bad:
+        raise PolicyError(f"minReplicas 0: the simulator does not model how {', '.join(bad)} scale to zero and "
+                          "back; simulate it with ours, oracle or fixed:N (or set minReplicas 1 to compare them)")
+
+
 def warm_start(requests: Sequence[Request], perf: Performance, settings: Settings) -> Settings:
     """Settings whose initial replicas serve the first minute's arrivals at 80 % of a replica's
     saturated throughput, as if the service had been running: every policy starts from the
@@ -492,6 +518,7 @@ def warm_start(requests: Sequence[Request], perf: Performance, settings: Setting
 def run_policy(name: str, requests: Sequence[Request], perf: Performance, cold: ColdStart,
                spec: AutoscalingSpec, settings: Settings, gpu_class: str = "") -> Run:
     name = parse_policy(name)
+    check_min_replicas([name], spec)
     settings = warm_start(requests, perf, settings)
     if name == "oracle":
         return run_oracle(requests, perf, cold, settings, gpu_class)
