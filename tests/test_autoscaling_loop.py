@@ -12,6 +12,7 @@ from triton_operator.api import GPUClass, InferenceService
 from triton_operator.autoscaling.loop import ASSUMED_OUTPUT_TOKENS, ASSUMED_PROMPT_TOKENS, signals_for, sizing_for, startup_seconds
 from triton_operator.autoscaling.prometheus import SIGNAL_LABEL, SIGNALS, Snapshot, combined_query, parse
 from triton_operator.cli import default_catalog
+from triton_operator.controller.cache import trim_pod
 from triton_operator.labels import LABEL_GPU_CLASS
 from triton_operator.planning.serving import llm_performance
 from triton_operator.settings import Settings
@@ -64,20 +65,26 @@ def test_missing_optional_signals_are_unknown_never_zero():
     assert s.reporting == 2 and s.startup_s == 61.0 and s.capacity_hint is None
 
 
-def pod(scheduled: str, ready_at: str | None, status: str = "True", deleting: bool = False) -> dict:
-    conds = [{"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled}]
+def pod(created: str, ready_at: str | None, status: str = "True", deleting: bool = False, restarts: int = 0,
+        scheduled: str | None = None) -> dict:
+    conds = [{"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled or created}]
     if ready_at:
         conds.append({"type": "Ready", "status": status, "lastTransitionTime": ready_at})
-    return {"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z" if deleting else None},
-            "status": {"conditions": conds}}
+    return trim_pod({"metadata": {"creationTimestamp": created,
+                                  "deletionTimestamp": "2026-01-01T00:00:00Z" if deleting else None},
+                     "status": {"conditions": conds, "containerStatuses": [
+                         {"name": "triton", "ready": status == "True", "restartCount": restarts, "state": {}}]}})
 
 
-def test_startup_is_the_newest_ready_pods_scheduled_to_ready():
+def test_startup_is_the_newest_ready_pods_creation_to_ready():
+    """Through the cache's trim_pod, as the loop reads pods."""
     pods = [pod("2026-01-01T10:00:00Z", "2026-01-01T10:01:30Z"),     # old pod: 90 s
-            pod("2026-01-01T11:00:00Z", "2026-01-01T11:00:45Z"),     # newest ready: 45 s
+            # newest ready: 45 s from creation, of which 30 s waiting for a node
+            pod("2026-01-01T11:00:00Z", "2026-01-01T11:00:45Z", scheduled="2026-01-01T11:00:30Z"),
             pod("2026-01-01T11:05:00Z", None),                        # still starting
             pod("2026-01-01T11:06:00Z", "2026-01-01T11:06:10Z", status="False"),
-            pod("2026-01-01T11:07:00Z", "2026-01-01T11:07:05Z", deleting=True)]
+            pod("2026-01-01T11:07:00Z", "2026-01-01T11:07:05Z", deleting=True),
+            pod("2026-01-01T11:08:00Z", "2026-01-01T13:00:00Z", restarts=1)]   # recovered, not started
     assert startup_seconds(pods) == 45.0
     assert startup_seconds([pod("2026-01-01T11:05:00Z", None)]) is None and startup_seconds(None) is None
 

@@ -4,7 +4,7 @@ and a work-queue entry for each service whose report changed. It writes nothing 
 new replica count and writes the report into status, so each object has one writer.
 
 Besides Prometheus, the policy gets from the cache the ready replicas, the pods' start-up time
-(PodScheduled to Ready of the newest ready pod) and, for TensorRT-LLM services, the planner's
+(creation to Ready of the newest ready pod) and, for TensorRT-LLM services, the planner's
 sizing of one replica (planning/serving.py) for the measured token mix on the GPU class the
 Deployment runs on.
 """
@@ -85,19 +85,23 @@ def signals_for(key: Key, snapshot: Snapshot, ready: int, sizing: Sizing | None 
 
 
 def startup_seconds(pods: Any) -> float | None:
-    """Seconds from PodScheduled to Ready of the most recently scheduled ready pod (the cache keeps
-    both conditions with their transition times), None without one."""
+    """Seconds from creation to Ready of the most recently created ready pod, None without one.
+    Creation, not scheduling: the wait for a node (a GPU node being added) is part of how long a
+    scale-up takes to become capacity, and the simulator measures the same span. A pod whose
+    containers restarted is skipped: its Ready time is its last recovery, not its start-up."""
     newest: tuple[datetime, float] | None = None
     for pod in pods or ():
-        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        meta = pod.get("metadata") or {}
+        status = pod.get("status") or {}
+        if meta.get("deletionTimestamp") or any(
+                (c.get("restartCount") or 0) > 0 for c in status.get("containerStatuses") or []):
             continue
-        conds = {c.get("type"): c for c in (pod.get("status") or {}).get("conditions") or []}
-        scheduled, ready = conds.get("PodScheduled"), conds.get("Ready")
-        if not scheduled or not ready or ready.get("status") != "True":
+        ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+        if not ready or ready.get("status") != "True":
             continue
         try:
-            t0, t1 = _time(scheduled["lastTransitionTime"]), _time(ready["lastTransitionTime"])
-        except (KeyError, TypeError, ValueError):
+            t0, t1 = _time(meta["creationTimestamp"]), _time(ready["lastTransitionTime"])
+        except (KeyError, TypeError, ValueError, AttributeError):
             continue
         if t1 >= t0 and (newest is None or t0 > newest[0]):
             newest = (t0, (t1 - t0).total_seconds())

@@ -58,7 +58,8 @@ _POD_LABELS = {LABEL_SERVICE, LABEL_GPU_CLASS, "app.kubernetes.io/component", "b
 
 
 def trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
-    """What status needs of a serving pod: phase, scheduling and readiness, waiting reasons."""
+    """What status needs of a serving pod: phase, scheduling and readiness, waiting reasons; and
+    what the autoscaler needs: when it was created (its start-up runs from there to Ready)."""
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
     st = pod.get("status") or {}
@@ -88,6 +89,7 @@ def trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
         "metadata": {
             "name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid"),
             "resourceVersion": meta.get("resourceVersion"), "deletionTimestamp": meta.get("deletionTimestamp"),
+            "creationTimestamp": meta.get("creationTimestamp"),
             "labels": {k: v for k, v in labels.items() if k in _POD_LABELS},
         },
         "spec": {"nodeName": (pod.get("spec") or {}).get("nodeName")},
