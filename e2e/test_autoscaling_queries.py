@@ -7,7 +7,9 @@ serves text in the format of the TensorRT-LLM backend's custom metrics reporter
 (nv_trt_llm_request_metrics{request_type=...}, nv_llm_input_token_len / nv_llm_output_token_len
 histograms; NVIDIA/TensorRT-LLM triton_backend/inflight_batcher_llm/src/custom_metrics_reporter)
 and Triton's per-model counters for the runtime's ensemble (ensemble, preprocessing, tensorrt_llm,
-postprocessing), with counters that grow at known rates. No cluster is needed.
+postprocessing), with counters that grow at known rates. The gateway's series are the real
+gateway's gauges (triton_operator.gateway.metrics) exposed by prometheus_client, scraped as the
+chart's ServiceMonitor does (its namespace and inferenceservice labels kept). No cluster is needed.
 """
 
 from __future__ import annotations
@@ -19,7 +21,15 @@ from typing import Iterator
 
 import pytest
 
+from datetime import datetime, timezone
+
+import prometheus_client
+
+from triton_operator.api import AutoscalingSpec
+from triton_operator.autoscaling import policy
+from triton_operator.autoscaling.loop import signals_for
 from triton_operator.autoscaling.prometheus import PrometheusSource
+from triton_operator.gateway import metrics as gateway_metrics
 from triton_operator.settings import Settings
 
 from .cluster import wait_for
@@ -78,7 +88,21 @@ class PlainPod:
                 f'nv_inference_request_success{{model="resnet",version="1"}} 5\n')
 
 
-def serve(pod: Pod | PlainPod) -> ThreadingHTTPServer:
+class Gateway:
+    """The gateway's /metrics: 3 requests held for `sleepy` (scaled to zero), 7 in flight to `chat`."""
+
+    def __init__(self) -> None:
+        self.registry = prometheus_client.CollectorRegistry()
+        for gauge in (gateway_metrics.HELD, gateway_metrics.IN_FLIGHT):
+            self.registry.register(gauge)
+        gateway_metrics.HELD.labels("prod", "sleepy").set(3)
+        gateway_metrics.IN_FLIGHT.labels("prod", "chat").set(7)
+
+    def text(self) -> str:
+        return prometheus_client.generate_latest(self.registry).decode()
+
+
+def serve(pod: Pod | PlainPod | Gateway) -> ThreadingHTTPServer:
     """`pod`'s /metrics on its own loopback port (its own `instance`, as each pod has its own IP)."""
 
     class Handler(BaseHTTPRequestHandler):
@@ -106,12 +130,18 @@ def prometheus() -> Iterator[Prometheus]:
         "vision-a": PlainPod(pending=5),
     }
     servers = {name: serve(pod) for name, pod in pods.items()}
-    # The labels the chart's PodMonitor gives a serving pod's series.
+    gateway = serve(Gateway())
+    servers["gateway"] = gateway
+    # The labels the chart's PodMonitor gives a serving pod's series; the gateway's series carry
+    # their own, kept by honor_labels as the chart's ServiceMonitor (honorLabels) keeps them.
     targets = [Target(f"127.0.0.1:{server.server_address[1]}",
                       {"namespace": "prod", "inferenceservice": name.rsplit("-", 1)[0], "pod": name})
-               for name, server in servers.items()]
+               for name, server in servers.items() if name != "gateway"]
+    gateway_job = {"job_name": "gateway", "honor_labels": True, "scrape_interval": "1s",
+                   "static_configs": [{"targets": [f"127.0.0.1:{gateway.server_address[1]}"],
+                                       "labels": {"namespace": "triton-system"}}]}
     try:
-        with Prometheus(targets, scrape_interval="1s") as prom:
+        with Prometheus(targets, scrape_interval="1s", scrape_configs=[gateway_job]) as prom:
             prom.start()
             yield prom
     finally:
@@ -143,3 +173,23 @@ def test_one_query_reads_every_signal_of_a_tensorrt_llm_service_and_a_plain_one(
     # A plain model: its pending requests alone, no TensorRT-LLM signal invented as 0.
     assert snap.get("queue", vision) == 5 and snap.get("reporting", vision) == 1
     assert snap.get("in_flight", vision) is None and snap.get("prompt_tokens", vision) is None
+
+
+def test_the_gateways_held_and_in_flight_requests_are_two_more_signals_of_the_one_query(prometheus: Prometheus):
+    """A service at zero (`sleepy`: no Triton series) with requests held at the gateway wakes on
+    the tick that reads them; held and in flight come from the same single query."""
+    source = PrometheusSource(Settings(prometheus_url=prometheus.url))
+    sleepy, chat = ("prod", "sleepy"), ("prod", "chat")
+    snap = wait_for("the gateway scraped", lambda: (s := source.snapshot()).error is None
+                    and s.get("held", sleepy) is not None and s.get("queue", chat) is not None and s, timeout=60)
+    assert snap.queries == 1
+    assert snap.get("held", sleepy) == 3 and snap.get("queue", sleepy) is None
+    assert snap.get("gateway_in_flight", chat) == 7 and snap.get("held", chat) is None
+    signals = signals_for(sleepy, snap, ready=0, current=0)
+    assert signals.error is None and signals.held == 3 and signals.queue_depth == 0
+    spec = AutoscalingSpec(min_replicas=0, max_replicas=4, target_queue_depth=4)
+    now = datetime.now(timezone.utc)
+    decision = policy.decide(spec, 0, signals, policy.seed(now, 0), now)
+    assert decision.desired == 1 and "3 held at the gateway" in decision.reason
+    # With replicas, no Triton series is still an error (the policy holds), never "no load".
+    assert signals_for(sleepy, snap, ready=0, current=1).error

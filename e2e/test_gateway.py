@@ -207,11 +207,16 @@ def prometheus(tritons: dict[str, TextGenTriton], gateway: GatewayProcess) -> It
 def services(operator: Operator, prometheus: Prometheus, gateway: GatewayProcess,
              tritons: dict[str, TextGenTriton]) -> Iterator[Cluster]:
     """The session's operator restarted with Prometheus, a 1 s tick and the gateway's URL; the
-    services `chat` (one replica) and `sleepy` (minReplicas 0); the slice mirror."""
+    services `chat` (one replica) and `sleepy` (minReplicas 0); the slice mirror. Each service's
+    one Triton speaks for all its simulated pods, so the pods-reporting signal counts it as all of
+    them (by default it counts scraped pods, and fewer than ready never scale down, to zero
+    either)."""
     saved = dict(operator.extra_env)
     operator.extra_env.update({"TRITON_OPERATOR_PROMETHEUS_URL": prometheus.url,
                                "TRITON_OPERATOR_AUTOSCALE_INTERVAL_SECONDS": str(TICK),
-                               "TRITON_OPERATOR_GATEWAY_URL": gateway.url})
+                               "TRITON_OPERATOR_GATEWAY_URL": gateway.url,
+                               "TRITON_OPERATOR_REPORTING_QUERY":
+                                   'count by ($namespace, $service) (nv_inference_pending_request_count{$service!=""}) * 1000'})
     operator.stop()
     operator.start()
     c = operator.cluster
