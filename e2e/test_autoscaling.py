@@ -223,8 +223,10 @@ def test_load_step_scales_up_then_down_after_the_window(scaling_operator: Operat
             print(f"\nreaction: Prometheus had the queue -> Deployment scaled in {scaled - seen:.1f}s "
                   f"({(scaled - seen) / TICK:.1f} ticks of {TICK}s)")
             log.wait(lambda n: n == 6, "6 replicas (queue 11 / target 2)", timeout=90)
-            status = service_status(c)
-            assert status["autoscaling"]["desiredReplicas"] == 6
+            # The reconcile writes the Deployment, then status: the watch can see 6 replicas before
+            # status says so.
+            status = wait_for("status.autoscaling.desiredReplicas 6", lambda: (
+                st := service_status(c)).get("autoscaling", {}).get("desiredReplicas") == 6 and st, timeout=15)
             assert "queue" in status["autoscaling"]["lastDecision"]
             assert status["metrics"]["queueDepth"] > 0
             row = c.kubectl("get", "infsvc", NAME, "-n", NS, "--no-headers").stdout.split()
