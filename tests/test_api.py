@@ -31,7 +31,19 @@ def test_wire_form_is_camel_case_and_round_trips():
 
 
 @pytest.mark.parametrize("changes, field, words", [
-    ({"gpu__count": 0}, "spec.gpu.count", "greater than or equal to 1"),
+    ({"gpu__count": 0}, "spec.gpu", "gpu.count 0 (let the planner choose) needs gpu.class auto"),
+    ({"gpu__count": -1}, "spec.gpu.count", "greater than or equal to 0"),
+    ({"gpu": {"class": "auto", "fallbackClasses": ["h100"]}}, "spec.gpu", "do not apply to gpu.class auto"),
+    ({"gpu": {"class": "h100", "spill": {}}}, "spec.gpu", "gpu.spill needs fallbackClasses"),
+    ({"gpu": {"class": "h100", "fallbackClasses": ["h200"], "spill": {"after": "2 minutes"}}},
+     "spec.gpu.spill.after", "pattern"),
+    ({"gpu": {"class": "h100", "fallbackClasses": ["h200"], "spill": {"after": "1s"}}},
+     "spec.gpu.spill", "after must be between 5s and 1h"),
+    ({"gpu": {"class": "h100", "fallbackClasses": ["h200"], "spill": {"after": "10m", "returnAfter": "5m"}}},
+     "spec.gpu.spill", "returnAfter must be at least after"),
+    ({"gpu": {"class": "auto", "maxPricePerHour": 0}}, "spec.gpu.maxPricePerHour", "greater than 0"),
+    ({"gpu": {"class": "auto", "count": 0}, "model": {"source": "hf://a/b", "format": "onnx"}}, "spec",
+     "gpu.class auto needs model.parameters"),
     ({"gpu__class": "H100!"}, "spec.gpu.class", "pattern"),
     ({"gpu__fallbackClasses": ["h100"]}, "spec.gpu", "must not repeat class"),
     ({"gpu__fallbackClasses": ["h200", "h200"]}, "spec.gpu.fallbackClasses", "must not repeat"),
@@ -68,6 +80,23 @@ def test_names_longer_than_children_allow_are_refused():
 @pytest.mark.parametrize("text, count", [("8B", 8e9), ("70B", 70e9), ("1.5B", 1.5e9), ("350M", 350e6), (None, None)])
 def test_parameter_count(text, count):
     assert ModelSpec(source="hf://a/b", format="onnx", parameters=text).parameter_count() == count
+
+
+def test_spill_and_auto_specs_parse_with_defaults():
+    s = isvc(gpu={"class": "h100", "fallbackClasses": ["h200"], "spill": {}}).spec.gpu
+    assert (s.spill.after_seconds, s.spill.return_after_seconds) == (120, 600)
+    s = isvc(gpu={"class": "h100", "fallbackClasses": ["h200"], "spill": {"after": "1m30s", "returnAfter": "1.5h"}}).spec.gpu
+    assert (s.spill.after_seconds, s.spill.return_after_seconds) == (90, 5400)
+    auto = isvc(gpu={"class": "auto", "count": 0, "maxPricePerHour": 10, "spill": {}}).spec.gpu
+    assert auto.auto and auto.count == 0 and auto.max_price_per_hour == 10
+    assert isvc().spec.gpu.spill is None, "spill is opt-in: existing specs keep waiting for their class"
+
+
+def test_no_gpu_class_may_be_called_auto():
+    from triton_operator.api import GPUClass
+    with pytest.raises(ValidationError, match="reserved"):
+        GPUClass.model_validate({"metadata": {"name": "auto"}, "spec": {
+            "productNames": ["x"], "memoryGiB": 24, "memoryBandwidthTBps": 1, "computeCapability": "9.0"}})
 
 
 def test_gpu_class_spec_needs_figures_and_parses_capability():
@@ -123,6 +152,13 @@ def test_admission_rules_say_what_the_models_say():
     assert rules[api.CALIBRATION_MESSAGE]["rule"].endswith("self.model.precision in ['fp8', 'int4-awq']")
     (family,) = schema["properties"]["model"]["x-kubernetes-validations"]
     assert family["message"] == api.UNBUILT_LLM_MESSAGE and api.UNBUILT_LLM_FAMILIES in family["rule"]
+    assert rules[api.AUTO_PARAMETERS_MESSAGE]["fieldPath"] == ".model.parameters"
+    gpu = {r["message"]: r for r in schema["properties"]["gpu"]["x-kubernetes-validations"]}
+    for message in (api.COUNT_ZERO_MESSAGE, api.AUTO_FALLBACK_MESSAGE, api.SPILL_TARGET_MESSAGE):
+        assert message in gpu
+    spill = schema["properties"]["gpu"]["properties"]["spill"]
+    assert "\\" not in str(spill["x-kubernetes-validations"]), "CEL string literals take no regex escapes"
+    assert all("duration(self." in r["rule"] for r in spill["x-kubernetes-validations"])
 
 
 def test_the_operator_refuses_the_families_the_runtime_refuses():

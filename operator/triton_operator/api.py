@@ -23,6 +23,14 @@ QUANTITY = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([
 SOURCE_SCHEMES = ("hf", "s3", "gs", "pvc")
 SOURCE_PATTERN = r"^(hf://[^/\s]+/[^\s]+|s3://[^/\s]+(/[^\s]*)?|gs://[^/\s]+(/[^\s]*)?|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/[^\s]*)?)$"
 PARAMETERS_PATTERN = r"^[0-9]+(\.[0-9]+)?[KMBT]$"
+# A Go duration (what CEL's duration() parses) in the units people write: 90s, 2m, 1h30m, 1.5h, 500ms.
+# No backslashes: the pattern also goes into CEL string literals, where "\." is no valid escape.
+DURATION_PATTERN = r"^([0-9]+([.][0-9]+)?(ms|s|m|h))+$"
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
+_DURATION_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+# gpu.class auto asks the planner to choose; no GPUClass may take that name.
+AUTO_CLASS = "auto"
+AUTO_RESERVED_MESSAGE = "GPUClass name auto is reserved: gpu.class auto asks the planner to choose a class"
 
 ModelFormat = Literal["tensorrt-llm", "onnx", "pytorch", "tensorrt", "python", "triton"]
 Precision = Literal["fp32", "fp16", "bf16", "fp8", "int8", "int4-awq"]
@@ -58,6 +66,19 @@ def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str
     if field_path:
         out["fieldPath"] = "." + field_path.lstrip(".")
     return out
+
+
+def seconds(duration: str) -> float:
+    """Seconds in a duration matching DURATION_PATTERN ("1h30m" -> 5400.0)."""
+    return sum(float(n) * _DURATION_UNIT[unit] for n, unit in _DURATION_PART.findall(duration))
+
+
+def _duration_rule(field: str, low: str, high: str) -> dict[str, str]:
+    """CEL: a duration field within [low, high]. Guarded by the pattern so a malformed value gets
+    the pattern's message, never a CEL evaluation error."""
+    return cel(f"!self.{field}.matches('{DURATION_PATTERN}') || "
+               f"(duration(self.{field}) >= duration('{low}') && duration(self.{field}) <= duration('{high}'))",
+               f"{field} must be between {low} and {high}", field)
 
 
 def first_error(e: ValidationError) -> str:
@@ -145,6 +166,13 @@ class GPUClass(Model):
     def name(self) -> str:
         return self.metadata["name"]
 
+    @field_validator("metadata")
+    @classmethod
+    def _not_auto(cls, v: dict[str, Any]) -> dict[str, Any]:
+        if v.get("name") == AUTO_CLASS:
+            raise ValueError(AUTO_RESERVED_MESSAGE)
+        return v
+
 
 # --------------------------------------------------------------------------------------------
 # InferenceService spec
@@ -193,20 +221,103 @@ class ModelSpec(Model):
         return float(self.parameters[:-1]) * scale
 
 
+SPILL_MIN_AFTER, SPILL_MAX_AFTER = "5s", "1h"
+SPILL_MIN_RETURN, SPILL_MAX_RETURN = "10s", "24h"
+
+
+class SpillSpec(Model):
+    """Spill-over: when replicas cannot be scheduled on the preferred GPU class, run them on the
+    next class that has room, and bring them back when the preferred class has room again."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        _duration_rule("after", SPILL_MIN_AFTER, SPILL_MAX_AFTER),
+        _duration_rule("returnAfter", SPILL_MIN_RETURN, SPILL_MAX_RETURN),
+        cel(f"!self.after.matches('{DURATION_PATTERN}') || !self.returnAfter.matches('{DURATION_PATTERN}') || "
+            "duration(self.returnAfter) >= duration(self.after)",
+            "returnAfter must be at least after, so that replicas do not move back before a shortage could "
+            "move them again", "returnAfter"),
+    ]})
+
+    after: str = Field(
+        "120s", pattern=DURATION_PATTERN, max_length=32,
+        description="How long replicas of the preferred class must have been unschedulable before they are "
+                    f"started on the next class with room (a Go duration, {SPILL_MIN_AFTER} to {SPILL_MAX_AFTER}). "
+                    "Replicas that run stay where they are.")
+    return_after: str = Field(
+        "600s", pattern=DURATION_PATTERN, max_length=32,
+        description="How long the preferred class must have had room for one more replica before replicas move "
+                    "back, one at a time, each started on the preferred class and ready before one elsewhere "
+                    f"stops ({SPILL_MIN_RETURN} to {SPILL_MAX_RETURN}, at least after). Capacity that comes and "
+                    "goes within this time moves nothing.")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> SpillSpec:
+        for name, low, high in (("after", SPILL_MIN_AFTER, SPILL_MAX_AFTER),
+                                ("returnAfter", SPILL_MIN_RETURN, SPILL_MAX_RETURN)):
+            value = self.after if name == "after" else self.return_after
+            if not seconds(low) <= seconds(value) <= seconds(high):
+                raise ValueError(f"{name} must be between {low} and {high}")
+        if seconds(self.return_after) < seconds(self.after):
+            raise ValueError("returnAfter must be at least after, so that replicas do not move back before a "
+                             "shortage could move them again")
+        return self
+
+    @property
+    def after_seconds(self) -> float:
+        return seconds(self.after)
+
+    @property
+    def return_after_seconds(self) -> float:
+        return seconds(self.return_after)
+
+
+COUNT_ZERO_MESSAGE = "gpu.count 0 (let the planner choose) needs gpu.class auto"
+AUTO_FALLBACK_MESSAGE = "fallbackClasses do not apply to gpu.class auto: the planner ranks every GPUClass"
+SPILL_TARGET_MESSAGE = "gpu.spill needs fallbackClasses (or gpu.class auto) to spill over to"
+AUTO_PARAMETERS_MESSAGE = "gpu.class auto needs model.parameters, to plan which GPUs the model fits"
+
+
 class GPUSpec(Model):
     """Which GPUs each replica gets."""
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
         cel("!has(self.fallbackClasses) || !(self.class in self.fallbackClasses)", "fallbackClasses must not repeat class", "fallbackClasses"),
+        cel(f"self.count >= 1 || self.class == '{AUTO_CLASS}'", COUNT_ZERO_MESSAGE, "count"),
+        cel(f"self.class != '{AUTO_CLASS}' || !has(self.fallbackClasses) || size(self.fallbackClasses) == 0",
+            AUTO_FALLBACK_MESSAGE, "fallbackClasses"),
+        cel(f"!has(self.spill) || self.class == '{AUTO_CLASS}' || (has(self.fallbackClasses) && size(self.fallbackClasses) > 0)",
+            SPILL_TARGET_MESSAGE, "spill"),
     ]})
 
     class_: str = Field(
         ..., alias="class", pattern=DNS_LABEL, max_length=63,
-        description="Name of the GPUClass to run on, e.g. h100.")
-    count: int = Field(1, ge=1, le=64, description="GPUs per replica; more than one enables tensor parallelism inside the pod.")
+        description="Name of the GPUClass to run on, e.g. h100. Or auto: the planner picks the cheapest GPUClass "
+                    "in the cluster (and with count 0 the GPU count) where the model fits, within maxPricePerHour "
+                    "and maxTimePerOutputTokenMs; `triton-operator plan` shows its ranking.")
+    count: int = Field(
+        1, ge=0, le=64,
+        description="GPUs per replica; more than one enables tensor parallelism inside the pod. 0 lets the planner "
+                    "choose (class auto only): the fewest GPUs that hold the model and meet maxTimePerOutputTokenMs.")
     fallback_classes: list[Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]] = Field(
         default_factory=list, max_length=8,
-        description="GPUClasses to use, in order, when class does not exist in the cluster.")
+        description="GPUClasses to use, in order, when class does not exist in the cluster; with spill, also "
+                    "where replicas go when class is full.")
+    spill: SpillSpec | None = Field(
+        None,
+        description="Spill over to the next class (fallbackClasses in order, or the planner's ranking with class "
+                    "auto) when replicas of the preferred class cannot be scheduled, and move back when it has "
+                    "room. Classes whose precision or memory rule the model out are skipped; status.placement "
+                    "says why. Unset: replicas wait for the preferred class.")
+    max_price_per_hour: float | None = Field(
+        None, gt=0,
+        description="Most a replica may cost per hour (pricePerHour of the GPUClass x GPUs per replica). Bounds "
+                    "the choice of class auto and the classes a spill may use; classes without a price are not "
+                    "used when it is set.")
+    max_time_per_output_token_ms: float | None = Field(
+        None, gt=0,
+        description="Latency target for LLMs: milliseconds per generated token of one stream. A class whose decode "
+                    "speed bound (memory bandwidth x GPUs / weight bytes) cannot meet it is not chosen by class "
+                    "auto nor used by a spill.")
 
     @field_validator("fallback_classes")
     @classmethod
@@ -219,7 +330,17 @@ class GPUSpec(Model):
     def _no_self_fallback(self) -> GPUSpec:
         if self.class_ in self.fallback_classes:
             raise ValueError("fallbackClasses must not repeat class")
+        if self.count == 0 and not self.auto:
+            raise ValueError(COUNT_ZERO_MESSAGE)
+        if self.auto and self.fallback_classes:
+            raise ValueError(AUTO_FALLBACK_MESSAGE)
+        if self.spill is not None and not self.auto and not self.fallback_classes:
+            raise ValueError(SPILL_TARGET_MESSAGE)
         return self
+
+    @property
+    def auto(self) -> bool:
+        return self.class_ == AUTO_CLASS
 
     def candidates(self) -> list[str]:
         return [self.class_, *self.fallback_classes]
@@ -368,6 +489,8 @@ class InferenceServiceSpec(Model):
         cel("!has(self.engine) || !has(self.engine.calibrationDataset) || "
             f"self.model.precision in {list(CALIBRATED_PRECISIONS)}",
             CALIBRATION_MESSAGE, "engine.calibrationDataset"),
+        cel(f"self.gpu.class != '{AUTO_CLASS}' || has(self.model.parameters)", AUTO_PARAMETERS_MESSAGE,
+            "model.parameters"),
     ]})
 
     model: ModelSpec = Field(..., description="The model to serve.")
@@ -395,6 +518,8 @@ class InferenceServiceSpec(Model):
             raise ValueError(SERVER_IMAGE_MESSAGE)
         if self.engine and self.engine.calibration_dataset and self.model.precision not in CALIBRATED_PRECISIONS:
             raise ValueError(CALIBRATION_MESSAGE)
+        if self.gpu.auto and not self.model.parameters:
+            raise ValueError(AUTO_PARAMETERS_MESSAGE)
         return self
 
 
@@ -446,6 +571,20 @@ class EngineStatus(Model):
     message: str = Field("", description="Details, e.g. the Job's failure reason.")
 
 
+class ClassPlacement(Model):
+    """Replicas on one GPU class, and why."""
+
+    gpu_class: str = Field(..., description="The GPUClass.")
+    deployment: str | None = Field(None, description="The Deployment running this class's replicas.")
+    gpus_per_replica: int | None = Field(None, description="GPUs each replica gets on this class.")
+    desired: int = Field(0, description="Replicas the operator asks for on this class.")
+    ready: int = Field(0, description="Replicas ready to serve on this class.")
+    reason: str = Field(..., description="Why (CamelCase): Preferred, Full, RoomToReturn, Returning, SpilledOver, "
+                                         "Standby, EngineBuilding, or why the class is skipped.")
+    message: str = Field("", description="Details.")
+    since: str | None = Field(None, description="When this reason began (RFC 3339).")
+
+
 class InferenceServiceStatus(Model):
     """The observed state of an InferenceService."""
 
@@ -454,11 +593,15 @@ class InferenceServiceStatus(Model):
     replicas: int | None = Field(None, description="Replicas the operator asks for.")
     ready_replicas: int | None = Field(None, description="Replicas that are ready to serve.")
     selector: str | None = Field(None, description="Label selector of the serving pods (for the scale subresource).")
-    gpu_class: str | None = Field(None, description="The GPUClass in use (class or one of fallbackClasses).")
+    gpu_class: str | None = Field(None, description="The preferred GPUClass in use: class, the first fallbackClass that exists, or the planner's choice for class auto.")
     endpoints: Endpoints | None = Field(None, description="In-cluster URLs.")
     metrics: LiveMetrics | None = Field(None, description="Live figures from Triton.")
     autoscaling: AutoscalingStatus | None = Field(None, description="Autoscaler state.")
     engines: list[EngineStatus] | None = Field(None, description="TensorRT-LLM engines per GPU class.")
+    placement: list[ClassPlacement] | None = Field(
+        None, description="Replicas per GPU class (the preferred class first), with spill-over reasons.")
+    replicas_by_class: str | None = Field(
+        None, description="Ready/desired replicas per GPU class in use, e.g. 'h100:1/1,h200:2/2'.")
 
 
 class InferenceService(Model):

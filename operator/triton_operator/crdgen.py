@@ -113,6 +113,8 @@ def inference_service_crd() -> dict[str, Any]:
         {"name": "GPU", "type": "string", "jsonPath": ".status.gpuClass", "description": "GPUClass in use"},
         {"name": "Desired", "type": "integer", "jsonPath": ".status.replicas", "description": "Replicas asked for"},
         {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas", "description": "Replicas ready to serve"},
+        {"name": "Classes", "type": "string", "jsonPath": ".status.replicasByClass",
+         "description": "Ready/desired replicas per GPU class (spill-over)"},
         {"name": "Queue", "type": "number", "jsonPath": ".status.metrics.queueDepth", "description": "Queue depth per replica"},
         {"name": "P99ms", "type": "number", "jsonPath": ".status.metrics.p99LatencyMs", "description": "p99 latency (ms)"},
         {"name": "Status", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status", "description": "Ready condition"},
@@ -137,7 +139,7 @@ def gpu_class_crd() -> dict[str, Any]:
     schema = _top_level(
         api.GPUClassSpec, None,
         "GPUClass maps a class of GPUs (h100, l4, ...) to the nodes that carry it and the figures used to plan on it.",
-        None,
+        api.cel(f"self.metadata.name != '{api.AUTO_CLASS}'", api.AUTO_RESERVED_MESSAGE),
     )
     columns = [
         {"name": "Display", "type": "string", "jsonPath": ".spec.displayName"},
