@@ -2,7 +2,9 @@
 
 Figures follow the physics in the project's references: weights take parameters x bytes per
 parameter; decode reads every weight once per generated token, so a single stream cannot go faster
-than bandwidth / weight bytes.
+than bandwidth / weight bytes. With tensor parallelism each of N GPUs reads 1/N of the weights at
+once, so the bound is N x bandwidth / weight bytes (ideal: the all-reduce between GPUs costs some
+of it, which is why it is a bound).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def plan(model: ModelSpec, gpu_class: GPUClassSpec, count: int) -> Plan:
     weight_bytes = params * BYTES_PER_PARAMETER[model.precision]
     weights_gib = weight_bytes / GIB
     min_gpus = max(1, -(-weights_gib // per_gpu))
-    bound = gpu_class.memory_bandwidth_tbps * 1e12 / weight_bytes
+    bound = gpu_class.memory_bandwidth_tbps * 1e12 * count / weight_bytes
     return Plan(round(weights_gib, 1), round(available, 1), weights_gib <= available,
                 int(min_gpus), round(bound, 1), cost)
 
