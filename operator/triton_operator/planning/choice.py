@@ -59,6 +59,9 @@ class Candidates:
     def usable(self) -> list[Option]:
         return ([self.preferred] if self.preferred else []) + list(self.spill)
 
+    def usable_names(self) -> list[str]:
+        return [o.gpu_class for o in self.usable()]
+
     def option(self, gpu_class: str) -> Option | None:
         return next((o for o in self.usable() if o.gpu_class == gpu_class), None)
 
@@ -114,19 +117,18 @@ def counts_to_try(cls: GPUClassSpec) -> list[int]:
 
 def best_count(spec: InferenceServiceSpec, name: str, cls: GPUClassSpec) -> Option:
     """The fewest GPUs of the class that qualify; when none does, the reason at the first count
-    where the model fits (a constraint it fails), else at a node's worth (it never fits)."""
+    where the model fits (a constraint it fails), else why it never fits."""
     if spec.gpu.count > 0:
         return check(spec, name, cls, spec.gpu.count)
-    first_fit: Option | None = None
-    last: Option | None = None
-    for n in counts_to_try(cls):
-        last = check(spec, name, cls, n)
-        if last.usable:
-            return last
-        if first_fit is None and last.reason in ("OverPriceCap", "NoPrice", "TooSlow"):
-            first_fit = last
-    assert last is not None
-    return first_fit or last
+    tried = [check(spec, name, cls, n) for n in counts_to_try(cls)]
+    for o in tried:
+        if o.usable:
+            return o
+    constrained = [o for o in tried if o.reason in ("OverPriceCap", "NoPrice", "TooSlow")]
+    if constrained:
+        return constrained[0]
+    # Too big even on a node's worth of GPUs: say so at that count; any other reason at one GPU.
+    return tried[-1] if tried[-1].reason == "ModelDoesNotFit" else tried[0]
 
 
 def _rank_key(o: Option) -> tuple:
