@@ -249,13 +249,13 @@ def test_a_spill_class_without_its_engine_is_held_at_zero(classes):
 
 def test_class_auto_renders_the_planners_choice_with_its_gpu_count(classes):
     obj = isvc(gpu={"class": "auto", "count": 0, "spill": {}},
-               model={"source": "hf://org/m", "format": "tensorrt-llm", "parameters": "70B", "precision": "fp16"})
+               model={"source": "hf://org/m", "format": "tensorrt-llm", "parameters": "70B", "precision": "fp8"})
     r = render(obj, classes, Settings())
-    assert r.gpu_class == "a100-80gb"  # 140 GB at fp16: 2 x A100 (5.0/h) is the cheapest that holds it
+    assert r.gpu_class == "l4"  # 65 GiB at fp8: 4 x L4 (3.2/h) is the cheapest that holds it
     dep = r.by_kind("Deployment")
-    assert dep["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert dep["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
     builds = {j["metadata"]["labels"]["serving.triton-operator.io/gpu-class"]: j for j in r.manifests if j["kind"] == "Job"}
-    assert set(builds) == {"a100-80gb", "h100", "h200"}, "4 x L4 (86 GiB) cannot hold 130 GiB"
-    h200 = builds["h200"]["spec"]["template"]["spec"]["containers"][0]
-    assert h200["args"][h200["args"].index("--tensor-parallelism") + 1] == "1", "one H200 holds it: its own count"
-    assert h200["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert set(builds) == {"l4", "h100", "h200"}, "A100 has no FP8"
+    h100 = builds["h100"]["spec"]["template"]["spec"]["containers"][0]
+    assert h100["args"][h100["args"].index("--tensor-parallelism") + 1] == "1", "one H100 holds it: its own count"
+    assert h100["resources"]["limits"]["nvidia.com/gpu"] == "1"
