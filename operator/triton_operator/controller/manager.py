@@ -93,7 +93,7 @@ class Manager:
                 if self._stop.is_set():
                     return
         self.synced.set()
-        log.info("cache synced: %s", ", ".join(f"{i.name} {self.store.count(i.kind.kind)}" for i in self.informers
+        log.info("cache synced: %s", ", ".join(f"{i.name} {self.store.count(i.store_kind)}" for i in self.informers
                                                if i.namespace in (None, self.informers[0].namespace)))
         for i in range(self.settings.workers):
             self._spawn(self._work, f"worker-{i}")

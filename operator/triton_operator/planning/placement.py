@@ -30,6 +30,7 @@ every returnAfter and given up if it cannot be scheduled.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Collection, Mapping, Sequence
@@ -39,6 +40,15 @@ SPILLED, STANDBY, NO_ROOM, ENGINE_BUILDING = "SpilledOver", "Standby", "NoRoom",
 # Move kinds (Event reasons)
 SPILL_MOVE, RETURN_START, MOVED_BACK, RETURN_ABANDONED = "SpilledOver", "ReturnStarted", "MovedBack", "ReturnAbandoned"
 UNLIMITED = 10**9
+# A pod the scheduler cannot place because of a volume is not short of GPUs: another class would
+# not help, so it never spills (status reports it as Unschedulable).
+_NOT_CAPACITY = re.compile(r"volume|persistentvolumeclaim", re.IGNORECASE)
+
+
+def capacity_shortage(scheduler_message: str) -> bool:
+    """Whether an Unschedulable pod lacks room (GPUs, CPU, memory, a node of its class) rather
+    than something no other class has either."""
+    return not _NOT_CAPACITY.search(scheduler_message or "")
 
 
 @dataclass(frozen=True)
