@@ -44,6 +44,12 @@ class Settings(BaseModel):
     p99_query: str = Field(
         'max by ($namespace, $service) (nv_inference_request_summary_us{quantile="0.99", $service!=""}) / 1000',
         description="PromQL for the p99 request latency per service in milliseconds.")
+    watch_gpu_capacity: bool = Field(
+        True,
+        description="Watch Nodes and every pod's GPU requests (cluster-wide list/watch) to know the free GPUs per "
+                    "class: spill-over then moves replicas only to classes with room and brings them back when the "
+                    "preferred class has had room for returnAfter. Off: spill tries the next class blindly and a "
+                    "return is probed every returnAfter.")
     catalog_file: str | None = Field(
         None, description="GPUClass catalog YAML the operator applies at start (the Helm chart mounts it).")
     metrics_port: int = Field(8081, ge=0, le=65535, description="Port of the operator's own /metrics; 0 disables it.")
