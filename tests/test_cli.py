@@ -133,6 +133,11 @@ def test_plan_uses_a_gpu_class_file(tmp_path):
     out = run("plan", "-f", "-", "--gpu-class-file", str(classes), stdin=AUTO)
     assert out.returncode == 0, out.stderr
     assert "class auto chooses 1 x b200" in out.stdout and "h100" not in out.stdout
+    # As `kubectl get gpuclass -o yaml` writes them: one List.
+    listed = tmp_path / "listed.yaml"
+    listed.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [yaml.safe_load(classes.read_text())]}))
+    out = run("plan", "-f", "-", "--gpu-class-file", str(listed), stdin=AUTO)
+    assert out.returncode == 0 and "class auto chooses 1 x b200" in out.stdout, out.stderr
     missing = run("plan", "-f", "-", "--gpu-class-file", str(tmp_path / "nope.yaml"), stdin=AUTO)
     assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
 

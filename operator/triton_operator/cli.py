@@ -44,7 +44,14 @@ def _load_docs(path: str) -> list[dict[str, Any]]:
     for d in docs:
         if not isinstance(d, dict):
             raise CliError(f"{path}: every document must be a mapping, found {type(d).__name__}")
-    return docs
+    # `kubectl get gpuclass -o yaml` writes one List: its items are the objects.
+    out: list[dict[str, Any]] = []
+    for d in docs:
+        if d.get("kind") == "List" and isinstance(d.get("items"), list):
+            out.extend(i for i in d["items"] if isinstance(i, dict))
+        else:
+            out.append(d)
+    return out
 
 
 def _describe(e: ValidationError) -> str:
