@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv test unit e2e crds golden dev dev-down tools lint bench-autoscaling bench-scale
+.PHONY: help venv test unit e2e crds golden dev dev-down tools lint bench-autoscaling bench-scale bench-spill
 
 help:
 	@echo "make dev       local cluster with simulated GPU nodes + operator + an example service"
@@ -17,6 +17,7 @@ help:
 	@echo "make golden    rewrite tests/golden after an intended rendering change"
 	@echo "make bench-autoscaling  every autoscaling policy on four workloads -> bench/results/autoscaling.md"
 	@echo "make bench-scale        the control plane at N=1000 services: bulk, idle, autoscaler -> bench/results/scale.md"
+	@echo "make bench-spill        SLO during a GPU shortage with and without spill-over -> bench/results/spill.md"
 
 $(STAMP): pyproject.toml runtime/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +49,9 @@ bench-autoscaling: $(STAMP)
 # N=1000 by default; N=200 make bench-scale for a quick look.
 bench-scale: $(STAMP)
 	$(PY) bench/scale.py --services $${N:-1000}
+
+bench-spill: $(STAMP)
+	$(PY) bench/spill.py
 
 lint: $(STAMP)
 	$(VENV)/bin/lint-imports
