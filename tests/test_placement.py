@@ -45,7 +45,7 @@ def test_before_the_wait_nothing_moves_and_the_timer_is_set():
     state = {"h100": ClassState(3, 1, 1, (ago(60), ago(20)))}
     p = run(3, state, {"h100": 0, "h200": 5})
     assert p.replicas()["h100"] == 3 and not p.moves
-    assert p.wake_after == pytest.approx(60) and "after 120s" in p.waiting
+    assert p.wake_after == pytest.approx(60) and "since 23:59:00Z" in p.waiting and "unschedulable for 120s" in p.waiting
     assert p.classes[0].reason == pl.FULL
 
 

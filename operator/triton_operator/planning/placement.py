@@ -202,10 +202,10 @@ def place(total: int, order: Sequence[str], gpus: Mapping[str, int], state: Mapp
     for i, c in enumerate(order):
         young = [t for t in st[c].unschedulable if _age(now, t) < spill.after_s]
         if young and a[c] > st[c].bound:
-            oldest = max(_age(now, t) for t in young)
+            # Worded without a countdown: the message goes into status, which is written only when it changes.
             wake.append(min(spill.after_s - _age(now, t) for t in young))
-            waiting.append(f"{len(young)} replica(s) unschedulable on {c} for {_fmt_s(oldest)}; they move to "
-                           f"another class after {_fmt_s(spill.after_s)}")
+            waiting.append(f"{len(young)} replica(s) unschedulable on {c} since {_clock(min(young))}; they move to "
+                           f"another class once unschedulable for {_fmt_s(spill.after_s)}")
         n = stuck(c)
         if n == 0:
             continue
@@ -256,8 +256,8 @@ def place(total: int, order: Sequence[str], gpus: Mapping[str, int], state: Mapp
         p_since = p_room_since or since(preferred, RETURNING, carry=(ROOM_TO_RETURN,))
     elif p_room_since is not None:
         reason = ROOM_TO_RETURN
-        left = spill.return_after_s - _age(now, p_room_since)
-        msg = f"room for {_room_text(avail(preferred))} more replica(s); one moves back in {_fmt_s(max(0.0, left))} if it lasts"
+        msg = (f"room for a replica since {_clock(p_room_since)}; one moves back once the room has lasted "
+               f"{_fmt_s(spill.return_after_s)}")
         p_since = p_room_since
     elif spilled() or p_state.unschedulable or preferred in short:
         reason = FULL
@@ -276,7 +276,7 @@ def place(total: int, order: Sequence[str], gpus: Mapping[str, int], state: Mapp
         elif room is not None and avail(c) == 0:
             reason, msg = NO_ROOM, "no free GPUs for a replica"
         else:
-            reason, msg = STANDBY, f"room for {_room_text(avail(c))} replica(s)"
+            reason, msg = STANDBY, f"takes replicas when {preferred} is full"
         decisions.append(ClassDecision(c, a[c], reason, msg, since(c, reason)))
 
     shortfall = None
@@ -298,8 +298,8 @@ def place(total: int, order: Sequence[str], gpus: Mapping[str, int], state: Mapp
                      None if wake_after is None else max(0.0, wake_after), returning)
 
 
-def _room_text(n: int) -> str:
-    return "unknown" if n >= UNLIMITED else str(n)
+def _clock(t: datetime) -> str:
+    return t.strftime("%H:%M:%SZ")
 
 
 def _first_clause(message: str, limit: int = 160) -> str:
