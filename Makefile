@@ -4,14 +4,26 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+COVERAGE := $(VENV)/bin/coverage
+# One data file per process under the repository root, wherever a child process runs.
+export COVERAGE_FILE := $(CURDIR)/.coverage
 
-.PHONY: help venv test unit e2e crds golden dev dev-down tools lint bench-autoscaling bench-scale bench-spill
+# pytest under coverage (config in pyproject.toml); the per-module table is printed even when a
+# test fails, and the exit status is pytest's.
+define covered_pytest
+	@$(COVERAGE) erase
+	$(COVERAGE) run -m pytest $(1); status=$$?; \
+	  $(COVERAGE) combine --quiet && $(COVERAGE) report; exit $$status
+endef
+
+.PHONY: help venv test unit unit-coverage e2e crds golden check-generated dev dev-down tools lint bench-autoscaling bench-scale bench-spill
 
 help:
 	@echo "make dev       local cluster with simulated GPU nodes + operator + an example service"
 	@echo "make dev-down  stop it"
-	@echo "make test      unit and end-to-end tests (what CI runs)"
+	@echo "make test      generated-file check, unit and end-to-end tests, coverage (what CI runs)"
 	@echo "make unit      unit tests only (no cluster, no network)"
+	@echo "make unit-coverage  the unit tests with the per-module coverage table"
 	@echo "make e2e       end-to-end tests on a local cluster (E2E_USE_EXISTING_CLUSTER=1 uses $$KUBECONFIG)"
 	@echo "make crds      regenerate crds/ from the API models"
 	@echo "make golden    rewrite tests/golden after an intended rendering change"
@@ -27,21 +39,31 @@ $(STAMP): pyproject.toml runtime/pyproject.toml
 
 venv: $(STAMP)
 
+# The quick loop: no coverage (measuring costs about 3x on the simulator's CPU-bound tests).
 unit: $(STAMP)
 	$(PY) -m pytest tests
 
-test: $(STAMP)
-	$(PY) -m pytest tests e2e
+# CI runs this on a clean clone: generated files first, then every test, then coverage.
+test: $(STAMP) check-generated
+	$(call covered_pytest,tests e2e)
 
 e2e: $(STAMP)
 	$(PY) -m pytest e2e
 
+# The unit tests alone with the coverage table.
+unit-coverage: $(STAMP)
+	$(call covered_pytest,tests)
+
+# The only writers of generated files (tests/generated.py); both refuse to run when CI is set.
 crds: $(STAMP)
-	$(VENV)/bin/triton-operator crds --output-dir crds
-	cp crds/*.yaml charts/triton-operator/files/crds/
+	$(PY) -m tests.generated write crds
 
 golden: $(STAMP)
-	UPDATE_GOLDEN=1 $(PY) -m pytest -q tests/test_render.py
+	$(PY) -m tests.generated write golden
+
+# Regenerates golden files and CRDs into a temporary folder and compares them with the tree.
+check-generated: $(STAMP)
+	$(PY) -m tests.generated check
 
 bench-autoscaling: $(STAMP)
 	$(PY) bench/autoscaling.py

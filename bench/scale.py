@@ -420,7 +420,7 @@ def main() -> int:
         exporter = Exporter("fleet", names)
         prom = Prometheus([Target(exporter.address)], scrape_interval="2s", evaluation_interval="2s")
         prom.start()
-        prom.wait_for("count(nv_inference_pending_request_count)", lambda v: bool(v) and float(v[0]["value"][1]) >= n)
+        prom.wait_for("count(nv_inference_pending_request_count)", lambda v: bool(v) and v[0][1] >= n, timeout=120)
         op.stop()
         tick = 5.0
         op.start(TRITON_OPERATOR_PROMETHEUS_URL=prom.url, TRITON_OPERATOR_AUTOSCALE_INTERVAL_SECONDS=str(tick))

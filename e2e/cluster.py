@@ -121,7 +121,10 @@ class Operator:
             self.proc.send_signal(sig)
             self.proc.wait(timeout=30)
 
-    def stop(self) -> None:
+    def stop(self) -> bool:
+        """SIGTERM, as the kubelet sends it, then SIGKILL after 20 s (within a pod's default 30 s
+        grace period). Returns False when it took the SIGKILL: a defect, and its coverage data is
+        lost."""
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -129,6 +132,8 @@ class Operator:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
+                return False
+        return True
 
     def log_tail(self, lines: int = 40) -> str:
         try:

@@ -77,7 +77,7 @@ def operator(installed: Cluster, tmp_path_factory: pytest.TempPathFactory) -> It
     try:
         yield op
     finally:
-        op.stop()
+        assert op.stop(), f"the operator did not exit within 20 s of SIGTERM; log:\n{op.log_tail()}"
 
 
 def service_account_kubeconfig(cluster: Cluster, work: Path) -> str:

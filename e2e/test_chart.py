@@ -15,6 +15,7 @@ import yaml
 from triton_operator import crdgen
 
 from .cluster import ROOT, Cluster, Operator, wait_for
+from .conftest import CLUSTER_NAME
 
 CHART = ROOT / "charts" / "triton-operator"
 SCENARIOS = sorted((CHART / "ci").glob("*.yaml"))
@@ -67,6 +68,7 @@ def test_chart_crds_are_the_generated_crds(tools):
         assert path.read_text() == (ROOT / "crds" / path.name).read_text(), "run make crds"
     assert not [d for d in template(tools, "--set", "crds.enabled=false") if d["kind"] == "CustomResourceDefinition"]
     kept = [d for d in template(tools, "--set", "crds.keep=false") if d["kind"] == "CustomResourceDefinition"]
+    assert {d["metadata"]["name"] for d in kept} == {c["metadata"]["name"] for c in crdgen.all_crds().values()}
     assert all("annotations" not in d["metadata"] for d in kept)
 
 
@@ -126,7 +128,8 @@ def test_watched_namespaces_get_roles_not_cluster_access(tools):
     docs = template(tools, "--set-json", 'watchNamespaces=["ml","vision"]')
     cluster_role = next(d for d in docs if d["kind"] == "ClusterRole")
     cluster_resources = {r for rule in cluster_role["rules"] for r in rule["resources"]}
-    # Nodes and pods cluster-wide, read only: the free GPUs per class that spill-over needs.
+    # The cluster-scoped catalog (kopf watches no CRDs now), and nodes and pods cluster-wide, read
+    # only: the free GPUs per class that spill-over needs.
     assert cluster_resources == {"gpuclasses", "nodes", "pods"}
     assert all(rule["verbs"] == ["list", "watch"] for rule in cluster_role["rules"]
                if set(rule["resources"]) & {"nodes", "pods"})
@@ -165,8 +168,9 @@ def test_security_scan_of_chart_and_rendered_manifests(tools, tmp_path):
 
 
 def test_install_upgrade_uninstall(tools, tmp_path):
-    """A cluster of its own, so uninstalling cannot disturb the rest of the suite."""
-    name = "triton-chart"
+    """A cluster of its own, so uninstalling cannot disturb the rest of the suite (named after the
+    suite's cluster, so that two suites running side by side do not share it)."""
+    name = f"{CLUSTER_NAME}-chart"
     up = subprocess.run([ROOT / "hack" / "cluster.sh", "up", name], capture_output=True, text=True)
     assert up.returncode == 0, up.stderr[-2000:]
     c = Cluster(kubeconfig=up.stdout.strip().splitlines()[-1], bin_dir=tools)

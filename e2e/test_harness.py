@@ -6,6 +6,7 @@ Run: .venv/bin/python -m pytest e2e/test_harness.py -q   (about half a minute; l
 from __future__ import annotations
 
 import os
+import threading
 import time
 import urllib.error
 
@@ -82,7 +83,7 @@ def test_triton_starts_on_loopback_and_reports_ready(triton):
     listening = _listening_addresses()
     for port in (triton.http_port, triton.grpc_port, triton.metrics_port):
         assert listening.get(port) == {"127.0.0.1"}, (port, listening.get(port))
-    assert triton.startup_seconds is not None and triton.startup_seconds < 60
+    assert triton.startup_seconds is not None  # bounded by start()'s own timeout; speed is not claimed here
 
 
 def _listening_addresses() -> dict[int, set[str]]:
@@ -109,6 +110,8 @@ def _listening_addresses() -> dict[int, set[str]]:
 
 
 def test_inference_answers_and_delay_changes_at_runtime(triton):
+    """Lower bounds where a sleep guarantees them; the delay-free request is compared with the
+    delayed one (a ratio), never with a fixed wall-clock limit a loaded runner could miss."""
     data = np.arange(4, dtype=np.float32)
     out, elapsed = _infer(triton, data)
     np.testing.assert_array_equal(out, data)
@@ -117,10 +120,12 @@ def test_inference_answers_and_delay_changes_at_runtime(triton):
     triton.set_delay_ms(0)
     try:
         _, fast = _infer(triton, data)
-        assert fast < 0.1, fast
         triton.set_delay_ms(400)
         _, slow = _infer(triton, data)
         assert slow >= 0.36, slow
+        # Without the delay the same request takes a small fraction of the 400 ms one: the model
+        # read the new delay (0) instead of keeping 200 ms.
+        assert fast < slow / 2, (fast, slow)
     finally:
         triton.set_delay_ms(DELAY_MS)
 
@@ -137,10 +142,11 @@ def test_metrics_text_has_the_autoscaling_series(triton):
 def test_queue_and_p99_under_load_are_seen_by_prometheus(triton, prom):
     with LoadGenerator(triton.grpc_address, MODEL, concurrency=8, duration_s=40) as load:
         # One instance at 200 ms a request: of 8 in flight, about 7 wait in Triton's queue.
+        # Waited for, not sampled once: the queue fills as the load generator's workers start.
         pending = prom.wait_for(
             f"nv_inference_pending_request_count{{{SELECTOR}}}",
-            lambda v: len(v) == 1 and v[0][1] > 0,
-            timeout=20,
+            lambda v: len(v) == 1 and v[0][1] >= 4,
+            timeout=30,
         )
         labels, value = pending[0]
         assert labels["version"] == "1" and labels["job"] == "triton"
@@ -170,15 +176,30 @@ def test_queue_and_p99_under_load_are_seen_by_prometheus(triton, prom):
     prom.wait_for(f"nv_inference_pending_request_count{{{SELECTOR}}} == 0", lambda v: len(v) == 1, timeout=15)
 
 
+def _run_load_bounded(wait_s: float, *args, **kwargs):
+    """run_load in a thread, waited for at most wait_s: a run that ignores its bounds fails here
+    instead of hanging the suite."""
+    done: list = []
+    worker = threading.Thread(target=lambda: done.append(run_load(*args, **kwargs)), daemon=True)
+    worker.start()
+    worker.join(timeout=wait_s)
+    assert done, f"run_load{args} did not return within {wait_s}s"
+    return done[0]
+
+
 def test_run_load_is_bounded_in_time_and_count(triton):
-    started = time.monotonic()
-    result = run_load(triton.http_url, MODEL, concurrency=2, duration_s=30, max_requests=4)
+    # The count bound: 4 requests, then it returns although its duration (30 s) is far from over.
+    result = _run_load_bounded(15, triton.http_url, MODEL, concurrency=2, duration_s=30, max_requests=4)
     assert result.requests == 4 and result.failures == 0, result.summary()
-    assert time.monotonic() - started < 10
-    started = time.monotonic()
-    result = run_load(triton.grpc_address, MODEL, concurrency=2, duration_s=1.0)
+    assert result.duration_s < 30 / 2, result.summary()
+
+    # The time bound: it ran for its duration and then stopped sending. Two workers at 200 ms a
+    # request cannot send more than 2 * (1 s / 200 ms + 1) requests in 1 s; a run that went on
+    # past its duration would (a slow machine only sends fewer).
+    result = _run_load_bounded(30, triton.grpc_address, MODEL, concurrency=2, duration_s=1.0)
     assert result.failures == 0 and result.successes >= 2, result.summary()
-    assert time.monotonic() - started < 1.0 + 2 * DELAY_MS / 1000 + 2
+    assert result.duration_s >= 1.0, result.summary()
+    assert result.requests <= 2 * (1000 // DELAY_MS + 1), result.summary()
 
 
 def test_prometheus_follows_target_changes(triton, prom):

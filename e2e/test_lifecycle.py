@@ -258,3 +258,51 @@ def test_a_child_the_api_server_refuses_is_reported_and_retried_when_the_spec_ch
     c.kubectl("patch", "infsvc", "quota", "-n", ns, "--type=merge", "-p", '{"spec": {"replicas": 2}}')
     wait_for("Ready for generation 2", lambda: (r := c.condition("infsvc", "quota", ns, "Ready"))
              and r["status"] == "True" and r["observedGeneration"] == 2, timeout=90)
+
+
+def test_an_object_stored_under_an_older_schema_says_why_and_deletes(operator: Operator, ns: str):
+    """The CRD is relaxed for a moment (as an older version of it would have been), an object that
+    today's schema refuses is stored, and the CRD is restored: the operator parses it through the
+    models, reports InvalidSpec naming the field, once, creates nothing, and the object deletes."""
+    c = operator.cluster
+    crd_name = f"inferenceservices.{GROUP}"
+    crd = c.get("crd", crd_name)
+    path = "/spec/versions/0/schema/openAPIV3Schema/properties/spec"
+    original = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    relaxed = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    c.kubectl("patch", "crd", crd_name, "--type=json", "-p", json.dumps([{"op": "replace", "path": path, "value": relaxed}]))
+    try:
+        doc = service("older", ns)
+        doc["spec"]["gpu"]["count"] = 0
+        wait_for("the relaxed schema to admit it", lambda: c.apply(doc, check=False).returncode == 0, timeout=30)
+    finally:
+        c.kubectl("patch", "crd", crd_name, "--type=json", "-p",
+                  json.dumps([{"op": "replace", "path": path, "value": original}]))
+    degraded = wait_for("Degraded=InvalidSpec", lambda: (d := c.condition("infsvc", "older", ns, "Degraded"))
+                        and d["reason"] == "InvalidSpec" and d, timeout=60)
+    assert degraded["status"] == "True" and "spec.gpu.count" in degraded["message"], degraded
+    ready = c.condition("infsvc", "older", ns, "Ready")
+    assert ready["status"] == "False" and ready["observedGeneration"] == 1
+    assert c.get("deployment", "older", ns) is None
+    events = c.kubectl("get", "events", "-n", ns, "--field-selector", "involvedObject.name=older,reason=InvalidSpec",
+                       "-o", "name").stdout.split()
+    assert len(events) == 1, events
+    c.kubectl("delete", "infsvc", "older", "-n", ns, "--timeout=30s")
+    assert "Traceback" not in operator.log_path.read_text()
+
+
+def test_a_model_on_a_missing_claim_names_the_claim(operator: Operator, ns: str):
+    """pvc:// sources of formats Triton does not read directly are staged by an init container that
+    mounts the claim read-only; without the claim the scheduler's reason reaches status."""
+    c = operator.cluster
+    c.apply(service("from-pvc", ns, model={"source": "pvc://models/resnet50", "format": "onnx", "parameters": "25M"}))
+    dep = wait_for("the Deployment", lambda: c.get("deployment", "from-pvc", ns))
+    pod = dep["spec"]["template"]["spec"]
+    claims = {v["name"]: v["persistentVolumeClaim"] for v in pod["volumes"] if "persistentVolumeClaim" in v}
+    assert claims == {"model-source": {"claimName": "models", "readOnly": True}}
+    (init,) = [i for i in pod["initContainers"] if i["name"] == "stage-model"]
+    assert {"name": "model-source", "mountPath": "/mnt/pvc/models", "readOnly": True} in init["volumeMounts"]
+    assert init["args"][:4] == ["triton-runtime", "stage", "--source", "pvc://models/resnet50"]
+    degraded = wait_for("Degraded naming the claim", lambda: (d := c.condition("infsvc", "from-pvc", ns, "Degraded"))
+                        and d["status"] == "True" and d, timeout=60)
+    assert degraded["reason"] == "Unschedulable" and '"models" not found' in degraded["message"], degraded

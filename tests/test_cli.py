@@ -39,7 +39,7 @@ def test_render_uses_a_gpu_class_file(tmp_path):
 
 BAD = {
     "count 0": ("spec: {model: {source: 'hf://a/b', format: onnx}, gpu: {class: h100, count: 0}}",
-                "spec.gpu: Value error, gpu.count 0 (let the planner choose) needs gpu.class auto"),
+                "spec.gpu.count: gpu.count 0 (let the planner choose) needs gpu.class auto"),
     "min > max": ("spec: {model: {source: 'hf://a/b', format: onnx}, gpu: {class: h100},"
                   " autoscaling: {minReplicas: 4, maxReplicas: 2}}", "minReplicas must be less than or equal"),
     "missing class": ("spec: {model: {source: 'hf://a/b', format: onnx}, gpu: {class: b200}}",
@@ -153,3 +153,57 @@ def test_render_shows_one_deployment_per_class_of_a_placement():
     assert bad.returncode == 2 and "CLASS=REPLICAS" in bad.stderr
     unusable = run("render", "-f", str(EXAMPLES / "llama3-8b.yaml"), "--placement", "a100-80gb=1")
     assert unusable.returncode == 2 and "cannot use GPU class a100-80gb (it may use h100, h200)" in unusable.stderr
+
+
+HEAD = "apiVersion: serving.triton-operator.io/v1alpha1\nkind: InferenceService\nmetadata: {name: x}\n"
+OK_SPEC = "spec: {model: {source: 'hf://a/b', format: onnx, parameters: 8B}, gpu: {class: h100}"
+
+
+@pytest.mark.parametrize("command", ["render", "plan"])
+@pytest.mark.parametrize("stdin, words", [
+    (HEAD + OK_SPEC.replace("8B", "0B") + "}", "spec.model.parameters"),
+    (HEAD + OK_SPEC + ", rollout: {maxSurge: 18446744073709551616}}", "spec.rollout.maxSurge"),
+    (HEAD + OK_SPEC + ", gpu: {class: h100, count: true}}", "spec.gpu.count"),
+    (HEAD + OK_SPEC + ", autoscaling: {minReplicas: '1', maxReplicas: 2}}", "spec.autoscaling.minReplicas"),
+    (HEAD + OK_SPEC + ", podLabels: {team: ml platform}}", "spec.podLabels.team"),
+    (HEAD + OK_SPEC + ", server: {resources: {limits: {cpu: '1'}, requests: {cpu: '2'}}}}", "spec.server.resources.limits"),
+    (HEAD + OK_SPEC + ", podAnnotations: {\"a\\nb\": x}}", "spec.podAnnotations[a\\nb]"),
+    (b"\xff\xfe" + HEAD.encode(), "is not UTF-8"),
+    ("a: " + "[" * 300 + "]" * 300, "nests deeper"),
+    ("apiVersion: serving.triton-operator.io/v1alpha1\nkind: InferenceService\nmetadata: [x]\nspec: {}", "<unnamed>"),
+    ("apiVersion: [1]\nkind: {a: 1}\n", "expected apiVersion"),
+])
+def test_hostile_input_is_one_line_never_a_traceback(command, stdin, words):
+    out = subprocess.run([sys.executable, "-m", "triton_operator", command, "-f", "-"],
+                         input=stdin if isinstance(stdin, bytes) else stdin.encode(), capture_output=True, timeout=60)
+    err = out.stderr.decode()
+    assert out.returncode == 2 and out.stdout == b"" and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1 and words in err, err
+
+
+@pytest.mark.parametrize("spec", [
+    "replicas: 1.0",                  # kubectl sends 1
+    "model: {source: 'hf://a/b', format: onnx, revision: 2024-01-01}",  # a string, as kubectl reads it
+    "gpu: {class: h100, fallbackClasses: null}",  # the API server drops the null
+])
+def test_render_accepts_what_kubectl_apply_sends(spec):
+    doc = HEAD + "spec:\n  model: {source: 'hf://a/b', format: onnx}\n  gpu: {class: h100}\n  " + spec + "\n"
+    out = run("render", "-f", "-", stdin=doc)
+    assert out.returncode == 0, out.stderr
+
+
+def test_render_reads_json_and_lists_as_kubectl_does():
+    item = {"apiVersion": "serving.triton-operator.io/v1alpha1", "kind": "InferenceService", "metadata": {"name": "j"},
+            "spec": {"model": {"source": "hf://a/b", "format": "onnx"}, "gpu": {"class": "h100"}, "replicas": 2.0,
+                     "podAnnotations": {"example.com/note": "ready \U0001F680"}}}
+    import json
+    out = run("render", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": [item]}))
+    assert out.returncode == 0, out.stderr
+    dep = next(yaml.safe_load_all(out.stdout))
+    assert dep["spec"]["replicas"] == 2
+    assert dep["spec"]["template"]["metadata"]["annotations"]["example.com/note"] == "ready \U0001F680"
+
+
+def test_replicas_flag_is_bounded_as_spec_replicas():
+    out = run("render", "-f", str(EXAMPLES / "llama3-8b.yaml"), "--replicas", "2147483648")
+    assert out.returncode == 2 and "between 0 and 1000" in out.stderr

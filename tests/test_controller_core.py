@@ -252,3 +252,41 @@ def test_repeated_failures_log_one_line_per_interval(caplog):
     assert len(lines) == 1 + 3 + 1, lines  # the first, one per 30 s over 100 s, the recovery
     assert lines[0] == "reconcile: ml/s0: 503"
     assert "failures in the last 30s" in lines[1] and lines[-1].startswith("reconcile: recovered")
+
+
+# -- what containers said as they failed --------------------------------------------------------------
+
+def test_a_crash_loop_reports_what_the_doctor_said():
+    from triton_operator.controller.status import pod_trouble
+    pod = trim_pod({"metadata": {"name": "p", "namespace": "ml", "labels": {LABEL_SERVICE: "s"}},
+                    "status": {"initContainerStatuses": [{
+                        "name": "doctor", "ready": False, "restartCount": 4,
+                        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s restarting"}},
+                        "lastState": {"terminated": {"exitCode": 3, "reason": "Error",
+                                                     "message": "no GPU visible (NVML: driver not loaded); 1 expected\n"}}}]}})
+    (failing,) = pod_trouble([pod]).failing
+    assert failing == ("p", "CrashLoopBackOff", "doctor: no GPU visible (NVML: driver not loaded); 1 expected")
+
+
+def test_a_failed_build_names_what_its_pod_said():
+    from triton_operator.planning.engines import states
+    job = {"metadata": {"name": "svc-abc", "labels": {"serving.triton-operator.io/gpu-class": "h100"}}}
+    failed = {"metadata": {"name": "svc-abc"}, "status": {"conditions": [
+        {"type": "Failed", "status": "True", "reason": "PodFailurePolicy", "message": "exit code 3"}]}}
+    pod = trim_pod({"metadata": {"name": "svc-abc-x", "namespace": "ml", "labels": {
+        LABEL_SERVICE: "svc", "batch.kubernetes.io/job-name": "svc-abc", "app.kubernetes.io/component": "engine-build"}},
+        "status": {"initContainerStatuses": [{"name": "doctor", "state": {"terminated": {
+            "exitCode": 3, "message": "engine cache /engines is not writable"}}}]}})
+    (state,) = states([job], [failed], [], [pod])
+    assert state["phase"] == "Failed"
+    assert state["message"] == "build Job svc-abc failed: PodFailurePolicy: doctor: engine cache /engines is not writable"
+    (plain,) = states([job], [failed], [], [])
+    assert plain["message"] == "build Job svc-abc failed: PodFailurePolicy: exit code 3"
+
+
+def test_condition_messages_are_bounded():
+    from datetime import datetime, timezone
+
+    from triton_operator import conditions as c
+    (cond,) = c.set_condition([], "Degraded", True, "DeploymentRejected", "x" * 10_000, 1, datetime.now(timezone.utc))
+    assert len(cond["message"]) == c.MAX_MESSAGE and cond["message"].endswith("…")

@@ -82,3 +82,32 @@ def test_builtin_catalog_is_the_example_catalog():
     assert packaged.read_text() == (ROOT / "examples" / "gpuclasses.yaml").read_text()
     assert [d["metadata"]["name"] for d in yaml.safe_load_all(packaged.read_text())] == \
         ["h100", "h200", "a100-80gb", "l4"]
+
+
+def test_bounds_are_integers_the_api_server_can_read():
+    """The API server reads a schema's minimum and maximum as float64 and refuses every object
+    once a bound on an integer field is beyond 2^53 ("Maximum boundary value must be of type
+    integer"), as tolerationSeconds <= 2^63-1 once did. Every integer field also carries the
+    rule that refuses 1.0 on its own path (crdgen.INTEGER_RULE)."""
+    for crd in crdgen.all_crds().values():
+        schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        for path, node in _walk(schema):
+            for bound in ("minimum", "maximum"):
+                if bound in node:
+                    assert abs(node[bound]) <= 2**53, f"{path}.{bound}"
+            if node.get("type") == "integer":
+                assert crdgen.INTEGER_RULE in node["x-kubernetes-validations"], path
+
+
+def test_inference_service_crd_refuses_what_children_would_refuse():
+    spec = crdgen.inference_service_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    env = spec["properties"]["server"]["properties"]["env"]
+    assert env["x-kubernetes-list-type"] == "map" and env["x-kubernetes-list-map-keys"] == ["name"]
+    labels = spec["properties"]["podLabels"]
+    assert labels["maxProperties"] == 64 and labels["additionalProperties"]["maxLength"] == 63
+    assert any("matches" in r["rule"] for r in labels["x-kubernetes-validations"])
+    annotations = spec["properties"]["podAnnotations"]
+    assert any(".sum() <= 32768" in r["rule"] for r in annotations["x-kubernetes-validations"])
+    assert spec["properties"]["rollout"]["properties"]["maxSurge"]["maximum"] == 2**31 - 1
+    resources = spec["properties"]["server"]["properties"]["resources"]
+    assert any("quantity(" in r["rule"] for r in resources["x-kubernetes-validations"])

@@ -31,3 +31,20 @@ def test_fit_table(classes, params, precision, cls, count, fits, min_gpus):
 def test_unknown_size_always_fits(classes):
     p = planning.plan(ModelSpec(source="hf://a/b", format="onnx"), classes["l4"].spec, 1)
     assert p.fits and p.weights_gib is None
+
+
+def test_planning_never_divides_by_zero(classes):
+    """model.parameters 0B is refused by the API; a plan of a zero count (as a model built without
+    validation could hold) still answers instead of raising ZeroDivisionError."""
+    zero = ModelSpec.model_construct(source="hf://a/b", format="onnx", parameters="0B", precision="fp16")
+    p = planning.plan(zero, classes["h100"].spec, 1)
+    assert p.fits and p.weights_gib == 0 and p.decode_tokens_per_s_bound is None
+    assert planning.problems(zero, "h100", classes["h100"].spec, 1) == []
+
+
+@pytest.mark.parametrize("params", ["0.001K", "999999999999999T", "1.5B"])
+def test_extreme_parameter_counts_plan_to_finite_figures(classes, params):
+    import math
+    m = ModelSpec(source="hf://a/b", format="onnx", parameters=params)
+    p = planning.plan(m, classes["l4"].spec, 1)
+    assert math.isfinite(p.weights_gib) and p.min_gpus >= 1 and math.isfinite(p.decode_tokens_per_s_bound)

@@ -272,23 +272,49 @@ def test_publish_builds_once_and_reuses(tmp_path):
     assert not list((tmp_path / ".tmp").iterdir())
 
 
-def test_concurrent_builders_of_one_key_build_once(tmp_path):
-    """Two builders at once: the second waits on the lock and reuses the first one's engine."""
-    calls, results = [], []
+def test_concurrent_builders_of_one_key_build_once(tmp_path, monkeypatch):
+    """Two builders at once: the second waits on the lock and reuses the first one's engine.
+
+    The first builder holds the lock until the second has said that it is waiting for it (its
+    log line, written when its flock attempt is refused), so the wait is observed, not hoped for."""
+    monkeypatch.setattr(cache, "LOCK_POLL_SECONDS", 0.05)
+    second_waits = threading.Event()
+    builds, logs, results = [], {"first": [], "second": []}, {}
 
     def build(out: Path) -> dict:
-        calls.append(out)
-        time.sleep(0.5)
+        builds.append(out)
+        assert second_waits.wait(timeout=60), "the second builder never reached the lock"
         (out / "engine").mkdir()
         return {}
 
-    threads = [threading.Thread(target=lambda: results.append(cache.publish(tmp_path, "k", build, log=lambda _: None)))
-               for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(calls) == 1 and results[0] == results[1]
+    def builder(name: str) -> None:
+        def log(line: str) -> None:
+            logs[name].append(line)
+            if name == "second" and "waiting" in line:
+                second_waits.set()
+        results[name] = cache.publish(tmp_path, "k", build, log=log)
+
+    first = threading.Thread(target=builder, args=("first",))
+    first.start()
+    deadline = time.monotonic() + 60
+    while not builds:  # the first builder holds the lock once its build has started
+        assert time.monotonic() < deadline and first.is_alive(), "the first builder never started building"
+        time.sleep(0.01)
+    second = threading.Thread(target=builder, args=("second",))
+    second.start()
+    for t in (first, second):
+        t.join(timeout=60)
+        assert not t.is_alive()
+    assert len(builds) == 1 and results["first"] == results["second"] == tmp_path / "k"
+    assert logs["first"] == ["engine k published"]
+    assert logs["second"] == ["another builder holds the lock of k: waiting for it",
+                              "engine k was published by another builder while this one waited: reusing it"]
+
+
+def _without_coverage(environ) -> dict[str, str]:
+    """A child running as another user cannot write the coverage data file of `make unit`, and
+    coverage would say so on stderr: that child runs unmeasured."""
+    return {k: v for k, v in environ.items() if not k.startswith("COVERAGE_")}
 
 
 def test_an_unwritable_cache_is_one_line_not_a_traceback(tmp_path):
@@ -307,7 +333,8 @@ def test_an_unwritable_cache_is_one_line_not_a_traceback(tmp_path):
                 "--trtllm-version", "0.17.0", "--cache", str(shared / "engines"), "--scratch", "/tmp"]
         out = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
                               sys.executable, "-m", "triton_runtime.cli", *args], cwd="/",
-                             capture_output=True, text=True, env={**os.environ, "TRTLLM_EXAMPLES_DIR": str(examples)})
+                             capture_output=True, text=True, env={**_without_coverage(os.environ),
+                                                                   "TRTLLM_EXAMPLES_DIR": str(examples)})
         assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
         (line,) = out.stderr.strip().splitlines()
         assert line.startswith(f"triton-runtime build-engine: engine cache {shared / 'engines'} is not writable by "

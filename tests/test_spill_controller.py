@@ -188,3 +188,18 @@ def test_the_autoscaler_reads_totals_over_classes():
         store.upsert("Deployment", trim(d))
     dep = Views(store).deployment(("ml", "demo"))
     assert (dep["spec"]["replicas"], dep["status"]["readyReplicas"]) == (3, 4)
+
+
+def test_placement_messages_are_bounded_as_condition_messages():
+    """A skipped class's message may list every GPUClass (class auto): status.placement cuts it
+    as conditions are cut, so status stays small however many classes the cluster has."""
+    from triton_operator.conditions import MAX_MESSAGE
+    from triton_operator.planning.choice import Option
+    obj = service()
+    long = Option("l4", 4, "TooSlow", "decode too slow; " * 500)
+    observed = status_core.Observed(desired_replicas=1, gpu_class="h100", options=[long])
+    st, _ = status_core.compute(obj, observed, NOW)
+    skipped = next(e for e in st["placement"] if e["gpuClass"] == "l4")
+    assert len(long.message) > MAX_MESSAGE and len(skipped["message"]) == MAX_MESSAGE
+    assert skipped["message"].endswith("…") and skipped["reason"] == "TooSlow"
+    InferenceService.model_validate({**isvc_doc(gpu=SPILL), "status": st})  # the status the models read back

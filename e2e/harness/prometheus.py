@@ -74,6 +74,8 @@ class Prometheus:
 
     ``targets`` are :class:`Target` objects, dicts with ``address`` and ``labels`` keys, or plain
     ``host:port`` strings. ``recording_rules`` maps a record name to its PromQL expression.
+    ``scrape_configs`` are further scrape configs in Prometheus's own format (dicts), kept as
+    given, e.g. one with ``relabel_configs`` from :mod:`.podmonitor`.
     """
 
     def __init__(
@@ -83,6 +85,7 @@ class Prometheus:
         scrape_interval: str = "1s",
         evaluation_interval: str = "1s",
         recording_rules: Mapping[str, str] | None = None,
+        scrape_configs: Iterable[Mapping[str, Any]] = (),
         job_name: str = "triton",
         log_dir: str | Path | None = None,
         startup_timeout: float = 60.0,
@@ -91,6 +94,7 @@ class Prometheus:
         self.scrape_interval = scrape_interval
         self.evaluation_interval = evaluation_interval
         self.recording_rules = dict(recording_rules or {})
+        self.extra_scrape_configs = [dict(c) for c in scrape_configs]
         self.job_name = job_name
         self.startup_timeout = startup_timeout
         self.host = "127.0.0.1"
@@ -160,6 +164,7 @@ class Prometheus:
         if len(config["scrape_configs"]) > 1:
             for i, sc in enumerate(config["scrape_configs"]):
                 sc["job_name"] = f"{self.job_name}-{i}"
+        config["scrape_configs"] += self.extra_scrape_configs
         if self.recording_rules:
             config["rule_files"] = [str(self.rules_path)]
         return json.dumps(config, indent=2) + "\n"

@@ -10,27 +10,94 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo,
+                      field_validator, model_validator)
 from pydantic.alias_generators import to_camel
+
+from .quantity import QUANTITY, QUANTITY_MAX_LENGTH, exceeds
 
 GROUP = "serving.triton-operator.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 
-# DNS-1123 label / subdomain, as Kubernetes validates object names.
-DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-QUANTITY = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+# Integer fields of Pods, Deployments and Jobs are int32 (k8s.io/api). (tolerationSeconds is an
+# int64, but a CRD's minimum and maximum must stay within 2^53, where the API server, which reads
+# them as float64, still takes them for integers: int32 bounds it too.)
+INT32_MAX = 2**31 - 1
+MAX_REPLICAS = 1000
+
+# Kubernetes' name syntax (k8s.io/apimachinery/pkg/api/validate/content, v0.36: dns.go, kube.go),
+# written with explicit character classes only ([.] for a dot, no \s or \w) so that Go's RE2 (the
+# API server), Rust's regex (pydantic) and CEL read every pattern alike. Python's re needs
+# fullmatch: its $ also matches before a final newline.
+_DNS_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS_LABEL_ANY_CASE = "[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?"
+_NAME_PART = "[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"  # 1-63 characters
+DNS_LABEL = f"^{_DNS_LABEL}$"
+# Service names: a DNS-1035 label, which starts with a letter (Kubernetes before 1.36 requires it).
+DNS_1035_LABEL = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
+SERVICE_NAME_RULES = ("a lowercase letter, then lowercase letters, digits or '-', ending with a letter or "
+                      "digit, at most 52 characters (it names the Service; other children add suffixes)")
+# Label keys and other "qualified names": an optional DNS subdomain prefix and '/', then a name.
+QUALIFIED_NAME = f"^({_DNS_LABEL}([.]{_DNS_LABEL})*/)?{_NAME_PART}$"
+# Annotation keys: the same, but Kubernetes lowercases them before checking, so any case.
+ANNOTATION_KEY = f"^({_DNS_LABEL_ANY_CASE}([.]{_DNS_LABEL_ANY_CASE})*/)?{_NAME_PART}$"
+LABEL_VALUE = f"^({_NAME_PART})?$"
+# A prefix longer than a DNS subdomain may be (253); the patterns above cannot count it.
+LONG_PREFIX = "^[^/]{254,}/"
+QUALIFIED_NAME_MAX_LENGTH = 253 + 1 + 63
+LABEL_KEY_RULES = ("an optional DNS subdomain prefix of at most 253 characters and '/', then a name of at "
+                   "most 63 letters, digits, '-', '_' or '.' that starts and ends with a letter or digit "
+                   "(e.g. example.com/team)")
+
 SOURCE_SCHEMES = ("hf", "s3", "gs", "pvc")
-SOURCE_PATTERN = r"^(hf://[^/\s]+/[^\s]+|s3://[^/\s]+(/[^\s]*)?|gs://[^/\s]+(/[^\s]*)?|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/[^\s]*)?)$"
-PARAMETERS_PATTERN = r"^[0-9]+(\.[0-9]+)?[KMBT]$"
-# A Go duration (what CEL's duration() parses) in the units people write: 90s, 2m, 1h30m, 1.5h, 500ms.
-# No backslashes: the pattern also goes into CEL string literals, where "\." is no valid escape.
-DURATION_PATTERN = r"^([0-9]+([.][0-9]+)?(ms|s|m|h))+$"
-_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
-_DURATION_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_NO_SPACE, _NO_SPACE_OR_SLASH = r"[^ \t\n\r\f\v]", r"[^/ \t\n\r\f\v]"
+SOURCE_PATTERN = (rf"^(hf://{_NO_SPACE_OR_SLASH}+/{_NO_SPACE}+|s3://{_NO_SPACE_OR_SLASH}+(/{_NO_SPACE}*)?|"
+                  rf"gs://{_NO_SPACE_OR_SLASH}+(/{_NO_SPACE}*)?|pvc://[a-z0-9]([-a-z0-9]{{0,251}}[a-z0-9])?(/{_NO_SPACE}*)?)$")
+# A positive count: some digit other than 0 before or after the decimal point.
+PARAMETERS_PATTERN = r"^([0-9]*[1-9][0-9]*([.][0-9]+)?|[0-9]+[.][0-9]*[1-9][0-9]*)[KMBT]$"
+# An image reference (registry/path:tag@digest) has no spaces; Kubernetes refuses leading or
+# trailing white space of any kind, so admit only the characters references are made of.
+IMAGE_PATTERN = "^[A-Za-z0-9][-A-Za-z0-9_.:/@+]*$"
+# The resources a user may request for the Triton container; GPUs come from spec.gpu, and
+# hugepages or extended resources follow rules (request == limit) this API does not model.
+RESOURCE_NAMES = ("cpu", "memory", "ephemeral-storage")
+
+# A Go duration (what CEL's duration() parses: time.ParseDuration) in the units people write: 90s,
+# 2m, 1h30m, 1.5h, 500ms. At most 5 digits before and 3 after a decimal point per number, so that
+# the longest (32 characters) stays far below Go's limit (int64 nanoseconds, about 2.5 million
+# hours) and every value is a whole number of microseconds, which Go, cel-python and
+# duration_ns() below all read exactly. No backslashes: CEL string literals take the pattern too.
+DURATION_PATTERN = "^([0-9]{1,5}([.][0-9]{1,3})?(ms|s|m|h))+$"
+DURATION_MAX_LENGTH = 32
+_DURATION_PART = re.compile(r"([0-9]+)(?:[.]([0-9]+))?(ms|s|m|h)")
+_DURATION_UNIT_NS = {"ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9}
 # gpu.class auto asks the planner to choose; no GPUClass may take that name.
 AUTO_CLASS = "auto"
-AUTO_RESERVED_MESSAGE = "GPUClass name auto is reserved: gpu.class auto asks the planner to choose a class"
+AUTO_RESERVED_MESSAGE = "metadata.name auto is reserved: gpu.class auto asks the planner to choose a class"
+
+# Size budget. etcd refuses objects over 1.5 MiB, the API server requests over 3 MiB, and
+# `kubectl apply` (client side) copies the object into an annotation of at most 256 KiB. Every
+# string and collection of InferenceServiceSpec is bounded so that the largest spec stays well
+# under all of them. In code points (what maxLength counts):
+#   model      source 2,048 + name 128 + revision 128 + parameters 16 + credentialsSecret 253  =   2,573
+#   gpu        class 63 + fallbackClasses 8 x 63 + spill.after 32 + spill.returnAfter 32       =     631
+#   server     image 512 + shmSize 32 + resources 2 x 3 x (name 17 + quantity 32)              =     838
+#              args 64 x 512                                                                   =  32,768
+#              env names and values together (ENV_TOTAL)                                       =  32,768
+#   engine     cacheClaim 253 + calibrationDataset 2,048 + buildResources 2 x 3 x 49           =   2,595
+#   podLabels  64 x (key 317 + value 63)                                                       =  24,320
+#   podAnnotations keys and values together (ANNOTATIONS_TOTAL)                                =  32,768
+#   serviceAccountName                                                                         =     253
+#   total                                                                                      = 129,514
+# JSON spends at most 6 bytes on a code point (a \u00XX escape; UTF-8 needs at most 4), and the
+# keys, numbers and punctuation around them take under 16 KB (64 env items, 64 + 64 map entries,
+# 64 args, 44 scalars): at most 6 x 129,514 + 16,384 = 793,468 bytes (0.76 MiB) in the worst case,
+# about 146 KB for ASCII text, so even kubectl's client-side apply annotation fits.
+ARGS_MAX_ITEMS, ARG_MAX_LENGTH = 64, 512
+ENV_MAX_ITEMS, ENV_TOTAL = 64, 32768
+LABELS_MAX = 64
+ANNOTATIONS_MAX, ANNOTATIONS_TOTAL = 64, 32768
 
 ModelFormat = Literal["tensorrt-llm", "onnx", "pytorch", "tensorrt", "python", "triton"]
 Precision = Literal["fp32", "fp16", "bf16", "fp8", "int8", "int4-awq"]
@@ -68,36 +135,147 @@ def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str
     return out
 
 
+def error_path(loc: tuple[int | str, ...]) -> str:
+    """A pydantic error location as Kubernetes writes field paths: spec.server.env[0].value, and
+    spec.podLabels[a b] for a map key that is not a plain name (escaped and cut, to stay one line)."""
+    out = ""
+    for part in loc:
+        if part == "[key]":  # the error is about a map key, which the path already ends with
+            continue
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif re.fullmatch(r"[A-Za-z0-9_-]+", str(part)) and len(str(part)) <= 63:
+            out += f".{part}" if out else str(part)
+        else:
+            key = str(part).encode("unicode_escape").decode("ascii")
+            out += f"[{key[:60]}...]" if len(key) > 60 else f"[{key}]"
+    return out
+
+
+def describe(error: Any) -> str:
+    """One pydantic error as "field.path: message" (the wire names, as users write them)."""
+    where = error_path(error["loc"])
+    message = error["msg"].removeprefix("Value error, ")
+    return f"{where}: {message}" if where else message
+
+
+def duration_ns(duration: str) -> int:
+    """Nanoseconds in a duration matching DURATION_PATTERN ("1h30m" -> 5400 * 10**9), exactly as
+    Go's time.ParseDuration reads it (3 decimals at most: every product is a whole number)."""
+    return sum(int(whole) * _DURATION_UNIT_NS[unit] + int(frac or 0) * _DURATION_UNIT_NS[unit] // 10 ** len(frac or "")
+               for whole, frac, unit in _DURATION_PART.findall(duration))
+
+
 def seconds(duration: str) -> float:
     """Seconds in a duration matching DURATION_PATTERN ("1h30m" -> 5400.0)."""
-    return sum(float(n) * _DURATION_UNIT[unit] for n, unit in _DURATION_PART.findall(duration))
+    return duration_ns(duration) / 1e9
 
 
-def _duration_rule(field: str, low: str, high: str) -> dict[str, str]:
-    """CEL: a duration field within [low, high]. Guarded by the pattern so a malformed value gets
-    the pattern's message, never a CEL evaluation error."""
-    return cel(f"!self.{field}.matches('{DURATION_PATTERN}') || "
-               f"(duration(self.{field}) >= duration('{low}') && duration(self.{field}) <= duration('{high}'))",
-               f"{field} must be between {low} and {high}", field)
+def _duration_within(name: str, value: str, low: str, high: str) -> str:
+    if not duration_ns(low) <= duration_ns(value) <= duration_ns(high):
+        raise ValueError(f"{name} must be between {low} and {high}")
+    return value
+
+
+def _duration_rule(name: str, low: str, high: str) -> dict[str, str]:
+    """CEL on a duration field itself: within [low, high] (the pattern is checked before CEL runs)."""
+    return cel(f"duration(self) >= duration('{low}') && duration(self) <= duration('{high}')",
+               f"{name} must be between {low} and {high}")
 
 
 def first_error(e: ValidationError) -> str:
-    """The first validation error as "field.path: message" (the wire names, as users write them)."""
-    first = e.errors()[0]
-    where = ".".join(str(part) for part in first["loc"])
-    return f"{where}: {first['msg']}" if where else first["msg"]
+    """The first validation error as "field.path: message"."""
+    return describe(e.errors()[0])
+
+
+def _without_nulls(value: Any) -> Any:
+    """What the API server keeps of an object: it drops null object properties and map values
+    (apiextensions-apiserver PruneNonNullableNullsWithoutDefaults; no field here is nullable) and
+    defaults them if they have a default; null list items stay, and are refused."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
 
 
 class Model(BaseModel):
-    """Base: camelCase on the wire, unknown fields refused, values validated on assignment."""
+    """Base: camelCase on the wire, unknown fields refused, values validated on assignment.
+
+    Strict like the API server: no bool for a number, no string for an integer, no float for an
+    integer (the CRD refuses 1.0 in an integer field too, see crdgen), no infinity or NaN. Explicit
+    nulls mean "unset", as the API server stores them."""
 
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", validate_assignment=True,
+        strict=True, allow_inf_nan=False,
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_nulls(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        # A null where the field's own default is None stays: it means the same, and on assignment
+        # (validate_assignment hands over every field, unset ones as None) dropping it would drop
+        # the attribute.
+        unset = {k for name, f in cls.model_fields.items() if f.default is None for k in (name, f.alias)}
+        data = {k: None if v is None else _without_nulls(v) for k, v in data.items() if v is not None or k in unset}
+        # A default a later field is checked against (validate_default) is filled in first, as the
+        # API server fills in defaults before it validates: an error then names the field by its
+        # wire name (pydantic names a validated default by its Python name).
+        for name, f in cls.model_fields.items():
+            if f.validate_default and f.alias not in data and name not in data:
+                data[f.alias or name] = f.get_default(call_default_factory=True)
+        return data
 
     def wire(self) -> dict[str, Any]:
         """The object as the API server holds it: camelCase, unset optionals left out."""
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def _prefix_fits(key: str) -> bool:
+    return not re.match(LONG_PREFIX, key)
+
+
+def _label_key(key: str) -> str:
+    if not re.fullmatch(QUALIFIED_NAME, key) or not _prefix_fits(key):
+        raise ValueError(f"label key {key!r} is not valid: use {LABEL_KEY_RULES}")
+    return key
+
+
+def _annotation_key(key: str) -> str:
+    if not re.fullmatch(ANNOTATION_KEY, key) or not _prefix_fits(key):
+        raise ValueError(f"annotation key {key!r} is not valid: use {LABEL_KEY_RULES}")
+    return key
+
+
+def _qualified_name(value: str) -> str:
+    if not _prefix_fits(value):
+        raise ValueError("the prefix before '/' must be at most 253 characters")
+    return value
+
+
+def _keys_rule(pattern: str, what: str) -> dict[str, str]:
+    return cel(f"self.all(k, k.matches('{pattern}') && !k.matches('{LONG_PREFIX}'))",
+               f"every {what} key must be {LABEL_KEY_RULES}")
+
+
+LabelKey = Annotated[str, AfterValidator(_label_key)]
+LabelValue = Annotated[str, Field(max_length=63, pattern=LABEL_VALUE)]
+AnnotationKey = Annotated[str, AfterValidator(_annotation_key)]
+QualifiedName = Annotated[str, Field(
+    min_length=1, max_length=QUALIFIED_NAME_MAX_LENGTH, pattern=QUALIFIED_NAME,
+    json_schema_extra={"x-kubernetes-validations": [
+        cel(f"!self.matches('{LONG_PREFIX}')", "the prefix before '/' must be at most 253 characters")]}),
+    AfterValidator(_qualified_name)]
+Quantity = Annotated[str, Field(max_length=QUANTITY_MAX_LENGTH, pattern=QUANTITY)]
+
+
+def labels_field(description: str, max_items: int = LABELS_MAX) -> Any:
+    """A map of Kubernetes labels: keys and values checked as Kubernetes checks them."""
+    return Field(default_factory=dict, max_length=max_items, description=description,
+                 json_schema_extra={"x-kubernetes-validations": [_keys_rule(QUALIFIED_NAME, "label")]})
 
 
 # --------------------------------------------------------------------------------------------
@@ -107,13 +285,35 @@ class Model(BaseModel):
 class Toleration(Model):
     """A toleration added to serving pods of this class, as in a Pod spec."""
 
-    key: str | None = Field(None, description="Taint key to tolerate; empty with operator Exists matches all keys.")
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        # The rules Kubernetes applies to a Pod's tolerations (pkg/apis/core/validation, ValidateTolerations).
+        cel("(has(self.key) && self.key != '') || self.operator == 'Exists'",
+            "operator must be Exists when key is empty (which tolerates every taint)", "operator"),
+        cel("!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+            "effect must be NoExecute when tolerationSeconds is set", "effect"),
+        cel("self.operator != 'Exists' || !has(self.value) || self.value == ''",
+            "value must be empty when operator is Exists", "value"),
+    ]})
+
+    key: QualifiedName | None = Field(
+        None, description="Taint key to tolerate; empty with operator Exists matches all keys.")
     operator: Literal["Exists", "Equal"] = Field("Equal", description="Exists or Equal.")
-    value: str | None = Field(None, description="Taint value to match when operator is Equal.")
+    value: str | None = Field(
+        None, max_length=63, pattern=LABEL_VALUE, description="Taint value to match when operator is Equal.")
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         None, description="Taint effect to match; empty matches all effects.")
     toleration_seconds: int | None = Field(
-        None, description="For NoExecute: how long the pod stays bound after the taint appears.")
+        None, ge=0, le=INT32_MAX, description="For NoExecute: how long the pod stays bound after the taint appears.")
+
+    @model_validator(mode="after")
+    def _as_kubernetes_checks(self) -> Toleration:
+        if not self.key and self.operator != "Exists":
+            raise ValueError("operator must be Exists when key is empty (which tolerates every taint)")
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise ValueError("effect must be NoExecute when tolerationSeconds is set")
+        if self.operator == "Exists" and self.value:
+            raise ValueError("value must be empty when operator is Exists")
+        return self
 
 
 class GPUClassSpec(Model):
@@ -124,34 +324,66 @@ class GPUClassSpec(Model):
             "set productNames or nodeSelector, or pods of this class could land on any node"),
     ]})
 
-    display_name: str | None = Field(None, description="Human-readable name, e.g. 'NVIDIA H100 SXM 80GB'.")
+    display_name: str | None = Field(None, max_length=256, description="Human-readable name, e.g. 'NVIDIA H100 SXM 80GB'.")
     resource_name: str = Field(
-        "nvidia.com/gpu", pattern=r"^[a-z0-9.-]+/[a-z0-9._-]+$",
+        "nvidia.com/gpu", max_length=253, pattern=f"^{_DNS_LABEL}([.]{_DNS_LABEL})*/{_NAME_PART}$",
+        json_schema_extra={"x-kubernetes-validations": [
+            cel("!self.contains('kubernetes.io')", "an extended resource is not in a kubernetes.io domain")]},
         description="Extended resource requested per GPU, e.g. nvidia.com/gpu or a MIG resource such as nvidia.com/mig-1g.10gb.")
-    product_label: str = Field(
+    product_label: QualifiedName = Field(
         "nvidia.com/gpu.product",
         description="Node label that names the GPU product (set by GPU Feature Discovery).")
-    product_names: list[str] = Field(
+    product_names: list[LabelValue] = Field(
         default_factory=list, max_length=32,
         description="Accepted values of productLabel; a node matches if its value is any of them. Values vary by form factor (SXM, PCIe, NVL), so list them all.")
-    node_selector: dict[str, str] = Field(
-        default_factory=dict, description="Extra node labels every serving pod of this class requires.")
+    node_selector: dict[LabelKey, LabelValue] = labels_field(
+        "Extra node labels every serving pod of this class requires.", max_items=32)
     tolerations: list[Toleration] = Field(
         default_factory=lambda: [Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")],
+        max_length=16,
         description="Tolerations for the taints GPU nodes of this class carry. Defaults to tolerating nvidia.com/gpu:NoSchedule.")
-    memory_gib: float = Field(..., alias="memoryGiB", gt=0, description="GPU memory per device in GiB, used to plan whether a model fits.")
-    memory_bandwidth_tbps: float = Field(..., alias="memoryBandwidthTBps", gt=0, description="Memory bandwidth per device in TB/s; bounds LLM decode speed.")
+    memory_gib: float = Field(
+        ..., alias="memoryGiB", ge=1, le=65536, description="GPU memory per device in GiB, used to plan whether a model fits.")
+    memory_bandwidth_tbps: float = Field(
+        ..., alias="memoryBandwidthTBps", ge=0.01, le=1000, description="Memory bandwidth per device in TB/s; bounds LLM decode speed.")
     compute_capability: str = Field(
-        ..., pattern=r"^[0-9]+\.[0-9]+$", description="CUDA compute capability, e.g. '9.0'. TensorRT-LLM engines are built per capability; FP8 needs 8.9 or higher.")
+        ..., max_length=8, pattern=r"^[0-9]+[.][0-9]+$", description="CUDA compute capability, e.g. '9.0'. TensorRT-LLM engines are built per capability; FP8 needs 8.9 or higher.")
     gpus_per_node: int = Field(8, ge=1, le=64, description="GPUs on one node of this class; bounds tensor parallelism on one node.")
-    price_per_hour: float | None = Field(None, ge=0, description="Price of one GPU per hour in your currency, for cost estimates.")
+    price_per_hour: float | None = Field(None, ge=0, le=1_000_000, description="Price of one GPU per hour in your currency, for cost estimates.")
     spare_gpus: bool = Field(
         False, alias="spareGPUs", description="Whether the cluster keeps spare GPUs of this class. When false, rolling updates replace pods one at a time without surging (maxSurge 0), so a rollout never waits for GPUs that do not exist.")
+
+    @field_validator("resource_name")
+    @classmethod
+    def _extended(cls, v: str) -> str:
+        if "kubernetes.io" in v:
+            raise ValueError("an extended resource is not in a kubernetes.io domain")
+        return v
+
+    @model_validator(mode="after")
+    def _somewhere(self) -> GPUClassSpec:
+        if not self.product_names and not self.node_selector:
+            raise ValueError("set productNames or nodeSelector, or pods of this class could land on any node")
+        return self
 
     @property
     def capability(self) -> tuple[int, int]:
         major, minor = self.compute_capability.split(".")
         return int(major), int(minor)
+
+
+def _named(metadata: dict[str, Any], pattern: str, max_length: int, what: str) -> dict[str, Any]:
+    """metadata.name (and namespace) as the API server requires them of this kind."""
+    name = metadata.get("name")
+    if not isinstance(name, str) or not name:
+        raise ValueError("metadata.name is required")
+    if not re.fullmatch(pattern, name) or len(name) > max_length:
+        raise ValueError(f"metadata.name must be {what}")
+    namespace = metadata.get("namespace")
+    if namespace is not None and (not isinstance(namespace, str) or not re.fullmatch(DNS_LABEL, namespace)
+                                  or len(namespace) > 63):
+        raise ValueError("metadata.namespace must be a DNS label (lowercase letters, digits, '-') of at most 63 characters")
+    return metadata
 
 
 class GPUClass(Model):
@@ -168,8 +400,10 @@ class GPUClass(Model):
 
     @field_validator("metadata")
     @classmethod
-    def _not_auto(cls, v: dict[str, Any]) -> dict[str, Any]:
-        if v.get("name") == AUTO_CLASS:
+    def _named(cls, v: dict[str, Any]) -> dict[str, Any]:
+        # gpu.class refers to it, and that is a DNS label; auto is gpu.class's own word.
+        v = _named(v, DNS_LABEL, 63, "a DNS label (lowercase letters, digits, '-') of at most 63 characters")
+        if v["name"] == AUTO_CLASS:
             raise ValueError(AUTO_RESERVED_MESSAGE)
         return v
 
@@ -196,8 +430,8 @@ class ModelSpec(Model):
         description="Name of the model inside Triton, used for metrics. Defaults to 'tensorrt_llm' for tensorrt-llm and to the InferenceService name otherwise.")
     revision: str | None = Field(None, max_length=128, description="Revision (branch, tag or commit) of an hf:// source.")
     parameters: str | None = Field(
-        None, pattern=PARAMETERS_PATTERN,
-        description="Model size as a count of parameters, e.g. 8B or 70B or 350M; used to plan GPU memory.")
+        None, pattern=PARAMETERS_PATTERN, max_length=16,
+        description="Model size as a positive count of parameters, e.g. 8B or 70B or 350M; used to plan GPU memory.")
     precision: Precision = Field(
         "fp16", description="Numeric precision of the served weights: fp32, fp16, bf16, fp8 (compute capability 8.9+), int8 or int4-awq.")
     credentials_secret: str | None = Field(
@@ -223,6 +457,8 @@ class ModelSpec(Model):
 
 SPILL_MIN_AFTER, SPILL_MAX_AFTER = "5s", "1h"
 SPILL_MIN_RETURN, SPILL_MAX_RETURN = "10s", "24h"
+RETURN_AFTER_MESSAGE = ("returnAfter must be at least after, so that replicas do not move back before a shortage "
+                        "could move them again")
 
 
 class SpillSpec(Model):
@@ -230,37 +466,36 @@ class SpillSpec(Model):
     next class that has room, and bring them back when the preferred class has room again."""
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
-        _duration_rule("after", SPILL_MIN_AFTER, SPILL_MAX_AFTER),
-        _duration_rule("returnAfter", SPILL_MIN_RETURN, SPILL_MAX_RETURN),
-        cel(f"!self.after.matches('{DURATION_PATTERN}') || !self.returnAfter.matches('{DURATION_PATTERN}') || "
-            "duration(self.returnAfter) >= duration(self.after)",
-            "returnAfter must be at least after, so that replicas do not move back before a shortage could "
-            "move them again", "returnAfter"),
+        cel("duration(self.returnAfter) >= duration(self.after)", RETURN_AFTER_MESSAGE, "returnAfter"),
     ]})
 
     after: str = Field(
-        "120s", pattern=DURATION_PATTERN, max_length=32,
+        "120s", pattern=DURATION_PATTERN, max_length=DURATION_MAX_LENGTH,
+        json_schema_extra={"x-kubernetes-validations": [_duration_rule("after", SPILL_MIN_AFTER, SPILL_MAX_AFTER)]},
         description="How long replicas of the preferred class must have been unschedulable before they are "
-                    f"started on the next class with room (a Go duration, {SPILL_MIN_AFTER} to {SPILL_MAX_AFTER}). "
-                    "Replicas that run stay where they are.")
+                    f"started on the next class with room (a duration such as 90s, 2m or 1h30m, {SPILL_MIN_AFTER} "
+                    f"to {SPILL_MAX_AFTER}). Replicas that run stay where they are.")
     return_after: str = Field(
-        "600s", pattern=DURATION_PATTERN, max_length=32,
+        "600s", pattern=DURATION_PATTERN, max_length=DURATION_MAX_LENGTH, validate_default=True,
+        json_schema_extra={"x-kubernetes-validations": [
+            _duration_rule("returnAfter", SPILL_MIN_RETURN, SPILL_MAX_RETURN)]},
         description="How long the preferred class must have had room for one more replica before replicas move "
                     "back, one at a time, each started on the preferred class and ready before one elsewhere "
                     f"stops ({SPILL_MIN_RETURN} to {SPILL_MAX_RETURN}, at least after). Capacity that comes and "
                     "goes within this time moves nothing.")
 
-    @model_validator(mode="after")
-    def _bounds(self) -> SpillSpec:
-        for name, low, high in (("after", SPILL_MIN_AFTER, SPILL_MAX_AFTER),
-                                ("returnAfter", SPILL_MIN_RETURN, SPILL_MAX_RETURN)):
-            value = self.after if name == "after" else self.return_after
-            if not seconds(low) <= seconds(value) <= seconds(high):
-                raise ValueError(f"{name} must be between {low} and {high}")
-        if seconds(self.return_after) < seconds(self.after):
-            raise ValueError("returnAfter must be at least after, so that replicas do not move back before a "
-                             "shortage could move them again")
-        return self
+    @field_validator("after")
+    @classmethod
+    def _after_bounds(cls, v: str) -> str:
+        return _duration_within("after", v, SPILL_MIN_AFTER, SPILL_MAX_AFTER)
+
+    @field_validator("return_after")
+    @classmethod
+    def _return_after_bounds(cls, v: str, info: ValidationInfo) -> str:
+        _duration_within("returnAfter", v, SPILL_MIN_RETURN, SPILL_MAX_RETURN)
+        if "after" in info.data and duration_ns(v) < duration_ns(info.data["after"]):
+            raise ValueError(RETURN_AFTER_MESSAGE)
+        return v
 
     @property
     def after_seconds(self) -> float:
@@ -271,6 +506,8 @@ class SpillSpec(Model):
         return seconds(self.return_after)
 
 
+# GPUClass.pricePerHour is at most 1,000,000 per GPU, and a replica holds at most 64 GPUs.
+MAX_PRICE_PER_REPLICA = 64_000_000
 COUNT_ZERO_MESSAGE = "gpu.count 0 (let the planner choose) needs gpu.class auto"
 AUTO_FALLBACK_MESSAGE = "fallbackClasses do not apply to gpu.class auto: the planner ranks every GPUClass"
 SPILL_TARGET_MESSAGE = "gpu.spill needs fallbackClasses (or gpu.class auto) to spill over to"
@@ -299,7 +536,7 @@ class GPUSpec(Model):
         description="GPUs per replica; more than one enables tensor parallelism inside the pod. 0 lets the planner "
                     "choose (class auto only): the fewest GPUs that hold the model and meet maxTimePerOutputTokenMs.")
     fallback_classes: list[Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]] = Field(
-        default_factory=list, max_length=8,
+        default_factory=list, max_length=8, json_schema_extra={"x-kubernetes-list-type": "set"},
         description="GPUClasses to use, in order, when class does not exist in the cluster; with spill, also "
                     "where replicas go when class is full.")
     spill: SpillSpec | None = Field(
@@ -309,34 +546,42 @@ class GPUSpec(Model):
                     "room. Classes whose precision or memory rule the model out are skipped; status.placement "
                     "says why. Unset: replicas wait for the preferred class.")
     max_price_per_hour: float | None = Field(
-        None, gt=0,
+        None, gt=0, le=MAX_PRICE_PER_REPLICA,
         description="Most a replica may cost per hour (pricePerHour of the GPUClass x GPUs per replica). Bounds "
                     "the choice of class auto and the classes a spill may use; classes without a price are not "
                     "used when it is set.")
     max_time_per_output_token_ms: float | None = Field(
-        None, gt=0,
+        None, gt=0, le=3_600_000,
         description="Latency target for LLMs: milliseconds per generated token of one stream. A class whose decode "
                     "speed bound (memory bandwidth x GPUs / weight bytes) cannot meet it is not chosen by class "
                     "auto nor used by a spill.")
 
     @field_validator("fallback_classes")
     @classmethod
-    def _unique(cls, v: list[str]) -> list[str]:
+    def _unique(cls, v: list[str], info: ValidationInfo) -> list[str]:
         if len(set(v)) != len(v):
             raise ValueError("fallbackClasses must not repeat a class")
+        if info.data.get("class_") in v:
+            raise ValueError("fallbackClasses must not repeat class")
+        if info.data.get("class_") == AUTO_CLASS and v:
+            raise ValueError(AUTO_FALLBACK_MESSAGE)
         return v
 
-    @model_validator(mode="after")
-    def _no_self_fallback(self) -> GPUSpec:
-        if self.class_ in self.fallback_classes:
-            raise ValueError("fallbackClasses must not repeat class")
-        if self.count == 0 and not self.auto:
+    # Cross-field checks run on the later field (see AutoscalingSpec), naming it as the CRD does.
+    @field_validator("count")
+    @classmethod
+    def _count_zero(cls, v: int, info: ValidationInfo) -> int:
+        if v == 0 and "class_" in info.data and info.data["class_"] != AUTO_CLASS:
             raise ValueError(COUNT_ZERO_MESSAGE)
-        if self.auto and self.fallback_classes:
-            raise ValueError(AUTO_FALLBACK_MESSAGE)
-        if self.spill is not None and not self.auto and not self.fallback_classes:
+        return v
+
+    @field_validator("spill")
+    @classmethod
+    def _spill_target(cls, v: SpillSpec | None, info: ValidationInfo) -> SpillSpec | None:
+        if v is not None and "class_" in info.data and info.data["class_"] != AUTO_CLASS \
+                and not info.data.get("fallback_classes"):
             raise ValueError(SPILL_TARGET_MESSAGE)
-        return self
+        return v
 
     @property
     def auto(self) -> bool:
@@ -350,64 +595,87 @@ class AutoscalingSpec(Model):
     """Scale replicas from Triton's own queue depth and p99 latency."""
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
-        cel("self.minReplicas <= self.maxReplicas", "minReplicas must be less than or equal to maxReplicas"),
+        cel("self.minReplicas <= self.maxReplicas", "minReplicas must be less than or equal to maxReplicas", "maxReplicas"),
     ]})
 
-    min_replicas: int = Field(1, ge=1, le=1000, description="Fewest replicas, also while metrics are missing.")
-    max_replicas: int = Field(..., ge=1, le=1000, description="Most replicas the autoscaler may ask for.")
+    min_replicas: int = Field(1, ge=1, le=MAX_REPLICAS, description="Fewest replicas, also while metrics are missing.")
+    max_replicas: int = Field(..., ge=1, le=MAX_REPLICAS, description="Most replicas the autoscaler may ask for.")
     target_queue_depth: float = Field(
-        4, gt=0, description="Requests waiting in Triton's queue per ready replica that the autoscaler aims for.")
+        4, ge=0.01, le=1_000_000, description="Requests waiting in Triton's queue per ready replica that the autoscaler aims for.")
     target_p99_latency_ms: float | None = Field(
-        None, gt=0, description="p99 end-to-end request latency the autoscaler aims to stay under, in milliseconds.")
+        None, ge=1, le=3_600_000, description="p99 end-to-end request latency the autoscaler aims to stay under, in milliseconds.")
     scale_down_stabilization_seconds: int = Field(
         300, ge=0, le=3600,
         description="Scale down only to the highest replica count recommended within this many seconds.")
-    scale_down_max_step: int = Field(1, ge=1, description="At most this many replicas removed per decision.")
+    scale_down_max_step: int = Field(1, ge=1, le=MAX_REPLICAS, description="At most this many replicas removed per decision.")
     tolerance: float = Field(
         0.1, ge=0, le=1, description="Relative deviation from a target ignored as noise (0.1 = 10 %).")
 
-    @model_validator(mode="after")
-    def _bounds(self) -> AutoscalingSpec:
-        if self.min_replicas > self.max_replicas:
+    # Cross-field checks run on the later field, which sees the earlier ones in info.data, so that
+    # an error names a field as the CRD's rule does (its fieldPath), not the object holding both.
+    @field_validator("max_replicas")
+    @classmethod
+    def _bounds(cls, v: int, info: ValidationInfo) -> int:
+        if info.data.get("min_replicas", 1) > v:
             raise ValueError("minReplicas must be less than or equal to maxReplicas")
-        return self
+        return v
+
+
+ResourceList = dict[Literal["cpu", "memory", "ephemeral-storage"], Quantity]
+_RESOURCE_NAMES_RULE = "self.all(k, k in ['cpu', 'memory', 'ephemeral-storage'])"
+_RESOURCE_NAMES_MESSAGE = "only cpu, memory and ephemeral-storage may be set here; GPUs are set by spec.gpu"
 
 
 class ContainerResources(Model):
     """Requests and limits of a container, as in a Pod spec (without GPUs, which spec.gpu sets)."""
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
-        cel("!has(self.requests) || self.requests.all(k, !k.startsWith('nvidia.com/'))",
-            "GPUs are set by spec.gpu, not by resources.requests"),
-        cel("!has(self.limits) || self.limits.all(k, !k.startsWith('nvidia.com/'))",
-            "GPUs are set by spec.gpu, not by resources.limits"),
+        # Kubernetes refuses a container whose request exceeds its limit (ValidateResourceRequirements).
+        cel("!has(self.requests) || !has(self.limits) || self.requests.all(k, !(k in self.limits) || "
+            "quantity(self.requests[k]).compareTo(quantity(self.limits[k])) <= 0)",
+            "each request must be less than or equal to its limit", "limits"),
     ]})
 
-    requests: dict[str, Annotated[str, Field(pattern=QUANTITY)]] | None = Field(
-        None, description="Resource requests, e.g. {cpu: '8', memory: 64Gi}; keys left out keep the operator's defaults.")
-    limits: dict[str, Annotated[str, Field(pattern=QUANTITY)]] | None = Field(
-        None, description="Resource limits, e.g. {memory: 96Gi}.")
+    requests: ResourceList | None = Field(
+        None, max_length=len(RESOURCE_NAMES),
+        json_schema_extra={"x-kubernetes-validations": [cel(_RESOURCE_NAMES_RULE, _RESOURCE_NAMES_MESSAGE)]},
+        description="Resource requests (cpu, memory, ephemeral-storage), e.g. {cpu: '8', memory: 64Gi}; keys left "
+                    "out keep the operator's defaults, lowered to the limit where a lower limit is set (as "
+                    "Kubernetes defaults a missing request to its limit).")
+    limits: ResourceList | None = Field(
+        None, max_length=len(RESOURCE_NAMES),
+        json_schema_extra={"x-kubernetes-validations": [cel(_RESOURCE_NAMES_RULE, _RESOURCE_NAMES_MESSAGE)]},
+        description="Resource limits (cpu, memory, ephemeral-storage), e.g. {memory: 96Gi}. None by default.")
 
-    @model_validator(mode="after")
-    def _no_gpus(self) -> ContainerResources:
-        for part in (self.requests or {}, self.limits or {}):
-            if any(k.startswith("nvidia.com/") for k in part):
-                raise ValueError("GPUs are set by spec.gpu, not by resources")
-        return self
+    @field_validator("requests", "limits", mode="before")
+    @classmethod
+    def _no_gpus(cls, v: Any) -> Any:
+        if isinstance(v, dict) and any(k not in RESOURCE_NAMES for k in v):
+            raise ValueError(_RESOURCE_NAMES_MESSAGE)
+        return v
+
+    @field_validator("limits")
+    @classmethod
+    def _request_within_limit(cls, limits: dict[str, str] | None, info: ValidationInfo) -> dict[str, str] | None:
+        for name, request in (info.data.get("requests") or {}).items():
+            limit = (limits or {}).get(name)
+            if limit is not None and exceeds(request, limit):
+                raise ValueError(f"requests.{name} {request} must be less than or equal to its limit {limit}")
+        return limits
 
 
 class EnvVar(Model):
     """A plain environment variable for the Triton container (use model.credentialsSecret for secrets)."""
 
-    name: str = Field(..., pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$", max_length=256, description="Variable name.")
-    value: str = Field("", max_length=32768, description="Variable value.")
+    name: str = Field(..., pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$", max_length=128, description="Variable name.")
+    value: str = Field("", max_length=8192, description="Variable value.")
 
 
 class ServerSpec(Model):
     """The Triton server container."""
 
     image: str | None = Field(
-        None, max_length=512,
+        None, max_length=512, pattern=IMAGE_PATTERN,
         description="Triton image for formats other than tensorrt-llm. Defaults to the operator's configured Triton "
                     "image. Not allowed with tensorrt-llm: those services run the operator's runtime image, which "
                     "holds triton-runtime and the TensorRT-LLM version their engines were built with.")
@@ -415,16 +683,37 @@ class ServerSpec(Model):
         None, description="Image pull policy.")
     resources: ContainerResources | None = Field(
         None, description="CPU and memory requests and limits of the Triton container. Requests default to cpu 2 "
-                          "and memory 8Gi; no limits unless set.")
-    args: list[Annotated[str, Field(max_length=1024)]] = Field(
-        default_factory=list, max_length=64,
+                          "and memory 8Gi (or to a lower limit); no limits unless set.")
+    args: list[Annotated[str, Field(max_length=ARG_MAX_LENGTH)]] = Field(
+        default_factory=list, max_length=ARGS_MAX_ITEMS,
         description="Extra tritonserver flags appended after the operator's, e.g. --log-verbose=1.")
-    env: list[EnvVar] = Field(default_factory=list, max_length=64, description="Extra environment variables.")
-    shm_size: str = Field(
-        "2Gi", pattern=QUANTITY, description="Size of /dev/shm (memory-backed); the Python backend and NCCL need a large one.")
+    env: list[EnvVar] = Field(
+        default_factory=list, max_length=ENV_MAX_ITEMS,
+        json_schema_extra={
+            # A list keyed by name, as in a Pod: the API server refuses a name given twice.
+            "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+            "x-kubernetes-validations": [cel(
+                f"self.map(e, size(e.name) + (has(e.value) ? size(e.value) : 0)).sum() <= {ENV_TOTAL}",
+                f"env names and values together must be at most {ENV_TOTAL} characters")],
+        },
+        description=f"Extra environment variables, each name at most once; names and values together at most {ENV_TOTAL} characters.")
+    shm_size: Quantity = Field(
+        "2Gi", description="Size of /dev/shm (memory-backed); the Python backend and NCCL need a large one.")
     startup_timeout_seconds: int = Field(
         1800, ge=60, le=86400,
         description="How long a replica may take to load its model before it is restarted. Large models need many minutes.")
+
+    @field_validator("env")
+    @classmethod
+    def _env_names_once(cls, v: list[EnvVar]) -> list[EnvVar]:
+        seen: set[str] = set()
+        for e in v:
+            if e.name in seen:
+                raise ValueError(f"env name {e.name} appears more than once")
+            seen.add(e.name)
+        if sum(len(e.name) + len(e.value) for e in v) > ENV_TOTAL:
+            raise ValueError(f"env names and values together must be at most {ENV_TOTAL} characters")
+        return v
 
 
 class EngineSpec(Model):
@@ -436,9 +725,9 @@ class EngineSpec(Model):
         description="PersistentVolumeClaim in this namespace holding the engine cache (ReadWriteMany where "
                     "several nodes share it). Defaults to the operator's configured claim (trtllm-engines).")
     max_batch_size: int = Field(64, ge=1, le=4096, description="Largest batch the engine runs.")
-    max_input_len: int = Field(2048, ge=1, description="Longest prompt in tokens.")
-    max_seq_len: int = Field(4096, ge=2, description="Longest prompt plus output in tokens.")
-    max_num_tokens: int = Field(8192, ge=1, description="Most tokens in one engine step (batch of prompts and generations).")
+    max_input_len: int = Field(2048, ge=1, le=INT32_MAX, description="Longest prompt in tokens.")
+    max_seq_len: int = Field(4096, ge=2, le=INT32_MAX, validate_default=True, description="Longest prompt plus output in tokens.")
+    max_num_tokens: int = Field(8192, ge=1, le=INT32_MAX, description="Most tokens in one engine step (batch of prompts and generations).")
     streaming: bool = Field(False, description="Serve tokens as they are generated (decoupled model, gRPC streaming).")
     calibration_dataset: str | None = Field(
         None, pattern=SOURCE_PATTERN, max_length=2048,
@@ -453,35 +742,48 @@ class EngineSpec(Model):
                           "2+2N; memory 2.5 GB per billion parameters (the 16-bit checkpoint held in host memory "
                           "while converting, plus a quarter), at least 16Gi; ephemeral-storage (2 + bytes per "
                           "parameter at the precision) x P GB plus a fifth plus 10Gi, for the download and the "
-                          "converted checkpoint, which also sizes the scratch volume. No limits unless set here. "
+                          "converted checkpoint, which also sizes the scratch volume. A default above a limit set "
+                          "here is lowered to the limit. No limits unless set here. "
                           "Without model.parameters: memory 32Gi and an unbounded scratch volume.")
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
-        cel("self.maxInputLen < self.maxSeqLen", "maxInputLen must be less than maxSeqLen (which counts input and output)"),
+        cel("self.maxInputLen < self.maxSeqLen", "maxInputLen must be less than maxSeqLen (which counts input and output)",
+            "maxSeqLen"),
     ]})
 
-    @model_validator(mode="after")
-    def _lengths(self) -> EngineSpec:
-        if self.max_input_len >= self.max_seq_len:
+    @field_validator("max_seq_len")
+    @classmethod
+    def _lengths(cls, v: int, info: ValidationInfo) -> int:
+        if info.data.get("max_input_len", 0) >= v:
             raise ValueError("maxInputLen must be less than maxSeqLen (which counts input and output)")
-        return self
+        return v
 
 
 class RolloutSpec(Model):
     """How a spec change rolls out."""
 
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        cel("!has(self.maxSurge) || self.maxSurge > 0 || self.maxUnavailable > 0",
+            "maxSurge and maxUnavailable cannot both be 0", "maxUnavailable"),
+    ]})
+
     max_surge: int | None = Field(
-        None, ge=0, description="Extra replicas during a rollout. Defaults to 1 when the GPUClass has spareGPUs, else 0 so a rollout on a GPU-scarce cluster never deadlocks.")
+        None, ge=0, le=INT32_MAX, description="Extra replicas during a rollout. Defaults to 1 when the GPUClass has spareGPUs, else 0 so a rollout on a GPU-scarce cluster never deadlocks.")
     max_unavailable: int = Field(
-        1, ge=0, description="Replicas that may be down during a rollout. Must be at least 1 when maxSurge is 0.")
+        1, ge=0, le=INT32_MAX, description="Replicas that may be down during a rollout. Must be at least 1 when maxSurge is 0.")
+
+    @field_validator("max_unavailable")
+    @classmethod
+    def _progress(cls, v: int, info: ValidationInfo) -> int:
+        if info.data.get("max_surge") == 0 and v == 0:
+            raise ValueError("maxSurge and maxUnavailable cannot both be 0")
+        return v
 
 
 class InferenceServiceSpec(Model):
     """The desired state of an InferenceService."""
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
-        cel("!has(self.rollout) || !has(self.rollout.maxSurge) || self.rollout.maxSurge > 0 || self.rollout.maxUnavailable > 0",
-            "rollout.maxSurge and rollout.maxUnavailable cannot both be 0", "rollout"),
         cel("!has(self.engine) || self.model.format == 'tensorrt-llm'",
             "engine applies only to model.format tensorrt-llm", "engine"),
         cel("!has(self.server) || !has(self.server.image) || self.model.format != 'tensorrt-llm'",
@@ -490,13 +792,13 @@ class InferenceServiceSpec(Model):
             f"self.model.precision in {list(CALIBRATED_PRECISIONS)}",
             CALIBRATION_MESSAGE, "engine.calibrationDataset"),
         cel(f"self.gpu.class != '{AUTO_CLASS}' || has(self.model.parameters)", AUTO_PARAMETERS_MESSAGE,
-            "model.parameters"),
+            "gpu.class"),
     ]})
 
     model: ModelSpec = Field(..., description="The model to serve.")
     gpu: GPUSpec = Field(..., description="The GPUs each replica runs on.")
     replicas: int = Field(
-        1, ge=0, le=1000, description="Number of replicas when autoscaling is not set. `kubectl scale` sets it.")
+        1, ge=0, le=MAX_REPLICAS, description="Number of replicas when autoscaling is not set. `kubectl scale` sets it.")
     autoscaling: AutoscalingSpec | None = Field(
         None, description="Scale from Triton's queue depth and p99 latency. When set, replicas is ignored.")
     server: ServerSpec = Field(default_factory=ServerSpec, description="The Triton server container.")
@@ -505,22 +807,52 @@ class InferenceServiceSpec(Model):
         None, description="TensorRT-LLM engine build settings (format tensorrt-llm); defaults apply when unset.")
     service_account_name: str | None = Field(
         None, pattern=DNS_LABEL, max_length=253, description="ServiceAccount the serving pods run as.")
-    pod_labels: dict[str, str] = Field(default_factory=dict, description="Extra labels on serving pods.")
-    pod_annotations: dict[str, str] = Field(default_factory=dict, description="Extra annotations on serving pods.")
+    pod_labels: dict[LabelKey, LabelValue] = labels_field(
+        f"Extra labels on serving pods (at most {LABELS_MAX}), as Kubernetes checks labels.")
+    pod_annotations: dict[AnnotationKey, Annotated[str, Field(max_length=ANNOTATIONS_TOTAL)]] = Field(
+        default_factory=dict, max_length=ANNOTATIONS_MAX,
+        json_schema_extra={"x-kubernetes-validations": [
+            _keys_rule(ANNOTATION_KEY, "annotation"),
+            cel(f"self.map(k, size(k) + size(self[k])).sum() <= {ANNOTATIONS_TOTAL}",
+                f"annotation keys and values together must be at most {ANNOTATIONS_TOTAL} characters"),
+        ]},
+        description=f"Extra annotations on serving pods (at most {ANNOTATIONS_MAX}; keys and values together at "
+                    f"most {ANNOTATIONS_TOTAL} characters).")
 
-    @model_validator(mode="after")
-    def _rollout(self) -> InferenceServiceSpec:
-        if self.rollout.max_surge == 0 and self.rollout.max_unavailable == 0:
-            raise ValueError("rollout.maxSurge and rollout.maxUnavailable cannot both be 0")
-        if self.engine is not None and self.model.format != "tensorrt-llm":
-            raise ValueError("engine applies only to model.format tensorrt-llm")
-        if self.server.image is not None and self.model.format == "tensorrt-llm":
+    @field_validator("pod_annotations")
+    @classmethod
+    def _annotations_size(cls, v: dict[str, str]) -> dict[str, str]:
+        if sum(len(k) + len(val) for k, val in v.items()) > ANNOTATIONS_TOTAL:
+            raise ValueError(f"annotation keys and values together must be at most {ANNOTATIONS_TOTAL} characters")
+        return v
+
+    @field_validator("server")
+    @classmethod
+    def _runtime_image(cls, v: ServerSpec, info: ValidationInfo) -> ServerSpec:
+        model = info.data.get("model")
+        if v.image is not None and model is not None and model.format == "tensorrt-llm":
             raise ValueError(SERVER_IMAGE_MESSAGE)
-        if self.engine and self.engine.calibration_dataset and self.model.precision not in CALIBRATED_PRECISIONS:
+        return v
+
+    @field_validator("engine")
+    @classmethod
+    def _engine_format(cls, v: EngineSpec | None, info: ValidationInfo) -> EngineSpec | None:
+        model = info.data.get("model")
+        if v is None or model is None:
+            return v
+        if model.format != "tensorrt-llm":
+            raise ValueError("engine applies only to model.format tensorrt-llm")
+        if v.calibration_dataset and model.precision not in CALIBRATED_PRECISIONS:
             raise ValueError(CALIBRATION_MESSAGE)
-        if self.gpu.auto and not self.model.parameters:
+        return v
+
+    @field_validator("gpu")
+    @classmethod
+    def _auto_plans(cls, v: GPUSpec, info: ValidationInfo) -> GPUSpec:
+        model = info.data.get("model")
+        if v.auto and model is not None and not model.parameters:
             raise ValueError(AUTO_PARAMETERS_MESSAGE)
-        return self
+        return v
 
 
 # --------------------------------------------------------------------------------------------
@@ -576,9 +908,9 @@ class ClassPlacement(Model):
 
     gpu_class: str = Field(..., description="The GPUClass.")
     deployment: str | None = Field(None, description="The Deployment running this class's replicas.")
-    gpus_per_replica: int | None = Field(None, description="GPUs each replica gets on this class.")
-    desired: int = Field(0, description="Replicas the operator asks for on this class.")
-    ready: int = Field(0, description="Replicas ready to serve on this class.")
+    gpus_per_replica: int | None = Field(None, ge=0, le=64, description="GPUs each replica gets on this class.")
+    desired: int = Field(0, ge=0, le=INT32_MAX, description="Replicas the operator asks for on this class.")
+    ready: int = Field(0, ge=0, le=INT32_MAX, description="Replicas ready to serve on this class.")
     reason: str = Field(..., description="Why (CamelCase): Preferred, Full, RoomToReturn, Returning, SpilledOver, "
                                          "Standby, EngineBuilding, or why the class is skipped.")
     message: str = Field("", description="Details.")
@@ -624,10 +956,4 @@ class InferenceService(Model):
     @field_validator("metadata")
     @classmethod
     def _named(cls, v: dict[str, Any]) -> dict[str, Any]:
-        name = v.get("name")
-        if not name:
-            raise ValueError("metadata.name is required")
-        # Child names append suffixes such as "-headless"; Services need a DNS label of 63 chars.
-        if not re.match(DNS_LABEL, name) or len(name) > 52:
-            raise ValueError("metadata.name must be a DNS label (lowercase letters, digits, '-') of at most 52 characters")
-        return v
+        return _named(v, DNS_1035_LABEL, 52, SERVICE_NAME_RULES)

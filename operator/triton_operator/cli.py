@@ -4,6 +4,7 @@ simulate autoscaling."""
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -15,8 +16,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from . import __version__, crdgen
-from .api import API_VERSION, GPUClass, InferenceService, first_error
+from . import __version__, crdgen, kubeyaml
+from .api import API_VERSION, MAX_REPLICAS, GPUClass, InferenceService, first_error
 from .planning import choice
 from .render import RenderError, dump, render
 from .settings import SettingsError, from_env
@@ -30,28 +31,44 @@ class CliError(Exception):
         self.code = code
 
 
+# etcd refuses objects over 1.5 MiB (the API server answers 500); a file may hold many objects.
+MAX_OBJECT_BYTES = 1536 * 1024
+MAX_FILE_BYTES = 64 * 1024 * 1024
+
+
+def _one_line(value: Any, limit: int = 80) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    text = text.encode("unicode_escape").decode("ascii") if not text.isprintable() else text
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def _load_docs(path: str) -> list[dict[str, Any]]:
+    """The objects of a YAML file as `kubectl apply -f` would send them."""
     try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+        raw = sys.stdin.buffer.read(MAX_FILE_BYTES + 1) if path == "-" else Path(path).read_bytes()
     except OSError as e:
         raise CliError(f"{path}: {e.strerror}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise CliError(f"{path}: is larger than {MAX_FILE_BYTES // 2**20} MiB")
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CliError(f"{path}: is not UTF-8 text (byte {e.start})") from None
+    try:
+        docs = kubeyaml.load_all(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
-        raise CliError(f"{path}:{where} is not valid YAML: {getattr(e, 'problem', e)}") from None
+        raise CliError(f"{path}:{where} is not valid YAML: {_one_line(getattr(e, 'problem', None) or e, 200)}") from None
+    except kubeyaml.KubeYAMLError as e:
+        raise CliError(f"{path}: {e}") from None
     for d in docs:
         if not isinstance(d, dict):
             raise CliError(f"{path}: every document must be a mapping, found {type(d).__name__}")
-    # `kubectl get gpuclass -o yaml` writes one List: its items are the objects.
-    out: list[dict[str, Any]] = []
-    for d in docs:
-        if d.get("kind") == "List" and isinstance(d.get("items"), list):
-            out.extend(i for i in d["items"] if isinstance(i, dict))
-        else:
-            out.append(d)
-    return out
+        size = len(json.dumps(d, ensure_ascii=False, default=str).encode())
+        if size > MAX_OBJECT_BYTES:
+            raise CliError(f"{path}: an object of {size} bytes is larger than etcd stores (1.5 MiB)")
+    return docs
 
 
 def _describe(e: ValidationError) -> str:
@@ -61,15 +78,17 @@ def _describe(e: ValidationError) -> str:
 
 def _parse(doc: dict[str, Any], path: str) -> InferenceService | GPUClass:
     kind, version = doc.get("kind"), doc.get("apiVersion")
-    label = f"{path}: {kind} {(doc.get('metadata') or {}).get('name', '<unnamed>')}"
+    meta = doc.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    label = f"{path}: {_one_line(kind)} {_one_line(name) if isinstance(name, str) and name else '<unnamed>'}"
     if version != API_VERSION or kind not in ("InferenceService", "GPUClass"):
         raise CliError(f"{label}: expected apiVersion {API_VERSION} and kind InferenceService or GPUClass, "
-                       f"found {version} {kind}")
+                       f"found {_one_line(version)} {_one_line(kind)}")
     model = InferenceService if kind == "InferenceService" else GPUClass
     try:
         return model.model_validate(doc)
     except ValidationError as e:
-        raise CliError(f"{label}: {_describe(e)}") from None
+        raise CliError(f"{label}: {_one_line(_describe(e), 1000)}") from None
 
 
 def default_catalog() -> list[dict[str, Any]]:
@@ -101,9 +120,13 @@ def _placement(text: str | None) -> dict[str, int] | None:
     out: dict[str, int] = {}
     for part in text.split(","):
         name, sep, n = part.strip().partition("=")
-        if not sep or not name or not n.isdigit():
-            raise CliError(f"--placement: expected CLASS=REPLICAS[,CLASS=REPLICAS...], e.g. h100=2,h200=1; got {part!r}")
+        if not sep or not name or not (n.isascii() and n.isdigit()) or len(n) > 6:
+            raise CliError("--placement: expected CLASS=REPLICAS[,CLASS=REPLICAS...], e.g. h100=2,h200=1; "
+                           f"got {_one_line(part)}")
         out[name] = int(n)
+    # Bounded as spec.replicas is: the Deployments' replicas are int32, the total a service's.
+    if sum(out.values()) > MAX_REPLICAS:
+        raise CliError(f"--placement: at most {MAX_REPLICAS} replicas in all, as spec.replicas")
     return out
 
 
@@ -287,8 +310,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if getattr(args, "replicas", None) is not None and args.replicas < 0:
-        print("triton-operator: --replicas must be 0 or more", file=sys.stderr)
+    replicas = getattr(args, "replicas", None)
+    if replicas is not None and not 0 <= replicas <= MAX_REPLICAS:
+        print(f"triton-operator: --replicas must be between 0 and {MAX_REPLICAS}, as spec.replicas", file=sys.stderr)
         return 2
     try:
         return args.func(args)
@@ -297,6 +321,12 @@ def main(argv: list[str] | None = None) -> int:
         return getattr(e, "code", 2)
     except BrokenPipeError:
         return 0
+    except Exception as e:  # noqa: BLE001 - a bug; the offline commands still answer in one line
+        if args.command == "run":
+            raise
+        print(f"triton-operator: internal error ({type(e).__name__}: {_one_line(str(e), 200)}); "
+              "please report it with the input", file=sys.stderr)
+        return 70
 
 
 if __name__ == "__main__":

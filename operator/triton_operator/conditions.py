@@ -6,6 +6,13 @@ from datetime import datetime, timezone
 from typing import Any
 
 READY, PROGRESSING, DEGRADED, ENGINE_READY = "Ready", "Progressing", "Degraded", "EngineReady"
+# Messages are for people: the API server's answers can list every field of a rejected object.
+MAX_MESSAGE = 2048
+
+
+def bounded(message: str) -> str:
+    """A message cut to MAX_MESSAGE characters."""
+    return message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE - 1] + "…"
 
 
 def timestamp(now: datetime) -> str:
@@ -26,7 +33,7 @@ def set_condition(conditions: list[dict[str, Any]], type_: str, status: bool | s
         "type": type_,
         "status": value,
         "reason": reason,
-        "message": message,
+        "message": bounded(message),
         "lastTransitionTime": timestamp(now) if changed else old["lastTransitionTime"],
     }
     if generation is not None:

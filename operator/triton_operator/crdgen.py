@@ -8,6 +8,7 @@ printer columns).
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from pydantic import BaseModel
@@ -16,9 +17,17 @@ from . import api
 
 KEEP = {
     "description", "default", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-    "pattern", "enum", "maxLength", "minLength", "maxItems", "minItems", "format",
-    "x-kubernetes-validations", "x-kubernetes-int-or-string",
+    "pattern", "enum", "maxLength", "minLength", "maxItems", "minItems", "maxProperties", "format",
+    "x-kubernetes-validations", "x-kubernetes-int-or-string", "x-kubernetes-list-type",
+    "x-kubernetes-list-map-keys",
 }
+
+# The API server's schema check takes 1.0 for an integer and stores it as 1, but a CEL rule that
+# reads the field then fails with "invalid data, expected int, got float64" reported on the
+# object holding the rule, which names no field. A rule on every integer field itself reads it
+# first, so such a value is refused everywhere alike, on the field's own path (and kubectl, which
+# sends 1.0 in YAML as 1, is never affected). The models refuse floats in integer fields too.
+INTEGER_RULE = api.cel("type(self) == int", "must be an integer (a whole number written without a decimal point)")
 
 
 def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
@@ -38,7 +47,8 @@ def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
             merged["default"] = node["default"]
         return _structural(merged, defs)
 
-    out: dict[str, Any] = {k: v for k, v in node.items() if k in KEEP}
+    # Deep copies: pydantic shares rule dicts between fields, and YAML would print them as aliases.
+    out: dict[str, Any] = {k: copy.deepcopy(v) for k, v in node.items() if k in KEEP}
     # JSON Schema 2020-12 (pydantic) puts the bound in exclusiveMinimum; OpenAPI v3.0 (Kubernetes)
     # wants minimum plus a boolean.
     for bound, plain in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
@@ -64,6 +74,8 @@ def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
             out["x-kubernetes-preserve-unknown-fields"] = True
     if kind == "array":
         out["items"] = _structural(node.get("items", {}), defs)
+    if kind == "integer":
+        out["x-kubernetes-validations"] = [dict(INTEGER_RULE), *out.get("x-kubernetes-validations", [])]
     if kind == "number" and out.get("default") is not None and float(out["default"]).is_integer():
         out["default"] = int(out["default"]) if isinstance(out["default"], float) else out["default"]
     return out
@@ -74,8 +86,10 @@ def schema_of(model: type[BaseModel]) -> dict[str, Any]:
     return _structural(raw, raw.get("$defs", {}))
 
 
+# A rule's fieldPath cannot point into metadata (the CRD schema does not describe it), so the
+# name rules say the field in their message.
 def _top_level(spec_model: type[BaseModel], status_model: type[BaseModel] | None,
-               description: str, name_rule: dict[str, str] | None) -> dict[str, Any]:
+               description: str, *name_rules: dict[str, str]) -> dict[str, Any]:
     spec = schema_of(spec_model)
     props: dict[str, Any] = {
         "apiVersion": {"type": "string", "description": "APIVersion of this object."},
@@ -85,12 +99,10 @@ def _top_level(spec_model: type[BaseModel], status_model: type[BaseModel] | None
     }
     if status_model is not None:
         props["status"] = schema_of(status_model)
-    out: dict[str, Any] = {
+    return {
         "type": "object", "description": description, "required": ["spec"], "properties": props,
+        "x-kubernetes-validations": list(name_rules),
     }
-    if name_rule:
-        out["x-kubernetes-validations"] = [name_rule]
-    return out
 
 
 def _conditions_as_map(status: dict[str, Any]) -> None:
@@ -105,8 +117,8 @@ def inference_service_crd() -> dict[str, Any]:
     schema = _top_level(
         api.InferenceServiceSpec, api.InferenceServiceStatus,
         "InferenceService serves a model with Triton Inference Server on a class of GPUs.",
-        api.cel("self.metadata.name.size() <= 52",
-                "metadata.name must be at most 52 characters (children add suffixes)"),
+        api.cel(f"size(self.metadata.name) <= 52 && self.metadata.name.matches('{api.DNS_1035_LABEL}')",
+                f"metadata.name must be {api.SERVICE_NAME_RULES}"),
     )
     _conditions_as_map(schema["properties"]["status"])
     columns = [
@@ -139,6 +151,9 @@ def gpu_class_crd() -> dict[str, Any]:
     schema = _top_level(
         api.GPUClassSpec, None,
         "GPUClass maps a class of GPUs (h100, l4, ...) to the nodes that carry it and the figures used to plan on it.",
+        api.cel(f"size(self.metadata.name) <= 63 && self.metadata.name.matches('{api.DNS_LABEL}')",
+                "metadata.name must be a DNS label (lowercase letters, digits, '-') of at most 63 characters, "
+                "as spec.gpu.class refers to it"),
         api.cel(f"self.metadata.name != '{api.AUTO_CLASS}'", api.AUTO_RESERVED_MESSAGE),
     )
     columns = [

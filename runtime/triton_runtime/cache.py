@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 MANIFEST = "manifest.json"
+#: Seconds between attempts at a lock another builder holds (an engine build takes minutes).
+LOCK_POLL_SECONDS = 2.0
 LOCKS = ".locks"
 SCRATCH = ".tmp"
 # flock errors that mean "this filesystem has no (cross-node) locks", not "someone holds it".
@@ -78,15 +80,18 @@ def locked(cache: Path, key: str, timeout: float = 6 * 3600, log: Callable[[str]
         raise not_writable(cache, path, e) from None
     with handle:
         deadline = time.monotonic() + timeout
-        held = True
+        held, waiting = True, False
         while True:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
+                if not waiting:  # once: the job's log then says why it is idle
+                    log(f"another builder holds the lock of {key}: waiting for it")
+                    waiting = True
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"another build of {key} held the lock for {timeout:.0f}s") from None
-                time.sleep(2)
+                time.sleep(LOCK_POLL_SECONDS)
             except OSError as e:
                 if e.errno not in NO_LOCKS:
                     raise

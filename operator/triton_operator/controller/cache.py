@@ -54,6 +54,8 @@ def trim(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 _POD_CONDITIONS = {"PodScheduled", "Ready"}
+_POD_LABELS = {LABEL_SERVICE, LABEL_GPU_CLASS, "app.kubernetes.io/component", "batch.kubernetes.io/job-name",
+               "job-name"}
 
 
 def trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
@@ -62,15 +64,32 @@ def trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     labels = meta.get("labels") or {}
     st = pod.get("status") or {}
 
+    def terminated(state: dict[str, Any] | None) -> dict[str, Any] | None:
+        t = (state or {}).get("terminated")
+        if not t:
+            return None
+        # The termination message is where runtime/'s doctor says what is wrong.
+        return {"exitCode": t.get("exitCode"), "reason": t.get("reason"), "message": (t.get("message") or "")[:1024]}
+
     def containers(statuses: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-        return [{"name": s.get("name"), "ready": s.get("ready"),
-                 "restartCount": s.get("restartCount"), "state": s.get("state") or {}} for s in statuses or []]
+        out = []
+        for s in statuses or []:
+            state = dict(s.get("state") or {})
+            if "terminated" in state:
+                state["terminated"] = terminated(state)
+            item = {"name": s.get("name"), "ready": s.get("ready"), "restartCount": s.get("restartCount"),
+                    "state": state}
+            last = terminated(s.get("lastState"))
+            if last:
+                item["lastState"] = {"terminated": last}
+            out.append(item)
+        return out
 
     return {
         "metadata": {
             "name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid"),
             "resourceVersion": meta.get("resourceVersion"), "deletionTimestamp": meta.get("deletionTimestamp"),
-            "labels": {k: v for k, v in labels.items() if k in (LABEL_SERVICE, LABEL_GPU_CLASS)},
+            "labels": {k: v for k, v in labels.items() if k in _POD_LABELS},
         },
         "spec": {"nodeName": (pod.get("spec") or {}).get("nodeName")},
         "status": {

@@ -32,8 +32,9 @@ class Children:
     service: dict[str, Any] | None = None
     pdb: dict[str, Any] | None = None
     jobs: tuple[dict[str, Any], ...] = ()
-    pods: tuple[dict[str, Any], ...] = ()
-    deployments: tuple[dict[str, Any], ...] = ()      # every Deployment of the service, spill classes too
+    pods: tuple[dict[str, Any], ...] = ()          # serving pods
+    build_pods: tuple[dict[str, Any], ...] = ()    # pods of engine-build Jobs
+    deployments: tuple[dict[str, Any], ...] = ()   # every Deployment of the service, spill classes too
 
     def all_deployments(self) -> list[dict[str, Any]]:
         out = list(self.deployments)
@@ -85,7 +86,7 @@ def plan(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Sett
         if isvc.spec.model.format == "tensorrt-llm":
             jobs = engine_jobs(isvc, classes, settings)
             known = [e.wire() for e in isvc.status.engines or []] if isvc.status else []
-            engine_states = engines.states(jobs, list(children.jobs), known)
+            engine_states = engines.states(jobs, list(children.jobs), known, list(children.build_pods))
             ready = engines.ready_classes(engine_states)
             wanted = {j["metadata"]["name"] for j in jobs}
             delete = [("batch/v1", "Job", j["metadata"]["name"]) for j in children.jobs

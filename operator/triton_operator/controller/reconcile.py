@@ -138,9 +138,13 @@ class Views:
         s = self.store
         jobs = tuple(sorted(s.owned(JOB.kind, key), key=lambda j: j["metadata"]["name"]))
         deployments = tuple(sorted(s.owned(DEPLOYMENT.kind, key), key=lambda d: d["metadata"]["name"]))
+        pods = s.owned(POD.kind, key)
+        component = "app.kubernetes.io/component"
         return desired_core.Children(
             deployment=s.get(DEPLOYMENT.kind, key), service=s.get(SERVICE.kind, key), pdb=s.get(PDB.kind, key),
-            jobs=jobs, pods=tuple(s.owned(POD.kind, key)), deployments=deployments)
+            jobs=jobs, pods=tuple(p for p in pods if p["metadata"]["labels"].get(component) == "server"),
+            build_pods=tuple(p for p in pods if p["metadata"]["labels"].get(component) == "engine-build"),
+            deployments=deployments)
 
     def free_gpus(self, classes: Mapping[str, GPUClass]) -> dict[str, list[int]] | None:
         """Free GPUs per node of each class, from the Node and GPU-pod caches; None until both
@@ -217,7 +221,7 @@ class Reconciler:
             return None
         if isvc is None:
             # The CRD admits nothing the models refuse; this guards objects stored by an older CRD.
-            return self._write_status(raw, _invalid_status(raw, f"spec is invalid: {invalid}", self.now()), [])
+            return self._write_status(raw, *_invalid_status(raw, f"spec is invalid: {invalid}", self.now()))
 
         report = self.reports(key) if isvc.spec.autoscaling is not None else None
         children = self.views.children(key)
@@ -375,9 +379,15 @@ def _with_autoscaling(new_status: dict[str, Any], old_status: dict[str, Any], re
     return new_status
 
 
-def _invalid_status(raw: dict[str, Any], message: str, now: datetime) -> dict[str, Any]:
+def _invalid_status(raw: dict[str, Any], message: str, now: datetime
+                    ) -> tuple[dict[str, Any], list[status_core.Event]]:
+    """Status (and an Event, once) for an object the models refuse: stored under an older CRD."""
     gen = raw["metadata"].get("generation")
-    conds = (raw.get("status") or {}).get("conditions") or []
+    old = (raw.get("status") or {}).get("conditions") or []
+    conds = old
     for type_, value in ((c.READY, False), (c.PROGRESSING, False), (c.DEGRADED, True)):
         conds = c.set_condition(conds, type_, value, "InvalidSpec", message, gen, now)
-    return {"observedGeneration": gen, "conditions": conds}
+    before = c.find(old, c.DEGRADED)
+    events = [] if before and before.get("reason") == "InvalidSpec" and before.get("message") == message else [
+        status_core.Event("Warning", "InvalidSpec", message)]
+    return {"observedGeneration": gen, "conditions": conds}, events

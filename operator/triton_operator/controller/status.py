@@ -79,7 +79,11 @@ def pod_trouble(pods: list[dict[str, Any]]) -> PodTrouble:
         for cs in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
             waiting = (cs.get("state") or {}).get("waiting") or {}
             if waiting.get("reason") in BAD_WAITING:
-                failing.append((name, waiting["reason"], waiting.get("message") or ""))
+                # A crash loop's own message only says it backs off; what the container said as it
+                # exited (runtime/'s doctor writes its findings there) tells the user what to fix.
+                said = ((cs.get("lastState") or {}).get("terminated") or {}).get("message") or ""
+                message = f"{cs.get('name')}: {said.strip()}" if said.strip() else waiting.get("message") or ""
+                failing.append((name, waiting["reason"], message))
     return PodTrouble(unschedulable, failing)
 
 
@@ -268,7 +272,8 @@ def _placement_status(obs: Observed, old: list[dict[str, Any]], now: datetime) -
         if not o.usable and o.gpu_class not in listed:
             entries.append({"gpuClass": o.gpu_class, "gpusPerReplica": o.count, "desired": 0, "ready": 0,
                             "reason": o.reason, "message": o.message, "since": since(o.gpu_class, o.reason)})
-    return [{k: v for k, v in e.items() if v is not None} for e in entries]
+    # Skipped classes' messages can list every GPUClass (class auto): bounded as conditions are.
+    return [{k: c.bounded(v) if k == "message" else v for k, v in e.items() if v is not None} for e in entries]
 
 
 def _events(old: list[dict[str, Any]], new: list[dict[str, Any]], notes: list[str],

@@ -9,6 +9,7 @@ of it, which is why it is a bound).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..api import BYTES_PER_PARAMETER, MIN_COMPUTE_CAPABILITY, GPUClassSpec, ModelSpec
@@ -46,10 +47,12 @@ def plan(model: ModelSpec, gpu_class: GPUClassSpec, count: int) -> Plan:
         return Plan(None, available, True, None, None, cost)
     weight_bytes = params * BYTES_PER_PARAMETER[model.precision]
     weights_gib = weight_bytes / GIB
-    min_gpus = max(1, -(-weights_gib // per_gpu))
-    bound = gpu_class.memory_bandwidth_tbps * 1e12 * count / weight_bytes
+    # The API bounds keep every figure finite and positive (parameters > 0, memoryGiB >= 1,
+    # bandwidth >= 0.01 TB/s); the guards keep a plan from dividing by zero all the same.
+    min_gpus = max(1, math.ceil(weights_gib / per_gpu)) if per_gpu > 0 else None
+    bound = gpu_class.memory_bandwidth_tbps * 1e12 * count / weight_bytes if weight_bytes > 0 else None
     return Plan(round(weights_gib, 1), round(available, 1), weights_gib <= available,
-                int(min_gpus), round(bound, 1), cost)
+                min_gpus, None if bound is None else round(bound, 1), cost)
 
 
 def problems(model: ModelSpec, class_name: str, gpu_class: GPUClassSpec, count: int) -> list[Problem]:

@@ -18,8 +18,24 @@ def _condition(job: dict[str, Any], type_: str) -> dict[str, Any] | None:
     return None
 
 
+def _said(job_name: str, pods: list[dict[str, Any]]) -> str | None:
+    """What a failed container of the Job's pods said on its way out (runtime/'s doctor writes
+    its findings to the termination log), if anything."""
+    for pod in pods:
+        labels = pod["metadata"].get("labels") or {}
+        if job_name not in (labels.get("batch.kubernetes.io/job-name"), labels.get("job-name")):
+            continue
+        st = pod.get("status") or {}
+        for cs in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
+            for state in (cs.get("state") or {}, cs.get("lastState") or {}):
+                term = state.get("terminated") or {}
+                if term.get("exitCode") not in (None, 0) and (term.get("message") or "").strip():
+                    return f"{cs.get('name')}: {term['message'].strip()}"
+    return None
+
+
 def states(rendered: list[dict[str, Any]], observed: list[dict[str, Any]],
-           known: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+           known: list[dict[str, Any]] | None, pods: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     by_name = {j["metadata"]["name"]: j for j in observed}
     ready_before = {(e["gpuClass"], e["job"]) for e in known or [] if e.get("phase") == "Ready"}
     out = []
@@ -31,7 +47,8 @@ def states(rendered: list[dict[str, Any]], observed: list[dict[str, Any]],
             phase, message = "Ready", "engine built and cached"
         elif live and (failed := _condition(live, "Failed")):
             phase = "Failed"
-            message = f"build Job {name} failed: {failed.get('reason') or 'Failed'}: {failed.get('message') or ''}".rstrip(": ")
+            why = _said(name, pods or []) or failed.get("message") or ""
+            message = f"build Job {name} failed: {failed.get('reason') or 'Failed'}: {why}".rstrip(": ")
         else:
             active = int(((live or {}).get("status") or {}).get("active") or 0)
             phase = "Building"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Collection, Mapping
 
@@ -18,6 +19,7 @@ from .. import planning
 from ..planning import choice
 from ..api import API_VERSION, EngineSpec, GPUClass, GPUClassSpec, InferenceService
 from ..labels import LABEL_GPU_CLASS, LABEL_SERVICE, MANAGED_BY, selector_labels
+from ..quantity import within_limits
 from ..settings import Settings
 from . import runtime
 from .runtime import PROGRAM, SCRATCH_ROOT
@@ -40,8 +42,6 @@ _env = jinja2.Environment(
     autoescape=False,
     keep_trailing_newline=True,
 )
-# JSON is YAML: every value goes through tojson, so no value can break the document's structure.
-_env.policies["json.dumps_kwargs"] = {"sort_keys": False}
 # libyaml's loader parses a rendered manifest ~20x faster than the pure-Python one; rendering runs
 # on every reconcile that cannot be skipped, so this is most of its cost.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -49,6 +49,28 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 def _load(text: str) -> dict[str, Any]:
     return yaml.load(text, Loader=_LOADER)  # noqa: S506 (a safe loader)
+
+
+# JSON is YAML: every value goes through tojson, so no value can break the document's structure.
+_env.policies["json.dumps_kwargs"] = {"sort_keys": False}
+# ...nearly: JSON writes a character beyond U+FFFF (an emoji) as a UTF-16 surrogate pair, which a
+# YAML parser reads as two lone surrogates (libyaml refuses them), and the API would get a mangled
+# string. YAML's own 8-digit escape says the character in one piece; a lone surrogate becomes
+# U+FFFD, as Go's JSON decoder makes it. (An escaped backslash before \u is left alone.)
+_SURROGATES = re.compile(r"(?<!\\)((?:\\\\)*)\\u(d[89ab][0-9a-f]{2})(?:\\u(d[c-f][0-9a-f]{2}))?|"
+                         r"(?<!\\)((?:\\\\)*)\\u(d[c-f][0-9a-f]{2})")
+
+
+def _json_for_yaml(value: Any, **kwargs: Any) -> str:
+    def whole(m: re.Match[str]) -> str:
+        if m.group(2) and m.group(3):
+            high, low = int(m.group(2), 16), int(m.group(3), 16)
+            return f"{m.group(1)}\\U{0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00):08x}"
+        return f"{m.group(1) or m.group(4) or ''}\\ufffd"
+    return _SURROGATES.sub(whole, json.dumps(value, **kwargs))
+
+
+_env.policies["json.dumps_function"] = _json_for_yaml
 
 
 class RenderError(Exception):
@@ -213,7 +235,8 @@ def _resources(isvc: InferenceService, cls: GPUClassSpec) -> tuple[dict[str, Any
     resources = {
         # Requests so the scheduler reserves host CPU and memory for the server; no default limits:
         # a model's host-memory peak while loading is unknown here, and a wrong limit OOM-kills it.
-        "requests": {**DEFAULT_REQUESTS, **((user_res.requests if user_res else None) or {}), **gpu},
+        "requests": {**within_limits(DEFAULT_REQUESTS, user_res.limits if user_res else None),
+                     **((user_res.requests if user_res else None) or {}), **gpu},
         "limits": {**((user_res.limits if user_res else None) or {}), **gpu},
     }
     # The scheduler reserves max(init, app) per resource, so the same requests cost nothing extra.
@@ -221,9 +244,9 @@ def _resources(isvc: InferenceService, cls: GPUClassSpec) -> tuple[dict[str, Any
 
 
 def _scratch_limit(isvc: InferenceService) -> str | None:
-    """The build's scratch volume size: the user's ephemeral-storage request, else the estimate."""
-    user = isvc.spec.engine.build_resources if isvc.spec.engine else None
-    return ((user.requests or {}) if user else {}).get("ephemeral-storage") or runtime.scratch_size(isvc)
+    """The build's scratch volume size: its ephemeral-storage request (the user's, else the
+    estimate, lowered to a lower limit)."""
+    return runtime.build_resources(isvc)["requests"].get("ephemeral-storage")
 
 
 def _build_resources(isvc: InferenceService, cls: GPUClassSpec) -> dict[str, Any]:

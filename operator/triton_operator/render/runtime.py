@@ -15,6 +15,7 @@ import math
 from typing import Any
 
 from ..api import BYTES_PER_PARAMETER, ContainerResources, InferenceService
+from ..quantity import within_limits
 
 SERVING_HOME = "/home/triton-server"
 SERVING_HOME_SIZE = "2Gi"       # tokenizers and the Python backend write little
@@ -83,8 +84,9 @@ def build_resources(isvc: InferenceService) -> dict[str, Any]:
     if scratch:
         requests["ephemeral-storage"] = scratch
     user: ContainerResources | None = isvc.spec.engine.build_resources if isvc.spec.engine else None
-    return {"requests": {**requests, **((user.requests if user else None) or {})},
-            "limits": dict((user.limits if user else None) or {})}
+    limits = (user.limits if user else None) or {}
+    return {"requests": {**within_limits(requests, limits), **((user.requests if user else None) or {})},
+            "limits": dict(limits)}
 
 
 def doctor_args(mode: str, engine_args: list[str], gpus: int, scratch: str | None = None,
