@@ -16,7 +16,7 @@ define covered_pytest
 	  $(COVERAGE) combine --quiet && $(COVERAGE) report; exit $$status
 endef
 
-.PHONY: help venv test unit unit-coverage e2e crds golden check-generated dev dev-down tools lint bench-autoscaling bench-scale bench-spill
+.PHONY: help venv test unit unit-coverage e2e crds golden check-generated dev dev-down tools lint bench-autoscaling bench-scale bench-spill bench-robustness
 
 help:
 	@echo "make dev       local cluster with simulated GPU nodes + operator + an example service"
@@ -30,6 +30,7 @@ help:
 	@echo "make bench-autoscaling  every autoscaling policy on four workloads -> bench/results/autoscaling.md"
 	@echo "make bench-scale        the control plane at N=1000 services: bulk, idle, autoscaler -> bench/results/scale.md"
 	@echo "make bench-spill        SLO during a GPU shortage with and without spill-over -> bench/results/spill.md"
+	@echo "make bench-robustness   1,000 hostile specs against the API server and the operator -> bench/results/robustness.md"
 
 $(STAMP): pyproject.toml runtime/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -74,6 +75,9 @@ bench-scale: $(STAMP)
 
 bench-spill: $(STAMP)
 	$(PY) bench/spill.py
+
+bench-robustness: $(STAMP)
+	$(PY) bench/robustness.py -n $${N:-1000}
 
 lint: $(STAMP)
 	$(VENV)/bin/lint-imports

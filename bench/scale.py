@@ -27,14 +27,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import platform
-import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -42,41 +38,22 @@ from pathlib import Path
 from typing import Any, Callable
 
 import yaml
-from kubernetes import client, config
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from e2e.harness import free_port  # noqa: E402
+from common import (RELEASE_NS, ROOT, SA, Cluster, OperatorProcess, free_port, log, machine,  # noqa: E402
+                    percentile)
 from e2e.harness.prometheus import Prometheus, Target  # noqa: E402
 from triton_operator.api import GPUClass, InferenceService  # noqa: E402
 from triton_operator.controller import status as status_core  # noqa: E402
 from triton_operator.controller.cache import Store  # noqa: E402
 from triton_operator.controller.informer import Informer  # noqa: E402
-from triton_operator.controller.k8s import (DEPLOYMENT, INFERENCE_SERVICE, PDB, SERVICE, ApiError,  # noqa: E402
-                                            Kube)
+from triton_operator.controller.k8s import DEPLOYMENT, INFERENCE_SERVICE, PDB, SERVICE, Kube  # noqa: E402
 from triton_operator.controller.logsummary import FailureLog  # noqa: E402
 from triton_operator.render import endpoints, render  # noqa: E402
 from triton_operator.settings import Settings  # noqa: E402
 
 GROUP = "serving.triton-operator.io"
-RELEASE, RELEASE_NS, SA = "triton-operator", "triton-system", "triton-operator"
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def sh(*args: str, env: dict[str, str] | None = None, input: str | None = None, check: bool = True) -> str:
-    out = subprocess.run(list(args), capture_output=True, text=True, env=env, input=input, timeout=900)
-    if check and out.returncode != 0:
-        raise RuntimeError(f"{' '.join(args[:3])} failed: {out.stderr[-2000:]}")
-    return out.stdout
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
 def isvc_doc(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
@@ -179,68 +156,6 @@ class Exporter:
         self.server.shutdown()
 
 
-class OperatorProcess:
-    def __init__(self, env: dict[str, str], kubeconfig: str, log_path: Path):
-        self.env, self.kubeconfig, self.log_path = env, kubeconfig, log_path
-        self.port, self.metrics_port = free_port(), free_port()
-        self.proc: subprocess.Popen | None = None
-
-    def start(self, **extra: str) -> None:
-        env = {**self.env, "KUBECONFIG": self.kubeconfig, "TRITON_OPERATOR_METRICS_ADDRESS": "127.0.0.1",
-               "TRITON_OPERATOR_METRICS_PORT": str(self.metrics_port), **extra}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "triton_operator", "run", "--liveness", f"http://127.0.0.1:{self.port}/healthz",
-             "--leader-elect", "--leader-elect-namespace", RELEASE_NS],
-            env=env, stdout=open(self.log_path, "ab"), stderr=subprocess.STDOUT, cwd=ROOT)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"operator exited: {self.log_path.read_text()[-3000:]}")
-            health = self.health()
-            if health.get("synced"):
-                return
-            time.sleep(0.5)
-        raise TimeoutError("operator did not sync its cache in 120 s")
-
-    def health(self) -> dict[str, Any]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=5) as r:
-                return json.loads(r.read()).get("controller") or {}
-        except (OSError, ValueError):
-            return {}
-
-    def metrics(self) -> dict[str, float]:
-        """The operator's own metrics, summed over label sets by name+labels as text keys."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
-            out = {}
-            for line in r.read().decode().splitlines():
-                if line and not line.startswith("#"):
-                    key, _, value = line.rpartition(" ")
-                    out[key] = float(value)
-            return out
-
-    def cpu_seconds(self) -> float:
-        assert self.proc is not None
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def memory_mib(self) -> tuple[float, float]:
-        """(RSS, peak RSS) in MiB."""
-        assert self.proc is not None
-        status = {k: v for k, _, v in (line.partition(":") for line in
-                                       Path(f"/proc/{self.proc.pid}/status").read_text().splitlines())}
-        return int(status["VmRSS"].split()[0]) / 1024, int(status["VmHWM"].split()[0]) / 1024
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-
-
 def audit_requests(path: Path, start: int, user: str) -> dict[str, int]:
     """Requests by `user` in the audit log after byte offset `start`, by verb (watches apart)."""
     out: dict[str, int] = {}
@@ -279,27 +194,17 @@ def main() -> int:
     n, threads = args.services, args.threads
     figures: dict[str, Any] = {"services": n, "threads": threads}
 
-    bin_dir = sh(str(ROOT / "hack" / "install-tools.sh")).strip()
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    sh(str(ROOT / "hack" / "cluster.sh"), "down", args.cluster, env=env, check=False)
-    log(f"starting cluster {args.cluster}")
-    kubeconfig = sh(str(ROOT / "hack" / "cluster.sh"), "up", args.cluster, env=env).strip().splitlines()[-1]
-    env["KUBECONFIG"] = kubeconfig
-    audit_log = Path(sh(str(ROOT / "hack" / "cluster.sh"), "audit-log", args.cluster, env=env).strip())
-    work = Path(kubeconfig).parent
+    cluster = Cluster(args.cluster)
+    audit_log = cluster.audit_log
     op: OperatorProcess | None = None
     prom: Prometheus | None = None
     exporter: Exporter | None = None
     try:
-        sh("kubectl", "apply", "--server-side", "-f", "-", input=l4_nodes(n // 8 + 2), env=env)
-        sh("helm", "upgrade", "--install", RELEASE, str(ROOT / "charts" / "triton-operator"), "-n", RELEASE_NS,
-           "--create-namespace", "--set", "replicaCount=0", "--wait", "--timeout", "120s", env=env)
-        sh("kubectl", "apply", "--server-side", "-f", str(ROOT / "examples" / "gpuclasses.yaml"), env=env)
+        cluster.kubectl("apply", "--server-side", "-f", "-", input=l4_nodes(n // 8 + 2))
+        cluster.install()
         for ns in ("bare", "latency", "fleet"):
-            sh("kubectl", "create", "namespace", ns, env=env)
-        admin_cfg = client.Configuration()
-        config.load_kube_config(config_file=kubeconfig, client_configuration=admin_cfg)
-        kube = Kube("bench", admin_cfg, qps=10_000, burst=10_000, pool_size=64)
+            cluster.kubectl("create", "namespace", ns)
+        kube = cluster.admin()
         classes = {d["metadata"]["name"]: GPUClass.model_validate(d)
                    for d in yaml.safe_load_all((ROOT / "examples" / "gpuclasses.yaml").read_text()) if d}
         settings = Settings()
@@ -319,19 +224,11 @@ def main() -> int:
         log(f"bare client: {n} InferenceServices, {3 * n} children, {n} status writes, {threads} threads")
         figures["bare_seconds"] = parallel(threads, names, bare)
         log(f"bare client done in {figures['bare_seconds']:.1f}s")
-        sh("kubectl", "delete", "namespace", "bare", "--wait=true", "--timeout=900s", env=env)
+        cluster.kubectl("delete", "namespace", "bare", "--wait=true", "--timeout=900s")
         log("bare namespace deleted")
 
         # the operator, as the chart's ServiceAccount ---------------------------------------------
-        token = sh("kubectl", "create", "token", SA, "-n", RELEASE_NS, "--duration=6h", env=env).strip()
-        view = yaml.safe_load(sh("kubectl", "config", "view", "--minify", "--raw", "-o", "yaml", env=env))
-        sa_config = work / "operator.kubeconfig"
-        sa_config.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "op",
-            "clusters": [{"name": "local", "cluster": view["clusters"][0]["cluster"]}],
-            "users": [{"name": "op", "user": {"token": token}}],
-            "contexts": [{"name": "op", "context": {"cluster": "local", "user": "op"}}]}))
-        op = OperatorProcess(env, str(sa_config), work / "operator.log")
+        op = cluster.operator()
         op.start()
         log("operator running and synced")
 
@@ -356,7 +253,7 @@ def main() -> int:
         figures["apply_to_deployment_ms"] = (percentile(via_operator, 50) * 1000, percentile(via_operator, 99) * 1000)
         log(f"raw apply p50/p99 {figures['raw_apply_ms'][0]:.0f}/{figures['raw_apply_ms'][1]:.0f} ms; "
             f"apply -> Deployment {figures['apply_to_deployment_ms'][0]:.0f}/{figures['apply_to_deployment_ms'][1]:.0f} ms")
-        sh("kubectl", "delete", "namespace", "latency", "--wait=true", "--timeout=300s", env=env)
+        cluster.kubectl("delete", "namespace", "latency", "--wait=true", "--timeout=300s")
 
         # 3. N services at once --------------------------------------------------------------------
         watch = Watcher(kube, "fleet")
@@ -472,17 +369,9 @@ def main() -> int:
         if op:
             op.stop()
         if not args.keep:
-            sh(str(ROOT / "hack" / "cluster.sh"), "down", args.cluster, env=env, check=False)
+            cluster.down()
     write_results(figures, Path(args.out), " ".join(sys.argv))
     return 0
-
-
-def machine() -> str:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    mem = int(next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()
-                   if line.startswith("MemTotal"))) / 1024 / 1024
-    return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, Python {platform.python_version()}, {platform.system()}"
 
 
 def write_results(f: dict[str, Any], out: Path, command: str) -> None:

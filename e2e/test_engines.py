@@ -11,11 +11,36 @@ controller to a hostPath volume that nothing mounts."""
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime
 
 from .cluster import Operator, wait_for
 
 GROUP = "serving.triton-operator.io"
+
+
+class DeploymentRecorder:
+    """(spec.replicas, status.readyReplicas) of every version of one Deployment, from a watch."""
+
+    def __init__(self, cluster, namespace: str, name: str):
+        from kubernetes import client, config, watch
+        api = client.AppsV1Api(config.new_client_from_config(config_file=cluster.kubeconfig))
+        self.versions: list[tuple[int, int]] = []
+        self._watch = watch.Watch()
+
+        def run() -> None:
+            for event in self._watch.stream(api.list_namespaced_deployment, namespace,
+                                            field_selector=f"metadata.name={name}", timeout_seconds=300):
+                dep = event["object"]
+                self.versions.append((dep.spec.replicas, dep.status.ready_replicas or 0))
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+        wait_for("the watch's first event", lambda: self.versions, timeout=30)
+
+    def stop(self) -> list[tuple[int, int]]:
+        self._watch.stop()
+        return list(self.versions)
 
 
 def _ts(value: str) -> datetime:
@@ -70,6 +95,7 @@ def test_engine_builds_per_class_then_serving(operator: Operator, ns: str):
         assert "EngineBuilding" in reasons and "EngineReady" in reasons
 
         old = {j["metadata"]["name"] for j in jobs.values()}
+        seen = DeploymentRecorder(c, ns, "llm")  # every version of the Deployment from here on
         c.kubectl("patch", "infsvc", "llm", "-n", ns, "--type=merge", "-p", '{"spec": {"engine": {"maxBatchSize": 128}}}')
         new = wait_for("new build Jobs replace the old", lambda: (names := {j["metadata"]["name"] for j in c.get("jobs", namespace=ns)})
                        and len(names) == 2 and not names & old and names, timeout=60)
@@ -79,6 +105,12 @@ def test_engine_builds_per_class_then_serving(operator: Operator, ns: str):
         args = next(i for i in dep["spec"]["template"]["spec"]["initContainers"] if i["name"] == "make-repository")["args"]
         assert args[args.index("--max-batch-size") + 1] == "128"
         assert {j["metadata"]["name"] for j in c.get("jobs", namespace=ns)} == new
+        wait_for("the Deployment rolled out for generation 2", lambda: (d := c.get("deployment", "llm", ns))
+                 and (d["status"].get("updatedReplicas") or 0) == 2 and (d["status"].get("readyReplicas") or 0) == 2)
+        versions = seen.stop()
+        assert versions, "the watch saw the Deployment"
+        assert min(v[0] for v in versions) == 2, "the running Deployment keeps its replicas while the new engine builds"
+        assert min(v[1] for v in versions) >= 1, "something serves throughout the rebuild"
     finally:
         c.kubectl("delete", "infsvc", "llm", "-n", ns, "--wait=true", check=False)
         c.kubectl("delete", "pv", f"engines-{ns}", "--wait=false", check=False)

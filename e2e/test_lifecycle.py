@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import json
 import signal
-import time
 from typing import Any
 
 import pytest
@@ -192,15 +191,29 @@ def test_pod_security_restricted_admits_serving_pods(operator: Operator, ns: str
 
 
 def test_sigkill_during_a_burst_converges_without_duplicates(operator: Operator, ns: str):
+    """The operator is killed while it is creating the children of a burst of services (the kill
+    lands after some but not all of them exist: it is slowed to 10 API requests a second for this
+    test), and a new one converges them all without duplicates."""
     c = operator.cluster
-    names = [f"burst-{i}" for i in range(8)]
-    c.apply([service(n, ns) for n in names[:4]])
-    time.sleep(0.5)
-    operator.kill(signal.SIGKILL)
-    c.apply([service(n, ns) for n in names[4:]])
+    names = [f"burst-{i}" for i in range(24)]
+    saved = dict(operator.extra_env)
+    operator.stop()
+    operator.extra_env.update({"TRITON_OPERATOR_API_QPS": "10", "TRITON_OPERATOR_API_BURST": "5"})
     operator.start()
+    try:
+        created = DeploymentCounter(c, ns)
+        c.apply([service(n, ns) for n in names])
+        wait_for("a few Deployments of the burst", lambda: created.count() >= 3, timeout=60)
+        operator.kill(signal.SIGKILL)
+        at_kill = created.count()
+        assert 3 <= at_kill < len(names), f"the kill landed mid-burst ({at_kill} of {len(names)} created)"
+    finally:
+        operator.extra_env.clear()
+        operator.extra_env.update(saved)
+        operator.start()
     for n in names:
         wait_ready(c, n, ns, timeout=120)
+    created.stop()
     for kind in ("deployments", "services", "pdb"):
         items = c.get(kind, namespace=ns)
         owned = sorted(i["metadata"]["ownerReferences"][0]["name"] for i in items)
@@ -208,6 +221,33 @@ def test_sigkill_during_a_burst_converges_without_duplicates(operator: Operator,
     replicasets = c.get("replicasets", namespace=ns)
     assert len(replicasets) == len(names)
     assert len(pods_of_all(c, ns)) == len(names)
+
+
+class DeploymentCounter:
+    """Deployments created in a namespace, counted from a watch (no polling)."""
+
+    def __init__(self, cluster: Cluster, namespace: str):
+        import threading
+
+        from kubernetes import client, config, watch
+        api = client.AppsV1Api(config.new_client_from_config(config_file=cluster.kubeconfig))
+        self._names: set[str] = set()
+        self._watch = watch.Watch()
+        self._ready = threading.Event()
+
+        def run() -> None:
+            for event in self._watch.stream(api.list_namespaced_deployment, namespace, timeout_seconds=600):
+                self._ready.set()
+                if event["type"] in ("ADDED", "MODIFIED"):
+                    self._names.add(event["object"].metadata.name)
+
+        threading.Thread(target=run, daemon=True).start()
+
+    def count(self) -> int:
+        return len(self._names)
+
+    def stop(self) -> None:
+        self._watch.stop()
 
 
 def pods_of_all(c: Cluster, ns: str) -> list[dict[str, Any]]:

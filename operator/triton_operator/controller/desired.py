@@ -11,7 +11,7 @@ managers) are theirs. Only manifests that fail it are applied, so a fleet at res
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Mapping
 

@@ -69,15 +69,16 @@ class Informer:
             try:
                 if version is None:
                     version = self._list()
-                for event in self.kube.watch(self.kind, self.namespace, version, self.selector, self.watch_timeout,
-                                             field_selector=self.field_selector):
+                events = self.kube.watch(self.kind, self.namespace, version, self.selector, self.watch_timeout,
+                                         field_selector=self.field_selector)
+                self.failures.success(topic)
+                delay = 1.0
+                for event in events:
                     if self.stopped.is_set():
                         return
                     version = self._apply(event, version)
                     if version is None:
                         break  # expired: list again
-                self.failures.success(topic)
-                delay = 1.0
             except ApiError as e:
                 if e.status == 410:
                     version = None

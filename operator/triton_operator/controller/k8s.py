@@ -227,13 +227,18 @@ class Kube:
 
     def watch(self, kind: Kind, namespace: str | None, resource_version: str, label_selector: str | None = None,
               timeout_seconds: int = 300, field_selector: str | None = None) -> Iterator[dict[str, Any]]:
-        """Watch events from `resource_version` until the server ends the stream; bookmarks on."""
+        """Open a watch from `resource_version` (bookmarks on) and return its events; the request
+        is made here, so an unreachable server raises before the first event."""
         resp = self._open("GET", kind.path(namespace), {
             "watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
             "labelSelector": label_selector, "fieldSelector": field_selector, "timeoutSeconds": timeout_seconds},
             timeout=(10.0, timeout_seconds + 30.0))
         if resp.status != 200:
             raise _error(resp.status, resp.reason, resp.read(), resp)
+        return self._events(resp)
+
+    @staticmethod
+    def _events(resp: Any) -> Iterator[dict[str, Any]]:
         buffer = b""
         try:
             for chunk in resp.response.stream(amt=None, decode_content=True):
