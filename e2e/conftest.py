@@ -42,16 +42,17 @@ def cluster() -> Iterator[Cluster]:
 
 RELEASE, RELEASE_NS = "triton-operator", "triton-system"
 SERVICE_ACCOUNT = "triton-operator"
+GATEWAY_SERVICE_ACCOUNT = "triton-operator-gateway"
 
 
 @pytest.fixture(scope="session")
 def installed(cluster: Cluster) -> Cluster:
-    """The Helm chart, as a user installs it: CRDs, RBAC, ServiceAccount, catalog, Deployment.
-    (kwok simulates the chart's operator pod; the operator under test runs as a local process
-    with that pod's identity, see `operator`.)"""
+    """The Helm chart, as a user installs it: CRDs, RBAC, ServiceAccount, catalog, Deployment, and
+    the gateway's. (kwok simulates the chart's pods; the operator and the gateway under test run as
+    local processes with those pods' identities, see `operator` and e2e/test_gateway.py.)"""
     out = subprocess.run(
         ["helm", "upgrade", "--install", RELEASE, str(ROOT / "charts" / "triton-operator"), "-n", RELEASE_NS,
-         "--create-namespace", "--wait", "--timeout", "120s"],
+         "--create-namespace", "--wait", "--timeout", "120s", "--set", "gateway.enabled=true"],
         capture_output=True, text=True, env=cluster.env, timeout=300)
     if out.returncode != 0:
         raise RuntimeError(f"helm install failed: {out.stderr}")
@@ -80,9 +81,9 @@ def operator(installed: Cluster, tmp_path_factory: pytest.TempPathFactory) -> It
         assert op.stop(), f"the operator did not exit within 20 s of SIGTERM; log:\n{op.log_tail()}"
 
 
-def service_account_kubeconfig(cluster: Cluster, work: Path) -> str:
-    """A kubeconfig holding only a token of the chart's ServiceAccount (no admin certificate)."""
-    token = cluster.kubectl("create", "token", SERVICE_ACCOUNT, "-n", RELEASE_NS, "--duration=6h").stdout.strip()
+def service_account_kubeconfig(cluster: Cluster, work: Path, account: str = SERVICE_ACCOUNT) -> str:
+    """A kubeconfig holding only a token of one of the chart's ServiceAccounts (no admin certificate)."""
+    token = cluster.kubectl("create", "token", account, "-n", RELEASE_NS, "--duration=6h").stdout.strip()
     view = yaml.safe_load(cluster.kubectl("config", "view", "--minify", "--raw", "-o", "yaml").stdout)
     server = view["clusters"][0]["cluster"]
     config = {
@@ -91,7 +92,7 @@ def service_account_kubeconfig(cluster: Cluster, work: Path) -> str:
         "users": [{"name": "operator", "user": {"token": token}}],
         "contexts": [{"name": "operator", "context": {"cluster": "local", "user": "operator"}}],
     }
-    path = work / "operator.kubeconfig"
+    path = work / f"{account}.kubeconfig"
     path.write_text(yaml.safe_dump(config))
     path.chmod(0o600)
     return str(path)

@@ -46,16 +46,18 @@ def test_lint_and_template_every_scenario(tools, values):
     helm(tools, "lint", "--strict", str(CHART), "-f", str(values), "--kube-version", KUBE_VERSION)
     docs = template(tools, "-f", str(values))
     for doc in docs:
-        if doc["kind"] in ("CustomResourceDefinition", "ServiceMonitor", "PodMonitor"):
+        if doc["kind"] in ("CustomResourceDefinition", "ServiceMonitor", "PodMonitor", "HTTPRoute"):
             continue  # not in the built-in schemas
         kubernetes_validate.validate(doc, "1.34", strict=True)
-    dep = next(d for d in docs if d["kind"] == "Deployment")
-    pod = dep["spec"]["template"]["spec"]
-    container = pod["containers"][0]
-    assert pod["securityContext"]["runAsNonRoot"] is True
-    assert container["securityContext"]["readOnlyRootFilesystem"] is True
-    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    assert container["resources"]["requests"]
+    for dep in (d for d in docs if d["kind"] == "Deployment"):  # the operator's, and the gateway's
+        pod = dep["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+        assert container["readinessProbe"]["httpGet"]["path"] in ("/healthz", "/readyz")
+        assert container["resources"]["requests"]
 
 
 def test_chart_crds_are_the_generated_crds(tools):
@@ -103,10 +105,46 @@ def test_catalog_classes_can_be_switched_off_and_overridden(tools):
     (["--set", "gpuClasses.h100.typo=1"], "additional properties 'typo' not allowed"),
     (["--set", "replicaCount=2", "--set", "leaderElection.enabled=false"], "needs leaderElection.enabled=true"),
     (["--set", "prometheus.url=prometheus:9090"], "/prometheus/url"),
+    (["--set", "gateway.typo=1"], "additional properties 'typo' not allowed"),
+    (["--set", "gateway.httpRoute.enabled=true"], "/gateway/httpRoute/parentRefs"),
+    (["--set", "gateway.url=llm.example.com"], "/gateway/url"),
 ])
 def test_bad_values_are_refused_with_a_reason(tools, args, words):
     out = helm(tools, "template", "x", str(CHART), "--kube-version", KUBE_VERSION, *args, check=False)
     assert out.returncode != 0 and words in out.stderr, out.stderr
+
+
+def test_gateway_is_off_by_default_and_complete_when_on(tools):
+    assert not [d for d in template(tools) if "gateway" in d["metadata"]["name"]]
+    docs = template(tools, "-f", str(CHART / "ci" / "gateway-values.yaml"))
+    by_kind = {}
+    for d in docs:
+        if "gateway" in d["metadata"]["name"]:
+            by_kind.setdefault(d["kind"], []).append(d)
+    assert set(by_kind) == {"ServiceAccount", "Role", "RoleBinding", "Service", "Deployment", "HTTPRoute", "Ingress",
+                            "ServiceMonitor"}
+    assert {r["metadata"]["namespace"] for r in by_kind["Role"]} == {"ml", "vision"}
+    for role in by_kind["Role"]:
+        assert role["rules"] == [
+            {"apiGroups": ["serving.triton-operator.io"], "resources": ["inferenceservices"], "verbs": ["list", "watch"]},
+            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]}]
+    pod = by_kind["Deployment"][0]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["args"][:3] == ["gateway", "--port=8080", "--metrics-port=9090"]
+    assert "--key-file=/etc/triton-gateway/keys/team-a-keys/keys.yaml" in container["args"]
+    assert {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v} == {"team-a-keys", "ci-keys"}
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["TRITON_GATEWAY_NAMESPACES"] == "ml,vision"
+    assert pod["terminationGracePeriodSeconds"] > int(env["TRITON_GATEWAY_SHUTDOWN_TIMEOUT_SECONDS"])
+    assert by_kind["ServiceMonitor"][0]["spec"]["endpoints"][0]["honorLabels"] is True
+    assert by_kind["HTTPRoute"][0]["spec"]["hostnames"] == ["llm.example.com"]
+    operator = next(d for d in docs if d["kind"] == "Deployment" and "gateway" not in d["metadata"]["name"])
+    op_env = {e["name"]: e.get("value") for e in operator["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert op_env["TRITON_OPERATOR_GATEWAY_URL"] == "https://llm.example.com"
+    default_url = template(tools, "--set", "gateway.enabled=true")
+    op_env = {e["name"]: e.get("value") for d in default_url if d["kind"] == "Deployment" and d["metadata"]["name"] ==
+              "triton-operator" for e in d["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert op_env["TRITON_OPERATOR_GATEWAY_URL"] == "http://triton-operator-gateway.triton-system.svc.cluster.local:80"
 
 
 def _rules(docs: list[dict]) -> list[dict]:

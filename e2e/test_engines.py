@@ -29,10 +29,13 @@ class DeploymentRecorder:
         self._watch = watch.Watch()
 
         def run() -> None:
-            for event in self._watch.stream(api.list_namespaced_deployment, namespace,
-                                            field_selector=f"metadata.name={name}", timeout_seconds=300):
-                dep = event["object"]
-                self.versions.append((dep.spec.replicas, dep.status.ready_replicas or 0))
+            try:
+                for event in self._watch.stream(api.list_namespaced_deployment, namespace,
+                                                field_selector=f"metadata.name={name}", timeout_seconds=300):
+                    dep = event["object"]
+                    self.versions.append((dep.spec.replicas, dep.status.ready_replicas or 0))
+            except Exception:  # noqa: BLE001 - the stream ends when the test stops it
+                pass
 
         self._thread = threading.Thread(target=run, daemon=True)
         self._thread.start()

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from .cluster import ROOT, Operator, wait_for
-from .conftest import CLUSTER_NAME, RELEASE, RELEASE_NS, SERVICE_ACCOUNT
+from .conftest import CLUSTER_NAME, GATEWAY_SERVICE_ACCOUNT, RELEASE, RELEASE_NS, SERVICE_ACCOUNT
 
 # Granted but never a request of their own: (group, resource, verb) -> why.
 IMPLICIT = {
@@ -27,12 +27,14 @@ IMPLICIT = {
 }
 
 
-def _granted() -> set[tuple[str, str, str]]:
+def _granted(gateway: bool = False) -> set[tuple[str, str, str]]:
+    """The operator's grants, or the gateway's (the chart installed as conftest installs it)."""
     out = subprocess.run([f"{_tools()}/helm", "template", RELEASE, str(ROOT / "charts" / "triton-operator"),
-                          "-n", RELEASE_NS, "--kube-version", "1.36.0"], capture_output=True, text=True, check=True)
+                          "-n", RELEASE_NS, "--kube-version", "1.36.0", "--set", "gateway.enabled=true"],
+                         capture_output=True, text=True, check=True)
     granted = set()
     for doc in yaml.safe_load_all(out.stdout):
-        if doc and doc["kind"] in ("ClusterRole", "Role"):
+        if doc and doc["kind"] in ("ClusterRole", "Role") and doc["metadata"]["name"].endswith("-gateway") == gateway:
             for rule in doc["rules"]:
                 granted |= {(g, r, v) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
     return granted
@@ -62,11 +64,11 @@ def test_catalog_classes_switched_off_are_pruned(operator: Operator):
     c.kubectl("delete", "gpuclass", "handmade")
 
 
-@pytest.mark.skipif(bool(os.environ.get("E2E_USE_EXISTING_CLUSTER")), reason="needs the local cluster's audit log")
-def test_every_granted_permission_is_used_or_explained(operator: Operator):
+def _audit(account: str) -> tuple[set[tuple[str, str, str]], set[tuple[str, str, str]]]:
+    """(used, denied) (group, resource, verb) of one ServiceAccount in the audit log of this run."""
     log = subprocess.run([ROOT / "hack" / "cluster.sh", "audit-log", CLUSTER_NAME], capture_output=True,
                          text=True, check=True).stdout.strip()
-    user = f"system:serviceaccount:{RELEASE_NS}:{SERVICE_ACCOUNT}"
+    user = f"system:serviceaccount:{RELEASE_NS}:{account}"
     used, denied = set(), set()
     with open(log) as f:
         for line in f:
@@ -80,9 +82,30 @@ def test_every_granted_permission_is_used_or_explained(operator: Operator):
                 denied.add(key)
             else:
                 used.add(key)
+    return used, denied
+
+
+@pytest.mark.skipif(bool(os.environ.get("E2E_USE_EXISTING_CLUSTER")), reason="needs the local cluster's audit log")
+def test_every_granted_permission_is_used_or_explained(operator: Operator):
+    used, denied = _audit(SERVICE_ACCOUNT)
     granted = _granted()
     assert used, "the audit log holds requests of the operator's ServiceAccount"
     assert not denied, f"the operator was refused: {sorted(denied)}"
     unused = granted - used - set(IMPLICIT)
     assert not unused, f"granted but never used, narrow the chart's RBAC: {sorted(unused)}"
     print(f"RBAC: {len(granted)} grants, {len(used)} used in this run, {len(IMPLICIT)} implicit")
+
+
+@pytest.mark.skipif(bool(os.environ.get("E2E_USE_EXISTING_CLUSTER")), reason="needs the local cluster's audit log")
+def test_the_gateway_uses_exactly_its_grants():
+    """The gateway's requests in this run (e2e/test_gateway.py), against the chart's grants for it:
+    list and watch of InferenceServices and EndpointSlices, nothing more, nothing refused."""
+    used, denied = _audit(GATEWAY_SERVICE_ACCOUNT)
+    if not used:
+        pytest.skip("the gateway did not run in this session (e2e/test_gateway.py was not selected)")
+    granted = _granted(gateway=True)
+    assert granted == {("serving.triton-operator.io", "inferenceservices", "list"),
+                       ("serving.triton-operator.io", "inferenceservices", "watch"),
+                       ("discovery.k8s.io", "endpointslices", "list"), ("discovery.k8s.io", "endpointslices", "watch")}
+    assert not denied, f"the gateway was refused: {sorted(denied)}"
+    assert used == granted, f"used {sorted(used)}, granted {sorted(granted)}"

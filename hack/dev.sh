@@ -11,15 +11,17 @@ STATE_ROOT=${TRITON_OPERATOR_STATE:-${XDG_CACHE_HOME:-$HOME/.cache}/triton-opera
 STATE="$STATE_ROOT/$NAME"
 PIDFILE="$STATE/operator.pid"
 LOGFILE="$STATE/operator.log"
+GATEWAY_PORT=${GATEWAY_PORT:-8090}
 
-stop_operator() {
-  if [ -f "$PIDFILE" ]; then
-    kill "$(cat "$PIDFILE")" 2>/dev/null || true
-    for _ in $(seq 1 20); do kill -0 "$(cat "$PIDFILE")" 2>/dev/null || break; sleep 0.5; done
-    kill -9 "$(cat "$PIDFILE")" 2>/dev/null || true
-    rm -f "$PIDFILE"
+stop_pid() {  # stop_pid PIDFILE: the process it names, if it still runs
+  if [ -f "$1" ]; then
+    kill "$(cat "$1")" 2>/dev/null || true
+    for _ in $(seq 1 20); do kill -0 "$(cat "$1")" 2>/dev/null || break; sleep 0.5; done
+    kill -9 "$(cat "$1")" 2>/dev/null || true
+    rm -f "$1"
   fi
 }
+stop_operator() { stop_pid "$STATE/gateway.pid"; stop_pid "$STATE/dev-triton.pid"; stop_pid "$PIDFILE"; }
 
 case "${1:-up}" in
   down)
@@ -40,7 +42,8 @@ kubectl wait --for=condition=Established crd --all --timeout=60s >/dev/null
 kubectl apply --server-side -f examples/gpuclasses.yaml >/dev/null
 
 stop_operator
-TRITON_OPERATOR_METRICS_ADDRESS=127.0.0.1 nohup .venv/bin/triton-operator run --liveness http://127.0.0.1:8089/healthz >"$LOGFILE" 2>&1 &
+TRITON_OPERATOR_METRICS_ADDRESS=127.0.0.1 TRITON_OPERATOR_GATEWAY_URL=http://127.0.0.1:$GATEWAY_PORT \
+  nohup .venv/bin/triton-operator run --liveness http://127.0.0.1:8089/healthz >"$LOGFILE" 2>&1 &
 echo $! >"$PIDFILE"
 for _ in $(seq 1 60); do curl -fsS http://127.0.0.1:8089/healthz >/dev/null 2>&1 && break; sleep 0.5; done
 curl -fsS http://127.0.0.1:8089/healthz >/dev/null || { echo "operator did not start; see $LOGFILE" >&2; tail -20 "$LOGFILE" >&2; exit 1; }
@@ -50,7 +53,28 @@ kubectl create namespace ml --dry-run=client -o yaml | kubectl apply --server-si
 kubectl label namespace ml pod-security.kubernetes.io/enforce=restricted --overwrite >/dev/null
 kubectl apply --server-side -f hack/dev-storage.yaml >/dev/null
 kubectl apply -f examples/llama3-8b.yaml -f examples/llama3-70b.yaml >/dev/null
+kubectl apply -f hack/dev-demo.yaml >/dev/null
 kubectl wait --for=condition=Ready infsvc --all -n ml --timeout=120s >/dev/null
+
+# The gateway, with one API key, and a local CPU Triton standing in for the demo's replica.
+KEYS="$STATE/gateway-keys.yaml"
+if [ ! -f "$KEYS" ]; then
+  printf 'keys:\n  - {name: dev, key: sk-dev-%s, namespaces: [ml]}\n' "$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$KEYS"
+  chmod 600 "$KEYS"
+fi
+API_KEY=$(sed -n 's/.*key: \(sk-dev-[0-9a-f]*\).*/\1/p' "$KEYS")
+nohup .venv/bin/python hack/dev-triton.py "$STATE" ml demo >"$STATE/dev-triton.log" 2>&1 &
+echo $! >"$STATE/dev-triton.pid"
+nohup .venv/bin/triton-operator gateway --kubeconfig "$KUBECONFIG" --address 127.0.0.1 --port "$GATEWAY_PORT" \
+  --metrics-port $((GATEWAY_PORT + 1)) --key-file "$KEYS" --resolve triton.dev.invalid=127.0.0.1 \
+  --endpoint-slice-selector endpointslice.kubernetes.io/managed-by=dev.triton-operator.io >"$STATE/gateway.log" 2>&1 &
+echo $! >"$STATE/gateway.pid"
+for _ in $(seq 1 240); do
+  curl -fsS -m 60 -H "Authorization: Bearer $API_KEY" "http://127.0.0.1:$GATEWAY_PORT/v2/models/demo/ready" >/dev/null 2>&1 && break
+  sleep 0.5
+done
+curl -fsS -H "Authorization: Bearer $API_KEY" "http://127.0.0.1:$GATEWAY_PORT/v2/models/demo/ready" >/dev/null || {
+  echo "the demo model is not reachable through the gateway; see $STATE/gateway.log and $STATE/dev-triton.log" >&2; exit 1; }
 echo
 kubectl get infsvc,jobs,pods -n ml -o wide
 cat <<MSG
@@ -60,5 +84,12 @@ Point kubectl at the cluster:
   export KUBECONFIG=$KUBECONFIG PATH=$BIN:\$PATH
   kubectl get nodes -L nvidia.com/gpu.product
   kubectl get infsvc -A
+
+The gateway (OpenAI-compatible) listens on http://127.0.0.1:$GATEWAY_PORT with the API key $API_KEY
+(log: $STATE/gateway.log). The demo model answers for real (a local CPU Triton; it echoes your words):
+  .venv/bin/python -c 'import openai; c = openai.OpenAI(base_url="http://127.0.0.1:$GATEWAY_PORT/v1", api_key="$API_KEY")
+for chunk in c.chat.completions.create(model="demo", messages=[{"role": "user", "content": "hello gateway"}], stream=True):
+    print(chunk.choices[0].delta.content or "", end="", flush=True)
+print()'
 Stop everything: make dev-down
 MSG

@@ -163,9 +163,13 @@ def _strategies(hostile: bool) -> dict[str, st.SearchStrategy[Any]]:
         optional={
             "replicas": ints(0, 1000),
             "autoscaling": st.fixed_dictionaries({"maxReplicas": ints(1, 1000)}, optional={
-                "minReplicas": ints(1, 1000), "targetQueueDepth": numbers(0.01, 1e6),
+                "minReplicas": ints(0, 1000), "targetQueueDepth": numbers(0.01, 1e6),
                 "targetP99LatencyMs": numbers(1, 3.6e6), "scaleDownStabilizationSeconds": ints(0, 3600),
-                "scaleDownMaxStep": ints(1, 1000), "tolerance": numbers(0, 1)}),
+                "scaleDownMaxStep": ints(1, 1000), "tolerance": numbers(0, 1),
+                "scaleToZeroAfterSeconds": ints(30, 86400)}),
+            "openai": _optional({"enabled": st.booleans(), "defaultMaxTokens": ints(1, 1_000_000),
+                                 "model": mostly(st.just("ensemble"), st.sampled_from(["bad name", "x" * 129])),
+                                 "chatTemplate": free_text}),
             "server": servers,
             "rollout": _optional({"maxSurge": ints(0, 2**31 - 1), "maxUnavailable": ints(0, 2**31 - 1)}),
             "engine": engines,

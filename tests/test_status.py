@@ -126,3 +126,28 @@ def test_status_reports_class_urls_and_selector():
                                     selector="a=b"), NOW)
     assert status["gpuClass"] == "h100" and status["replicas"] == 2 and status["readyReplicas"] == 2
     assert status["endpoints"]["http"].startswith("http://demo.ml.svc") and status["selector"] == "a=b"
+
+
+def test_scale_to_zero_and_waking_show_in_conditions():
+    """minReplicas 0: ScaledToZero=True after the idle window; the next replica asked for is
+    Waking until it is ready, then Serving. Services that cannot reach zero carry no such condition."""
+    from triton_operator.api import InferenceService
+
+    raw = isvc(autoscaling={"minReplicas": 0, "maxReplicas": 2, "scaleToZeroAfterSeconds": 300}).wire()
+    zero, _ = compute(InferenceService.model_validate(raw), obs(
+        desired_replicas=0, deployment=deployment(replicas=0, ready=0, updated=0)), NOW)
+    got = conds(zero)
+    assert got["Ready"] == ("False", "ScaledToZero") and got["ScaledToZero"] == ("True", "IdleWindowElapsed")
+    assert "300s" in next(x for x in zero["conditions"] if x["type"] == "Ready")["message"]
+
+    waking_obj = InferenceService.model_validate({**raw, "status": zero})
+    waking, _ = compute(waking_obj, obs(desired_replicas=1, deployment=deployment(replicas=1, ready=0, available=0)),
+                        NOW + timedelta(seconds=5))
+    assert conds(waking)["Ready"] == ("False", "Waking") and conds(waking)["ScaledToZero"] == ("False", "Waking")
+
+    served, _ = compute(InferenceService.model_validate({**raw, "status": waking}),
+                        obs(desired_replicas=1, deployment=deployment(replicas=1, ready=1)), NOW + timedelta(seconds=30))
+    assert conds(served)["Ready"] == ("True", "Serving") and conds(served)["ScaledToZero"] == ("False", "Serving")
+
+    plain, _ = compute(isvc(), obs(), NOW)
+    assert "ScaledToZero" not in conds(plain)

@@ -88,12 +88,13 @@ AUTO_RESERVED_MESSAGE = "metadata.name auto is reserved: gpu.class auto asks the
 #   engine     cacheClaim 253 + calibrationDataset 2,048 + buildResources 2 x 3 x 49           =   2,595
 #   podLabels  64 x (key 317 + value 63)                                                       =  24,320
 #   podAnnotations keys and values together (ANNOTATIONS_TOTAL)                                =  32,768
+#   openai     model 128 + chatTemplate 65,536                                                 =  65,664
 #   serviceAccountName                                                                         =     253
-#   total                                                                                      = 129,514
+#   total                                                                                      = 195,178
 # JSON spends at most 6 bytes on a code point (a \u00XX escape; UTF-8 needs at most 4), and the
 # keys, numbers and punctuation around them take under 16 KB (64 env items, 64 + 64 map entries,
-# 64 args, 44 scalars): at most 6 x 129,514 + 16,384 = 793,468 bytes (0.76 MiB) in the worst case,
-# about 146 KB for ASCII text, so even kubectl's client-side apply annotation fits.
+# 64 args, 47 scalars): at most 6 x 195,178 + 16,384 = 1,187,452 bytes (1.13 MiB) in the worst case,
+# about 212 KB for ASCII text, so even kubectl's client-side apply annotation (256 KiB) fits.
 ARGS_MAX_ITEMS, ARG_MAX_LENGTH = 64, 512
 ENV_MAX_ITEMS, ENV_TOTAL = 64, 32768
 LABELS_MAX = 64
@@ -598,7 +599,11 @@ class AutoscalingSpec(Model):
         cel("self.minReplicas <= self.maxReplicas", "minReplicas must be less than or equal to maxReplicas", "maxReplicas"),
     ]})
 
-    min_replicas: int = Field(1, ge=1, le=MAX_REPLICAS, description="Fewest replicas, also while metrics are missing.")
+    min_replicas: int = Field(
+        1, ge=0, le=MAX_REPLICAS,
+        description="Fewest replicas, also while metrics are missing. 0 scales the service to zero after "
+                    "scaleToZeroAfterSeconds without requests; the gateway then holds the first request, which "
+                    "wakes it (the autoscaler reads the gateway's held requests as demand).")
     max_replicas: int = Field(..., ge=1, le=MAX_REPLICAS, description="Most replicas the autoscaler may ask for.")
     target_queue_depth: float = Field(
         4, ge=0.01, le=1_000_000, description="Requests waiting in Triton's queue per ready replica that the autoscaler aims for.")
@@ -610,6 +615,10 @@ class AutoscalingSpec(Model):
     scale_down_max_step: int = Field(1, ge=1, le=MAX_REPLICAS, description="At most this many replicas removed per decision.")
     tolerance: float = Field(
         0.1, ge=0, le=1, description="Relative deviation from a target ignored as noise (0.1 = 10 %).")
+    scale_to_zero_after_seconds: int = Field(
+        900, ge=30, le=86400,
+        description="With minReplicas 0: the idle window. The service scales to zero once no request was queued, "
+                    "running or held at the gateway for this many seconds.")
 
     # Cross-field checks run on the later field, which sees the earlier ones in info.data, so that
     # an error names a field as the CRD's rule does (its fieldPath), not the object holding both.
@@ -780,6 +789,26 @@ class RolloutSpec(Model):
         return v
 
 
+class OpenAISpec(Model):
+    """How the gateway serves this model on its OpenAI-compatible routes (/v1/chat/completions,
+    /v1/completions): through Triton's generate endpoints of one model."""
+
+    enabled: bool | None = Field(
+        None, description="List the service in /v1/models and accept OpenAI requests for it. Defaults to true for "
+                          "format tensorrt-llm and when this block is set, false otherwise.")
+    model: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_.-]+$", max_length=128,
+        description="The Triton model whose generate endpoints answer (inputs text_input, max_tokens, stream, ... "
+                    "-> text_output). Defaults to 'ensemble' for tensorrt-llm, else to model.name.")
+    chat_template: str | None = Field(
+        None, max_length=65536,
+        description="Jinja chat template that turns messages into the prompt, as in a Hugging Face "
+                    "tokenizer_config.json. Defaults to the chat_template parameter of the Triton model's config, "
+                    "else a plain 'role: content' layout.")
+    default_max_tokens: int | None = Field(
+        None, ge=1, le=1_000_000, description="max_tokens when a request sets none (default 256).")
+
+
 class InferenceServiceSpec(Model):
     """The desired state of an InferenceService."""
 
@@ -803,6 +832,8 @@ class InferenceServiceSpec(Model):
         None, description="Scale from Triton's queue depth and p99 latency. When set, replicas is ignored.")
     server: ServerSpec = Field(default_factory=ServerSpec, description="The Triton server container.")
     rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="How spec changes roll out.")
+    openai: OpenAISpec | None = Field(
+        None, description="The gateway's OpenAI-compatible routes for this service (see the gateway in the README).")
     engine: EngineSpec | None = Field(
         None, description="TensorRT-LLM engine build settings (format tensorrt-llm); defaults apply when unset.")
     service_account_name: str | None = Field(
@@ -818,6 +849,13 @@ class InferenceServiceSpec(Model):
         ]},
         description=f"Extra annotations on serving pods (at most {ANNOTATIONS_MAX}; keys and values together at "
                     f"most {ANNOTATIONS_TOTAL} characters).")
+
+    def serves_openai(self) -> bool:
+        """Whether the gateway serves this model on its OpenAI routes (gateway/routing.py reads the
+        same rule from the raw object)."""
+        if self.openai is not None and self.openai.enabled is not None:
+            return self.openai.enabled
+        return self.model.format == "tensorrt-llm" or self.openai is not None
 
     @field_validator("pod_annotations")
     @classmethod
@@ -876,6 +914,8 @@ class Endpoints(Model):
     http: str | None = Field(None, description="KServe v2 HTTP/REST endpoint.")
     grpc: str | None = Field(None, description="KServe v2 gRPC endpoint.")
     metrics: str | None = Field(None, description="Prometheus metrics endpoint.")
+    openai: str | None = Field(
+        None, description="OpenAI-compatible base URL through the gateway (use the service name as the model).")
 
 
 class LiveMetrics(Model):

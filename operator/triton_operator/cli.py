@@ -270,6 +270,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return command.run(args, _load_docs, _parse, default_catalog, CliError)
 
 
+def cmd_gateway(args: argparse.Namespace) -> int:
+    from .gateway import command
+
+    return command.run(args, CliError)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="triton-operator", description=__doc__)
     p.add_argument("--version", action="version", version=f"triton-operator {__version__}")
@@ -296,6 +302,9 @@ def parser() -> argparse.ArgumentParser:
 
     from .autoscaling.simulator.command import add_parser as add_simulate
     add_simulate(sub, cmd_simulate)
+
+    from .gateway.command import add_parser as add_gateway
+    add_gateway(sub, cmd_gateway)
 
     run = sub.add_parser("run", help="run the operator")
     run.add_argument("-n", "--namespace", action="append", help="watch only this namespace (repeatable)")

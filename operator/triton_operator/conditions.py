@@ -8,6 +8,7 @@ from typing import Any
 READY, PROGRESSING, DEGRADED, ENGINE_READY = "Ready", "Progressing", "Degraded", "EngineReady"
 # Messages are for people: the API server's answers can list every field of a rejected object.
 MAX_MESSAGE = 2048
+SCALED_TO_ZERO = "ScaledToZero"  # only on services with autoscaling.minReplicas 0
 
 
 def bounded(message: str) -> str:

@@ -38,9 +38,16 @@ class Settings(BaseModel):
         description="Label of Triton's series that holds the InferenceService name (the chart's PodMonitor "
                     "copies it from the pod label serving.triton-operator.io/inferenceservice).")
     queue_query: str = Field(
-        'sum by ($namespace, $service) (nv_inference_pending_request_count{$service!=""})',
-        description="PromQL for requests waiting per service, over all its pods and models "
-                    "(for a TensorRT-LLM ensemble this counts the composing models' queues).")
+        'sum by ($namespace, $service, signal) ('
+        'label_replace(nv_inference_pending_request_count{$service!=""}, "signal", "queue", "", "")'
+        ' or label_replace(triton_gateway_held_requests{$service!=""}, "signal", "held", "", "")'
+        ' or label_replace(triton_gateway_in_flight_requests{$service!=""}, "signal", "gateway_in_flight", "", "")'
+        ' or label_replace(rate(nv_inference_request_success{$service!=""}[1m]), "signal", "throughput", "", ""))',
+        description="PromQL for the demand of each service, one series per signal (label `signal`): queue "
+                    "(requests waiting in Triton over all its pods and models; for a TensorRT-LLM ensemble the "
+                    "composing models' queues), held and gateway_in_flight (requests the gateway holds for a replica or "
+                    "has in flight) and throughput (requests/s completed). One query for all of them; a series "
+                    "without the signal label counts as queue.")
     p99_query: str = Field(
         'max by ($namespace, $service) (nv_inference_request_summary_us{quantile="0.99", $service!=""}) / 1000',
         description="PromQL for the p99 request latency per service in milliseconds.")
@@ -50,6 +57,10 @@ class Settings(BaseModel):
                     "class: spill-over then moves replicas only to classes with room and brings them back when the "
                     "preferred class has had room for returnAfter. Off: spill tries the next class blindly and a "
                     "return is probed every returnAfter.")
+    gateway_url: str | None = Field(
+        None, pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
+        description="Base URL of the gateway (e.g. https://llm.example.com); status.endpoints.openai is its /v1 "
+                    "for the services it serves.")
     catalog_file: str | None = Field(
         None, description="GPUClass catalog YAML the operator applies at start (the Helm chart mounts it).")
     metrics_port: int = Field(8081, ge=0, le=65535, description="Port of the operator's own /metrics; 0 disables it.")

@@ -81,3 +81,44 @@ spec:
   resources: [events]
   verbs: [create]
 {{- end }}
+
+{{- define "triton-operator.gateway.fullname" -}}
+{{- printf "%s-gateway" (include "triton-operator.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "triton-operator.gateway.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "triton-operator.name" . }}-gateway
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "triton-operator.gateway.labels" -}}
+helm.sh/chart: {{ include "triton-operator.chart" . }}
+{{ include "triton-operator.gateway.selectorLabels" . }}
+app.kubernetes.io/component: gateway
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{/* Namespaces the gateway serves: its own list, else the operator's. */}}
+{{- define "triton-operator.gateway.namespaces" -}}
+{{- join "," (default .Values.watchNamespaces .Values.gateway.namespaces) -}}
+{{- end -}}
+
+{{/* The URL users reach the gateway at. */}}
+{{- define "triton-operator.gateway.url" -}}
+{{- if .Values.gateway.url -}}
+{{- .Values.gateway.url -}}
+{{- else -}}
+{{- printf "http://%s.%s.svc.%s:%v" (include "triton-operator.gateway.fullname" .) .Release.Namespace .Values.clusterDomain .Values.gateway.service.port -}}
+{{- end -}}
+{{- end -}}
+
+{{/* RBAC rules of the gateway: read InferenceServices and EndpointSlices through watches. */}}
+{{- define "triton-operator.gateway.rules" }}
+- apiGroups: [serving.triton-operator.io]
+  resources: [inferenceservices]
+  verbs: [list, watch]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [list, watch]
+{{- end }}

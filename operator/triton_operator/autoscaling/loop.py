@@ -37,15 +37,21 @@ class Services(Protocol):
     def deployment(self, key: Key) -> dict[str, Any] | None: ...
 
 
-def signals_for(key: Key, snapshot: Snapshot, ready: int) -> policy.Signals:
+def signals_for(key: Key, snapshot: Snapshot, ready: int, current: int = 1) -> policy.Signals:
     if "queue" in snapshot.errors:
         return policy.Signals(ready=ready, error=snapshot.errors["queue"])
+    gateway = {"held": snapshot.held.get(key), "gateway_in_flight": snapshot.gateway_in_flight.get(key)}
     if key not in snapshot.queue:
+        if current == 0:
+            # Scaled to zero: no replica reports, so no series is no demand, unless the gateway
+            # holds requests for it.
+            return policy.Signals(queue_depth=0.0, ready=0, **gateway)
         why = "no Triton metrics for this service in Prometheus"
         why += " yet: no replica is ready" if ready == 0 else " (is it scraped, with the service label?)"
         return policy.Signals(ready=ready, error=why)
     p99 = None if "p99" in snapshot.errors else snapshot.p99.get(key)
-    return policy.Signals(queue_depth=snapshot.queue[key], p99_ms=p99, ready=ready)
+    return policy.Signals(queue_depth=snapshot.queue[key], p99_ms=p99, ready=ready,
+                          throughput=snapshot.throughput.get(key), **gateway)
 
 
 class Autoscaler:
@@ -93,7 +99,7 @@ class Autoscaler:
                 previous = self._reports.get(key)
             if previous is None:
                 previous = Report.from_status(raw.get("status") or {})
-            decision = policy.decide(obj.spec.autoscaling, current, signals_for(key, snapshot, ready), history, now)
+            decision = policy.decide(obj.spec.autoscaling, current, signals_for(key, snapshot, ready, current), history, now)
             new, evs = report(decision, current, previous, now)
             with self._lock:
                 self._histories[key] = decision.history

@@ -19,6 +19,12 @@ Rules, and the failures they prevent (see shared/reference/autoscaling.md):
   known, demand replaces the queue rule, which over-asks on a backlog (a queue of 400 is not 100
   replicas of steady load) and under-asks when in-flight batching hides the load (the queue is
   empty while every batch slot is busy).
+- Scale to zero (minReplicas 0): requests held at the gateway count as queued requests, so a
+  service at zero asks for a replica on the first tick that sees one held. Below one replica it
+  goes only after the idle window (scaleToZeroAfterSeconds) without a request queued, running,
+  held or completed; until then the floor is one replica (an empty queue alone is no proof of
+  idleness: in-flight batching serves a full load with nothing waiting). The idle window is the
+  stabilization of that last step, so it goes to zero at once when it has passed.
 - The largest request wins. A tolerance band ignores small noise (llm-d-autoscaling#1427).
 - Up fast: at once, at most max(2x, +4) per decision. Down slowly: only to the highest
   recommendation seen within the stabilization window, and at most maxStep per decision.
@@ -53,6 +59,13 @@ class Signals:
     arrival_rate: float | None = None  # requests/s the service received over the last minute
     throughput: float | None = None    # requests/s it completed over the last minute
     startup_s: float | None = None     # seconds a new pod takes to become ready (last observed)
+    held: float | None = None          # requests held at the gateway, waiting for a ready replica
+    gateway_in_flight: float | None = None  # requests the gateway has sent to replicas and not finished
+
+    def busy(self) -> bool:
+        """Any sign of use: something queued, held, running, or completed in the rate window."""
+        return any(x is not None and math.isfinite(x) and x > 0 for x in (
+            self.queue_depth, self.held, self.gateway_in_flight, self.throughput, self.arrival_rate))
 
 
 @dataclass(frozen=True)
@@ -64,6 +77,7 @@ class History:
     capacity: float | None = None
     rates: tuple[tuple[datetime, float], ...] = ()
     saturated_since: datetime | None = None
+    idle_since: datetime | None = None  # first tick of the current run without any use
 
     def add(self, now: datetime, replicas: int, window: timedelta) -> History:
         kept = tuple((t, r) for t, r in self.recommendations if now - t < window)
@@ -147,7 +161,38 @@ def _demand(spec: AutoscalingSpec, current: int, queue: float, signals: Signals,
 
 def decide(spec: AutoscalingSpec, current: int, signals: Signals, history: History,
            now: datetime) -> Decision:
-    lo, hi = spec.min_replicas, spec.max_replicas
+    if spec.min_replicas == 0:
+        return _decide_to_zero(spec, current, signals, history, now)
+    return _decide(spec, current, signals, history, now, spec.min_replicas)
+
+
+def _decide_to_zero(spec: AutoscalingSpec, current: int, signals: Signals, history: History,
+                    now: datetime) -> Decision:
+    """minReplicas 0: the floor is one replica until the idle window has passed (see the module)."""
+    if signals.error is not None:
+        return _decide(spec, current, signals, history, now, 0 if current == 0 else 1)
+    idle_since = None if signals.busy() else (history.idle_since or now)
+    history = replace(history, idle_since=idle_since)
+    idle_s = (now - idle_since).total_seconds() if idle_since is not None else 0.0
+    if idle_since is not None and (current == 0 or idle_s >= spec.scale_to_zero_after_seconds):
+        held = signals.held or 0
+        kept = history.add(now, 0, timedelta(seconds=spec.scale_down_stabilization_seconds))
+        if current == 0:
+            return Decision(0, "scaled to zero: no requests queued, running or held", True, kept, 0.0,
+                            None, {"idle": 0})
+        return Decision(0, f"scale to zero {current}->0: no requests for {_fmt(idle_s)}s "
+                           f"(scaleToZeroAfterSeconds {spec.scale_to_zero_after_seconds}); held {_fmt(held)}",
+                        True, kept, 0.0, None, {"idle": 0})
+    decision = _decide(spec, current, signals, history, now, 1)
+    if idle_since is not None:
+        left = spec.scale_to_zero_after_seconds - idle_s
+        decision = replace(decision, reason=decision.reason + f"; idle for {_fmt(idle_s)}s, zero in {_fmt(left)}s")
+    return decision
+
+
+def _decide(spec: AutoscalingSpec, current: int, signals: Signals, history: History,
+            now: datetime, lo: int) -> Decision:
+    hi = spec.max_replicas
     bounded = max(lo, min(hi, current))
     if signals.error is not None:
         why = f"metrics unavailable ({signals.error}): holding {bounded} replicas"
@@ -167,6 +212,9 @@ def decide(spec: AutoscalingSpec, current: int, signals: Signals, history: Histo
     history = history.learn(now, signals)
 
     per_replica = queue / max(ready, 1)
+    # Requests held at the gateway (a service waking from zero) wait like queued ones.
+    held = signals.held if signals.held is not None and math.isfinite(signals.held) else 0.0
+    queue += held
     demand = _demand(spec, current, queue, signals, history)
     if demand is not None:
         wants["demand"], note = demand
@@ -177,6 +225,8 @@ def decide(spec: AutoscalingSpec, current: int, signals: Signals, history: Histo
         ratio = queue / (spec.target_queue_depth * capacity)
         wants["queue"] = current if abs(ratio - 1) <= tol else math.ceil(queue / spec.target_queue_depth)
         notes.append(f"queue {_fmt(per_replica)}/replica (target {_fmt(spec.target_queue_depth)})")
+    if held:
+        notes.append(f"{_fmt(held)} held at the gateway")
 
     p99 = signals.p99_ms
     if p99 is not None and math.isnan(p99):

@@ -19,10 +19,15 @@ Key = tuple[str, str]  # (namespace, InferenceService name)
 
 @dataclass
 class Snapshot:
-    """Per service: queue depth (sum over pods) and p99 in ms. `errors` name failed signals."""
+    """Per service: queue depth (sum over pods), requests held and in flight at the gateway,
+    throughput (requests/s) and p99 in ms. `errors` name failed queries ("queue" covers the
+    demand query's signals)."""
 
     queue: dict[Key, float] = field(default_factory=dict)
     p99: dict[Key, float] = field(default_factory=dict)
+    held: dict[Key, float] = field(default_factory=dict)
+    gateway_in_flight: dict[Key, float] = field(default_factory=dict)
+    throughput: dict[Key, float] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     queries: int = 0
 
@@ -45,8 +50,9 @@ class PrometheusSource:
             "p99": render_query(settings.p99_query, settings),
         }
 
-    def _series(self, signal: str, snapshot: Snapshot) -> dict[Key, float]:
-        out: dict[Key, float] = {}
+    def _series(self, signal: str, snapshot: Snapshot) -> dict[str, dict[Key, float]]:
+        """{signal label (or `signal` for series without one): {service: value}}."""
+        out: dict[str, dict[Key, float]] = {}
         started = time.monotonic()
         snapshot.queries += 1
         try:
@@ -61,16 +67,19 @@ class PrometheusSource:
         for item in result:
             labels = item.get("metric", {})
             key = (labels.get(ns_label, ""), labels.get(svc_label, ""))
+            series = out.setdefault(labels.get("signal", signal), {})
             try:
-                out[key] = float(item["value"][1])
+                series[key] = float(item["value"][1])
             except (KeyError, IndexError, TypeError, ValueError):
-                out[key] = math.nan
+                series[key] = math.nan
         return out
 
     def snapshot(self) -> Snapshot:
         snap = Snapshot()
-        snap.queue = self._series("queue", snap)
-        snap.p99 = self._series("p99", snap)
+        demand = self._series("queue", snap)
+        snap.queue, snap.held = demand.get("queue", {}), demand.get("held", {})
+        snap.gateway_in_flight, snap.throughput = demand.get("gateway_in_flight", {}), demand.get("throughput", {})
+        snap.p99 = self._series("p99", snap).get("p99", {})
         telemetry.QUERIES_PER_TICK.set(snap.queries)
         return snap
 

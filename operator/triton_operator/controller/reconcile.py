@@ -246,7 +246,8 @@ class Reconciler:
             desired_replicas=plan.replicas, gpu_class=plan.gpu_class, gpu_class_spec=cls.spec if cls else None,
             gpu_count=next((o.count for o in plan.options if o.gpu_class == plan.gpu_class), isvc.spec.gpu.count),
             error=plan.error, notes=list(plan.notes), deployment=children.deployment,
-            pods=list(children.pods) if children.deployment else [], endpoints=endpoints(key[1], key[0], self.settings),
+            pods=list(children.pods) if children.deployment else [],
+            endpoints=endpoints(key[1], key[0], self.settings, isvc.spec.serves_openai()),
             selector=",".join(f"{k}={v}" for k, v in selector_labels(key[1]).items()),
             engines=None if plan.engines is None else list(plan.engines),
             deployments=deployments, deployment_names=names, placement=plan.placement, options=list(plan.options))

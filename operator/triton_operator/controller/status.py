@@ -150,12 +150,22 @@ def compute(isvc: InferenceService, obs: Observed, now: datetime) -> tuple[dict[
     rolled_out = dep_current and updated >= desired and total <= updated
     where = _where(obs)
 
+    auto = isvc.spec.autoscaling
+    to_zero = auto is not None and auto.min_replicas == 0
+    old_ready = c.find(old, c.READY)
+    # Waking: the autoscaler asked for a replica after zero, and none is ready yet (the gateway
+    # holds the requests that woke it).
+    waking = to_zero and desired > 0 and ready == 0 and old_ready is not None and \
+        old_ready.get("reason") in ("ScaledToZero", "Waking")
     if obs.error and dep is None:
         r = (False, obs.error[0], obs.error[1])
     elif dep is None:
         r = (False, "Creating", "creating the Deployment")
     elif desired == 0:
-        r = (False, "ScaledToZero", "replicas is 0")
+        r = (False, "ScaledToZero", f"no requests for {auto.scale_to_zero_after_seconds}s: scaled to zero; the next "
+                                    "request through the gateway wakes it" if to_zero else "replicas is 0")
+    elif waking and not degraded:
+        r = (False, "Waking", f"waking from zero: 0/{desired} replicas ready; the gateway holds requests until one is")
     elif rolled_out and available >= 1 and not obs.error:
         r = (True, "Serving", f"{ready}/{desired} replicas ready on {where}")
     elif degraded:
@@ -195,6 +205,16 @@ def compute(isvc: InferenceService, obs: Observed, now: datetime) -> tuple[dict[
     conds = c.set_condition(old, c.READY, r[0], r[1], r[2], gen, now)
     conds = c.set_condition(conds, c.PROGRESSING, p[0], p[1], p[2], gen, now)
     conds = c.set_condition(conds, c.DEGRADED, degraded, d_reason, d_message, gen, now)
+    if to_zero:
+        if desired == 0:
+            z = (True, "IdleWindowElapsed", r[2])
+        elif r[1] == "Waking":
+            z = (False, "Waking", r[2])
+        else:
+            z = (False, "Serving", f"{ready}/{desired} replicas ready")
+        conds = c.set_condition(conds, c.SCALED_TO_ZERO, z[0], z[1], z[2], gen, now)
+    else:
+        conds = [x for x in conds if x["type"] != c.SCALED_TO_ZERO]
     if obs.engines is not None:
         if engine is None:
             e = (False, "NoEngine", "no GPU class to build an engine for")

@@ -101,13 +101,16 @@ def model_name(isvc: InferenceService) -> str:
     return "tensorrt_llm" if m.format == "tensorrt-llm" else isvc.name
 
 
-def endpoints(name: str, namespace: str, settings: Settings) -> dict[str, str]:
+def endpoints(name: str, namespace: str, settings: Settings, openai: bool = False) -> dict[str, str]:
     host = f"{name}.{namespace}.svc.{settings.cluster_domain}"
-    return {
+    out = {
         "http": f"http://{host}:{HTTP_PORT}",
         "grpc": f"grpc://{host}:{GRPC_PORT}",
         "metrics": f"http://{host}:{METRICS_PORT}/metrics",
     }
+    if openai and settings.gateway_url:
+        out["openai"] = settings.gateway_url.rstrip("/") + "/v1"
+    return out
 
 
 def engine_args(isvc: InferenceService, cls: GPUClassSpec) -> list[str]:

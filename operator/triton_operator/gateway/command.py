@@ -1,0 +1,131 @@
+"""`triton-operator gateway`: run the gateway until SIGTERM or SIGINT.
+
+On a stop signal the gateway turns unready (so its pod leaves its Service), answers requests it
+holds with 503 and Retry-After at once, lets answers in progress finish for up to
+--shutdown-timeout seconds, then cuts them: a client sees an error, never a hang.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+from typing import Any
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the server (and its metrics) load only when the gateway runs, not with every command
+    from .server import Gateway
+
+log = logging.getLogger(__name__)
+
+
+def add_parser(sub: Any, handler: Any) -> None:
+    g = sub.add_parser("gateway", help="run the OpenAI-compatible gateway in front of the InferenceServices")
+    g.add_argument("--address", help="address to listen on (default 0.0.0.0)")
+    g.add_argument("--port", type=int, help="port of the OpenAI and KServe v2 routes (default 8080)")
+    g.add_argument("--metrics-port", type=int, help="port of /metrics, /healthz, /readyz (default 9090; 0: the API port)")
+    g.add_argument("-n", "--namespace", action="append", help="serve only this namespace (repeatable)")
+    g.add_argument("--key-file", action="append", help="API key list, YAML (repeatable); see gateway/keys.py")
+    g.add_argument("--kubeconfig", help="kubeconfig to use outside a cluster (default: in-cluster, then ~/.kube/config)")
+    g.add_argument("--endpoint-slice-selector", help="label selector of the EndpointSlices to route to")
+    g.add_argument("--resolve", action="append", metavar="HOST=ADDRESS",
+                   help="pin a host name of FQDN endpoints to an address, as curl --resolve (repeatable)")
+    g.add_argument("--hold-timeout", type=float, help="seconds a request waits for a replica (default 300)")
+    g.add_argument("--shutdown-timeout", type=float, help="seconds answers may finish after SIGTERM (default 10)")
+    g.add_argument("--check-keys", action="store_true", help="validate the key files, print their digests, exit")
+    g.add_argument("-v", "--verbose", action="store_true")
+    g.set_defaults(func=handler)
+
+
+def run(args: argparse.Namespace, cli_error: type[Exception]) -> int:
+    from . import keys as keys_core
+    from .config import GatewaySettingsError, from_env
+    from .discovery import ApiServer, load_configuration
+    from .server import Gateway
+
+    pins = None
+    if args.resolve:
+        bad = [p for p in args.resolve if "=" not in p or not p.split("=", 1)[1]]
+        if bad:
+            raise cli_error(f"--resolve takes HOST=ADDRESS, found {bad[0]!r}")
+        pins = dict(p.split("=", 1) for p in args.resolve)
+    try:
+        settings = from_env(resolve=pins,
+            address=args.address, port=args.port, metrics_port=args.metrics_port, namespaces=args.namespace,
+            key_files=args.key_file, endpoint_slice_selector=args.endpoint_slice_selector,
+            hold_timeout_seconds=args.hold_timeout, shutdown_timeout_seconds=args.shutdown_timeout)
+    except GatewaySettingsError as e:
+        raise cli_error(str(e)) from None
+    gateway = Gateway(settings, None)
+    try:
+        if settings.key_files:
+            gateway.load_keys()
+    except OSError as e:
+        raise cli_error(f"cannot read key file {e.filename}: {e.strerror}") from None
+    except keys_core.KeyFileError as e:
+        raise cli_error(str(e)) from None
+    if args.check_keys:
+        print(keys_core.to_json(gateway.grants))
+        return 0
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # one line per request is too many
+    try:
+        configuration = load_configuration(args.kubeconfig)
+    except Exception as e:  # noqa: BLE001 - the kubernetes loaders raise many kinds
+        raise cli_error(f"no Kubernetes credentials: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    if not settings.key_files:
+        log.warning("no --key-file given: every request will be refused with 401")
+    gateway.api = ApiServer(configuration)
+    try:
+        run_loop(serve(gateway))
+    except OSError as e:
+        raise cli_error(f"cannot listen: {e.strerror or e}") from None
+    return 0
+
+
+def run_loop(main: Any) -> None:
+    """Run on uvloop (libuv, the loop uvicorn uses) where it is installed: it cut the gateway's
+    CPU per proxied request by about a third here (bench/results/gateway.md); asyncio's own loop
+    otherwise."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+        return
+    uvloop.run(main)
+
+
+async def serve(gateway: Gateway, stop: asyncio.Event | None = None) -> None:
+    """Serve until `stop` is set (or a signal arrives), then shut down as the module says."""
+    from aiohttp import web
+
+    s = gateway.settings
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):  # not the main thread (tests)
+            pass
+    await gateway.start()
+    runners = [web.AppRunner(gateway.api_app(with_health=not s.metrics_port), handler_cancellation=True,
+                             shutdown_timeout=s.shutdown_timeout_seconds, access_log=None)]
+    if s.metrics_port:
+        runners.append(web.AppRunner(gateway.health_app(), access_log=None, shutdown_timeout=1))
+    ports = [s.port, s.metrics_port]
+    try:
+        for runner, port in zip(runners, ports):
+            await runner.setup()
+            await web.TCPSite(runner, s.address, port).start()
+        log.info("gateway listening on %s:%d (metrics and probes on %d); %d API key(s)", s.address, s.port,
+                 s.metrics_port or s.port, len(gateway.grants))
+        await stop.wait()
+        log.info("stopping: held requests are answered 503, answers in progress get %.0fs",
+                 s.shutdown_timeout_seconds)
+    finally:
+        await gateway.on_shutdown(None)  # type: ignore[arg-type]
+        for runner in runners:
+            await runner.cleanup()

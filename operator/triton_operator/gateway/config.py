@@ -1,0 +1,63 @@
+"""Gateway settings, from TRITON_GATEWAY_* environment variables (the chart sets them) or flags."""
+
+from __future__ import annotations
+
+import os
+
+from pydantic import BaseModel, Field, ValidationError
+
+ENV_PREFIX = "TRITON_GATEWAY_"
+
+
+class GatewaySettings(BaseModel):
+    address: str = Field("0.0.0.0", description="Address the API listens on.")
+    port: int = Field(8080, ge=1, le=65535, description="Port of the OpenAI and KServe v2 routes.")
+    metrics_port: int = Field(9090, ge=0, le=65535,
+                              description="Port of /metrics, /healthz and /readyz (0: on the API port).")
+    namespaces: list[str] = Field(default_factory=list, description="Namespaces to serve; empty: all.")
+    key_files: list[str] = Field(default_factory=list, description="API key lists (YAML), e.g. mounted Secrets.")
+    key_reload_seconds: float = Field(10.0, gt=0, description="How often key files are re-read.")
+    requests_per_minute: float = Field(600.0, gt=0, description="Default per-key rate limit.")
+    max_body_bytes: int = Field(1 << 20, ge=1024, description="Largest request body accepted.")
+    max_held_per_service: int = Field(64, ge=0, description="Requests held per service while it wakes.")
+    max_held_total: int = Field(1024, ge=0, description="Requests held across all services.")
+    hold_timeout_seconds: float = Field(
+        300.0, gt=0, description="How long a request waits for a replica before a 503 with Retry-After.")
+    retry_after_seconds: int = Field(10, ge=1, description="Retry-After of a 503 while a service wakes.")
+    upstream_connect_timeout_seconds: float = Field(5.0, gt=0, description="Connect timeout to a replica.")
+    upstream_timeout_seconds: float = Field(
+        900.0, gt=0, description="Longest a replica may take to answer (to finish a stream).")
+    shutdown_timeout_seconds: float = Field(
+        10.0, ge=0, description="On SIGTERM, how long answers in progress may finish before they are cut.")
+    resolve: dict[str, str] = Field(
+        default_factory=dict, description="Host names pinned to addresses (HOST=ADDRESS), for FQDN endpoints.")
+    endpoint_slice_selector: str = Field(
+        "", description="Label selector of the EndpointSlices to route to (empty: all; each names its "
+                        "Service by the kubernetes.io/service-name label).")
+
+
+class GatewaySettingsError(ValueError):
+    pass
+
+
+_LISTS = {"namespaces", "key_files"}
+
+
+def from_env(environ: dict[str, str] | None = None, **overrides: object) -> GatewaySettings:
+    env = os.environ if environ is None else environ
+    values: dict[str, object] = {}
+    for name in GatewaySettings.model_fields:
+        raw = env.get(ENV_PREFIX + name.upper())
+        if raw is None or raw == "":
+            continue
+        if name == "resolve":
+            values[name] = dict(pair.strip().split("=", 1) for pair in raw.split(",") if "=" in pair)
+        else:
+            values[name] = [n.strip() for n in raw.split(",") if n.strip()] if name in _LISTS else raw
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return GatewaySettings(**values)
+    except ValidationError as e:
+        first = e.errors()[0]
+        field = str(first["loc"][0])
+        raise GatewaySettingsError(f"{ENV_PREFIX}{field.upper()} (--{field.replace('_', '-')}): {first['msg']}") from None

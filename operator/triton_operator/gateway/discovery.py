@@ -1,0 +1,188 @@
+"""The gateway's view of the cluster: InferenceServices and EndpointSlices, each listed once and
+then watched (with bookmarks; an expired watch, 410 Gone, lists again), on the gateway's own
+event loop. No request to the gateway ever reads the API server.
+
+The same pattern as the operator's `controller.informer` (list, then watch from the list's
+resourceVersion), written for asyncio with aiohttp so that the routing table is updated on the
+loop that reads it, without locks. Credentials come from the kubernetes library's loaders
+(in-cluster ServiceAccount token, refreshed as it rotates, or a kubeconfig).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import ssl
+from typing import Any, AsyncIterator, Callable
+from urllib.parse import quote
+
+import aiohttp
+from kubernetes import client, config
+
+from ..api import API_VERSION
+
+log = logging.getLogger(__name__)
+
+INFERENCE_SERVICES = f"/apis/{API_VERSION}", "inferenceservices"
+ENDPOINT_SLICES = "/apis/discovery.k8s.io/v1", "endpointslices"
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(f"{status}: {message}")
+        self.status = status
+
+
+def load_configuration(kubeconfig: str | None = None) -> client.Configuration:
+    configuration = client.Configuration()
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        return configuration
+    try:
+        config.load_incluster_config(client_configuration=configuration)
+    except config.ConfigException:
+        config.load_kube_config(client_configuration=configuration)
+    return configuration
+
+
+class ApiServer:
+    """LIST and WATCH against the API server with aiohttp."""
+
+    def __init__(self, configuration: client.Configuration):
+        self.configuration = configuration
+        self.host = configuration.host.rstrip("/")
+        self.ssl: ssl.SSLContext | bool = False
+        if self.host.startswith("https"):
+            context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
+            if configuration.cert_file:
+                context.load_cert_chain(configuration.cert_file, configuration.key_file)
+            if not configuration.verify_ssl:
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+            self.ssl = context
+        self.session: aiohttp.ClientSession | None = None
+        self.requests = 0
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": "application/json", "User-Agent": "triton-operator-gateway"}
+        # The kubernetes library keeps the token under BearerToken (newer) or authorization; its
+        # refresh hook (in-cluster, rotating ServiceAccount tokens) runs on every read.
+        token = self.configuration.get_api_key_with_prefix("BearerToken", alias="authorization")
+        if token:
+            headers["Authorization"] = token
+        return headers
+
+    async def _session(self) -> aiohttp.ClientSession:
+        if self.session is None or self.session.closed:
+            self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self.ssl))
+        return self.session
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+    @staticmethod
+    def path(group_path: str, plural: str, namespace: str | None) -> str:
+        ns = f"/namespaces/{quote(namespace, safe='')}" if namespace else ""
+        return f"{group_path}{ns}/{plural}"
+
+    async def list(self, path: str, selector: str | None) -> tuple[list[dict[str, Any]], str]:
+        session = await self._session()
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            params = {"limit": "500"}
+            if selector:
+                params["labelSelector"] = selector
+            if token:
+                params["continue"] = token
+            self.requests += 1
+            async with session.get(self.host + path, params=params, headers=self._headers(),
+                                   timeout=aiohttp.ClientTimeout(total=60)) as resp:
+                if resp.status != 200:
+                    raise ApiError(resp.status, (await resp.text())[:300])
+                page = await resp.json()
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items, (page.get("metadata") or {}).get("resourceVersion", "")
+
+    async def watch(self, path: str, version: str, selector: str | None, timeout: int
+                    ) -> AsyncIterator[dict[str, Any]]:
+        session = await self._session()
+        params = {"watch": "true", "resourceVersion": version, "allowWatchBookmarks": "true",
+                  "timeoutSeconds": str(timeout)}
+        if selector:
+            params["labelSelector"] = selector
+        self.requests += 1
+        async with session.get(self.host + path, params=params, headers=self._headers(),
+                               timeout=aiohttp.ClientTimeout(total=timeout + 30, sock_connect=10)) as resp:
+            if resp.status != 200:
+                raise ApiError(resp.status, (await resp.text())[:300])
+            # Chunks, not readline(): one event (a large EndpointSlice) may exceed aiohttp's line limit.
+            buffer = b""
+            async for chunk in resp.content.iter_any():
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield json.loads(line)
+
+
+class Watch:
+    """One kind in one namespace (or all): `on_list(items)` after every listing, `on_event(type,
+    obj)` per watch event. `synced` is set once the first listing is in."""
+
+    def __init__(self, api: ApiServer, group_path: str, plural: str, namespace: str | None,
+                 on_list: Callable[[list[dict[str, Any]]], None],
+                 on_event: Callable[[str, dict[str, Any]], None],
+                 selector: str | None = None, timeout: int = 300):
+        self.api, self.selector, self.timeout = api, selector, timeout
+        self.path = api.path(group_path, plural, namespace)
+        self.name = plural + (f" in {namespace}" if namespace else "")
+        self.on_list, self.on_event = on_list, on_event
+        self.synced = asyncio.Event()
+        self.failing: str | None = None
+
+    async def run(self) -> None:
+        version: str | None = None
+        delay = 1.0
+        while True:
+            try:
+                if version is None:
+                    items, version = await self.api.list(self.path, self.selector)
+                    self.on_list(items)
+                    self.synced.set()
+                async for event in self.api.watch(self.path, version, self.selector, self.timeout):
+                    kind = event.get("type")
+                    obj = event.get("object") or {}
+                    if kind == "ERROR":
+                        if obj.get("code") == 410:
+                            version = None
+                            break
+                        raise ApiError(int(obj.get("code") or 0), obj.get("message") or "watch error")
+                    version = (obj.get("metadata") or {}).get("resourceVersion") or version
+                    if kind != "BOOKMARK":
+                        self.on_event(kind, obj)
+                if self.failing:
+                    log.info("watching %s again", self.name)
+                self.failing = None
+                delay = 1.0
+            except asyncio.CancelledError:
+                raise
+            except ApiError as e:
+                if e.status == 410:
+                    version = None
+                    continue
+                await self._failed(str(e), delay)
+                delay = min(30.0, delay * 2)
+            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError) as e:
+                await self._failed(f"{type(e).__name__}: {e}"[:300], delay)
+                delay = min(30.0, delay * 2)
+
+    async def _failed(self, why: str, delay: float) -> None:
+        if self.failing != why:
+            log.warning("watching %s failed (%s); retrying", self.name, why)
+        self.failing = why
+        await asyncio.sleep(delay)

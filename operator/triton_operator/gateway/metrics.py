@@ -1,0 +1,43 @@
+"""The gateway's Prometheus metrics. Service labels are `namespace` and `inferenceservice`, the
+names the autoscaler's queries group Triton's series by, so the held-request gauge adds up with
+Triton's queue per service (scrape the gateway with honor_labels, as the chart's ServiceMonitor
+does, so Prometheus keeps these labels instead of the gateway pod's own namespace). Only services
+that exist get a label value: a client's made-up model name never becomes a series."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+SERVICE = ["namespace", "inferenceservice"]
+
+REQUESTS = Counter(
+    "triton_gateway_requests_total", "Requests answered, by service, route and HTTP status.",
+    SERVICE + ["route", "code"])
+REJECTED = Counter(
+    "triton_gateway_rejected_requests_total",
+    "Requests refused before reaching a service, by reason (unauthorized, forbidden, rate_limited, "
+    "too_large, bad_request, not_found, hold_full, hold_timeout, unavailable).", ["reason"])
+HELD = Gauge(
+    "triton_gateway_held_requests",
+    "Requests waiting for a ready replica (a service scaled to zero or starting); demand for the autoscaler.",
+    SERVICE)
+IN_FLIGHT = Gauge(
+    "triton_gateway_in_flight_requests", "Requests being answered by a replica, by service.", SERVICE)
+LATENCY = Histogram(
+    "triton_gateway_request_duration_seconds", "Time from request to the end of the answer, by service and route.",
+    SERVICE + ["route"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300))
+HOLD_SECONDS = Histogram(
+    "triton_gateway_hold_seconds", "Time a held request waited for a ready replica, by service.", SERVICE,
+    buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600))
+TTFT = Histogram(
+    "triton_gateway_time_to_first_token_seconds", "Time from request to the first streamed token, by service.",
+    SERVICE, buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
+OUTPUT_TOKENS = Counter(
+    "triton_gateway_output_tokens_total",
+    "Tokens streamed to clients, by service (one streamed response of the model counts as one token).", SERVICE)
+TOKENS_PER_SECOND = Histogram(
+    "triton_gateway_tokens_per_second", "Decode speed of each streamed answer after its first token, by service.",
+    SERVICE, buckets=(1, 5, 10, 20, 40, 60, 100, 150, 250, 500, 1000))
+API_KEYS = Gauge("triton_gateway_api_keys", "API keys loaded.")
+SERVICES = Gauge("triton_gateway_services", "InferenceServices known to the gateway.")

@@ -1,0 +1,187 @@
+"""Which InferenceServices exist, where their ready replicas are, and which replica a request
+goes to (pure; fed by the watches in `discovery`, used from one event loop).
+
+A replica is an endpoint of the service's EndpointSlices (the Service the operator renders has
+the InferenceService's name; its port `http` is Triton's HTTP port) whose `ready` condition is
+not false. A request goes to the ready endpoint with the fewest requests in flight from this
+gateway; ties go round robin, so an idle fleet still spreads its load.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+Key = tuple[str, str]   # (namespace, InferenceService name)
+Address = tuple[str, int]
+
+# The model the OpenAI routes call when spec.openai.model is unset: the TensorRT-LLM ensemble's
+# top-level model (runtime/triton_runtime/repository.py names it so, as tensorrtllm_backend does).
+ENSEMBLE = "ensemble"
+DEFAULT_MAX_TOKENS = 256
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+
+
+@dataclass(frozen=True)
+class Service:
+    key: Key
+    generate_model: str             # the Triton model behind the OpenAI routes
+    v2_model: str                   # the Triton model /v2/models/<service name>/... maps to
+    openai: bool                    # listed in /v1/models and reachable through the OpenAI routes
+    chat_template: str | None = None
+    default_max_tokens: int = DEFAULT_MAX_TOKENS
+    scales_to_zero: bool = False    # autoscaling.minReplicas 0
+    degraded: str | None = None     # why it cannot serve now (Degraded=True), if it cannot
+
+    @property
+    def id(self) -> str:
+        return f"{self.key[0]}/{self.key[1]}"
+
+
+def service_from(obj: dict[str, Any]) -> Service | None:
+    """The gateway's view of one InferenceService object (lenient: a field it does not know is
+    ignored, a malformed object is skipped)."""
+    meta = obj.get("metadata") or {}
+    name, namespace = meta.get("name"), meta.get("namespace") or "default"
+    spec = obj.get("spec") or {}
+    if not name or not isinstance(spec, dict) or meta.get("deletionTimestamp"):
+        return None
+    model = spec.get("model") or {}
+    fmt = model.get("format")
+    triton_model = model.get("name") or (ENSEMBLE if fmt == "tensorrt-llm" else name)
+    openai = spec.get("openai") or {}
+    enabled = openai.get("enabled")
+    if enabled is None:
+        enabled = fmt == "tensorrt-llm" or bool(openai)
+    autoscaling = spec.get("autoscaling") or {}
+    degraded = None
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Degraded" and cond.get("status") == "True":
+            degraded = f"{cond.get('reason')}: {cond.get('message')}".rstrip(": ")
+    max_tokens = openai.get("defaultMaxTokens")
+    return Service(
+        key=(namespace, name),
+        generate_model=openai.get("model") or (ENSEMBLE if fmt == "tensorrt-llm" else triton_model),
+        v2_model=model.get("name") or (ENSEMBLE if fmt == "tensorrt-llm" else name),
+        openai=bool(enabled),
+        chat_template=openai.get("chatTemplate"),
+        default_max_tokens=int(max_tokens) if isinstance(max_tokens, int) and max_tokens > 0 else DEFAULT_MAX_TOKENS,
+        scales_to_zero=autoscaling.get("minReplicas") == 0,
+        degraded=degraded,
+    )
+
+
+def ready_addresses(slice_: dict[str, Any], port_name: str = "http") -> tuple[Address, ...]:
+    """host:port of every ready endpoint of one EndpointSlice, on the port named `port_name`."""
+    port = next((p.get("port") for p in slice_.get("ports") or [] if p.get("name") == port_name), None)
+    if not isinstance(port, int):
+        return ()
+    out = []
+    for ep in slice_.get("endpoints") or []:
+        conditions = ep.get("conditions") or {}
+        # "ready" unset means ready (discovery.k8s.io/v1 EndpointConditions); a terminating
+        # endpoint is not ready.
+        if conditions.get("ready") is False or conditions.get("terminating") is True:
+            continue
+        for address in (ep.get("addresses") or [])[:1]:
+            out.append((address, port))
+    return tuple(out)
+
+
+def url(address: Address) -> str:
+    host, port = address
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+@dataclass
+class Router:
+    services: dict[Key, Service] = field(default_factory=dict)
+    slices: dict[tuple[str, str], tuple[Key, tuple[Address, ...]]] = field(default_factory=dict)
+    in_flight: dict[Address, int] = field(default_factory=dict)
+    _endpoints: dict[Key, tuple[Address, ...]] = field(default_factory=dict)
+    _turn: int = 0
+
+    # -- updates from the watches (each returns the services whose ready endpoints changed) -----
+
+    def set_service(self, obj: dict[str, Any] | None, old: dict[str, Any] | None = None) -> None:
+        if obj is None:
+            if old is not None:
+                meta = old.get("metadata") or {}
+                self.services.pop((meta.get("namespace") or "default", meta.get("name")), None)
+            return
+        svc = service_from(obj)
+        meta = obj.get("metadata") or {}
+        key = (meta.get("namespace") or "default", meta.get("name"))
+        if svc is None:
+            self.services.pop(key, None)
+        else:
+            self.services[key] = svc
+
+    def set_slice(self, obj: dict[str, Any] | None, old: dict[str, Any] | None = None) -> set[Key]:
+        src = obj if obj is not None else old
+        if src is None:
+            return set()
+        meta = src.get("metadata") or {}
+        namespace = meta.get("namespace") or "default"
+        slice_key = (namespace, meta.get("name") or "")
+        service = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
+        before = self.slices.get(slice_key)
+        if obj is None or not service:
+            self.slices.pop(slice_key, None)
+        else:
+            self.slices[slice_key] = ((namespace, service), ready_addresses(obj))
+        touched = {entry[0] for entry in (before, self.slices.get(slice_key)) if entry is not None}
+        return self._recompute(touched)
+
+    def replace_slices(self, objs: Iterable[dict[str, Any]]) -> set[Key]:
+        """A fresh listing of every slice (after a relist)."""
+        touched = {k for k, _ in self.slices.values()}
+        self.slices = {}
+        for obj in objs:
+            meta = obj.get("metadata") or {}
+            service = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
+            if service:
+                ns = meta.get("namespace") or "default"
+                self.slices[(ns, meta.get("name") or "")] = ((ns, service), ready_addresses(obj))
+        touched |= {k for k, _ in self.slices.values()}
+        return self._recompute(touched)
+
+    def _recompute(self, keys: set[Key]) -> set[Key]:
+        changed = set()
+        for key in keys:
+            addresses = tuple(sorted({a for k, addrs in self.slices.values() if k == key for a in addrs}))
+            if addresses != self._endpoints.get(key, ()):
+                changed.add(key)
+                if addresses:
+                    self._endpoints[key] = addresses
+                else:
+                    self._endpoints.pop(key, None)
+        return changed
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    def endpoints(self, key: Key) -> tuple[Address, ...]:
+        return self._endpoints.get(key, ())
+
+    def find(self, name: str) -> list[Service]:
+        return [s for k, s in self.services.items() if k[1] == name]
+
+    def pick(self, key: Key) -> Address | None:
+        """The ready endpoint with the fewest requests in flight (round robin among equals)."""
+        addresses = self._endpoints.get(key)
+        if not addresses:
+            return None
+        least = min(self.in_flight.get(a, 0) for a in addresses)
+        candidates = [a for a in addresses if self.in_flight.get(a, 0) == least]
+        self._turn += 1
+        return candidates[self._turn % len(candidates)]
+
+    def acquire(self, address: Address) -> None:
+        self.in_flight[address] = self.in_flight.get(address, 0) + 1
+
+    def release(self, address: Address) -> None:
+        left = self.in_flight.get(address, 0) - 1
+        if left > 0:
+            self.in_flight[address] = left
+        else:
+            self.in_flight.pop(address, None)

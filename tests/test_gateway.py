@@ -1,0 +1,373 @@
+"""The gateway's pure parts (keys, translation, routing) and its decisions (who may use what,
+holding and waking), without network. The real Triton, the real openai client and the real
+cluster are in e2e/test_gateway.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from triton_operator.gateway import keys as k
+from triton_operator.gateway import routing as r
+from triton_operator.gateway import translate as t
+from triton_operator.gateway.config import GatewaySettings, GatewaySettingsError, from_env
+from triton_operator.gateway.server import Gateway
+
+KEY_A = "sk-team-a-0123456789abcdef"
+KEY_B = "sk-team-b-0123456789abcdef"
+ZEROS = "0" * 64
+
+
+# -- keys -------------------------------------------------------------------------------------------
+
+def test_key_list_keeps_digests_only():
+    grants = k.parse(f"""
+keys:
+  - {{name: a, key: {KEY_A}, namespaces: [ml]}}
+  - {{name: b, sha256: {k.digest(KEY_B)}, services: [vision/resnet]}}
+""", "keys.yaml")
+    assert set(grants) == {k.digest(KEY_A), k.digest(KEY_B)}
+    assert KEY_A not in repr(grants) and KEY_A not in k.to_json(grants)
+    a, b = grants[k.digest(KEY_A)], grants[k.digest(KEY_B)]
+    assert a.allows(("ml", "x")) and not a.allows(("other", "x"))
+    assert b.allows(("vision", "resnet")) and not b.allows(("vision", "other"))
+    assert a.may_hold_name("anything") and b.may_hold_name("resnet") and not b.may_hold_name("llama")
+    assert k.parse(k.to_json(grants), "round-trip") == grants
+
+
+@pytest.mark.parametrize("text, words", [
+    ("keys: [{name: a, key: short, namespaces: [ml]}]", "at least 16 characters"),
+    (f"keys: [{{name: a, key: {KEY_A}}}]", "grants nothing"),
+    (f"keys: [{{name: a, key: {KEY_A}, sha256: '{ZEROS}', namespaces: [ml]}}]", "exactly one of key or sha256"),
+    ("keys: [{name: a, sha256: xyz, namespaces: [ml]}]", "64 hexadecimal digits"),
+    (f"keys: [{{name: a, key: {KEY_A}, services: [llama]}}]", "NAMESPACE/NAME"),
+    (f"keys: [{{name: a, key: {KEY_A}, namespaces: [ml], requestsPerMinute: 0}}]", "positive number"),
+    (f"keys: [{{name: a, key: {KEY_A}, namespaces: [ml], typo: 1}}]", "unknown field(s) typo"),
+    (f"keys: [{{name: a, key: {KEY_A}, namespaces: [ml]}}, {{name: b, key: {KEY_A}, namespaces: [x]}}]",
+     "listed twice"),
+    ("keys: {a: 1}", "expected a list"),
+    ("keys: [\n", "not valid YAML"),
+])
+def test_bad_key_lists_are_refused_naming_the_entry_never_the_key(text, words):
+    with pytest.raises(k.KeyFileError) as e:
+        k.parse(text, "keys.yaml")
+    assert words in str(e.value) and str(e.value).startswith("keys.yaml")
+    assert KEY_A not in str(e.value)
+
+
+def test_a_key_in_two_files_is_refused():
+    one = k.parse(f"keys: [{{name: a, key: {KEY_A}, namespaces: [ml]}}]", "one")
+    with pytest.raises(k.KeyFileError, match="also listed as a"):
+        k.merge([("one", one), ("two", k.parse(f"keys: [{{name: z, key: {KEY_A}, namespaces: [x]}}]", "two"))])
+
+
+def test_bearer_header():
+    assert k.bearer(f"Bearer {KEY_A}") == KEY_A and k.bearer(f"bearer  {KEY_A} ") == KEY_A
+    assert k.bearer("Basic abc") is None and k.bearer(None) is None and k.bearer("Bearer ") is None
+
+
+def test_rate_limit_allows_a_burst_then_paces():
+    grant = k.Grant("a", frozenset({"ml"}), requests_per_minute=60)
+    limiter = k.RateLimiter(600)
+    now = 100.0
+    assert all(limiter.take("d", grant, now) == 0 for _ in range(6))  # a burst of max(5, 60/10)
+    wait = limiter.take("d", grant, now)
+    assert wait == pytest.approx(1.0)          # one request a second
+    assert limiter.take("d", grant, now + 1.0) == 0
+    limiter.forget([])
+    assert limiter.buckets == {}
+
+
+# -- translation --------------------------------------------------------------------------------------
+
+def test_chat_request_to_generate():
+    req = t.parse_body(json.dumps({"model": "llama", "messages": [{"role": "user", "content": "hi"}],
+                                   "max_completion_tokens": 7, "temperature": 0.5, "stream": True,
+                                   "user": "ignored"}).encode(), t.ChatRequest)
+    prompt = t.render_chat(None, req.messages)
+    assert prompt == "user: hi\nassistant:"
+    gen = t.to_generate(req, prompt, 256)
+    assert gen.body == {"text_input": prompt, "max_tokens": 7, "stream": True, "exclude_input_in_output": True,
+                        "temperature": 0.5}
+    assert gen.chat and gen.stream
+
+
+def test_hugging_face_chat_templates_render_in_the_sandbox():
+    template = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('no system') }}"
+                "{% endif %}[{{ m['role'] }}]{{ m['content'] | trim }}{% endfor %}"
+                "{% if add_generation_prompt %}[assistant]{% endif %}")
+    msgs = [t.ChatMessage(role="user", content=[{"type": "text", "text": " a "}, {"type": "text", "text": "b"}])]
+    assert t.render_chat(template, msgs) == "[user]a b[assistant]"
+    with pytest.raises(t.OpenAIError, match="no system") as e:
+        t.render_chat(template, [t.ChatMessage(role="system", content="x")])
+    assert e.value.status == 400
+    with pytest.raises(t.OpenAIError, match="only text content parts"):
+        t.render_chat(None, [t.ChatMessage(role="user", content=[{"type": "image_url", "image_url": {}}])])
+    with pytest.raises(t.OpenAIError) as e:  # the sandbox refuses attribute games
+        t.render_chat("{{ messages.__class__.__mro__ }}", msgs)
+    assert e.value.status == 400
+
+
+@pytest.mark.parametrize("body, words", [
+    (b"{not json", "not valid JSON"),
+    (b"[1]", "must be a JSON object"),
+    (json.dumps({"messages": [{"role": "user", "content": "x"}]}).encode(), "model: Field required"),
+    (json.dumps({"model": "m", "messages": []}).encode(), "messages"),
+    (json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 2}).encode(), "only n=1"),
+    (json.dumps({"model": "m", "messages": [{"role": "robot", "content": "x"}]}).encode(), "messages.0.role"),
+    (json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": 3}).encode(),
+     "temperature"),
+    (json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], "stop": ["a"] * 5}).encode(),
+     "at most 4"),
+])
+def test_bad_bodies_get_openai_errors(body, words):
+    with pytest.raises(t.OpenAIError) as e:
+        t.parse_body(body, t.ChatRequest)
+    assert e.value.status == 400 and words in e.value.message
+    assert set(e.value.body()["error"]) == {"message", "type", "param", "code"}
+
+
+def test_completion_prompt_must_be_one():
+    with pytest.raises(t.OpenAIError, match="exactly one prompt"):
+        t.parse_body(json.dumps({"model": "m", "prompt": ["a", "b"]}).encode(), t.CompletionRequest)
+    req = t.parse_body(json.dumps({"model": "m", "prompt": ["a"]}).encode(), t.CompletionRequest)
+    assert req.text() == "a"
+
+
+def _events(data: bytes) -> list:
+    return [json.loads(line[6:]) for line in data.split(b"\n\n") if line.startswith(b"data: {")]
+
+
+def test_stream_cuts_at_a_stop_sequence_spanning_responses():
+    gen = t.Generate({}, True, 100, ("END",), "m", chat=True)
+    s = t.Stream(gen)
+    out = s.delta(" a") + s.delta(" E") + s.delta("N") + s.delta("D b") + s.delta(" c") + s.end()
+    events = _events(out)
+    text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events)
+    assert text == " a "
+    assert events[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert events[-1]["choices"][0]["finish_reason"] == "stop"
+    assert out.endswith(b"data: [DONE]\n\n")
+    assert all(e["object"] == "chat.completion.chunk" for e in events)
+
+
+def test_stream_reports_length_when_max_tokens_is_reached():
+    s = t.Stream(t.Generate({}, True, 2, (), "m", chat=False))
+    events = _events(s.delta(" a") + s.delta(" b") + s.end())
+    assert "".join(e["choices"][0]["text"] for e in events) == " a b"
+    assert events[-1]["choices"][0]["finish_reason"] == "length"
+    assert events[0]["object"] == "text_completion"
+
+
+def test_sse_parsing_keeps_partial_events():
+    buf = bytearray(b'data: {"text_output": " a"}\n\ndata: {"text_')
+    assert t.sse_events(buf) == [{"text_output": " a"}]
+    buf += b'output": " b"}\n\n'
+    assert t.sse_events(buf) == [{"text_output": " b"}] and not buf
+    with pytest.raises(t.OpenAIError) as e:
+        t.output_text({"error": "boom"})
+    assert e.value.status == 502
+    assert t.output_text({"text_output": [" a", " b"]}) == " a b"
+
+
+# -- routing ---------------------------------------------------------------------------------------------
+
+def isvc(name: str, ns: str = "ml", fmt: str = "tensorrt-llm", **spec) -> dict:
+    return {"metadata": {"name": name, "namespace": ns},
+            "spec": {"model": {"format": fmt, "source": "hf://x/y"}, **spec}}
+
+
+def eps(service: str, name: str, port: int, *endpoints: tuple[str, bool | None], ns: str = "ml") -> dict:
+    return {"metadata": {"name": name, "namespace": ns, "labels": {r.SERVICE_NAME_LABEL: service}},
+            "ports": [{"name": "grpc", "port": 8001}, {"name": "http", "port": port}],
+            "endpoints": [{"addresses": [a], **({"conditions": {"ready": ready}} if ready is not None else {})}
+                          for a, ready in endpoints]}
+
+
+def test_service_views():
+    llm = r.service_from(isvc("llama"))
+    assert (llm.generate_model, llm.v2_model, llm.openai, llm.scales_to_zero) == ("ensemble", "ensemble", True, False)
+    onnx = r.service_from(isvc("resnet", fmt="onnx", autoscaling={"minReplicas": 0, "maxReplicas": 2}))
+    assert (onnx.generate_model, onnx.v2_model, onnx.openai, onnx.scales_to_zero) == ("resnet", "resnet", False, True)
+    custom = r.service_from(isvc("tg", fmt="python", model={"format": "python", "name": "textgen", "source": "hf://a/b"},
+                                 openai={"chatTemplate": "T", "defaultMaxTokens": 9}))
+    assert (custom.generate_model, custom.openai, custom.chat_template, custom.default_max_tokens) == \
+        ("textgen", True, "T", 9)
+    degraded = isvc("bad")
+    degraded["status"] = {"conditions": [{"type": "Degraded", "status": "True", "reason": "Unschedulable",
+                                          "message": "no GPUs"}]}
+    assert r.service_from(degraded).degraded == "Unschedulable: no GPUs"
+    assert r.service_from({"metadata": {"name": "x", "deletionTimestamp": "now"}, "spec": {}}) is None
+
+
+def test_endpoints_come_from_ready_slices_and_the_least_loaded_wins():
+    router = r.Router()
+    router.set_service(isvc("llama"))
+    changed = router.set_slice(eps("llama", "llama-a", 8000, ("10.0.0.1", True), ("10.0.0.2", None),
+                                   ("10.0.0.3", False)))
+    assert changed == {("ml", "llama")}
+    assert router.endpoints(("ml", "llama")) == (("10.0.0.1", 8000), ("10.0.0.2", 8000))
+    assert router.set_slice(eps("llama", "llama-b", 8000, ("10.0.0.4", True))) == {("ml", "llama")}
+    key = ("ml", "llama")
+    picks = [router.pick(key) for _ in range(3)]
+    assert len(set(picks)) == 3, "idle endpoints take turns"
+    for a in picks[:2]:
+        router.acquire(a)
+    assert router.pick(key) == picks[2], "the endpoint with nothing in flight"
+    router.acquire(picks[2])
+    router.acquire(picks[2])
+    router.release(picks[0])
+    assert router.pick(key) == picks[0]
+    assert router.set_slice(None, eps("llama", "llama-b", 8000)) == {key}
+    assert router.set_slice(None, eps("llama", "llama-a", 8000)) == {key}
+    assert router.pick(key) is None
+    assert r.url(("fd00::1", 8000)) == "http://[fd00::1]:8000"
+
+
+def test_a_relist_drops_vanished_slices():
+    router = r.Router()
+    router.set_slice(eps("a", "a-1", 8000, ("10.0.0.1", True)))
+    assert router.replace_slices([eps("b", "b-1", 8000, ("10.0.0.2", True))]) == {("ml", "a"), ("ml", "b")}
+    assert router.endpoints(("ml", "a")) == ()
+
+
+# -- the gateway's decisions ------------------------------------------------------------------------------
+
+def gateway(**settings) -> Gateway:
+    gw = Gateway(GatewaySettings(**settings), api=None)
+    gw.grants = k.parse(f"""keys:
+  - {{name: a, key: {KEY_A}, namespaces: [ml, lab]}}
+  - {{name: b, key: {KEY_B}, services: [ml/llama]}}
+""", "keys")
+    gw.keys_loaded = True
+    for obj in (isvc("llama"), isvc("llama", ns="lab"), isvc("secret", ns="vault"), isvc("resnet", fmt="onnx")):
+        gw.router.set_service(obj)
+    return gw
+
+
+class FakeRequest:
+    def __init__(self, key: str | None):
+        self.headers = {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def test_401_without_a_valid_key_and_429_past_the_rate():
+    gw = gateway(requests_per_minute=60)
+    for presented in (None, "sk-wrong-000000000000000"):
+        with pytest.raises(t.OpenAIError) as e:
+            gw.authorize(FakeRequest(presented))
+        assert e.value.status == 401
+    for _ in range(6):
+        gw.authorize(FakeRequest(KEY_A))
+    with pytest.raises(t.OpenAIError) as e:
+        for _ in range(6):
+            gw.authorize(FakeRequest(KEY_A))
+    assert e.value.status == 429 and e.value.retry_after and e.value.retry_after > 0
+
+
+def test_403_for_what_a_key_may_not_use_whether_or_not_it_exists():
+    gw = gateway()
+    a, b = gw.grants[k.digest(KEY_A)], gw.grants[k.digest(KEY_B)]
+    assert gw.resolve("llama", b).key == ("ml", "llama")
+    assert gw.resolve("ml/llama", a).key == ("ml", "llama")
+    for model, grant in (("vault/secret", a), ("vault/nothing", a), ("secret", b), ("nothing", b), ("lab/llama", b)):
+        with pytest.raises(t.OpenAIError) as e:
+            gw.resolve(model, grant)
+        assert e.value.status == 403, model
+        assert "exist" not in e.value.message
+    with pytest.raises(t.OpenAIError) as e:   # a's namespaces could hold it: a 404 says only that
+        gw.resolve("nothing", a)
+    assert e.value.status == 404
+    with pytest.raises(t.OpenAIError) as e:
+        gw.resolve("llama", a)
+    assert e.value.status == 400 and "NAMESPACE/llama" in e.value.message
+    with pytest.raises(t.OpenAIError) as e:   # exists, may be used, but does not speak OpenAI
+        gw.resolve("resnet", a)
+    assert e.value.status == 404 and "spec.openai" in e.value.message
+    assert gw.resolve("resnet", a, openai=False).v2_model == "resnet"
+    assert gw.model_id(gw.router.services[("ml", "llama")], a) == "ml/llama"
+    assert gw.model_id(gw.router.services[("ml", "llama")], b) == "llama"
+
+
+def test_held_requests_are_answered_when_a_replica_is_ready():
+    async def scenario():
+        gw = gateway()
+        svc = gw.router.services[("ml", "llama")]
+        waiters = [asyncio.create_task(gw.endpoint(svc)) for _ in range(3)]
+        await asyncio.sleep(0.05)
+        assert gw.held == {("ml", "llama"): 3}
+        gw._slice_event("ADDED", eps("llama", "llama-a", 8000, ("10.0.0.1", True)))
+        got = await asyncio.wait_for(asyncio.gather(*waiters), 2)
+        assert got == [("10.0.0.1", 8000)] * 3 and gw.held == {}
+    asyncio.run(scenario())
+
+
+def test_holding_is_bounded_and_times_out_with_retry_after():
+    async def scenario():
+        gw = gateway(max_held_per_service=2, hold_timeout_seconds=0.2, retry_after_seconds=7)
+        svc = gw.router.services[("ml", "llama")]
+        waiters = [asyncio.create_task(gw.endpoint(svc)) for _ in range(2)]
+        await asyncio.sleep(0.02)
+        with pytest.raises(t.OpenAIError) as full:
+            await gw.endpoint(svc)
+        assert full.value.status == 503 and full.value.retry_after == 7
+        for result in await asyncio.gather(*waiters, return_exceptions=True):
+            assert isinstance(result, t.OpenAIError) and result.status == 503 and result.code == "model_starting"
+        assert gw.held == {}
+    asyncio.run(scenario())
+
+
+def test_held_requests_fail_fast_when_the_service_degrades_or_the_gateway_stops():
+    async def scenario():
+        gw = gateway()
+        svc = gw.router.services[("ml", "llama")]
+        waiter = asyncio.create_task(gw.endpoint(svc))
+        await asyncio.sleep(0.02)
+        bad = isvc("llama")
+        bad["status"] = {"conditions": [{"type": "Degraded", "status": "True", "reason": "Unschedulable",
+                                         "message": "2 more nvidia.com/gpu needed"}]}
+        gw._service_event("MODIFIED", bad)
+        with pytest.raises(t.OpenAIError) as e:
+            await asyncio.wait_for(waiter, 2)
+        assert e.value.status == 503 and "Unschedulable" in e.value.message
+
+        other = gw.router.services[("lab", "llama")]
+        waiter = asyncio.create_task(gw.endpoint(other))
+        await asyncio.sleep(0.02)
+        await gw.on_shutdown(None)
+        with pytest.raises(t.OpenAIError) as e:
+            await asyncio.wait_for(waiter, 2)
+        assert e.value.status == 503 and e.value.code == "gateway_stopping"
+    asyncio.run(scenario())
+
+
+def test_settings_from_env_and_flags():
+    s = from_env({"TRITON_GATEWAY_NAMESPACES": "ml, lab", "TRITON_GATEWAY_PORT": "8081"}, hold_timeout_seconds=5)
+    assert s.namespaces == ["ml", "lab"] and s.port == 8081 and s.hold_timeout_seconds == 5
+    with pytest.raises(GatewaySettingsError, match="TRITON_GATEWAY_PORT"):
+        from_env({"TRITON_GATEWAY_PORT": "0"})
+
+
+# -- the API and the operator's side ------------------------------------------------------------------------
+
+def test_api_allows_scale_to_zero_and_says_which_services_speak_openai():
+    from triton_operator.api import InferenceService
+    from triton_operator.render import endpoints
+    from triton_operator.settings import Settings
+
+    from .conftest import isvc_doc
+
+    doc = isvc_doc(autoscaling={"minReplicas": 0, "maxReplicas": 2})
+    svc = InferenceService.model_validate(doc)
+    assert svc.spec.autoscaling.min_replicas == 0 and svc.spec.autoscaling.scale_to_zero_after_seconds == 900
+    with pytest.raises(ValueError, match="scaleToZeroAfterSeconds"):
+        InferenceService.model_validate(isvc_doc(autoscaling={"minReplicas": 0, "maxReplicas": 2,
+                                                              "scaleToZeroAfterSeconds": 5}))
+    llm = svc.spec.model.format == "tensorrt-llm"
+    assert svc.spec.serves_openai() == llm
+    assert InferenceService.model_validate(isvc_doc(openai={"enabled": False})).spec.serves_openai() is False
+    assert "openai" not in endpoints("llama", "ml", Settings(), openai=True)
+    assert endpoints("llama", "ml", Settings(gateway_url="https://llm.example.com/"), openai=True)["openai"] == \
+        "https://llm.example.com/v1"
+    assert "openai" not in endpoints("llama", "ml", Settings(gateway_url="https://llm.example.com"), openai=False)
