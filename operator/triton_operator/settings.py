@@ -51,6 +51,12 @@ class Settings(BaseModel):
     p99_query: str = Field(
         'max by ($namespace, $service) (nv_inference_request_summary_us{quantile="0.99", $service!=""}) / 1000',
         description="PromQL for the p99 request latency per service in milliseconds.")
+    watch_gpu_capacity: bool = Field(
+        True,
+        description="Watch Nodes and every pod's GPU requests (cluster-wide list/watch) to know the free GPUs per "
+                    "class: spill-over then moves replicas only to classes with room and brings them back when the "
+                    "preferred class has had room for returnAfter. Off: spill tries the next class blindly and a "
+                    "return is probed every returnAfter.")
     gateway_url: str | None = Field(
         None, pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
         description="Base URL of the gateway (e.g. https://llm.example.com); status.endpoints.openai is its /v1 "
