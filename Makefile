@@ -16,7 +16,7 @@ define covered_pytest
 	  $(COVERAGE) combine --quiet && $(COVERAGE) report; exit $$status
 endef
 
-.PHONY: help venv test unit unit-coverage e2e crds golden check-generated dev dev-down tools lint bench-autoscaling bench-scale bench-robustness bench-gateway
+.PHONY: help venv test unit unit-coverage e2e crds golden check-generated dev dev-down tools lint bench-autoscaling bench-scale bench-spill bench-robustness bench-gateway
 
 help:
 	@echo "make dev       local cluster with simulated GPU nodes + operator + an example service"
@@ -29,6 +29,7 @@ help:
 	@echo "make golden    rewrite tests/golden after an intended rendering change"
 	@echo "make bench-autoscaling  every autoscaling policy on four workloads -> bench/results/autoscaling.md"
 	@echo "make bench-scale        the control plane at N=1000 services: bulk, idle, autoscaler -> bench/results/scale.md"
+	@echo "make bench-spill        SLO during a GPU shortage with and without spill-over -> bench/results/spill.md"
 	@echo "make bench-robustness   1,000 hostile specs against the API server and the operator -> bench/results/robustness.md"
 	@echo "make bench-gateway  gateway overhead vs Triton direct, and a wake from zero -> bench/results/gateway.md"
 
@@ -73,8 +74,12 @@ bench-autoscaling: $(STAMP)
 bench-scale: $(STAMP)
 	$(PY) bench/scale.py --services $${N:-1000}
 
+bench-spill: $(STAMP)
+	$(PY) bench/spill.py
+
 bench-robustness: $(STAMP)
 	$(PY) bench/robustness.py -n $${N:-1000}
+
 bench-gateway: $(STAMP)
 	$(PY) bench/gateway.py
 

@@ -166,7 +166,14 @@ def test_watched_namespaces_get_roles_not_cluster_access(tools):
     docs = template(tools, "--set-json", 'watchNamespaces=["ml","vision"]')
     cluster_role = next(d for d in docs if d["kind"] == "ClusterRole")
     cluster_resources = {r for rule in cluster_role["rules"] for r in rule["resources"]}
-    assert cluster_resources == {"gpuclasses"}  # the cluster-scoped catalog only (kopf watches no CRDs now)
+    # The cluster-scoped catalog (kopf watches no CRDs now), and nodes and pods cluster-wide, read
+    # only: the free GPUs per class that spill-over needs.
+    assert cluster_resources == {"gpuclasses", "nodes", "pods"}
+    assert all(rule["verbs"] == ["list", "watch"] for rule in cluster_role["rules"]
+               if set(rule["resources"]) & {"nodes", "pods"})
+    blind = template(tools, "--set-json", 'watchNamespaces=["ml","vision"]', "--set", "gpuCapacity.watch=false")
+    cluster_role = next(d for d in blind if d["kind"] == "ClusterRole")
+    assert {r for rule in cluster_role["rules"] for r in rule["resources"]} == {"gpuclasses"}
     roles = {d["metadata"]["namespace"] for d in docs if d["kind"] == "Role"
              if "deployments" in {r for rule in d["rules"] for r in rule["resources"]}}
     assert roles == {"ml", "vision"}

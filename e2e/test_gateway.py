@@ -330,10 +330,23 @@ def test_chat_and_completions_streaming_and_not(services: Cluster, gateway: Gate
 
 
 def _reasons(c: Cluster, seen: list[str], stop: threading.Event) -> None:
-    while not stop.wait(0.1):
-        cond = c.condition("infsvc", SLEEPY, NS, "Ready")
-        if cond and (not seen or seen[-1] != cond["reason"]):
-            seen.append(cond["reason"])
+    """Every Ready reason the service's status goes through, from a watch (a poll would miss a
+    state that lasts less than one poll)."""
+    from kubernetes import client as k8s_client
+    from kubernetes import config as k8s_config
+    from kubernetes import watch as k8s_watch
+    api = k8s_client.CustomObjectsApi(k8s_config.new_client_from_config(config_file=c.kubeconfig))
+    w = k8s_watch.Watch()
+    threading.Thread(target=lambda: stop.wait() or w.stop(), daemon=True).start()
+    try:
+        for event in w.stream(api.list_namespaced_custom_object, "serving.triton-operator.io", "v1alpha1", NS,
+                              "inferenceservices", field_selector=f"metadata.name={SLEEPY}", timeout_seconds=300):
+            conds = (event["object"].get("status") or {}).get("conditions") or []
+            cond = next((x for x in conds if x.get("type") == "Ready"), None)
+            if cond and (not seen or seen[-1] != cond["reason"]):
+                seen.append(cond["reason"])
+    except Exception:  # noqa: BLE001 - the stream ends when the test stops it
+        pass
 
 
 def test_wake_from_zero_answers_every_held_request(services: Cluster, gateway: GatewayProcess):

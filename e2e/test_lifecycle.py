@@ -65,7 +65,7 @@ def test_apply_creates_children_and_lands_on_the_class(operator: Operator, ns: s
     fields = {f["manager"] for f in json.loads(raw)["metadata"]["managedFields"] if f["operation"] == "Apply"}
     assert fields == {"triton-operator"}
     columns = c.kubectl("get", "infsvc", "chat", "-n", ns).stdout.split("\n")[0].split()
-    assert columns[:5] == ["NAME", "GPU", "DESIRED", "READY", "QUEUE"]
+    assert columns[:6] == ["NAME", "GPU", "DESIRED", "READY", "CLASSES", "QUEUE"]
 
 
 def test_spec_change_rolls_out_and_scale_subresource_works(operator: Operator, ns: str):
@@ -151,7 +151,10 @@ def test_missing_gpu_class_is_reported_then_picked_up(operator: Operator, ns: st
 
 
 INVALID = [
-    ({"gpu": {"class": "l4", "count": 0}}, "spec.gpu.count: Invalid value: 0: spec.gpu.count in body should be greater than or equal to 1"),
+    ({"gpu": {"class": "l4", "count": 0}}, "gpu.count 0 (let the planner choose) needs gpu.class auto"),
+    ({"gpu": {"class": "l4", "fallbackClasses": ["h100"], "spill": {"after": "10m", "returnAfter": "1m"}}},
+     "returnAfter must be at least after"),
+    ({"gpu": {"class": "l4", "spill": {}}}, "gpu.spill needs fallbackClasses"),
     ({"autoscaling": {"minReplicas": 5, "maxReplicas": 2}}, "minReplicas must be less than or equal to maxReplicas"),
     ({"gpu": {"class": "l4", "fallbackClasses": ["l4"]}}, "fallbackClasses must not repeat class"),
     ({"model": {"source": "ftp://x/y", "format": "onnx"}}, "spec.model.source"),

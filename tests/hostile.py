@@ -49,6 +49,19 @@ def _optional(strategies: dict[str, st.SearchStrategy[Any]]) -> st.SearchStrateg
     return st.fixed_dictionaries({}, optional=strategies)
 
 
+def _consistent(spec: dict[str, Any]) -> dict[str, Any]:
+    """A valid spec whose gpu section needs other fields gets them: class auto plans from
+    model.parameters; spill needs a class to spill to; count 0 is class auto's."""
+    gpu = spec["gpu"]
+    if gpu["class"] == "auto":
+        spec["model"].setdefault("parameters", "8B")
+    elif gpu.get("count") == 0:
+        gpu["count"] = 1
+    if "spill" in gpu and gpu["class"] != "auto" and not gpu.get("fallbackClasses"):
+        gpu["fallbackClasses"] = [c for c in ("h200", "l4") if c != gpu["class"]][:1]
+    return spec
+
+
 def _strategies(hostile: bool) -> dict[str, st.SearchStrategy[Any]]:
     """Strategies for the fields of a spec: valid values only, or (hostile) valid and invalid ones
     alike. A document is one or the other, so that plenty of whole specs are accepted and rendered."""
@@ -100,10 +113,29 @@ def _strategies(hostile: bool) -> dict[str, st.SearchStrategy[Any]]:
             "credentialsSecret": mostly(st.sampled_from(["hf-token", "s3-creds"]), st.sampled_from(["Bad_Secret", "x" * 254])),
         },
     )
-    gpus = st.fixed_dictionaries(
+    # Spill-over durations: Go durations within the bounds (after 5s-1h, returnAfter 10s-24h), at
+    # the edges in other units, and what the pattern or the bounds refuse.
+    durations = mostly(
+        st.one_of(st.sampled_from(["5s", "5000ms", "120s", "2m", "10m", "1h", "59m60s", "0.1h", "1h30m", "1.5h",
+                                   "600s", "24h", "86400s", "23h59m60s"]),
+                  st.from_regex(r"\A[1-9][0-9]{1,2}(\.[0-9]{1,3})?(s|m)\Z")),
+        st.one_of(st.sampled_from(["4999ms", "0.001h", "1h0.001s", "24h1ms", "25h", "2 minutes", "", "1d", "-1s",
+                                   "1e3s", "123456s", "1.0001h", "h", "10", "5s\n", "1.h", ".5h", "1H", "99999h" * 6]),
+                  texts))
+    spills = _optional({"after": durations, "returnAfter": durations})
+    limits = {"maxPricePerHour": numbers(0.01, 64_000_000), "maxTimePerOutputTokenMs": numbers(0.01, 3_600_000)}
+    fixed_gpus = st.fixed_dictionaries(
         {"class": class_names},
-        optional={"count": ints(1, 8), "fallbackClasses": st.lists(class_names, max_size=3, unique=True)},
+        optional={"count": ints(1, 8), "fallbackClasses": st.lists(class_names, max_size=3, unique=True),
+                  "spill": spills, **limits},
     )
+    # gpu.class auto: the planner chooses the class (and with count 0 the GPU count).
+    auto_gpus = st.fixed_dictionaries(
+        {"class": st.just("auto")},
+        optional={"count": ints(0, 8), "spill": spills, **limits,
+                  **({"fallbackClasses": st.lists(class_names, min_size=1, max_size=2, unique=True)} if hostile else {})},
+    )
+    gpus = st.one_of(fixed_gpus, auto_gpus)
     env_vars = st.fixed_dictionaries(
         {"name": mostly(st.from_regex(r"\A[A-Z_][A-Z0-9_]{0,5}\Z"), st.sampled_from(["1BAD", "x" * 129, "A B"]))},
         optional={"value": mostly(free_text, texts)},
@@ -148,8 +180,10 @@ def _strategies(hostile: bool) -> dict[str, st.SearchStrategy[Any]]:
                                      st.dictionaries(label_keys, texts, max_size=66)),
         },
     )
+    if not hostile:
+        specs = specs.map(_consistent)
     names = mostly(
-        st.one_of(st.sampled_from(["demo", "llama3-8b", "a" * 52]), st.from_regex(r"\A[a-z]([-a-z0-9]{0,10}[a-z0-9])?\Z")),
+        st.one_of(st.sampled_from(["demo", "llama3-8b", "a" * 52, "auto"]), st.from_regex(r"\A[a-z]([-a-z0-9]{0,10}[a-z0-9])?\Z")),
         st.sampled_from(["a" * 53, "8b-llama", "llama.v3", "Demo", "-x", "x-", "demo\n", ""]),
     )
 

@@ -31,7 +31,27 @@ def test_wire_form_is_camel_case_and_round_trips():
 
 
 @pytest.mark.parametrize("changes, field, words", [
-    ({"gpu__count": 0}, "spec.gpu.count", "greater than or equal to 1"),
+    ({"gpu__count": 0}, "spec.gpu.count", "gpu.count 0 (let the planner choose) needs gpu.class auto"),
+    ({"gpu__count": -1}, "spec.gpu.count", "greater than or equal to 0"),
+    ({"gpu": {"class": "auto", "fallbackClasses": ["h100"]}}, "spec.gpu.fallbackClasses", "do not apply to gpu.class auto"),
+    ({"gpu": {"class": "h100", "spill": {}}}, "spec.gpu.spill", "gpu.spill needs fallbackClasses"),
+    ({"gpu": {"class": "h100", "fallbackClasses": ["h200"], "spill": {"after": "2 minutes"}}},
+     "spec.gpu.spill.after", "pattern"),
+    ({"gpu": {"class": "h100", "fallbackClasses": ["h200"], "spill": {"after": "1s"}}},
+     "spec.gpu.spill.after", "after must be between 5s and 1h"),
+    ({"gpu": {"class": "h100", "fallbackClasses": ["h200"], "spill": {"after": "10m", "returnAfter": "5m"}}},
+     "spec.gpu.spill.returnAfter", "returnAfter must be at least after"),
+    ({"gpu": {"class": "h100", "fallbackClasses": ["h200"], "spill": {"after": "20m"}}},
+     "spec.gpu.spill.returnAfter", "returnAfter must be at least after"),  # against the default 600s
+    ({"gpu": {"class": "h100", "fallbackClasses": ["h200"], "spill": {"after": "123456s"}}},
+     "spec.gpu.spill.after", "pattern"),  # 5 digits at most: far from Go's duration overflow
+    ({"gpu": {"class": "auto", "maxTimePerOutputTokenMs": 3600001}}, "spec.gpu.maxTimePerOutputTokenMs",
+     "less than or equal to 3600000"),
+    ({"gpu": {"class": "auto", "maxPricePerHour": 64000001}}, "spec.gpu.maxPricePerHour", "less than or equal to"),
+    ({"gpu": {"class": "auto", "count": 1.0}}, "spec.gpu.count", "valid integer"),
+    ({"gpu": {"class": "auto", "maxPricePerHour": 0}}, "spec.gpu.maxPricePerHour", "greater than 0"),
+    ({"gpu": {"class": "auto", "count": 0}, "model": {"source": "hf://a/b", "format": "onnx"}}, "spec.gpu",
+     "gpu.class auto needs model.parameters"),
     ({"gpu__class": "H100!"}, "spec.gpu.class", "pattern"),
     ({"gpu__fallbackClasses": ["h100"]}, "spec.gpu", "must not repeat class"),
     ({"gpu__fallbackClasses": ["h200", "h200"]}, "spec.gpu.fallbackClasses", "must not repeat"),
@@ -68,6 +88,48 @@ def test_names_longer_than_children_allow_are_refused():
 @pytest.mark.parametrize("text, count", [("8B", 8e9), ("70B", 70e9), ("1.5B", 1.5e9), ("350M", 350e6), (None, None)])
 def test_parameter_count(text, count):
     assert ModelSpec(source="hf://a/b", format="onnx", parameters=text).parameter_count() == count
+
+
+def test_spill_and_auto_specs_parse_with_defaults():
+    s = isvc(gpu={"class": "h100", "fallbackClasses": ["h200"], "spill": {}}).spec.gpu
+    assert (s.spill.after_seconds, s.spill.return_after_seconds) == (120, 600)
+    s = isvc(gpu={"class": "h100", "fallbackClasses": ["h200"], "spill": {"after": "1m30s", "returnAfter": "1.5h"}}).spec.gpu
+    assert (s.spill.after_seconds, s.spill.return_after_seconds) == (90, 5400)
+    auto = isvc(gpu={"class": "auto", "count": 0, "maxPricePerHour": 10, "spill": {}}).spec.gpu
+    assert auto.auto and auto.count == 0 and auto.max_price_per_hour == 10
+    assert isvc().spec.gpu.spill is None, "spill is opt-in: existing specs keep waiting for their class"
+
+
+@pytest.mark.parametrize("after, return_after, ok", [
+    ("5000ms", "10s", True), ("4999ms", "10s", False), ("0.001h", "10s", False),  # 3.6 s
+    ("1h", "1h", True), ("1h0.001s", "2h", False), ("360s", "0.1h", True),  # equal, read exactly
+    ("59m60s", "0.999h", False), ("1.5m", "90s", True), ("10m", "24h", True), ("10m", "24h1ms", False),
+])
+def test_spill_durations_are_compared_exactly_as_go_reads_them(after, return_after, ok):
+    """The bounds and returnAfter >= after in integer nanoseconds, as the API server's CEL
+    duration() (Go's time.ParseDuration) reads them: no float rounding at the edges."""
+    spec = {"class": "h100", "fallbackClasses": ["h200"], "spill": {"after": after, "returnAfter": return_after}}
+    if ok:
+        assert isvc(gpu=spec).spec.gpu.spill.after == after
+    else:
+        with pytest.raises(ValidationError, match="must be"):
+            isvc(gpu=spec)
+
+
+def test_assignment_keeps_the_optional_fields():
+    """validate_assignment hands the before-validator every field, unset ones as None: they stay."""
+    spec = isvc(gpu={"class": "auto", "count": 0, "spill": {}}).spec
+    spec.gpu.count = 2
+    assert spec.gpu.count == 2 and spec.gpu.spill is not None and spec.gpu.max_price_per_hour is None
+    spec.model.precision = "fp8"
+    assert spec.model.name is None and spec.model.parameters == "8B"
+
+
+def test_no_gpu_class_may_be_called_auto():
+    from triton_operator.api import GPUClass
+    with pytest.raises(ValidationError, match="reserved"):
+        GPUClass.model_validate({"metadata": {"name": "auto"}, "spec": {
+            "productNames": ["x"], "memoryGiB": 24, "memoryBandwidthTBps": 1, "computeCapability": "9.0"}})
 
 
 def test_gpu_class_spec_needs_figures_and_parses_capability():
@@ -123,6 +185,15 @@ def test_admission_rules_say_what_the_models_say():
     assert rules[api.CALIBRATION_MESSAGE]["rule"].endswith("self.model.precision in ['fp8', 'int4-awq']")
     (family,) = schema["properties"]["model"]["x-kubernetes-validations"]
     assert family["message"] == api.UNBUILT_LLM_MESSAGE and api.UNBUILT_LLM_FAMILIES in family["rule"]
+    assert rules[api.AUTO_PARAMETERS_MESSAGE]["fieldPath"] == ".gpu.class"
+    gpu = {r["message"]: r for r in schema["properties"]["gpu"]["x-kubernetes-validations"]}
+    for message in (api.COUNT_ZERO_MESSAGE, api.AUTO_FALLBACK_MESSAGE, api.SPILL_TARGET_MESSAGE):
+        assert message in gpu
+    spill = schema["properties"]["gpu"]["properties"]["spill"]
+    rules = spill["x-kubernetes-validations"] + [
+        r for name in ("after", "returnAfter") for r in spill["properties"][name]["x-kubernetes-validations"]]
+    assert len(rules) == 3 and all("duration(self" in r["rule"] for r in rules)
+    assert "\\" not in str(rules) + spill["properties"]["after"]["pattern"], "CEL string literals take no regex escapes"
 
 
 def test_the_operator_refuses_the_families_the_runtime_refuses():

@@ -39,7 +39,7 @@ def test_render_uses_a_gpu_class_file(tmp_path):
 
 BAD = {
     "count 0": ("spec: {model: {source: 'hf://a/b', format: onnx}, gpu: {class: h100, count: 0}}",
-                "spec.gpu.count: Input should be greater than or equal to 1"),
+                "spec.gpu.count: gpu.count 0 (let the planner choose) needs gpu.class auto"),
     "min > max": ("spec: {model: {source: 'hf://a/b', format: onnx}, gpu: {class: h100},"
                   " autoscaling: {minReplicas: 4, maxReplicas: 2}}", "minReplicas must be less than or equal"),
     "missing class": ("spec: {model: {source: 'hf://a/b', format: onnx}, gpu: {class: b200}}",
@@ -102,6 +102,57 @@ def test_import_contract_keeps_the_core_pure():
     exe = shutil.which("lint-imports", path=str(__import__("pathlib").Path(sys.executable).parent))
     out = subprocess.run([exe], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+AUTO = """apiVersion: serving.triton-operator.io/v1alpha1
+kind: InferenceService
+metadata: {name: chat}
+spec:
+  model: {source: "hf://meta-llama/Llama-3.3-70B-Instruct", format: tensorrt-llm, parameters: 70B, precision: fp8}
+  gpu: {class: auto, count: 0, maxPricePerHour: 10, maxTimePerOutputTokenMs: 30, spill: {}}
+"""
+
+
+def test_plan_shows_the_ranking_of_class_auto_and_why():
+    out = run("plan", "-f", "-", stdin=AUTO)
+    assert out.returncode == 0, out.stderr
+    rows = {line.split()[1]: line.split() for line in out.stdout.splitlines()[1:5]}
+    assert rows["h100"][-1] == "chosen" and rows["h100"][2] == "1"
+    assert rows["h200"][-3:] == ["5.5", "spill", "#1"]
+    assert rows["l4"][5] == "TooSlow" and rows["a100-80gb"][5] == "PrecisionUnsupported"
+    assert "class auto chooses 1 x h100: the cheapest where the model fits within 10.0/h and at most 30.0 ms" in out.stdout
+    assert "l4: decode on 4 x l4 takes at least 58.48 ms per token" in out.stdout
+
+
+def test_plan_uses_a_gpu_class_file(tmp_path):
+    classes = tmp_path / "classes.yaml"
+    classes.write_text(yaml.safe_dump({
+        "apiVersion": "serving.triton-operator.io/v1alpha1", "kind": "GPUClass", "metadata": {"name": "b200"},
+        "spec": {"productNames": ["NVIDIA-B200"], "memoryGiB": 180, "memoryBandwidthTBps": 8,
+                 "computeCapability": "10.0", "pricePerHour": 6}}))
+    out = run("plan", "-f", "-", "--gpu-class-file", str(classes), stdin=AUTO)
+    assert out.returncode == 0, out.stderr
+    assert "class auto chooses 1 x b200" in out.stdout and "h100" not in out.stdout
+    # As `kubectl get gpuclass -o yaml` writes them: one List.
+    listed = tmp_path / "listed.yaml"
+    listed.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [yaml.safe_load(classes.read_text())]}))
+    out = run("plan", "-f", "-", "--gpu-class-file", str(listed), stdin=AUTO)
+    assert out.returncode == 0 and "class auto chooses 1 x b200" in out.stdout, out.stderr
+    missing = run("plan", "-f", "-", "--gpu-class-file", str(tmp_path / "nope.yaml"), stdin=AUTO)
+    assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
+
+
+def test_render_shows_one_deployment_per_class_of_a_placement():
+    out = run("render", "-f", str(EXAMPLES / "llama3-8b.yaml"), "--placement", "h100=1,h200=2")
+    assert out.returncode == 0, out.stderr
+    docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+    deps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
+    assert {n: d["spec"]["replicas"] for n, d in deps.items()} == {"llama3-8b": 1, "llama3-8b-spill-h200": 2}
+    assert [d["kind"] for d in docs].count("Service") == 1 and [d["kind"] for d in docs].count("PodDisruptionBudget") == 1
+    bad = run("render", "-f", str(EXAMPLES / "llama3-8b.yaml"), "--placement", "h100=one")
+    assert bad.returncode == 2 and "CLASS=REPLICAS" in bad.stderr
+    unusable = run("render", "-f", str(EXAMPLES / "llama3-8b.yaml"), "--placement", "a100-80gb=1")
+    assert unusable.returncode == 2 and "cannot use GPU class a100-80gb (it may use h100, h200)" in unusable.stderr
 
 
 HEAD = "apiVersion: serving.triton-operator.io/v1alpha1\nkind: InferenceService\nmetadata: {name: x}\n"

@@ -63,7 +63,8 @@ def test_inference_service_crd_has_subresources_columns_and_rules():
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
     rules = [r["rule"] for r in spec["autoscaling"]["x-kubernetes-validations"]]
     assert "self.minReplicas <= self.maxReplicas" in rules
-    assert spec["gpu"]["properties"]["count"]["minimum"] == 1
+    assert spec["gpu"]["properties"]["count"]["minimum"] == 0  # 0 = the planner chooses (class auto; CEL)
+    assert columns["Classes"] == ".status.replicasByClass"
     conditions = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["conditions"]
     assert conditions["x-kubernetes-list-type"] == "map" and conditions["x-kubernetes-list-map-keys"] == ["type"]
 

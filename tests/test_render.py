@@ -205,6 +205,57 @@ def test_llm_pods_always_run_the_runtime_image(classes):
     dep = render(isvc(**LLM), classes, Settings(runtime_image="registry.local/runtime:1")).by_kind("Deployment")
     assert {c["image"] for c in _containers(dep)} == {"registry.local/runtime:1"}
 
+
+SPILL = {"class": "h100", "fallbackClasses": ["h200", "a100-80gb"], "spill": {}}
+
+
+def test_a_placement_renders_one_deployment_per_class_and_shares_service_and_pdb(classes):
+    obj = isvc(gpu=SPILL, replicas=3)
+    r = render(obj, classes, Settings(), placement={"h100": 1, "h200": 2})
+    deps = [m for m in r.manifests if m["kind"] == "Deployment"]
+    assert [(d["metadata"]["name"], d["spec"]["replicas"]) for d in deps] == [("demo", 1), ("demo-spill-h200", 2)]
+    assert r.deployments == {"h100": "demo", "h200": "demo-spill-h200"}
+    preferred, spill = deps
+    single = render(isvc(gpu={"class": "h100", "fallbackClasses": ["h200", "a100-80gb"]}, replicas=1),
+                    classes, Settings()).by_kind("Deployment")
+    assert preferred == single, "the preferred class's Deployment is today's: an upgrade restarts nothing"
+    assert spill["spec"]["selector"]["matchLabels"] == {**preferred["spec"]["selector"]["matchLabels"],
+                                                         "serving.triton-operator.io/gpu-class": "h200"}
+    terms = spill["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["NVIDIA-H200", "NVIDIA-H200-SXM5-141GB"]
+    assert spill["metadata"]["ownerReferences"][0]["name"] == "demo"
+    service, pdb = r.by_kind("Service"), r.by_kind("PodDisruptionBudget")
+    for selector in (service["spec"]["selector"], pdb["spec"]["selector"]["matchLabels"]):
+        assert selector.items() <= spill["spec"]["template"]["metadata"]["labels"].items()
+        assert selector.items() <= preferred["spec"]["template"]["metadata"]["labels"].items()
+    for m in deps:
+        kubernetes_validate.validate(m, K8S_VERSION, strict=True)
+
+
+def test_a_spill_class_without_its_engine_is_held_at_zero(classes):
+    llm = {"source": "hf://org/m", "format": "tensorrt-llm", "parameters": "8B", "precision": "fp8"}
+    obj = isvc(gpu=SPILL, model=llm)
+    r = render(obj, classes, Settings(), placement={"h100": 1, "h200": 2}, engines_ready={"h100"})
+    assert {m["metadata"]["name"]: m["spec"]["replicas"] for m in r.manifests if m["kind"] == "Deployment"} == \
+        {"demo": 1, "demo-spill-h200": 0}
+    assert {j["metadata"]["labels"]["serving.triton-operator.io/gpu-class"] for j in r.manifests if j["kind"] == "Job"} \
+        == {"h100", "h200"}, "engines of the fallback classes are built ahead of need (a100 cannot run fp8)"
+
+
+def test_class_auto_renders_the_planners_choice_with_its_gpu_count(classes):
+    obj = isvc(gpu={"class": "auto", "count": 0, "spill": {}},
+               model={"source": "hf://org/m", "format": "tensorrt-llm", "parameters": "70B", "precision": "fp8"})
+    r = render(obj, classes, Settings())
+    assert r.gpu_class == "l4"  # 65 GiB at fp8: 4 x L4 (3.2/h) is the cheapest that holds it
+    dep = r.by_kind("Deployment")
+    assert dep["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    builds = {j["metadata"]["labels"]["serving.triton-operator.io/gpu-class"]: j for j in r.manifests if j["kind"] == "Job"}
+    assert set(builds) == {"l4", "h100", "h200"}, "A100 has no FP8"
+    h100 = builds["h100"]["spec"]["template"]["spec"]["containers"][0]
+    assert h100["args"][h100["args"].index("--tensor-parallelism") + 1] == "1", "one H100 holds it: its own count"
+    assert h100["resources"]["limits"]["nvidia.com/gpu"] == "1"
+
+
 @pytest.mark.parametrize("resources, requests", [
     # A limit below a default request lowers the request to the limit (Kubernetes refuses
     # request > limit, and itself defaults a missing request to the limit).

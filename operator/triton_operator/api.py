@@ -63,24 +63,38 @@ IMAGE_PATTERN = "^[A-Za-z0-9][-A-Za-z0-9_.:/@+]*$"
 # hugepages or extended resources follow rules (request == limit) this API does not model.
 RESOURCE_NAMES = ("cpu", "memory", "ephemeral-storage")
 
+# A Go duration (what CEL's duration() parses: time.ParseDuration) in the units people write: 90s,
+# 2m, 1h30m, 1.5h, 500ms. At most 5 digits before and 3 after a decimal point per number, so that
+# the longest (32 characters) stays far below Go's limit (int64 nanoseconds, about 2.5 million
+# hours) and every value is a whole number of microseconds, which Go, cel-python and
+# duration_ns() below all read exactly. No backslashes: CEL string literals take the pattern too.
+DURATION_PATTERN = "^([0-9]{1,5}([.][0-9]{1,3})?(ms|s|m|h))+$"
+DURATION_MAX_LENGTH = 32
+_DURATION_PART = re.compile(r"([0-9]+)(?:[.]([0-9]+))?(ms|s|m|h)")
+_DURATION_UNIT_NS = {"ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9}
+# gpu.class auto asks the planner to choose; no GPUClass may take that name.
+AUTO_CLASS = "auto"
+AUTO_RESERVED_MESSAGE = "metadata.name auto is reserved: gpu.class auto asks the planner to choose a class"
+
 # Size budget. etcd refuses objects over 1.5 MiB, the API server requests over 3 MiB, and
 # `kubectl apply` (client side) copies the object into an annotation of at most 256 KiB. Every
 # string and collection of InferenceServiceSpec is bounded so that the largest spec stays well
 # under all of them. In code points (what maxLength counts):
 #   model      source 2,048 + name 128 + revision 128 + parameters 16 + credentialsSecret 253  =   2,573
-#   gpu        class 63 + fallbackClasses 8 x 63                                               =     567
+#   gpu        class 63 + fallbackClasses 8 x 63 + spill.after 32 + spill.returnAfter 32       =     631
 #   server     image 512 + shmSize 32 + resources 2 x 3 x (name 17 + quantity 32)              =     838
 #              args 64 x 512                                                                   =  32,768
 #              env names and values together (ENV_TOTAL)                                       =  32,768
 #   engine     cacheClaim 253 + calibrationDataset 2,048 + buildResources 2 x 3 x 49           =   2,595
 #   podLabels  64 x (key 317 + value 63)                                                       =  24,320
 #   podAnnotations keys and values together (ANNOTATIONS_TOTAL)                                =  32,768
+#   openai     model 128 + chatTemplate 65,536                                                 =  65,664
 #   serviceAccountName                                                                         =     253
-#   total                                                                                      = 129,450
+#   total                                                                                      = 195,178
 # JSON spends at most 6 bytes on a code point (a \u00XX escape; UTF-8 needs at most 4), and the
 # keys, numbers and punctuation around them take under 16 KB (64 env items, 64 + 64 map entries,
-# 64 args, 40 scalars): at most 6 x 129,450 + 16,384 = 793,084 bytes (0.76 MiB) in the worst case,
-# about 146 KB for ASCII text, so even kubectl's client-side apply annotation fits.
+# 64 args, 47 scalars): at most 6 x 195,178 + 16,384 = 1,187,452 bytes (1.13 MiB) in the worst case,
+# about 212 KB for ASCII text, so even kubectl's client-side apply annotation (256 KiB) fits.
 ARGS_MAX_ITEMS, ARG_MAX_LENGTH = 64, 512
 ENV_MAX_ITEMS, ENV_TOTAL = 64, 32768
 LABELS_MAX = 64
@@ -146,6 +160,30 @@ def describe(error: Any) -> str:
     return f"{where}: {message}" if where else message
 
 
+def duration_ns(duration: str) -> int:
+    """Nanoseconds in a duration matching DURATION_PATTERN ("1h30m" -> 5400 * 10**9), exactly as
+    Go's time.ParseDuration reads it (3 decimals at most: every product is a whole number)."""
+    return sum(int(whole) * _DURATION_UNIT_NS[unit] + int(frac or 0) * _DURATION_UNIT_NS[unit] // 10 ** len(frac or "")
+               for whole, frac, unit in _DURATION_PART.findall(duration))
+
+
+def seconds(duration: str) -> float:
+    """Seconds in a duration matching DURATION_PATTERN ("1h30m" -> 5400.0)."""
+    return duration_ns(duration) / 1e9
+
+
+def _duration_within(name: str, value: str, low: str, high: str) -> str:
+    if not duration_ns(low) <= duration_ns(value) <= duration_ns(high):
+        raise ValueError(f"{name} must be between {low} and {high}")
+    return value
+
+
+def _duration_rule(name: str, low: str, high: str) -> dict[str, str]:
+    """CEL on a duration field itself: within [low, high] (the pattern is checked before CEL runs)."""
+    return cel(f"duration(self) >= duration('{low}') && duration(self) <= duration('{high}')",
+               f"{name} must be between {low} and {high}")
+
+
 def first_error(e: ValidationError) -> str:
     """The first validation error as "field.path: message"."""
     return describe(e.errors()[0])
@@ -177,7 +215,20 @@ class Model(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _drop_nulls(cls, data: Any) -> Any:
-        return _without_nulls(data) if isinstance(data, dict) else data
+        if not isinstance(data, dict):
+            return data
+        # A null where the field's own default is None stays: it means the same, and on assignment
+        # (validate_assignment hands over every field, unset ones as None) dropping it would drop
+        # the attribute.
+        unset = {k for name, f in cls.model_fields.items() if f.default is None for k in (name, f.alias)}
+        data = {k: None if v is None else _without_nulls(v) for k, v in data.items() if v is not None or k in unset}
+        # A default a later field is checked against (validate_default) is filled in first, as the
+        # API server fills in defaults before it validates: an error then names the field by its
+        # wire name (pydantic names a validated default by its Python name).
+        for name, f in cls.model_fields.items():
+            if f.validate_default and f.alias not in data and name not in data:
+                data[f.alias or name] = f.get_default(call_default_factory=True)
+        return data
 
     def wire(self) -> dict[str, Any]:
         """The object as the API server holds it: camelCase, unset optionals left out."""
@@ -351,8 +402,11 @@ class GPUClass(Model):
     @field_validator("metadata")
     @classmethod
     def _named(cls, v: dict[str, Any]) -> dict[str, Any]:
-        # gpu.class refers to it, and that is a DNS label.
-        return _named(v, DNS_LABEL, 63, "a DNS label (lowercase letters, digits, '-') of at most 63 characters")
+        # gpu.class refers to it, and that is a DNS label; auto is gpu.class's own word.
+        v = _named(v, DNS_LABEL, 63, "a DNS label (lowercase letters, digits, '-') of at most 63 characters")
+        if v["name"] == AUTO_CLASS:
+            raise ValueError(AUTO_RESERVED_MESSAGE)
+        return v
 
 
 # --------------------------------------------------------------------------------------------
@@ -402,20 +456,106 @@ class ModelSpec(Model):
         return float(self.parameters[:-1]) * scale
 
 
+SPILL_MIN_AFTER, SPILL_MAX_AFTER = "5s", "1h"
+SPILL_MIN_RETURN, SPILL_MAX_RETURN = "10s", "24h"
+RETURN_AFTER_MESSAGE = ("returnAfter must be at least after, so that replicas do not move back before a shortage "
+                        "could move them again")
+
+
+class SpillSpec(Model):
+    """Spill-over: when replicas cannot be scheduled on the preferred GPU class, run them on the
+    next class that has room, and bring them back when the preferred class has room again."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        cel("duration(self.returnAfter) >= duration(self.after)", RETURN_AFTER_MESSAGE, "returnAfter"),
+    ]})
+
+    after: str = Field(
+        "120s", pattern=DURATION_PATTERN, max_length=DURATION_MAX_LENGTH,
+        json_schema_extra={"x-kubernetes-validations": [_duration_rule("after", SPILL_MIN_AFTER, SPILL_MAX_AFTER)]},
+        description="How long replicas of the preferred class must have been unschedulable before they are "
+                    f"started on the next class with room (a duration such as 90s, 2m or 1h30m, {SPILL_MIN_AFTER} "
+                    f"to {SPILL_MAX_AFTER}). Replicas that run stay where they are.")
+    return_after: str = Field(
+        "600s", pattern=DURATION_PATTERN, max_length=DURATION_MAX_LENGTH, validate_default=True,
+        json_schema_extra={"x-kubernetes-validations": [
+            _duration_rule("returnAfter", SPILL_MIN_RETURN, SPILL_MAX_RETURN)]},
+        description="How long the preferred class must have had room for one more replica before replicas move "
+                    "back, one at a time, each started on the preferred class and ready before one elsewhere "
+                    f"stops ({SPILL_MIN_RETURN} to {SPILL_MAX_RETURN}, at least after). Capacity that comes and "
+                    "goes within this time moves nothing.")
+
+    @field_validator("after")
+    @classmethod
+    def _after_bounds(cls, v: str) -> str:
+        return _duration_within("after", v, SPILL_MIN_AFTER, SPILL_MAX_AFTER)
+
+    @field_validator("return_after")
+    @classmethod
+    def _return_after_bounds(cls, v: str, info: ValidationInfo) -> str:
+        _duration_within("returnAfter", v, SPILL_MIN_RETURN, SPILL_MAX_RETURN)
+        if "after" in info.data and duration_ns(v) < duration_ns(info.data["after"]):
+            raise ValueError(RETURN_AFTER_MESSAGE)
+        return v
+
+    @property
+    def after_seconds(self) -> float:
+        return seconds(self.after)
+
+    @property
+    def return_after_seconds(self) -> float:
+        return seconds(self.return_after)
+
+
+# GPUClass.pricePerHour is at most 1,000,000 per GPU, and a replica holds at most 64 GPUs.
+MAX_PRICE_PER_REPLICA = 64_000_000
+COUNT_ZERO_MESSAGE = "gpu.count 0 (let the planner choose) needs gpu.class auto"
+AUTO_FALLBACK_MESSAGE = "fallbackClasses do not apply to gpu.class auto: the planner ranks every GPUClass"
+SPILL_TARGET_MESSAGE = "gpu.spill needs fallbackClasses (or gpu.class auto) to spill over to"
+AUTO_PARAMETERS_MESSAGE = "gpu.class auto needs model.parameters, to plan which GPUs the model fits"
+
+
 class GPUSpec(Model):
     """Which GPUs each replica gets."""
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
         cel("!has(self.fallbackClasses) || !(self.class in self.fallbackClasses)", "fallbackClasses must not repeat class", "fallbackClasses"),
+        cel(f"self.count >= 1 || self.class == '{AUTO_CLASS}'", COUNT_ZERO_MESSAGE, "count"),
+        cel(f"self.class != '{AUTO_CLASS}' || !has(self.fallbackClasses) || size(self.fallbackClasses) == 0",
+            AUTO_FALLBACK_MESSAGE, "fallbackClasses"),
+        cel(f"!has(self.spill) || self.class == '{AUTO_CLASS}' || (has(self.fallbackClasses) && size(self.fallbackClasses) > 0)",
+            SPILL_TARGET_MESSAGE, "spill"),
     ]})
 
     class_: str = Field(
         ..., alias="class", pattern=DNS_LABEL, max_length=63,
-        description="Name of the GPUClass to run on, e.g. h100.")
-    count: int = Field(1, ge=1, le=64, description="GPUs per replica; more than one enables tensor parallelism inside the pod.")
+        description="Name of the GPUClass to run on, e.g. h100. Or auto: the planner picks the cheapest GPUClass "
+                    "in the cluster (and with count 0 the GPU count) where the model fits, within maxPricePerHour "
+                    "and maxTimePerOutputTokenMs; `triton-operator plan` shows its ranking.")
+    count: int = Field(
+        1, ge=0, le=64,
+        description="GPUs per replica; more than one enables tensor parallelism inside the pod. 0 lets the planner "
+                    "choose (class auto only): the fewest GPUs that hold the model and meet maxTimePerOutputTokenMs.")
     fallback_classes: list[Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]] = Field(
         default_factory=list, max_length=8, json_schema_extra={"x-kubernetes-list-type": "set"},
-        description="GPUClasses to use, in order, when class does not exist in the cluster.")
+        description="GPUClasses to use, in order, when class does not exist in the cluster; with spill, also "
+                    "where replicas go when class is full.")
+    spill: SpillSpec | None = Field(
+        None,
+        description="Spill over to the next class (fallbackClasses in order, or the planner's ranking with class "
+                    "auto) when replicas of the preferred class cannot be scheduled, and move back when it has "
+                    "room. Classes whose precision or memory rule the model out are skipped; status.placement "
+                    "says why. Unset: replicas wait for the preferred class.")
+    max_price_per_hour: float | None = Field(
+        None, gt=0, le=MAX_PRICE_PER_REPLICA,
+        description="Most a replica may cost per hour (pricePerHour of the GPUClass x GPUs per replica). Bounds "
+                    "the choice of class auto and the classes a spill may use; classes without a price are not "
+                    "used when it is set.")
+    max_time_per_output_token_ms: float | None = Field(
+        None, gt=0, le=3_600_000,
+        description="Latency target for LLMs: milliseconds per generated token of one stream. A class whose decode "
+                    "speed bound (memory bandwidth x GPUs / weight bytes) cannot meet it is not chosen by class "
+                    "auto nor used by a spill.")
 
     @field_validator("fallback_classes")
     @classmethod
@@ -424,7 +564,29 @@ class GPUSpec(Model):
             raise ValueError("fallbackClasses must not repeat a class")
         if info.data.get("class_") in v:
             raise ValueError("fallbackClasses must not repeat class")
+        if info.data.get("class_") == AUTO_CLASS and v:
+            raise ValueError(AUTO_FALLBACK_MESSAGE)
         return v
+
+    # Cross-field checks run on the later field (see AutoscalingSpec), naming it as the CRD does.
+    @field_validator("count")
+    @classmethod
+    def _count_zero(cls, v: int, info: ValidationInfo) -> int:
+        if v == 0 and "class_" in info.data and info.data["class_"] != AUTO_CLASS:
+            raise ValueError(COUNT_ZERO_MESSAGE)
+        return v
+
+    @field_validator("spill")
+    @classmethod
+    def _spill_target(cls, v: SpillSpec | None, info: ValidationInfo) -> SpillSpec | None:
+        if v is not None and "class_" in info.data and info.data["class_"] != AUTO_CLASS \
+                and not info.data.get("fallback_classes"):
+            raise ValueError(SPILL_TARGET_MESSAGE)
+        return v
+
+    @property
+    def auto(self) -> bool:
+        return self.class_ == AUTO_CLASS
 
     def candidates(self) -> list[str]:
         return [self.class_, *self.fallback_classes]
@@ -658,6 +820,8 @@ class InferenceServiceSpec(Model):
         cel("!has(self.engine) || !has(self.engine.calibrationDataset) || "
             f"self.model.precision in {list(CALIBRATED_PRECISIONS)}",
             CALIBRATION_MESSAGE, "engine.calibrationDataset"),
+        cel(f"self.gpu.class != '{AUTO_CLASS}' || has(self.model.parameters)", AUTO_PARAMETERS_MESSAGE,
+            "gpu.class"),
     ]})
 
     model: ModelSpec = Field(..., description="The model to serve.")
@@ -720,6 +884,14 @@ class InferenceServiceSpec(Model):
             raise ValueError(CALIBRATION_MESSAGE)
         return v
 
+    @field_validator("gpu")
+    @classmethod
+    def _auto_plans(cls, v: GPUSpec, info: ValidationInfo) -> GPUSpec:
+        model = info.data.get("model")
+        if v.auto and model is not None and not model.parameters:
+            raise ValueError(AUTO_PARAMETERS_MESSAGE)
+        return v
+
 
 # --------------------------------------------------------------------------------------------
 # InferenceService status
@@ -771,6 +943,20 @@ class EngineStatus(Model):
     message: str = Field("", description="Details, e.g. the Job's failure reason.")
 
 
+class ClassPlacement(Model):
+    """Replicas on one GPU class, and why."""
+
+    gpu_class: str = Field(..., description="The GPUClass.")
+    deployment: str | None = Field(None, description="The Deployment running this class's replicas.")
+    gpus_per_replica: int | None = Field(None, ge=0, le=64, description="GPUs each replica gets on this class.")
+    desired: int = Field(0, ge=0, le=INT32_MAX, description="Replicas the operator asks for on this class.")
+    ready: int = Field(0, ge=0, le=INT32_MAX, description="Replicas ready to serve on this class.")
+    reason: str = Field(..., description="Why (CamelCase): Preferred, Full, RoomToReturn, Returning, SpilledOver, "
+                                         "Standby, EngineBuilding, or why the class is skipped.")
+    message: str = Field("", description="Details.")
+    since: str | None = Field(None, description="When this reason began (RFC 3339).")
+
+
 class InferenceServiceStatus(Model):
     """The observed state of an InferenceService."""
 
@@ -779,11 +965,15 @@ class InferenceServiceStatus(Model):
     replicas: int | None = Field(None, description="Replicas the operator asks for.")
     ready_replicas: int | None = Field(None, description="Replicas that are ready to serve.")
     selector: str | None = Field(None, description="Label selector of the serving pods (for the scale subresource).")
-    gpu_class: str | None = Field(None, description="The GPUClass in use (class or one of fallbackClasses).")
+    gpu_class: str | None = Field(None, description="The preferred GPUClass in use: class, the first fallbackClass that exists, or the planner's choice for class auto.")
     endpoints: Endpoints | None = Field(None, description="In-cluster URLs.")
     metrics: LiveMetrics | None = Field(None, description="Live figures from Triton.")
     autoscaling: AutoscalingStatus | None = Field(None, description="Autoscaler state.")
     engines: list[EngineStatus] | None = Field(None, description="TensorRT-LLM engines per GPU class.")
+    placement: list[ClassPlacement] | None = Field(
+        None, description="Replicas per GPU class (the preferred class first), with spill-over reasons.")
+    replicas_by_class: str | None = Field(
+        None, description="Ready/desired replicas per GPU class in use, e.g. 'h100:1/1,h200:2/2'.")
 
 
 class InferenceService(Model):

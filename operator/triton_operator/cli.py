@@ -16,8 +16,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from . import __version__, crdgen, kubeyaml, planning
+from . import __version__, crdgen, kubeyaml
 from .api import API_VERSION, MAX_REPLICAS, GPUClass, InferenceService, first_error
+from .planning import choice
 from .render import RenderError, dump, render
 from .settings import SettingsError, from_env
 
@@ -95,8 +96,9 @@ def default_catalog() -> list[dict[str, Any]]:
     return list(yaml.safe_load_all(text))
 
 
-def cmd_render(args: argparse.Namespace) -> int:
-    objects = [_parse(d, args.file) for d in _load_docs(args.file)]
+def _classes(args: argparse.Namespace, objects: list[InferenceService | GPUClass]) -> dict[str, GPUClass]:
+    """The GPUClasses to plan and render against: --gpu-class-file (else the built-in catalog),
+    plus any GPUClass in the input file."""
     if args.gpu_class_file:
         catalog_docs, catalog_path = _load_docs(args.gpu_class_file), args.gpu_class_file
     else:
@@ -108,6 +110,30 @@ def cmd_render(args: argparse.Namespace) -> int:
             raise CliError(f"{catalog_path}: holds a {obj.kind}; only GPUClasses belong there")
         classes[obj.name] = obj
     classes.update({o.name: o for o in objects if isinstance(o, GPUClass)})
+    return classes
+
+
+def _placement(text: str | None) -> dict[str, int] | None:
+    """--placement h100=2,h200=1 -> {"h100": 2, "h200": 1}."""
+    if not text:
+        return None
+    out: dict[str, int] = {}
+    for part in text.split(","):
+        name, sep, n = part.strip().partition("=")
+        if not sep or not name or not (n.isascii() and n.isdigit()) or len(n) > 6:
+            raise CliError("--placement: expected CLASS=REPLICAS[,CLASS=REPLICAS...], e.g. h100=2,h200=1; "
+                           f"got {_one_line(part)}")
+        out[name] = int(n)
+    # Bounded as spec.replicas is: the Deployments' replicas are int32, the total a service's.
+    if sum(out.values()) > MAX_REPLICAS:
+        raise CliError(f"--placement: at most {MAX_REPLICAS} replicas in all, as spec.replicas")
+    return out
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    objects = [_parse(d, args.file) for d in _load_docs(args.file)]
+    classes = _classes(args, objects)
+    placement = _placement(args.placement)
     settings = from_env()
     out: list[dict[str, Any]] = []
     for obj in objects:
@@ -115,9 +141,14 @@ def cmd_render(args: argparse.Namespace) -> int:
             out.append(obj.wire())
             continue
         try:
-            out.extend(render(obj, classes, settings, replicas=args.replicas).manifests)
+            rendered = render(obj, classes, settings, replicas=args.replicas, placement=placement)
         except RenderError as e:
             raise CliError(f"{args.file}: InferenceService {obj.name}: {e.reason}: {e.message}", code=1) from None
+        unused = [c for c in placement or {} if c not in rendered.deployments]
+        if unused:
+            raise CliError(f"--placement: InferenceService {obj.name} cannot use GPU class {', '.join(unused)} "
+                           f"(it may use {', '.join(choice.candidates(obj.spec, classes).usable_names())})")
+        out.extend(rendered.manifests)
     if not objects:
         raise CliError(f"{args.file}: no InferenceService or GPUClass found")
     sys.stdout.write(dump(out))
@@ -138,24 +169,56 @@ def cmd_crds(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     objects = [_parse(d, args.file) for d in _load_docs(args.file)]
-    classes = {o.name: o for o in (_parse(d, "<built-in catalog>") for d in default_catalog())}
-    rows = []
-    for obj in objects:
-        if not isinstance(obj, InferenceService):
-            continue
-        for name, cls in sorted(classes.items()):
-            p = planning.plan(obj.spec.model, cls.spec, obj.spec.gpu.count)
-            issues = planning.problems(obj.spec.model, name, cls.spec, obj.spec.gpu.count)
-            rows.append((obj.name, name, obj.spec.gpu.count, p.weights_gib, p.available_gib,
-                         "yes" if not issues else issues[0].reason, p.decode_tokens_per_s_bound, p.cost_per_hour))
-    if not rows:
+    classes = _classes(args, objects)
+    services = [o for o in objects if isinstance(o, InferenceService)]
+    if not services:
         raise CliError(f"{args.file}: no InferenceService found")
-    header = ("SERVICE", "CLASS", "GPUS", "WEIGHTS_GIB", "USABLE_GIB", "FITS", "MAX_TOK/S/STREAM", "COST/H")
+    for i, obj in enumerate(services):
+        if i:
+            print()
+        _print_plan(obj, classes)
+    return 0
+
+
+def _print_plan(obj: InferenceService, classes: dict[str, GPUClass]) -> None:
+    """Every GPU class for one service: what it needs there, what it costs, and whether it is
+    used (the planner's ranking for class auto; the preferred class and spill targets otherwise)."""
+    spec = obj.spec
+    cands = choice.candidates(spec, classes)
+    if spec.gpu.auto:
+        options = list(cands.ranking)
+    else:
+        options = [choice.check(spec, name, c.spec, spec.gpu.count, constrained=name != spec.gpu.class_)
+                   for name, c in sorted(classes.items())]
+    used = cands.usable_names()
+    rows = []
+    for o in options:
+        role = ("chosen" if spec.gpu.auto else "preferred") if used[:1] == [o.gpu_class] else (
+            f"spill #{used.index(o.gpu_class)}" if o.gpu_class in used else "-")
+        rows.append((obj.name, o.gpu_class, o.count, o.weights_gib, o.available_gib,
+                     "yes" if o.usable else o.reason, o.decode_tokens_per_s_bound, o.ms_per_token_bound,
+                     o.cost_per_hour, role))
+    header = ("SERVICE", "CLASS", "GPUS", "WEIGHTS_GIB", "USABLE_GIB", "FITS", "MAX_TOK/S/STREAM", "MIN_MS/TOKEN",
+              "COST/H", "USE")
     table = [header, *[tuple("-" if v is None else str(v) for v in r) for r in rows]]
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     for r in table:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
-    return 0
+    if cands.error is not None:
+        print(f"{obj.name}: {cands.error.reason}: {cands.error.message}")
+    elif spec.gpu.auto:
+        best = cands.preferred
+        limits = []
+        if spec.gpu.max_price_per_hour is not None:
+            limits.append(f"within {spec.gpu.max_price_per_hour}/h")
+        if spec.gpu.max_time_per_output_token_ms is not None:
+            limits.append(f"at most {spec.gpu.max_time_per_output_token_ms} ms per token")
+        print(f"{obj.name}: class auto chooses {best.count} x {best.gpu_class}: the cheapest where the model fits"
+              + (" " + " and ".join(limits) if limits else "")
+              + (f"; spill order: {', '.join(used[1:])}" if len(used) > 1 else ""))
+    for o in options:
+        if not o.usable:
+            print(f"  {o.gpu_class}: {o.message}")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -222,14 +285,19 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("-f", "--file", required=True, help="InferenceService (and GPUClass) YAML; - for stdin")
     r.add_argument("--gpu-class-file", help="GPUClass catalog YAML (default: the built-in catalog)")
     r.add_argument("--replicas", type=int, help="override spec.replicas, as the autoscaler would")
+    r.add_argument("--placement", metavar="CLASS=N,...",
+                   help="replicas per GPU class, as spill-over would place them (e.g. h100=2,h200=1): "
+                        "one Deployment per class")
     r.set_defaults(func=cmd_render)
 
     c = sub.add_parser("crds", help="print the CustomResourceDefinitions")
     c.add_argument("--output-dir", help="write one file per CRD into this folder instead")
     c.set_defaults(func=cmd_crds)
 
-    pl = sub.add_parser("plan", help="show whether a model fits each GPU class, and what it costs")
+    pl = sub.add_parser("plan", help="show whether a model fits each GPU class, what it costs, and which class "
+                                     "class auto chooses and why")
     pl.add_argument("-f", "--file", required=True)
+    pl.add_argument("--gpu-class-file", help="GPUClass catalog YAML (default: the built-in catalog)")
     pl.set_defaults(func=cmd_plan)
 
     from .autoscaling.simulator.command import add_parser as add_simulate

@@ -11,6 +11,11 @@ MAX_MESSAGE = 2048
 SCALED_TO_ZERO = "ScaledToZero"  # only on services with autoscaling.minReplicas 0
 
 
+def bounded(message: str) -> str:
+    """A message cut to MAX_MESSAGE characters."""
+    return message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE - 1] + "…"
+
+
 def timestamp(now: datetime) -> str:
     return now.astimezone(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -29,7 +34,7 @@ def set_condition(conditions: list[dict[str, Any]], type_: str, status: bool | s
         "type": type_,
         "status": value,
         "reason": reason,
-        "message": message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE - 1] + "…",
+        "message": bounded(message),
         "lastTransitionTime": timestamp(now) if changed else old["lastTransitionTime"],
     }
     if generation is not None:

@@ -89,7 +89,7 @@ def schema_of(model: type[BaseModel]) -> dict[str, Any]:
 # A rule's fieldPath cannot point into metadata (the CRD schema does not describe it), so the
 # name rules say the field in their message.
 def _top_level(spec_model: type[BaseModel], status_model: type[BaseModel] | None,
-               description: str, name_rule: dict[str, str]) -> dict[str, Any]:
+               description: str, *name_rules: dict[str, str]) -> dict[str, Any]:
     spec = schema_of(spec_model)
     props: dict[str, Any] = {
         "apiVersion": {"type": "string", "description": "APIVersion of this object."},
@@ -101,7 +101,7 @@ def _top_level(spec_model: type[BaseModel], status_model: type[BaseModel] | None
         props["status"] = schema_of(status_model)
     return {
         "type": "object", "description": description, "required": ["spec"], "properties": props,
-        "x-kubernetes-validations": [name_rule],
+        "x-kubernetes-validations": list(name_rules),
     }
 
 
@@ -125,6 +125,8 @@ def inference_service_crd() -> dict[str, Any]:
         {"name": "GPU", "type": "string", "jsonPath": ".status.gpuClass", "description": "GPUClass in use"},
         {"name": "Desired", "type": "integer", "jsonPath": ".status.replicas", "description": "Replicas asked for"},
         {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas", "description": "Replicas ready to serve"},
+        {"name": "Classes", "type": "string", "jsonPath": ".status.replicasByClass",
+         "description": "Ready/desired replicas per GPU class (spill-over)"},
         {"name": "Queue", "type": "number", "jsonPath": ".status.metrics.queueDepth", "description": "Queue depth per replica"},
         {"name": "P99ms", "type": "number", "jsonPath": ".status.metrics.p99LatencyMs", "description": "p99 latency (ms)"},
         {"name": "Status", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status", "description": "Ready condition"},
@@ -153,6 +155,7 @@ def gpu_class_crd() -> dict[str, Any]:
         api.cel(f"size(self.metadata.name) <= 63 && self.metadata.name.matches('{api.DNS_LABEL}')",
                 "metadata.name must be a DNS label (lowercase letters, digits, '-') of at most 63 characters, "
                 "as spec.gpu.class refers to it"),
+        api.cel(f"self.metadata.name != '{api.AUTO_CLASS}'", api.AUTO_RESERVED_MESSAGE),
     )
     columns = [
         {"name": "Display", "type": "string", "jsonPath": ".spec.displayName"},

@@ -85,6 +85,12 @@ class Settings(BaseModel):
         'sum by ($namespace, $service) (triton_gateway_in_flight_requests{$service!=""})',
         description="PromQL for requests the gateway has sent to a service's replicas and not yet finished (use "
                     "that keeps a minReplicas 0 service from the idle window).")
+    watch_gpu_capacity: bool = Field(
+        True,
+        description="Watch Nodes and every pod's GPU requests (cluster-wide list/watch) to know the free GPUs per "
+                    "class: spill-over then moves replicas only to classes with room and brings them back when the "
+                    "preferred class has had room for returnAfter. Off: spill tries the next class blindly and a "
+                    "return is probed every returnAfter.")
     gateway_url: str | None = Field(
         None, pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
         description="Base URL of the gateway (e.g. https://llm.example.com); status.endpoints.openai is its /v1 "

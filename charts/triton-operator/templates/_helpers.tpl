@@ -64,7 +64,7 @@ spec:
   verbs: [update]
 - apiGroups: [apps]
   resources: [deployments]
-  verbs: [list, watch, create, patch]
+  verbs: [list, watch, create, patch, delete]
 - apiGroups: [""]
   resources: [services]
   verbs: [list, watch, create, patch]

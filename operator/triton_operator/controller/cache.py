@@ -14,6 +14,7 @@ import threading
 from typing import Any, Iterable
 
 from ..labels import LABEL_GPU_CLASS, LABEL_SERVICE
+from ..planning.capacity import pod_requests
 
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
 
@@ -100,6 +101,43 @@ def trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
             "containerStatuses": containers(st.get("containerStatuses")),
         },
     }
+
+
+def trim_node(node: dict[str, Any]) -> dict[str, Any] | None:
+    """What the free-GPU view needs of a node: labels (GPU product, node selectors), taints,
+    cordon, readiness and its allocatable extended resources (nvidia.com/gpu, MIG profiles).
+    Nodes without any extended resource are not stored (None): no GPU class can use them."""
+    meta, spec, st = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
+    allocatable = {k: v for k, v in (st.get("allocatable") or {}).items() if "/" in k and not k.startswith("hugepages")}
+    if not allocatable:
+        return None
+    ready = next((c.get("status") == "True" for c in st.get("conditions") or [] if c.get("type") == "Ready"), True)
+    return {
+        "metadata": {"name": meta.get("name"), "resourceVersion": meta.get("resourceVersion"),
+                     "labels": meta.get("labels") or {}},
+        "spec": {"unschedulable": bool(spec.get("unschedulable")),
+                 "taints": [{k: t.get(k) for k in ("key", "value", "effect")} for t in spec.get("taints") or []
+                            if t.get("effect") in ("NoSchedule", "NoExecute")]},
+        "status": {"allocatable": allocatable, "ready": ready},
+    }
+
+
+def trim_gpu_pod(pod: dict[str, Any]) -> dict[str, Any] | None:
+    """A pod of any namespace or owner, as the free-GPU view needs it: its node and its
+    extended-resource requests. Pods that request none, are not on a node yet, or have ended
+    are not stored (None); most pods of a big cluster are thus a watch event and nothing more."""
+    spec = pod.get("spec") or {}
+    node = spec.get("nodeName")
+    phase = (pod.get("status") or {}).get("phase")
+    if not node or phase in ("Succeeded", "Failed"):
+        return None
+    requests = pod_requests(pod)
+    if not requests:
+        return None
+    meta = pod.get("metadata") or {}
+    return {"metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"),
+                         "resourceVersion": meta.get("resourceVersion")},
+            "spec": {"nodeName": node}, "requests": requests}
 
 
 def token(obj: dict[str, Any] | None) -> tuple[Any, ...] | None:

@@ -1,5 +1,7 @@
 """What one reconcile must write (pure): the spec, the GPU classes and the children in the cache
--> the manifests that differ from what runs, the objects to delete, and the engine states.
+-> the manifests that differ from what runs, the objects to delete, and the engine states; with
+gpu.spill, also where the replicas go (planning.placement, fed from the cached pods and the free
+GPUs per class).
 
 The comparison is the one server-side apply makes meaningful: every field the operator renders
 must hold the rendered value in the live object; fields others set (defaults, status, other
@@ -13,27 +15,40 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Mapping
 
-from ..api import GPUClass, InferenceService
-from ..planning import engines
+from datetime import datetime, timezone
+
+from ..api import ClassPlacement, GPUClass, InferenceService
+from ..labels import LABEL_GPU_CLASS
+from ..planning import capacity, choice, engines
+from ..planning import placement as placing
 from ..render import RenderError, engine_jobs, render
 from ..settings import Settings
-
 
 @dataclass(frozen=True)
 class Children:
     """The cached objects of one InferenceService."""
 
-    deployment: dict[str, Any] | None = None
+    deployment: dict[str, Any] | None = None          # the preferred class's (named as the service)
     service: dict[str, Any] | None = None
     pdb: dict[str, Any] | None = None
     jobs: tuple[dict[str, Any], ...] = ()
     pods: tuple[dict[str, Any], ...] = ()          # serving pods
     build_pods: tuple[dict[str, Any], ...] = ()    # pods of engine-build Jobs
+    deployments: tuple[dict[str, Any], ...] = ()   # every Deployment of the service, spill classes too
+
+    def all_deployments(self) -> list[dict[str, Any]]:
+        out = list(self.deployments)
+        if self.deployment is not None and all(d["metadata"]["name"] != self.deployment["metadata"]["name"] for d in out):
+            out.insert(0, self.deployment)
+        return out
+
+    def deployment_named(self, name: str) -> dict[str, Any] | None:
+        return next((d for d in self.all_deployments() if d["metadata"]["name"] == name), None)
 
     def live(self, manifest: dict[str, Any]) -> dict[str, Any] | None:
         kind = manifest["kind"]
         if kind == "Deployment":
-            return self.deployment
+            return self.deployment_named(manifest["metadata"]["name"])
         if kind == "Service":
             return self.service
         if kind == "PodDisruptionBudget":
@@ -52,38 +67,137 @@ class Plan:
     delete: tuple[tuple[str, str, str], ...] = ()  # (apiVersion, kind, name) of children to remove
     engines: tuple[dict[str, Any], ...] | None = None  # TensorRT-LLM: engine state per GPU class
     rendered: int = 0                              # manifests rendered (applied or found in place)
+    deployments: tuple[tuple[str, str], ...] = ()  # (GPU class, Deployment name), the preferred first
+    placement: placing.Placement | None = None     # gpu.spill: replicas per class and why
+    options: tuple[choice.Option, ...] = ()        # the classes in use and those skipped, with GPUs per replica
 
 
 def plan(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Settings, children: Children,
-         replicas: int) -> Plan:
+         replicas: int, free: Mapping[str, list[int]] | None = None, now: datetime | None = None) -> Plan:
+    """`free` is the free GPUs per node of each class (None: not watched); `now` the clock, for
+    spill-over's timers."""
+    now = now or datetime.now(timezone.utc)
     engine_states: list[dict[str, Any]] | None = None
     delete: list[tuple[str, str, str]] = []
+    placement: placing.Placement | None = None
+    ready: set[str] | None = None
     try:
+        jobs = None
         if isvc.spec.model.format == "tensorrt-llm":
             jobs = engine_jobs(isvc, classes, settings)
             known = [e.wire() for e in isvc.status.engines or []] if isvc.status else []
             engine_states = engines.states(jobs, list(children.jobs), known, list(children.build_pods))
             ready = engines.ready_classes(engine_states)
-            rendered = render(isvc, classes, settings, replicas=replicas, engines_ready=ready, jobs=jobs)
-            manifests = rendered.manifests
-            if children.deployment is not None and rendered.gpu_class not in ready:
-                # A new engine is building: the running Deployment keeps serving the old one until
-                # the new one is in the cache, instead of being scaled to zero.
-                manifests = [m for m in manifests if m["kind"] != "Deployment"]
-            wanted = {m["metadata"]["name"] for m in manifests if m["kind"] == "Job"}
+            wanted = {j["metadata"]["name"] for j in jobs}
             delete = [("batch/v1", "Job", j["metadata"]["name"]) for j in children.jobs
                       if j["metadata"]["name"] not in wanted and not j["metadata"].get("deletionTimestamp")]
-        else:
-            rendered = render(isvc, classes, settings, replicas=replicas)
-            manifests = rendered.manifests
+        cands = choice.candidates(isvc.spec, classes)
+        if cands.preferred is not None and isvc.spec.gpu.spill is not None and cands.spill:
+            placement = place(isvc, cands, children, replicas, free, ready, now)
+        in_use = None if placement is None else {
+            c: n for c, n in placement.replicas().items() if n > 0 or c == cands.preferred.gpu_class}
+        rendered = render(isvc, classes, settings, replicas=replicas, engines_ready=ready, jobs=jobs, placement=in_use)
+        manifests = rendered.manifests
+        if ready is not None:
+            # A class's new engine is building: its running Deployment keeps serving the old one
+            # until the new one is in the cache, instead of being scaled to zero.
+            held = {name for c, name in rendered.deployments.items() if c not in ready}
+            manifests = [m for m in manifests if not (m["kind"] == "Deployment" and m["metadata"]["name"] in held
+                                                      and children.live(m) is not None)]
     except RenderError as e:
         return Plan(replicas, error=(e.reason, e.message),
                     engines=None if engine_states is None else tuple(engine_states))
+    # Deployments of classes no longer in use (a spill class whose replicas came back, spill
+    # switched off): placement only empties a class once its replicas serve elsewhere.
+    names = set(rendered.deployments.values())
+    delete += [("apps/v1", "Deployment", d["metadata"]["name"]) for d in children.all_deployments()
+               if d["metadata"]["name"] not in names and d["metadata"]["name"] != isvc.name
+               and not d["metadata"].get("deletionTimestamp")]
     return Plan(
         replicas=replicas, gpu_class=rendered.gpu_class, notes=tuple(rendered.notes),
         apply=tuple(m for m in manifests if not matches(m, children.live(m))),
         delete=tuple(delete), engines=None if engine_states is None else tuple(engine_states),
-        rendered=len(manifests))
+        rendered=len(manifests), deployments=tuple(rendered.deployments.items()), placement=placement,
+        options=tuple(cands.usable()) + tuple(cands.skipped))
+
+
+# -- spill-over ------------------------------------------------------------------------------------
+
+def place(isvc: InferenceService, cands: choice.Candidates, children: Children, replicas: int,
+          free: Mapping[str, list[int]] | None, engines_ready: set[str] | None, now: datetime) -> placing.Placement:
+    spill = isvc.spec.gpu.spill
+    assert spill is not None and cands.preferred is not None
+    order = cands.usable_names()
+    gpus = {o.gpu_class: o.count for o in cands.usable()}
+    room = None if free is None else {c: capacity.room(free.get(c, []), gpus[c]) for c in order}
+    return placing.place(
+        replicas, order, gpus, class_states(children), room, engines_ready,
+        placing.Spill(spill.after_seconds, spill.return_after_seconds), remembered(isvc), now,
+        skipped=[(o.gpu_class, o.reason) for o in cands.skipped])
+
+
+def deployment_class(dep: dict[str, Any]) -> str | None:
+    """The GPU class a Deployment's pods run on (its pod template's label)."""
+    template = ((dep.get("spec") or {}).get("template") or {}).get("metadata") or {}
+    return (template.get("labels") or {}).get(LABEL_GPU_CLASS)
+
+
+def class_states(children: Children) -> dict[str, placing.ClassState]:
+    """Per GPU class: the Deployment's replicas, and of its pods how many are on a node, ready,
+    and since when each one the scheduler cannot place for lack of room is so."""
+    replicas: dict[str, int] = {}
+    for dep in children.all_deployments():
+        c = deployment_class(dep)
+        if c is not None and not dep["metadata"].get("deletionTimestamp"):
+            replicas[c] = replicas.get(c, 0) + int((dep.get("spec") or {}).get("replicas") or 0)
+    bound: dict[str, int] = {}
+    ready: dict[str, int] = {}
+    stuck: dict[str, list[datetime]] = {}
+    message: dict[str, str] = {}
+    for pod in children.pods:
+        meta = pod.get("metadata") or {}
+        c = (meta.get("labels") or {}).get(LABEL_GPU_CLASS)
+        if c is None or meta.get("deletionTimestamp"):
+            continue
+        if (pod.get("spec") or {}).get("nodeName"):
+            bound[c] = bound.get(c, 0) + 1
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "Ready" and cond.get("status") == "True":
+                ready[c] = ready.get(c, 0) + 1
+            if (cond.get("type") == "PodScheduled" and cond.get("status") == "False"
+                    and cond.get("reason") == "Unschedulable" and placing.capacity_shortage(cond.get("message") or "")):
+                stuck.setdefault(c, []).append(parse_time(cond.get("lastTransitionTime")) or datetime.now(timezone.utc))
+                message.setdefault(c, cond.get("message") or "")
+    return {c: placing.ClassState(replicas.get(c, 0), bound.get(c, 0), ready.get(c, 0), tuple(stuck.get(c, ())),
+                                  message.get(c, ""))
+            for c in set(replicas) | set(bound) | set(stuck) | set(ready)}
+
+
+def remembered(isvc: InferenceService) -> dict[str, placing.Remembered]:
+    entries: list[ClassPlacement] = (isvc.status.placement or []) if isvc.status else []
+    return {e.gpu_class: placing.Remembered(e.reason, parse_time(e.since)) for e in entries}
+
+
+def parse_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def serving_total(isvc: InferenceService, children: Children) -> int | None:
+    """The replicas the operator last asked for over every class, not counting the one being
+    started on the preferred class to move a spilled replica back (None: no Deployment yet)."""
+    deps = [d for d in children.all_deployments() if not d["metadata"].get("deletionTimestamp")]
+    if not deps:
+        return None
+    total = sum(int((d.get("spec") or {}).get("replicas") or 0) for d in deps)
+    entries = (isvc.status.placement or []) if isvc.status else []
+    if entries and entries[0].reason == placing.RETURNING and len(deps) > 1:
+        total -= 1
+    return total
 
 
 # -- comparison -----------------------------------------------------------------------------------

@@ -27,16 +27,21 @@ OnChange = Callable[[str, "dict[str, Any] | None", "dict[str, Any] | None"], Non
 class Informer:
     def __init__(self, kube: Kube, store: Store, kind: Kind, namespace: str | None, on_change: OnChange,
                  failures: FailureLog, label_selector: str | None = None,
-                 project: Callable[[dict[str, Any]], dict[str, Any]] = trim, watch_timeout: int = 300):
+                 project: Callable[[dict[str, Any]], dict[str, Any] | None] = trim, watch_timeout: int = 300,
+                 field_selector: str | None = None, store_kind: str | None = None):
+        """`project` trims what is stored (None: not stored at all); `store_kind` names the
+        cache's kind when one API kind is watched twice (serving pods, and every pod's GPUs)."""
         self.kube, self.store, self.kind, self.namespace = kube, store, kind, namespace
         self.on_change, self.failures, self.selector, self.project = on_change, failures, label_selector, project
+        self.field_selector = field_selector
+        self.store_kind = store_kind or kind.kind
         self.watch_timeout = watch_timeout
         self.synced = threading.Event()
         self.stopped = threading.Event()
         self.lists = 0      # LIST passes (the first, and one per expired watch)
         self.events = 0     # watch events applied
         where = f" in {namespace}" if namespace else ""
-        self.name = f"{kind.plural}{where}"
+        self.name = f"{kind.plural}{where}" + (f" ({store_kind})" if store_kind else "")
         self.thread = threading.Thread(target=self.run, name=f"informer {self.name}", daemon=True)
 
     def start(self) -> None:
@@ -48,10 +53,11 @@ class Informer:
         self.stopped.set()
 
     def _list(self) -> str:
-        items, version = self.kube.list(self.kind, self.namespace, self.selector)
+        items, version = self.kube.list(self.kind, self.namespace, self.selector,
+                                        field_selector=self.field_selector, project=self.project)
         self.lists += 1
-        for old, new in self.store.replace(self.kind.kind, self.namespace, [self.project(i) for i in items]):
-            self.on_change(self.kind.kind, old, new)
+        for old, new in self.store.replace(self.store_kind, self.namespace, items):
+            self.on_change(self.store_kind, old, new)
         self.synced.set()
         return version
 
@@ -63,7 +69,8 @@ class Informer:
             try:
                 if version is None:
                     version = self._list()
-                events = self.kube.watch(self.kind, self.namespace, version, self.selector, self.watch_timeout)
+                events = self.kube.watch(self.kind, self.namespace, version, self.selector, self.watch_timeout,
+                                         field_selector=self.field_selector)
                 self.failures.success(topic)
                 delay = 1.0
                 for event in events:
@@ -95,13 +102,13 @@ class Informer:
         if kind_ == "BOOKMARK":
             return new_version
         self.events += 1
-        if kind_ == "DELETED":
-            old = self.store.remove(self.kind.kind, obj)
+        trimmed = None if kind_ == "DELETED" else self.project(obj)
+        if trimmed is None:  # deleted, or no longer worth storing
+            old = self.store.remove(self.store_kind, obj)
             if old is not None:
-                self.on_change(self.kind.kind, old, None)
+                self.on_change(self.store_kind, old, None)
         else:
-            trimmed = self.project(obj)
-            old, stored = self.store.upsert(self.kind.kind, trimmed)
+            old, stored = self.store.upsert(self.store_kind, trimmed)
             if stored:
-                self.on_change(self.kind.kind, old, trimmed)
+                self.on_change(self.store_kind, old, trimmed)
         return new_version

@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 from urllib.parse import quote
 
 import urllib3
@@ -60,6 +60,7 @@ SERVICE = Kind("v1", "Service", "services")
 PDB = Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets")
 JOB = Kind("batch/v1", "Job", "jobs")
 POD = Kind("v1", "Pod", "pods")
+NODE = Kind("v1", "Node", "nodes", namespaced=False)
 EVENT = Kind("v1", "Event", "events")
 KINDS = {(k.api_version, k.kind): k for k in (INFERENCE_SERVICE, GPU_CLASS, DEPLOYMENT, SERVICE, PDB, JOB, POD, EVENT)}
 
@@ -205,25 +206,32 @@ class Kube:
     # -- reads ----------------------------------------------------------------------------------
 
     def list(self, kind: Kind, namespace: str | None = None, label_selector: str | None = None,
-             limit: int = 500) -> tuple[list[dict[str, Any]], str]:
-        """Every object (paged), and the list's resourceVersion to watch from."""
+             limit: int = 500, field_selector: str | None = None,
+             project: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None
+             ) -> tuple[list[dict[str, Any]], str]:
+        """Every object (paged), and the list's resourceVersion to watch from. `project` is applied
+        page by page (None drops an object), so a listing of every pod in a big cluster never
+        holds more than one page of full objects."""
         items: list[dict[str, Any]] = []
         token: str | None = None
         while True:
             page = self.request("GET", kind.path(namespace), {
-                "labelSelector": label_selector, "limit": limit, "continue": token})
-            items.extend(page.get("items") or [])
+                "labelSelector": label_selector, "fieldSelector": field_selector, "limit": limit, "continue": token})
+            batch = page.get("items") or []
+            if project is not None:
+                batch = [p for p in map(project, batch) if p is not None]
+            items.extend(batch)
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 return items, (page.get("metadata") or {}).get("resourceVersion", "")
 
     def watch(self, kind: Kind, namespace: str | None, resource_version: str, label_selector: str | None = None,
-              timeout_seconds: int = 300) -> Iterator[dict[str, Any]]:
+              timeout_seconds: int = 300, field_selector: str | None = None) -> Iterator[dict[str, Any]]:
         """Open a watch from `resource_version` (bookmarks on) and return its events; the request
         is made here, so an unreachable server raises before the first event."""
         resp = self._open("GET", kind.path(namespace), {
             "watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
-            "labelSelector": label_selector, "timeoutSeconds": timeout_seconds},
+            "labelSelector": label_selector, "fieldSelector": field_selector, "timeoutSeconds": timeout_seconds},
             timeout=(10.0, timeout_seconds + 30.0))
         if resp.status != 200:
             raise _error(resp.status, resp.reason, resp.read(), resp)

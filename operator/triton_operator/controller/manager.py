@@ -14,17 +14,20 @@ from ..autoscaling.loop import Autoscaler
 from ..autoscaling.prometheus import source_for
 from ..labels import LABEL_SERVICE, MANAGED_BY, MANAGED_BY_LABEL
 from ..settings import Settings
-from .cache import Key, Store, key_of, owner_of, trim_pod
+from .cache import Key, Store, key_of, owner_of, trim_gpu_pod, trim_node, trim_pod
 from .informer import Informer
-from .k8s import DEPLOYMENT, GPU_CLASS, INFERENCE_SERVICE, JOB, PDB, POD, SERVICE, ApiError, Kube, describe
+from .k8s import DEPLOYMENT, GPU_CLASS, INFERENCE_SERVICE, JOB, NODE, PDB, POD, SERVICE, ApiError, Kube, describe
 from .k8s import namespace_terminating
 from .logsummary import FailureLog
 from .queue import WorkQueue
-from .reconcile import Reconciler, Views
+from .reconcile import GPU_POD_KIND, Reconciler, Views
 
 log = logging.getLogger(__name__)
 CHILDREN_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 PODS_SELECTOR = f"{LABEL_SERVICE},{CHILDREN_SELECTOR}"  # serving pods and engine-build pods
+# Every pod that may hold GPUs: the API server drops ended pods (as kube-scheduler's own pod
+# informer does); trim_gpu_pod keeps only bound pods that request an extended resource.
+GPU_PODS_FIELDS = "status.phase!=Succeeded,status.phase!=Failed"
 
 
 class Manager:
@@ -32,7 +35,9 @@ class Manager:
         self.settings = settings
         self.kube = kube or Kube(settings.field_manager, qps=settings.api_qps, burst=settings.api_burst)
         self.store = Store()
-        self.views = Views(self.store)
+        self.capacity_informers: list[Informer] = []
+        self.views = Views(self.store, capacity_synced=lambda: bool(self.capacity_informers) and all(
+            i.synced.is_set() for i in self.capacity_informers))
         self.queue = WorkQueue()
         self.failures = FailureLog(log)
         self.autoscaler = Autoscaler(self.views, self.queue.add, self.kube, settings, source_for(settings))
@@ -49,6 +54,14 @@ class Manager:
                     kwargs["project"] = project
                 self.informers.append(Informer(self.kube, self.store, kind, ns, self.on_change, self.failures, **kwargs))
         self.informers.append(Informer(self.kube, self.store, GPU_CLASS, None, self.on_change, self.failures))
+        if settings.watch_gpu_capacity:
+            # The free-GPU view for spill-over: Nodes (GPU nodes only, trimmed) and every pod's GPU
+            # requests (cluster-wide; a pod without GPUs is a watch event and nothing more). They do
+            # not hold back the start: until they are listed, placement treats room as unknown.
+            self.capacity_informers = [
+                Informer(self.kube, self.store, NODE, None, self.on_capacity_change, self.failures, project=trim_node),
+                Informer(self.kube, self.store, POD, None, self.on_capacity_change, self.failures,
+                         project=trim_gpu_pod, field_selector=GPU_PODS_FIELDS, store_kind=GPU_POD_KIND)]
         self.synced = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -66,17 +79,24 @@ class Manager:
             name = obj["metadata"]["name"]
             for isvc in self.store.list(INFERENCE_SERVICE.kind):
                 gpu = (isvc.get("spec") or {}).get("gpu") or {}
-                if name == gpu.get("class") or name in (gpu.get("fallbackClasses") or []):
+                # class auto ranks every GPUClass: any change may change its choice.
+                if name == gpu.get("class") or name in (gpu.get("fallbackClasses") or []) or gpu.get("class") == "auto":
                     self.queue.add(key_of(isvc))
         else:
             owner = owner_of(obj)
             if owner is not None:
                 self.queue.add(owner)
 
+    def on_capacity_change(self, kind: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        """Free GPUs changed somewhere: the services whose placement could change look again
+        (queued once however many pod events arrive meanwhile)."""
+        for key in self.reconciler.spill_active():
+            self.queue.add(key)
+
     # -- running ----------------------------------------------------------------------------------
 
     def start(self) -> None:
-        for informer in self.informers:
+        for informer in self.informers + self.capacity_informers:
             informer.start()
         self._spawn(self._start_when_synced, "controller start")
 
@@ -93,7 +113,7 @@ class Manager:
                 if self._stop.is_set():
                     return
         self.synced.set()
-        log.info("cache synced: %s", ", ".join(f"{i.name} {self.store.count(i.kind.kind)}" for i in self.informers
+        log.info("cache synced: %s", ", ".join(f"{i.name} {self.store.count(i.store_kind)}" for i in self.informers
                                                if i.namespace in (None, self.informers[0].namespace)))
         for i in range(self.settings.workers):
             self._spawn(self._work, f"worker-{i}")
@@ -142,7 +162,8 @@ class Manager:
         """Refresh the operator's own gauges."""
         telemetry.API_REQUESTS.set(self.kube.requests)
         telemetry.QUEUE_DEPTH.set(len(self.queue))
-        for kind in ("InferenceService", "GPUClass", "Deployment", "Service", "PodDisruptionBudget", "Job", "Pod"):
+        for kind in ("InferenceService", "GPUClass", "Deployment", "Service", "PodDisruptionBudget", "Job", "Pod",
+                     "Node", GPU_POD_KIND):
             telemetry.CACHE_OBJECTS.labels(kind).set(self.store.count(kind))
 
     def health(self) -> dict[str, Any]:
@@ -154,7 +175,7 @@ class Manager:
         self._stop.set()
         self.queue.shutdown()
         self.autoscaler.stop()
-        for informer in self.informers:
+        for informer in self.informers + self.capacity_informers:
             informer.stop()
         for thread in self._threads:
             thread.join(timeout=10)

@@ -28,13 +28,14 @@ from .. import conditions as c
 from .. import telemetry
 from ..api import GROUP, GPUClass, InferenceService, first_error
 from ..autoscaling.report import METRICS_AVAILABLE, Report
+from ..planning import capacity
 from ..labels import selector_labels
 from ..render import desired_replicas, endpoints
 from ..settings import Settings
 from . import desired as desired_core
 from . import status as status_core
 from .cache import Key, Store, token, trim, trim_pod
-from .k8s import DEPLOYMENT, GPU_CLASS, INFERENCE_SERVICE, JOB, KINDS, PDB, POD, SERVICE, ApiError, Kube, kind_of
+from .k8s import DEPLOYMENT, GPU_CLASS, INFERENCE_SERVICE, JOB, KINDS, NODE, PDB, POD, SERVICE, ApiError, Kube, kind_of
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,8 @@ log = logging.getLogger(__name__)
 # a finalizer nobody removes any more, and the whole last-handled spec in an annotation.
 LEGACY_FINALIZER = f"{GROUP}/finalizer"
 LEGACY_ANNOTATION_PREFIX = f"{GROUP}/"
+# The cache's kind for every pod's GPU requests (the Pod kind there holds the serving pods).
+GPU_POD_KIND = "GPUPod"
 # A child the API server refused is tried again after these pauses (doubling), whatever happens.
 REFUSAL_RETRY_BASE, REFUSAL_RETRY_MAX = 30.0, 600.0
 
@@ -62,11 +65,13 @@ class Converged:
 class Views:
     """Parsed models over the raw cache, memoized by resourceVersion (pydantic runs once per change)."""
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, capacity_synced: Callable[[], bool] | None = None):
         self.store = store
+        self.capacity_synced = capacity_synced
         self._lock = threading.Lock()
         self._isvcs: dict[Key, tuple[str, InferenceService | None, str | None]] = {}
         self._classes: tuple[int, dict[str, GPUClass]] = (-1, {})
+        self._free: tuple[Any, dict[str, list[int]]] = (None, {})
 
     def inference_service(self, key: Key) -> tuple[dict[str, Any] | None, InferenceService | None, str | None]:
         """(raw, parsed or None, why it does not parse)."""
@@ -114,17 +119,46 @@ class Views:
         return out
 
     def deployment(self, key: Key) -> dict[str, Any] | None:
-        return self.store.get(DEPLOYMENT.kind, key)
+        """The service's Deployment, as the autoscaler reads it. With replicas spilled over to other
+        GPU classes, replicas and readyReplicas are the totals over every class (less the one
+        being started to move a replica back), so the autoscaler scales the service, not a class."""
+        main = self.store.get(DEPLOYMENT.kind, key)
+        if main is None:
+            return None
+        children = self.children(key)
+        if len(children.all_deployments()) <= 1:
+            return main
+        _, isvc, _ = self.inference_service(key)
+        total = desired_core.serving_total(isvc, children) if isvc is not None else None
+        ready = sum(int((d.get("status") or {}).get("readyReplicas") or 0) for d in children.all_deployments())
+        return {"metadata": main["metadata"], "spec": {**main.get("spec", {}), "replicas": total or 0},
+                "status": {**(main.get("status") or {}), "readyReplicas": ready}}
 
     def children(self, key: Key) -> desired_core.Children:
         s = self.store
         jobs = tuple(sorted(s.owned(JOB.kind, key), key=lambda j: j["metadata"]["name"]))
+        deployments = tuple(sorted(s.owned(DEPLOYMENT.kind, key), key=lambda d: d["metadata"]["name"]))
         pods = s.owned(POD.kind, key)
         component = "app.kubernetes.io/component"
         return desired_core.Children(
             deployment=s.get(DEPLOYMENT.kind, key), service=s.get(SERVICE.kind, key), pdb=s.get(PDB.kind, key),
             jobs=jobs, pods=tuple(p for p in pods if p["metadata"]["labels"].get(component) == "server"),
-            build_pods=tuple(p for p in pods if p["metadata"]["labels"].get(component) == "engine-build"))
+            build_pods=tuple(p for p in pods if p["metadata"]["labels"].get(component) == "engine-build"),
+            deployments=deployments)
+
+    def free_gpus(self, classes: Mapping[str, GPUClass]) -> dict[str, list[int]] | None:
+        """Free GPUs per node of each class, from the Node and GPU-pod caches; None until both
+        have been listed (or when the operator does not watch them). Memoized per change."""
+        if not (self.capacity_synced and self.capacity_synced()):
+            return None
+        version = (self.store.version(NODE.kind), self.store.version(GPU_POD_KIND), self.store.version(GPU_CLASS.kind))
+        with self._lock:
+            if self._free[0] == version:
+                return self._free[1]
+        free = capacity.free_gpus(self.store.list(NODE.kind), self.store.list(GPU_POD_KIND), classes)
+        with self._lock:
+            self._free = (version, free)
+        return free
 
 
 def _settings_digest(settings: Settings) -> str:
@@ -139,11 +173,39 @@ class Reconciler:
         self.kube, self.store, self.views, self.settings = kube, store, views, settings
         self.reports, self.enqueue_after, self.now = reports, enqueue_after, now
         self._converged: dict[Key, Converged] = {}
+        self._spill_active: set[Key] = set()
+        self._wakes: dict[Key, float] = {}
+        self._active_lock = threading.Lock()
         self._settings_digest = _settings_digest(settings)
         self.skipped = 0  # passes that found their children in place without rendering
 
     def forget(self, key: Key) -> None:
         self._converged.pop(key, None)
+        with self._active_lock:
+            self._spill_active.discard(key)
+
+    def spill_active(self) -> list[Key]:
+        """Services whose placement a change of free GPUs may change: replicas spilled, waiting to
+        spill, or moving back."""
+        with self._active_lock:
+            return list(self._spill_active)
+
+    def _follow_placement(self, key: Key, placement: Any) -> None:
+        active = placement is not None and (
+            placement.waiting is not None or placement.returning or placement.shortfall is not None
+            or any(d.replicas > 0 for d in placement.classes[1:]))
+        with self._active_lock:
+            (self._spill_active.add if active else self._spill_active.discard)(key)
+        if placement is not None and placement.wake_after is not None:
+            # A timer of the placement (after, returnAfter) runs out: look again then (once: a
+            # wake-up already due earlier covers it).
+            due = time.monotonic() + placement.wake_after + 0.5
+            with self._active_lock:
+                pending = self._wakes.get(key)
+                if pending is not None and time.monotonic() < pending <= due + 0.5:
+                    return
+                self._wakes[key] = due
+            self.enqueue_after(key, placement.wake_after + 0.5)
 
     # -- the pass -------------------------------------------------------------------------------
 
@@ -163,36 +225,49 @@ class Reconciler:
 
         report = self.reports(key) if isvc.spec.autoscaling is not None else None
         children = self.views.children(key)
-        current = children.deployment["spec"].get("replicas") if children.deployment else None
+        current = desired_core.serving_total(isvc, children)
         replicas = desired_replicas(isvc, current) if report is None else max(
             isvc.spec.autoscaling.min_replicas, min(isvc.spec.autoscaling.max_replicas, report.desired))
         classes = self.views.gpu_classes()
+        now = self.now()
+        spill = isvc.spec.gpu.spill is not None
         inputs = (raw["metadata"].get("uid"), raw["metadata"].get("generation"), replicas,
                   self.store.version("GPUClass"), self._settings_digest,
                   _engines_digest(isvc) if isvc.spec.model.format == "tensorrt-llm" else None)
-        plan = self._converge(key, isvc, classes, children, replicas, inputs)
+        free = self.views.free_gpus(classes) if spill else None
+        plan = self._converge(key, isvc, classes, children, replicas, inputs, free, now, always=spill)
+        self._follow_placement(key, plan.placement)
 
         children = self.views.children(key)  # after our writes (written through to the cache)
         cls = classes.get(plan.gpu_class) if plan.gpu_class else None
+        names = dict(plan.deployments)
+        deployments = [d for c, n in plan.deployments if (d := children.deployment_named(n)) is not None]
         observed = status_core.Observed(
             desired_replicas=plan.replicas, gpu_class=plan.gpu_class, gpu_class_spec=cls.spec if cls else None,
-            gpu_count=isvc.spec.gpu.count, error=plan.error, notes=list(plan.notes), deployment=children.deployment,
-            pods=list(children.pods) if children.deployment else [], endpoints=endpoints(key[1], key[0], self.settings, isvc.spec.serves_openai()),
+            gpu_count=next((o.count for o in plan.options if o.gpu_class == plan.gpu_class), isvc.spec.gpu.count),
+            error=plan.error, notes=list(plan.notes), deployment=children.deployment,
+            pods=list(children.pods) if children.deployment else [],
+            endpoints=endpoints(key[1], key[0], self.settings, isvc.spec.serves_openai()),
             selector=",".join(f"{k}={v}" for k, v in selector_labels(key[1]).items()),
-            engines=None if plan.engines is None else list(plan.engines))
-        new_status, events = status_core.compute(isvc, observed, self.now())
+            engines=None if plan.engines is None else list(plan.engines),
+            deployments=deployments, deployment_names=names, placement=plan.placement, options=list(plan.options))
+        new_status, events = status_core.compute(isvc, observed, now)
         new_status = _with_autoscaling(new_status, raw.get("status") or {}, report, isvc, self.now())
         return self._write_status(raw, new_status, events)
 
     def _converge(self, key: Key, isvc: InferenceService, classes: Mapping[str, GPUClass],
-                  children: desired_core.Children, replicas: int, inputs: tuple[Any, ...]) -> desired_core.Plan:
+                  children: desired_core.Children, replicas: int, inputs: tuple[Any, ...],
+                  free: Mapping[str, list[int]] | None = None, now: datetime | None = None,
+                  always: bool = False) -> desired_core.Plan:
+        """`always`: plan even when nothing the skip compares changed (a spill-over placement
+        depends on pods, free GPUs and the clock; planning it is pure and takes a millisecond)."""
         tokens = _tokens(children)
         last = self._converged.get(key)
-        if last is not None and last.inputs == inputs and last.tokens == tokens and (
+        if not always and last is not None and last.inputs == inputs and last.tokens == tokens and (
                 last.retry_at is None or time.monotonic() < last.retry_at):
             self.skipped += 1
             return last.plan
-        plan = desired_core.plan(isvc, classes, self.settings, children, replicas)
+        plan = desired_core.plan(isvc, classes, self.settings, children, replicas, free, now)
         rejected: tuple[str, str] | None = None
         for manifest in plan.apply:
             try:
@@ -208,7 +283,8 @@ class Reconciler:
             telemetry.WRITES.labels(kind, "delete").inc()
         retry_at, refusals = None, 0
         if rejected is not None:
-            plan = desired_core.Plan(plan.replicas, plan.gpu_class, plan.notes, rejected, engines=plan.engines)
+            plan = desired_core.Plan(plan.replicas, plan.gpu_class, plan.notes, rejected, engines=plan.engines,
+                                     deployments=plan.deployments, options=plan.options)
             refusals = (last.refusals if last is not None and last.inputs == inputs else 0) + 1
             pause = min(REFUSAL_RETRY_MAX, REFUSAL_RETRY_BASE * 2 ** (refusals - 1))
             retry_at = time.monotonic() + pause
@@ -267,7 +343,7 @@ def _trimmed(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
 def _tokens(children: desired_core.Children) -> tuple[Any, ...]:
     # A Job's state (Complete, Failed) moves its resourceVersion, not its generation, and decides
     # whether serving is held back: Jobs count by resourceVersion.
-    return (token(children.deployment), token(children.service), token(children.pdb),
+    return (tuple(token(d) for d in children.all_deployments()), token(children.service), token(children.pdb),
             tuple((j["metadata"].get("uid"), j["metadata"].get("resourceVersion")) for j in children.jobs))
 
 

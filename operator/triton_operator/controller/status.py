@@ -14,6 +14,8 @@ from typing import Any
 
 from .. import conditions as c
 from ..api import GPUClassSpec, InferenceService
+from ..planning import placement as placing
+from ..planning.choice import Option
 
 # Container waiting reasons that mean "this will not fix itself".
 BAD_WAITING = {"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName",
@@ -42,6 +44,15 @@ class Observed:
     endpoints: dict[str, str] | None = None
     selector: str | None = None
     engines: list[dict[str, Any]] | None = None   # TensorRT-LLM only: per GPU class
+    deployments: list[dict[str, Any]] | None = None  # every class's Deployment (None: just `deployment`)
+    deployment_names: dict[str, str] = field(default_factory=dict)  # GPU class -> Deployment name
+    placement: placing.Placement | None = None    # gpu.spill: replicas per class and why
+    options: list[Option] = field(default_factory=list)  # classes in use and skipped, GPUs per replica
+
+    def all_deployments(self) -> list[dict[str, Any]]:
+        if self.deployments is not None:
+            return self.deployments
+        return [self.deployment] if self.deployment is not None else []
 
     def engine(self) -> dict[str, Any] | None:
         """The engine of the class in use."""
@@ -86,6 +97,8 @@ def _degraded(obs: Observed, trouble: PodTrouble) -> tuple[bool, str, str]:
     engine = obs.engine()
     if engine and engine["phase"] == "Failed":
         return True, "EngineFailed", engine["message"]
+    if obs.placement is not None and obs.placement.shortfall:
+        return True, "GPUClassesFull", obs.placement.shortfall
     if trouble.unschedulable:
         n = len(trouble.unschedulable)
         spec = obs.gpu_class_spec
@@ -101,8 +114,7 @@ def _degraded(obs: Observed, trouble: PodTrouble) -> tuple[bool, str, str]:
     if trouble.failing:
         pod, reason, message = trouble.failing[0]
         return True, reason, f"pod {pod}: {reason}: {message}".rstrip(": ")
-    dep = obs.deployment
-    if dep is not None:
+    for dep in obs.all_deployments():
         failure = _dep_condition(dep, "ReplicaFailure")
         if failure and failure.get("status") == "True":
             return True, failure.get("reason") or "ReplicaFailure", failure.get("message") or ""
@@ -118,17 +130,25 @@ def compute(isvc: InferenceService, obs: Observed, now: datetime) -> tuple[dict[
     old = old_status.get("conditions", [])
     gen = isvc.metadata.get("generation")
     trouble = pod_trouble(obs.pods)
+    if obs.placement is not None:
+        # Pods short of room are the placement's to move (or to name in GPUClassesFull).
+        trouble = PodTrouble([(p, m) for p, m in trouble.unschedulable if not placing.capacity_shortage(m)],
+                             trouble.failing)
     degraded, d_reason, d_message = _degraded(obs, trouble)
 
     dep = obs.deployment
-    dst = (dep or {}).get("status") or {}
-    ready = int(dst.get("readyReplicas") or 0)
-    available = int(dst.get("availableReplicas") or 0)
-    updated = int(dst.get("updatedReplicas") or 0)
-    total = int(dst.get("replicas") or 0)
+    deps = obs.all_deployments()
+
+    def summed(field_: str) -> int:
+        return sum(int(((d.get("status") or {}).get(field_)) or 0) for d in deps)
+
+    ready, available, updated, total = (summed("readyReplicas"), summed("availableReplicas"),
+                                        summed("updatedReplicas"), summed("replicas"))
     desired = obs.desired_replicas
-    dep_current = dep is not None and (dst.get("observedGeneration") or 0) >= dep["metadata"].get("generation", 0)
+    dep_current = dep is not None and all(
+        ((d.get("status") or {}).get("observedGeneration") or 0) >= d["metadata"].get("generation", 0) for d in deps)
     rolled_out = dep_current and updated >= desired and total <= updated
+    where = _where(obs)
 
     auto = isvc.spec.autoscaling
     to_zero = auto is not None and auto.min_replicas == 0
@@ -147,7 +167,7 @@ def compute(isvc: InferenceService, obs: Observed, now: datetime) -> tuple[dict[
     elif waking and not degraded:
         r = (False, "Waking", f"waking from zero: 0/{desired} replicas ready; the gateway holds requests until one is")
     elif rolled_out and available >= 1 and not obs.error:
-        r = (True, "Serving", f"{ready}/{desired} replicas ready on GPU class {obs.gpu_class}")
+        r = (True, "Serving", f"{ready}/{desired} replicas ready on {where}")
     elif degraded:
         r = (False, d_reason, d_message)
     elif available >= 1:
@@ -165,10 +185,16 @@ def compute(isvc: InferenceService, obs: Observed, now: datetime) -> tuple[dict[
         r = (False, reason, f"serving pods wait for the TensorRT-LLM engine for GPU class {obs.gpu_class}: "
                             f"{engine['message']}")
 
+    placement = obs.placement
     if obs.error:
         p = (False, obs.error[0], "waiting for the spec or the cluster to change")
     elif held:
         p = (engine["phase"] == "Building", r[1] if not r[0] else "EngineBuilding", engine["message"])
+    elif placement is not None and placement.waiting and not placement.shortfall:
+        p = (True, "WaitingToSpill", placement.waiting)
+    elif placement is not None and placement.returning:
+        p = (True, "MovingBack", f"a replica is starting on {obs.gpu_class} to replace a spilled one; "
+                                 f"{ready} ready")
     elif dep is None or not rolled_out:
         p = (True, "RollingOut", f"{updated}/{desired} replicas updated, {ready} ready")
     elif ready != desired or total != desired:
@@ -208,7 +234,66 @@ def compute(isvc: InferenceService, obs: Observed, now: datetime) -> tuple[dict[
     }
     if obs.engines is not None:
         status["engines"] = obs.engines
-    return status, _events(old, conds, obs.notes, old_status.get("gpuClass"), obs.gpu_class)
+    if obs.gpu_class is not None:
+        entries = _placement_status(obs, old_status.get("placement") or [], now)
+        status["placement"] = entries
+        status["replicasByClass"] = ",".join(f"{e['gpuClass']}:{e['ready']}/{e['desired']}" for e in entries
+                                             if e["desired"] or e["ready"]) or f"{obs.gpu_class}:0/{desired}"
+    events = _events(old, conds, obs.notes, old_status.get("gpuClass"), obs.gpu_class)
+    if placement is not None:
+        events += [Event("Warning" if m.kind == placing.RETURN_ABANDONED else "Normal", m.kind, m.why)
+                   for m in placement.moves]
+    return status, events
+
+
+def _ready_by_class(obs: Observed) -> dict[str, int]:
+    if not obs.deployment_names:
+        st = (obs.deployment or {}).get("status") or {}
+        return {obs.gpu_class: int(st.get("readyReplicas") or 0)} if obs.gpu_class else {}
+    by_name = {d["metadata"].get("name"): d for d in obs.all_deployments()}
+    return {c: int(((by_name.get(n) or {}).get("status") or {}).get("readyReplicas") or 0)
+            for c, n in obs.deployment_names.items()}
+
+
+def _where(obs: Observed) -> str:
+    """'GPU class h100', or with replicas spilled 'GPU classes h100 (1), h200 (2)' (ready)."""
+    ready = {c: n for c, n in _ready_by_class(obs).items() if n}
+    if len(ready) <= 1:
+        return f"GPU class {next(iter(ready), obs.gpu_class)}"
+    return "GPU classes " + ", ".join(f"{c} ({n})" for c, n in ready.items())
+
+
+def _placement_status(obs: Observed, old: list[dict[str, Any]], now: datetime) -> list[dict[str, Any]]:
+    """status.placement: each class in use (the preferred first) with desired/ready and why, then
+    the classes left out and why."""
+    before = {e.get("gpuClass"): e for e in old}
+    ready = _ready_by_class(obs)
+    gpus = {o.gpu_class: o.count for o in obs.options}
+
+    def since(gpu_class: str, reason: str) -> str:
+        prev = before.get(gpu_class) or {}
+        return prev["since"] if prev.get("reason") == reason and prev.get("since") else c.timestamp(now)
+
+    entries: list[dict[str, Any]] = []
+    if obs.placement is None:
+        reason = "Preferred"
+        entries.append({"gpuClass": obs.gpu_class, "deployment": obs.deployment_names.get(obs.gpu_class),
+                        "gpusPerReplica": gpus.get(obs.gpu_class, obs.gpu_count), "desired": obs.desired_replicas,
+                        "ready": ready.get(obs.gpu_class, 0), "reason": reason,
+                        "message": f"{obs.desired_replicas} replica(s)", "since": since(obs.gpu_class, reason)})
+    else:
+        for d in obs.placement.classes:
+            entries.append({"gpuClass": d.gpu_class, "deployment": obs.deployment_names.get(d.gpu_class),
+                            "gpusPerReplica": gpus.get(d.gpu_class, obs.gpu_count), "desired": d.replicas,
+                            "ready": ready.get(d.gpu_class, 0), "reason": d.reason, "message": d.message,
+                            "since": c.timestamp(d.since)})
+    listed = {e["gpuClass"] for e in entries}
+    for o in obs.options:
+        if not o.usable and o.gpu_class not in listed:
+            entries.append({"gpuClass": o.gpu_class, "gpusPerReplica": o.count, "desired": 0, "ready": 0,
+                            "reason": o.reason, "message": o.message, "since": since(o.gpu_class, o.reason)})
+    # Skipped classes' messages can list every GPUClass (class auto): bounded as conditions are.
+    return [{k: c.bounded(v) if k == "message" else v for k, v in e.items() if v is not None} for e in entries]
 
 
 def _events(old: list[dict[str, Any]], new: list[dict[str, Any]], notes: list[str],

@@ -2,7 +2,9 @@
 
 Figures follow the physics in the project's references: weights take parameters x bytes per
 parameter; decode reads every weight once per generated token, so a single stream cannot go faster
-than bandwidth / weight bytes.
+than bandwidth / weight bytes. With tensor parallelism each of N GPUs reads 1/N of the weights at
+once, so the bound is N x bandwidth / weight bytes (ideal: the all-reduce between GPUs costs some
+of it, which is why it is a bound).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def plan(model: ModelSpec, gpu_class: GPUClassSpec, count: int) -> Plan:
     # The API bounds keep every figure finite and positive (parameters > 0, memoryGiB >= 1,
     # bandwidth >= 0.01 TB/s); the guards keep a plan from dividing by zero all the same.
     min_gpus = max(1, math.ceil(weights_gib / per_gpu)) if per_gpu > 0 else None
-    bound = gpu_class.memory_bandwidth_tbps * 1e12 / weight_bytes if weight_bytes > 0 else None
+    bound = gpu_class.memory_bandwidth_tbps * 1e12 * count / weight_bytes if weight_bytes > 0 else None
     return Plan(round(weights_gib, 1), round(available, 1), weights_gib <= available,
                 min_gpus, None if bound is None else round(bound, 1), cost)
 

@@ -16,6 +16,7 @@ import jinja2
 import yaml
 
 from .. import planning
+from ..planning import choice
 from ..api import API_VERSION, EngineSpec, GPUClass, GPUClassSpec, InferenceService
 from ..labels import LABEL_GPU_CLASS, LABEL_SERVICE, MANAGED_BY, selector_labels
 from ..quantity import within_limits
@@ -83,27 +84,13 @@ class RenderError(Exception):
 
 @dataclass(frozen=True)
 class Rendered:
-    gpu_class: str
+    gpu_class: str                                  # the preferred class
     manifests: list[dict[str, Any]]
     notes: list[str] = field(default_factory=list)
+    deployments: dict[str, str] = field(default_factory=dict)  # GPU class -> its Deployment's name
 
     def by_kind(self, kind: str) -> dict[str, Any]:
         return next(m for m in self.manifests if m["kind"] == kind)
-
-
-def resolve_gpu_class(isvc: InferenceService, classes: Mapping[str, GPUClass]) -> tuple[str, GPUClass, list[str]]:
-    """The first of class + fallbackClasses that exists, and notes on the ones skipped."""
-    missing: list[str] = []
-    for name in isvc.spec.gpu.candidates():
-        if name in classes:
-            notes = [f"GPUClass {m} does not exist; using fallback {name}" for m in missing[:1]]
-            return name, classes[name], notes
-        missing.append(name)
-    known = ", ".join(sorted(classes)) or "none"
-    wanted = " or ".join(missing)
-    raise RenderError(
-        "GPUClassNotFound",
-        f"GPUClass {wanted} does not exist (existing classes: {known}); create it or change spec.gpu.class.")
 
 
 def model_name(isvc: InferenceService) -> str:
@@ -278,47 +265,55 @@ def engine_jobs(isvc: InferenceService, classes: Mapping[str, GPUClass], setting
     The Job's name hashes everything it does: a spec change makes a new Job, never an edit."""
     if isvc.spec.model.format != "tensorrt-llm":
         return []
-    jobs = []
-    for class_name in isvc.spec.gpu.candidates():
-        gpu_class = classes.get(class_name)
-        if gpu_class is None or planning.problems(isvc.spec.model, class_name, gpu_class.spec, isvc.spec.gpu.count):
-            continue
-        cls = gpu_class.spec
-        identity = engine_args(isvc, cls)
-        scratch_limit = _scratch_limit(isvc)
-        args = [PROGRAM, "build-engine", *identity, "--scratch", SCRATCH_ROOT]
-        doctor = runtime.doctor_args("build", identity, isvc.spec.gpu.count, SCRATCH_ROOT, scratch_limit)
-        resources = _build_resources(isvc, cls)
-        digest = hashlib.sha256(json.dumps([class_name, settings.runtime_image, cls.resource_name, args, doctor,
-                                            resources]).encode())
-        m = isvc.spec.model
-        source_claim = m.source[len("pvc://"):].partition("/")[0] if m.scheme == "pvc" else None
-        calibration = isvc.spec.engine.calibration_dataset if isvc.spec.engine else None
-        calibration_claim = (calibration[len("pvc://"):].partition("/")[0]
-                             if calibration and calibration.startswith("pvc://") else None)
-        context = {
-            "name": f"{isvc.name}-{digest.hexdigest()[:10]}",
-            "namespace": isvc.namespace,
-            "labels": {**labels_for(isvc, "engine-build"), LABEL_GPU_CLASS: class_name},
-            "owner": _owner(isvc),
-            "image": settings.runtime_image,
-            "args": args,
-            "doctor_args": doctor,
-            "env": runtime.cache_environment(runtime.BUILD_HOME),
-            "resources": resources,
-            "scratch_limit": scratch_limit,
-            "no_retry_exit_codes": NO_RETRY_EXIT_CODES,
-            "credentials_secret": m.credentials_secret,
-            "engine_claim": engine_claim(isvc, settings),
-            "claims": sorted({c for c in (source_claim, calibration_claim) if c}),
-            "pvc_root": PVC_ROOT,
-            "engine_root": ENGINE_ROOT,
-            "scratch_root": SCRATCH_ROOT,
-            "uid": TRITON_UID,
-            **placement(cls),
-        }
-        jobs.append(_load(_env.get_template("job.yaml.j2").render(**context)))
-    return jobs
+    return [_engine_job(with_count(isvc, count), class_name, classes[class_name].spec, settings)
+            for class_name, count in _build_targets(isvc, classes)]
+
+
+def _engine_job(isvc: InferenceService, class_name: str, cls: GPUClassSpec, settings: Settings) -> dict[str, Any]:
+    identity = engine_args(isvc, cls)
+    scratch_limit = _scratch_limit(isvc)
+    args = [PROGRAM, "build-engine", *identity, "--scratch", SCRATCH_ROOT]
+    doctor = runtime.doctor_args("build", identity, isvc.spec.gpu.count, SCRATCH_ROOT, scratch_limit)
+    resources = _build_resources(isvc, cls)
+    digest = hashlib.sha256(json.dumps([class_name, settings.runtime_image, cls.resource_name, args, doctor,
+                                        resources]).encode())
+    m = isvc.spec.model
+    source_claim = m.source[len("pvc://"):].partition("/")[0] if m.scheme == "pvc" else None
+    calibration = isvc.spec.engine.calibration_dataset if isvc.spec.engine else None
+    calibration_claim = (calibration[len("pvc://"):].partition("/")[0]
+                         if calibration and calibration.startswith("pvc://") else None)
+    context = {
+        "name": f"{isvc.name}-{digest.hexdigest()[:10]}",
+        "namespace": isvc.namespace,
+        "labels": {**labels_for(isvc, "engine-build"), LABEL_GPU_CLASS: class_name},
+        "owner": _owner(isvc),
+        "image": settings.runtime_image,
+        "args": args,
+        "doctor_args": doctor,
+        "env": runtime.cache_environment(runtime.BUILD_HOME),
+        "resources": resources,
+        "scratch_limit": scratch_limit,
+        "no_retry_exit_codes": NO_RETRY_EXIT_CODES,
+        "credentials_secret": m.credentials_secret,
+        "engine_claim": engine_claim(isvc, settings),
+        "claims": sorted({c for c in (source_claim, calibration_claim) if c}),
+        "pvc_root": PVC_ROOT,
+        "engine_root": ENGINE_ROOT,
+        "scratch_root": SCRATCH_ROOT,
+        "uid": TRITON_UID,
+        **placement(cls),
+    }
+    return _load(_env.get_template("job.yaml.j2").render(**context))
+
+
+def _build_targets(isvc: InferenceService, classes: Mapping[str, GPUClass]) -> list[tuple[str, int]]:
+    """(class, GPUs per replica) to build engines for: class and every fallbackClass that exists and
+    fits; for class auto, the planner's choice and, with spill, the classes it may spill to."""
+    if isvc.spec.gpu.auto:
+        return [(o.gpu_class, o.count) for o in choice.candidates(isvc.spec, classes).usable()]
+    count = isvc.spec.gpu.count
+    return [(name, count) for name in isvc.spec.gpu.candidates()
+            if name in classes and not planning.problems(isvc.spec.model, name, classes[name].spec, count)]
 
 
 def _owner(isvc: InferenceService) -> dict[str, Any] | None:
@@ -342,20 +337,65 @@ def desired_replicas(isvc: InferenceService, current: int | None = None) -> int:
     return max(a.min_replicas, min(a.max_replicas, base))
 
 
+SPILL_INFIX = "-spill-"
+
+
+def deployment_name(isvc_name: str, gpu_class: str, preferred: str) -> str:
+    """The preferred class keeps the service's own name (so an upgrade restarts nothing); a
+    spill-over class gets `<name>-spill-<class>`, stable for as long as it is used."""
+    return isvc_name if gpu_class == preferred else f"{isvc_name}{SPILL_INFIX}{gpu_class}"
+
+
+def with_count(isvc: InferenceService, count: int) -> InferenceService:
+    """The service as if gpu.count were `count` (the planner's count for class auto, per class)."""
+    if isvc.spec.gpu.count == count:
+        return isvc
+    gpu = isvc.spec.gpu.model_copy(update={"count": count})
+    return isvc.model_copy(update={"spec": isvc.spec.model_copy(update={"gpu": gpu})})
+
+
 def render(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Settings,
            replicas: int | None = None, engines_ready: Collection[str] | None = None,
-           jobs: list[dict[str, Any]] | None = None) -> Rendered:
+           jobs: list[dict[str, Any]] | None = None, placement: Mapping[str, int] | None = None) -> Rendered:
     """Manifests for one InferenceService. `replicas` overrides the count from desired_replicas.
     `engines_ready` names the GPU classes whose TensorRT-LLM engine is built; serving pods of a
     class without one are held at 0 replicas. None (offline) renders the steady state. `jobs` are
-    the engine_jobs() a caller already computed (to learn engine states), so they are not rendered twice."""
-    class_name, gpu_class, notes = resolve_gpu_class(isvc, classes)
-    spec = isvc.spec
-    found = planning.problems(spec.model, class_name, gpu_class.spec, spec.gpu.count)
-    if found:
-        raise RenderError(found[0].reason, " ".join(p.message for p in found))
+    the engine_jobs() a caller already computed (to learn engine states), so they are not rendered twice.
+    `placement` maps GPU classes to replicas (spill-over): one Deployment per class in it, the
+    preferred class always; None puts every replica on the preferred class."""
+    cands = choice.candidates(isvc.spec, classes)
+    if cands.error is not None or cands.preferred is None:
+        problem = cands.error or planning.Problem("GPUClassNotFound", "no GPU class")
+        raise RenderError(problem.reason, problem.message)
+    preferred = cands.preferred.gpu_class
+    count = desired_replicas(isvc) if replicas is None else replicas
+    wanted = dict(placement) if placement is not None else {preferred: count}
+    wanted.setdefault(preferred, 0)
+    notes = list(cands.notes)
+    deployments: list[dict[str, Any]] = []
+    names: dict[str, str] = {}
+    for option in cands.usable():
+        if option.gpu_class not in wanted:
+            continue
+        name = deployment_name(isvc.name, option.gpu_class, preferred)
+        names[option.gpu_class] = name
+        deployments.append(_deployment(with_count(isvc, option.count), option.gpu_class,
+                                       classes[option.gpu_class].spec, settings, wanted[option.gpu_class], name,
+                                       spill=option.gpu_class != preferred, engines_ready=engines_ready))
+    notes += [f"placement names GPU class {c}, which this service cannot use; ignored" for c in wanted if c not in names]
+    labels = labels_for(isvc, "server")
+    context = {"name": isvc.name, "namespace": isvc.namespace, "labels": labels,
+               "selector": selector_labels(isvc.name), "owner": _owner(isvc),
+               "ports": {"http": HTTP_PORT, "grpc": GRPC_PORT, "metrics": METRICS_PORT}}
+    # One Service and one PodDisruptionBudget select the pods of every class.
+    shared = [_load(_env.get_template(t).render(**context)) for t in ("service.yaml.j2", "pdb.yaml.j2")]
+    return Rendered(gpu_class=preferred, manifests=deployments + shared + (
+        engine_jobs(isvc, classes, settings) if jobs is None else jobs), notes=notes, deployments=names)
 
-    cls = gpu_class.spec
+
+def _deployment(isvc: InferenceService, class_name: str, cls: GPUClassSpec, settings: Settings, count: int,
+                name: str, spill: bool, engines_ready: Collection[str] | None) -> dict[str, Any]:
+    spec = isvc.spec
     delivery = _model_delivery(isvc, cls, settings)
     llm = spec.model.format == "tensorrt-llm"
     # server.image is refused for tensorrt-llm (api.SERVER_IMAGE_MESSAGE): engine and server must
@@ -380,22 +420,29 @@ def render(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Se
     max_unavailable = spec.rollout.max_unavailable
     if max_surge == 0 and max_unavailable == 0:
         max_unavailable = 1
-    count = desired_replicas(isvc) if replicas is None else replicas
     if llm and engines_ready is not None and class_name not in engines_ready:
         count = 0  # held back until this class's engine is in the cache
     labels = labels_for(isvc, "server")
+    selector = selector_labels(isvc.name)
+    if spill:
+        # The preferred class's Deployment keeps the selector it always had (immutable; an upgrade
+        # must not replace it), and it also matches these pods: harmless, as controllers adopt
+        # only pods and ReplicaSets no other controller owns (ControllerRef; kubernetes
+        # pkg/controller/controller_ref_manager.go). This Deployment selects its own class only.
+        selector = {**selector, LABEL_GPU_CLASS: class_name}
+        labels = {**labels, LABEL_GPU_CLASS: class_name}
     context = {
-        "name": isvc.name,
+        "name": name,
         "namespace": isvc.namespace,
         "labels": labels,
-        "pod_labels": {**spec.pod_labels, **labels, LABEL_GPU_CLASS: class_name},
+        "pod_labels": {**spec.pod_labels, **labels_for(isvc, "server"), LABEL_GPU_CLASS: class_name},
         "pod_annotations": {
             **spec.pod_annotations,
             "prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT),
             "prometheus.io/path": "/metrics",
             "serving.triton-operator.io/model": model_name(isvc),
         },
-        "selector": selector_labels(isvc.name),
+        "selector": selector,
         "owner": _owner(isvc),
         "replicas": count,
         "max_surge": max_surge,
@@ -418,12 +465,7 @@ def render(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Se
         "ports": {"http": HTTP_PORT, "grpc": GRPC_PORT, "metrics": METRICS_PORT},
         **placement(cls),
     }
-    manifests = [
-        _load(_env.get_template(t).render(**context))
-        for t in ("deployment.yaml.j2", "service.yaml.j2", "pdb.yaml.j2")
-    ]
-    return Rendered(gpu_class=class_name, manifests=manifests + (engine_jobs(isvc, classes, settings) if jobs is None else jobs),
-                    notes=notes)
+    return _load(_env.get_template("deployment.yaml.j2").render(**context))
 
 
 def dump(manifests: list[dict[str, Any]]) -> str:
