@@ -5,7 +5,9 @@ autoscaling policy and its own placement function; writes bench/results/spill.md
 The service is bench/specs/llama3-8b-h100.yaml (Llama 3 8B FP8, p99 target 8 s) with
 fallbackClasses [h200]; the shortage: h100 has room for 2 replicas for the whole run, h200 for 8.
 Workloads: the Azure LLM inference trace 2023 (conversation, CC-BY 4.0, Patel et al., "Splitwise",
-ISCA 2024) x16 as in make bench-autoscaling, and a step from 60 to 180 req/s."""
+ISCA 2024) x16 as in make bench-autoscaling, and a step from 60 to 180 req/s. The policy gets the
+planner's sizing of a replica on the preferred class (h100), as the live loop does: it sizes from
+the class of the service's main Deployment."""
 
 from __future__ import annotations
 
@@ -56,7 +58,7 @@ def main() -> int:
         for name, spill in (("no spill (waits for h100)", None), ("spill to h200 after 120 s", SPILL)):
             t = time.perf_counter()
             run, sim = simulate_shortage(reqs, [ClassSlot(c, perfs[c], ROOM[c]) for c in ROOM], cold,
-                                         policies.Ours(auto), cfg, spill)
+                                         policies.Ours(auto, perfs["h100"]), cfg, spill)
             s = results.summarize(run)
             moved = sum(m[4] for m in sim.moves if m[1] == "SpilledOver")
             rows.append(f"| {name} | {s.slo_attainment:.2%} | {s.slo_violations} | {s.latency_p50_ms:.0f} | "
