@@ -229,8 +229,9 @@ def test_load_step_scales_up_then_down_after_the_window(scaling_operator: Operat
                 st := service_status(c)).get("autoscaling", {}).get("desiredReplicas") == 6 and st, timeout=15)
             assert "queue" in status["autoscaling"]["lastDecision"]
             assert status["metrics"]["queueDepth"] > 0
-            row = c.kubectl("get", "infsvc", NAME, "-n", NS, "--no-headers").stdout.split()
-            assert row[1] == "h100" and float(row[4]) > 0  # the QUEUE column
+            header, row = (line.split() for line in c.kubectl("get", "infsvc", NAME, "-n", NS).stdout.splitlines()[:2])
+            columns = dict(zip(header, row))   # by name: the printer columns grow (Classes, Zero)
+            assert columns["GPU"] == "h100" and float(columns["QUEUE"]) > 0
             loaded_until = time.time()
         log.wait(lambda n: n == 1, "back to minReplicas", timeout=WINDOW + 180)
         changes = log.since(began)
