@@ -290,3 +290,19 @@ def test_condition_messages_are_bounded():
     from triton_operator import conditions as c
     (cond,) = c.set_condition([], "Degraded", True, "DeploymentRejected", "x" * 10_000, 1, datetime.now(timezone.utc))
     assert len(cond["message"]) == c.MAX_MESSAGE and cond["message"].endswith("…")
+
+
+def test_a_cached_child_keeps_its_spec_compact_and_whole_on_demand(classes):
+    from triton_operator.controller.cache import SPEC_JSON, trim_child, whole
+    obj = isvc()
+    dep = render(obj, classes, Settings(), replicas=2).by_kind("Deployment")
+    live = {**dep, "metadata": {**dep["metadata"], "uid": "u", "generation": 1, "managedFields": [{"x": 1}]},
+            "status": {"readyReplicas": 2}}
+    cached = trim_child(live)
+    assert isinstance(cached[SPEC_JSON], str) and "managedFields" not in cached["metadata"]
+    assert cached["spec"] == {"replicas": 2, "template": {"metadata": {"labels": dep["spec"]["template"]["metadata"]["labels"]}}}
+    assert cached["status"] == {"readyReplicas": 2} and token(cached) == token(live)
+    assert whole(cached)["spec"] == dep["spec"] and whole(None) is None and whole(dep) is dep
+    p = plan(obj, classes, Settings(), Children(deployment=cached, service=trim_child(live_children(
+        render(obj, classes, Settings(), replicas=2).manifests).service)), replicas=2)
+    assert [m["kind"] for m in p.apply] == ["PodDisruptionBudget"], "compared with the whole spec"

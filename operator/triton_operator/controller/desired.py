@@ -23,6 +23,7 @@ from ..planning import capacity, choice, engines
 from ..planning import placement as placing
 from ..render import RenderError, engine_jobs, render
 from ..settings import Settings
+from .cache import whole
 
 @dataclass(frozen=True)
 class Children:
@@ -115,7 +116,7 @@ def plan(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Sett
                and not d["metadata"].get("deletionTimestamp")]
     return Plan(
         replicas=replicas, gpu_class=rendered.gpu_class, notes=tuple(rendered.notes),
-        apply=tuple(m for m in manifests if not matches(m, children.live(m))),
+        apply=tuple(m for m in manifests if not matches(m, whole(children.live(m)))),
         delete=tuple(delete), engines=None if engine_states is None else tuple(engine_states),
         rendered=len(manifests), deployments=tuple(rendered.deployments.items()), placement=placement,
         options=tuple(cands.usable()) + tuple(cands.skipped))

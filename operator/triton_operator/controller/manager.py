@@ -14,7 +14,7 @@ from ..autoscaling.loop import Autoscaler
 from ..autoscaling.prometheus import source_for
 from ..labels import LABEL_SERVICE, MANAGED_BY, MANAGED_BY_LABEL
 from ..settings import Settings
-from .cache import Key, Store, key_of, owner_of, trim_gpu_pod, trim_node, trim_pod
+from .cache import Key, Store, key_of, owner_of, trim_child, trim_gpu_pod, trim_node, trim_pod
 from .informer import Informer
 from .k8s import DEPLOYMENT, GPU_CLASS, INFERENCE_SERVICE, JOB, NODE, PDB, POD, SERVICE, ApiError, Kube, describe
 from .k8s import namespace_terminating
@@ -45,9 +45,9 @@ class Manager:
                                      self.queue.add_after)
         self.informers: list[Informer] = []
         namespaces: list[str | None] = list(settings.namespaces) or [None]
-        for kind, selector, project in ((INFERENCE_SERVICE, None, None), (DEPLOYMENT, CHILDREN_SELECTOR, None),
-                                        (SERVICE, CHILDREN_SELECTOR, None), (PDB, CHILDREN_SELECTOR, None),
-                                        (JOB, CHILDREN_SELECTOR, None), (POD, PODS_SELECTOR, trim_pod)):
+        for kind, selector, project in ((INFERENCE_SERVICE, None, None), (DEPLOYMENT, CHILDREN_SELECTOR, trim_child),
+                                        (SERVICE, CHILDREN_SELECTOR, trim_child), (PDB, CHILDREN_SELECTOR, trim_child),
+                                        (JOB, CHILDREN_SELECTOR, trim_child), (POD, PODS_SELECTOR, trim_pod)):
             for ns in namespaces:
                 kwargs: dict[str, Any] = {"label_selector": selector}
                 if project is not None:

@@ -18,7 +18,7 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
@@ -34,7 +34,7 @@ from ..render import desired_replicas, endpoints
 from ..settings import Settings
 from . import desired as desired_core
 from . import status as status_core
-from .cache import Key, Store, token, trim, trim_pod
+from .cache import Key, Store, token, trim, trim_child, trim_pod
 from .k8s import DEPLOYMENT, GPU_CLASS, INFERENCE_SERVICE, JOB, KINDS, NODE, PDB, POD, SERVICE, ApiError, Kube, kind_of
 
 log = logging.getLogger(__name__)
@@ -289,7 +289,9 @@ class Reconciler:
             pause = min(REFUSAL_RETRY_MAX, REFUSAL_RETRY_BASE * 2 ** (refusals - 1))
             retry_at = time.monotonic() + pause
             self.enqueue_after(key, pause)
-        self._converged[key] = Converged(inputs, _tokens(self.views.children(key)), plan, retry_at, refusals)
+        # The memo keeps what the next passes read, not the manifests just applied.
+        self._converged[key] = Converged(inputs, _tokens(self.views.children(key)), replace(plan, apply=()),
+                                         retry_at, refusals)
         return plan
 
     def _write(self, manifest: dict[str, Any]) -> None:
@@ -337,7 +339,12 @@ class Reconciler:
 
 
 def _trimmed(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
-    return trim_pod(obj) if kind == "Pod" else trim(obj)
+    if kind == "Pod":
+        return trim_pod(obj)
+    return trim_child(obj) if kind in CHILD_KINDS else trim(obj)
+
+
+CHILD_KINDS = {DEPLOYMENT.kind, SERVICE.kind, PDB.kind, JOB.kind}
 
 
 def _tokens(children: desired_core.Children) -> tuple[Any, ...]:
