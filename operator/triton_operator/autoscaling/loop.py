@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Protocol
 
 from .. import telemetry
+from ..conditions import timestamp
 from ..api import GPUClass, InferenceService
 from ..controller.cache import Key
 from ..controller.k8s import Kube, describe
@@ -43,8 +44,8 @@ class Services(Protocol):
     pods, and the GPU classes."""
 
     def autoscaled(self) -> list[tuple[Key, InferenceService, dict[str, Any]]]: ...
-    def deployment(self, key: Key) -> dict[str, Any] | None: ...
-    def children(self, key: Key) -> Any: ...          # .pods: the service's pods, trimmed
+    def scaling(self, key: Key) -> tuple[dict[str, Any] | None, tuple[dict[str, Any], ...]]: ...
+    # (the Deployment, replicas totalled over every class, or None; the serving pods, trimmed)
     def gpu_classes(self) -> dict[str, GPUClass]: ...
 
 
@@ -155,10 +156,13 @@ class Autoscaler:
         services = self.services.autoscaled()
         telemetry.AUTOSCALED_SERVICES.set(len(services))
         live = {key for key, _, _ in services}
-        with self._lock:
-            self._histories = {k: v for k, v in self._histories.items() if k in live}
-            self._reports = {k: v for k, v in self._reports.items() if k in live}
+        # Only this thread writes these: it fills new maps and swaps them in at the end, so a
+        # reconcile reading a report never waits on a lock held through the tick.
+        histories = {k: v for k, v in self._histories.items() if k in live}
+        reports = {k: v for k, v in self._reports.items() if k in live}
         if not services:
+            with self._lock:
+                self._histories, self._reports = histories, reports
             return {}
         snapshot = self.source.snapshot()
         classes = self.services.gpu_classes()
@@ -167,33 +171,37 @@ class Autoscaler:
         decisions: dict[Key, policy.Decision] = {}
         changed: list[Key] = []
         events: list[tuple[dict[str, Any], Event]] = []
+        directions: dict[str, int] = {}
+        stamp = timestamp(now)
         for key, obj, raw in services:
-            dep = self.services.deployment(key)
+            dep, pods = self.services.scaling(key)
             if dep is None:
                 continue  # not rendered yet (or its GPUClass is missing): nothing to scale
             current = int(dep["spec"].get("replicas") or 0)
             ready = int((dep.get("status") or {}).get("readyReplicas") or 0)
-            with self._lock:
-                history = self._histories.get(key) or policy.seed(now, current)
-                previous = self._reports.get(key)
+            history = histories.get(key) or policy.seed(now, current)
+            previous = reports.get(key)
             if previous is None:
                 previous = Report.from_status(raw.get("status") or {})
             signals = signals_for(key, snapshot, ready, sizing_for(obj, dep, classes, snapshot, key),
-                                  startup_seconds(self.services.children(key).pods), current)
+                                  startup_seconds(pods), current)
             decision = policy.decide(obj.spec.autoscaling, current, signals, history, now)
-            new, evs = report(decision, current, previous, now)
-            with self._lock:
-                self._histories[key] = decision.history
-                self._reports[key] = new
+            new, evs = report(decision, current, previous, now, stamp)
+            histories[key] = decision.history
+            reports[key] = new
             decisions[key] = decision
             direction = "up" if decision.desired > current else "down" if decision.desired < current else (
                 "hold" if decision.metrics_available else "hold_no_metrics")
-            telemetry.DECISIONS.labels(direction).inc()
+            directions[direction] = directions.get(direction, 0) + 1
             if new is not previous:
                 changed.append(key)
                 if new.desired != (previous.desired if previous else current):
                     log.info("%s/%s: %s", key[0], key[1], decision.reason)
             events.extend((raw, Event(t, r, m)) for t, r, m in evs)
+        with self._lock:
+            self._histories, self._reports = histories, reports
+        for direction, n in directions.items():
+            telemetry.DECISIONS.labels(direction).inc(n)
         self.last_decision_cpu_seconds = time.thread_time() - started
         self.last_changed = len(changed)
         telemetry.DECISION_CPU_SECONDS.set(self.last_decision_cpu_seconds)

@@ -54,8 +54,11 @@ Rules, and the failures they prevent (see shared/reference/autoscaling.md):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from bisect import bisect_left, bisect_right
+from operator import itemgetter, mul
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any, TypeVar
 
 from ..api import AutoscalingSpec
 
@@ -68,6 +71,27 @@ RATE_WINDOW_S = 60.0       # the window of the throughput query (and of the arri
 P99_WINDOW_S = 60.0        # Triton's latency summary covers about the last minute
 FULL_BATCH = 0.5           # batches this full make latency a matter of load, not of service time alone
 DEMAND_HOLD_S = 120.0      # scale-down hold when every recent recommendation came from demand
+
+_RATE_WINDOW = timedelta(seconds=RATE_WINDOW_S)
+_RATE_WINDOW_SHORT, _RATE_WINDOW_LONG = 0.75 * _RATE_WINDOW, 1.5 * _RATE_WINDOW  # a trail point that can stand for it
+_TWO_RATE_WINDOWS = 2 * _RATE_WINDOW
+_TREND_WINDOW = timedelta(seconds=TREND_WINDOW_S)
+_TWO_P99_WINDOWS = timedelta(seconds=2 * P99_WINDOW_S)
+_DEMAND_HOLD = timedelta(seconds=DEMAND_HOLD_S)
+
+
+_T = TypeVar("_T")
+_first = itemgetter(0)
+_E = TypeVar("_E", bound=tuple)  # type: ignore[type-arg]
+
+
+def _evolve(obj: _T, **changes: Any) -> _T:
+    """`dataclasses.replace` for the frozen records here (no __post_init__, no slots) without its
+    per-call look at the fields: the tick makes thousands of these, a tenth of its CPU before."""
+    new = object.__new__(type(obj))
+    new.__dict__.update(obj.__dict__)
+    new.__dict__.update(changes)
+    return new
 
 
 @dataclass(frozen=True)
@@ -109,7 +133,7 @@ class History:
     recommendations: tuple[tuple[datetime, int, str], ...] = ()
     capacity: float | None = None      # measured requests/s per saturated replica (no plan to scale)
     efficiency: float | None = None    # measured capacity / planned capacity
-    rates: tuple[tuple[datetime, float], ...] = ()
+    rates: tuple[tuple[datetime, float, float], ...] = ()   # (t, req/s, t in epoch seconds)
     saturated_since: datetime | None = None
     contents: tuple[tuple[datetime, float, float | None], ...] = ()   # (t, queued, in batches)
     queued_at: datetime | None = None
@@ -117,8 +141,8 @@ class History:
     idle_since: datetime | None = None  # first tick of the current run without any use (minReplicas 0)
 
     def add(self, now: datetime, replicas: int, window: timedelta, source: str = "") -> History:
-        kept = tuple(r for r in self.recommendations if now - r[0] < window)
-        return replace(self, recommendations=kept + ((now, replicas, source),))
+        kept = _trail_since(self.recommendations, now - window, keep_equal=False)
+        return _evolve(self, recommendations=kept + ((now, replicas, source),))
 
     def highest(self, since: datetime | None = None) -> int | None:
         return max((r for t, r, _ in self.recommendations if since is None or t > since), default=None)
@@ -149,15 +173,15 @@ class History:
         since = (self.saturated_since or now) if saturated else None
         ready_since = self.ready_since if self.ready_since and self.ready_since[0] == signals.ready else (
             signals.ready, now)
-        cutoff = now - timedelta(seconds=2 * RATE_WINDOW_S)
-        contents = tuple(h for h in self.contents if h[0] >= cutoff) + ((now, queue, signals.in_flight),)
-        hist = replace(self, saturated_since=since, contents=contents, ready_since=ready_since,
+        cutoff = now - _TWO_RATE_WINDOWS
+        contents = _trail_since(self.contents, cutoff) + ((now, queue, signals.in_flight),)
+        hist = _evolve(self, saturated_since=since, contents=contents, ready_since=ready_since,
                        queued_at=now if queue >= 1 else self.queued_at)
         hist = hist._sample(now, signals)
         rate = hist.arrival_rate(now, signals)
         if rate is not None:
-            cutoff = now - timedelta(seconds=TREND_WINDOW_S)
-            hist = replace(hist, rates=tuple((t, r) for t, r in self.rates if t >= cutoff) + ((now, rate),))
+            cutoff = now - _TREND_WINDOW
+            hist = _evolve(hist, rates=_trail_since(self.rates, cutoff) + ((now, rate, now.timestamp()),))
         return hist
 
     def _sample(self, now: datetime, signals: Signals) -> History:
@@ -169,7 +193,7 @@ class History:
           occupancy / throughput per replica, at the occupancy observed; the plan's line at that
           occupancy over the observed time is how much faster the engine runs than planned. The
           fuller the batches, the shorter the extrapolation to a full batch, the more it counts."""
-        window = timedelta(seconds=RATE_WINDOW_S)
+        window = _RATE_WINDOW
         ready, x = signals.ready, signals.throughput
         if (ready <= 0 or x is None or not math.isfinite(x) or x <= 0 or self.ready_since is None
                 or now - self.ready_since[1] < window):
@@ -181,8 +205,8 @@ class History:
         planned = hint is not None and math.isfinite(hint) and hint > 0
         if self.saturated_since is not None and now - self.saturated_since >= window:
             if planned:
-                return replace(self, efficiency=_average(self.efficiency, per_replica / hint, CAPACITY_WEIGHT))
-            return replace(self, capacity=_average(self.capacity, per_replica, CAPACITY_WEIGHT))
+                return _evolve(self, efficiency=_average(self.efficiency, per_replica / hint, CAPACITY_WEIGHT))
+            return _evolve(self, capacity=_average(self.capacity, per_replica, CAPACITY_WEIGHT))
         solo, slots = signals.solo_latency_s, signals.batch_slots
         if not planned or solo is None or not slots or signals.in_flight is None or self.saturated_since is not None:
             return self
@@ -193,7 +217,7 @@ class History:
         observed = occupancy / per_replica                    # seconds in the batch (Little)
         slope = (slots / hint - solo) / slots                 # the plan's seconds per busy slot
         ratio = (solo + slope * occupancy) / observed
-        return replace(self, efficiency=_average(self.efficiency if self.efficiency is not None else 1.0, ratio,
+        return _evolve(self, efficiency=_average(self.efficiency if self.efficiency is not None else 1.0, ratio,
                                                  CAPACITY_WEIGHT * occupancy / slots))
 
     def arrival_rate(self, now: datetime, signals: Signals) -> float | None:
@@ -204,10 +228,14 @@ class History:
         x = signals.throughput
         if x is None or not math.isfinite(x):
             return None
-        past = [h for h in self.contents if 0.75 * RATE_WINDOW_S <= (now - h[0]).total_seconds() <= 1.5 * RATE_WINDOW_S]
-        if not past:
+        # The trail point nearest a window ago, among those 0.75 to 1.5 windows old (oldest first).
+        trail, aim = self.contents, now - _RATE_WINDOW
+        lo = bisect_left(trail, now - _RATE_WINDOW_LONG, key=_first)
+        hi = bisect_right(trail, now - _RATE_WINDOW_SHORT, lo, key=_first)
+        if lo >= hi:
             return x   # no trail yet (a restart): completions alone; the drain term covers a backlog
-        t, queued, inside = min(past, key=lambda h: abs((now - h[0]).total_seconds() - RATE_WINDOW_S))
+        j = bisect_left(trail, aim, lo, hi, key=_first)
+        t, queued, inside = min(trail[max(lo, j - 1):min(hi, j + 1)], key=lambda h: abs(h[0] - aim))
         _, queued_now, inside_now = self.contents[-1]
         if (inside is None) != (inside_now is None):
             return x   # the batches' figure came or went: the two ends do not compare
@@ -225,14 +253,24 @@ class History:
     def trend(self) -> float:
         """Least-squares slope of the arrival rate (requests/s per s) over the trail; 0 below
         three points."""
-        if len(self.rates) < 3:
+        n = len(self.rates)
+        if n < 3:
             return 0.0
-        t0 = self.rates[0][0]
-        xs = [(t - t0).total_seconds() for t, _ in self.rates]
-        ys = [r for _, r in self.rates]
-        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-        var = sum((x - mx) ** 2 for x in xs)
-        return 0.0 if var == 0 else sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var
+        xs = [p[2] for p in self.rates]   # centred below: the epoch's size does not matter
+        ys = [p[1] for p in self.rates]
+        mx, my = sum(xs) / n, sum(ys) / n
+        dx = [x - mx for x in xs]
+        var = sum(map(mul, dx, dx))
+        return 0.0 if var == 0 else sum(map(mul, dx, [y - my for y in ys])) / var
+
+
+def _trail_since(trail: tuple[_E, ...], cutoff: datetime, keep_equal: bool = True) -> tuple[_E, ...]:
+    """The entries of a trail (oldest first, the time first in each) from `cutoff` on (after it,
+    with `keep_equal` False). Only the head is looked at: a tick drops about one entry."""
+    i, n = 0, len(trail)
+    while i < n and (trail[i][0] < cutoff or (not keep_equal and trail[i][0] == cutoff)):  # type: ignore[index]
+        i += 1
+    return trail[i:] if i else trail
 
 
 def _average(old: float | None, sample: float, weight: float) -> float:
@@ -312,7 +350,7 @@ def _decide_to_zero(spec: AutoscalingSpec, current: int, signals: Signals, histo
         idle_since = history.idle_since
     else:
         idle_since = history.idle_since or now
-    history = replace(history, idle_since=idle_since)
+    history = _evolve(history, idle_since=idle_since)
     idle_s = (now - idle_since).total_seconds() if idle_since is not None else 0.0
     if idle_since is not None and not unsure and (current == 0 or idle_s >= spec.scale_to_zero_after_seconds):
         kept = history.add(now, 0, timedelta(seconds=spec.scale_down_stabilization_seconds), "idle")
@@ -325,7 +363,7 @@ def _decide_to_zero(spec: AutoscalingSpec, current: int, signals: Signals, histo
     decision = _decide(spec, current, signals, history, now, 1)
     if idle_since is not None:
         left = max(0.0, spec.scale_to_zero_after_seconds - idle_s)
-        decision = replace(decision, reason=decision.reason + f"; idle for {_fmt(idle_s)}s, zero in {_fmt(left)}s")
+        decision = _evolve(decision, reason=decision.reason + f"; idle for {_fmt(idle_s)}s, zero in {_fmt(left)}s")
     return decision
 
 
@@ -346,7 +384,7 @@ def _decide(spec: AutoscalingSpec, current: int, signals: Signals, history: Hist
     held = signals.held if signals.held is not None and math.isfinite(signals.held) else 0.0
     if held:
         queue += held
-        signals = replace(signals, queue_depth=queue)
+        signals = _evolve(signals, queue_depth=queue)
 
     ready = signals.ready
     tol = spec.tolerance
@@ -378,7 +416,7 @@ def _decide(spec: AutoscalingSpec, current: int, signals: Signals, history: Hist
         ratio = p99 / target
         notes.append(f"p99 {_fmt(p99)}ms (target {_fmt(target)}ms)")
         # A request in the summary's window finished within it, but may have waited before it.
-        waited = history.queued_at is not None and now - history.queued_at < timedelta(seconds=2 * P99_WINDOW_S)
+        waited = history.queued_at is not None and now - history.queued_at < _TWO_P99_WINDOWS
         slots = signals.batch_slots
         full = bool(slots) and signals.in_flight is not None and signals.in_flight >= FULL_BATCH * slots * ready
         if ratio > 1 + tol and queue < 1:
@@ -419,7 +457,7 @@ def _decide(spec: AutoscalingSpec, current: int, signals: Signals, history: Hist
                   f"from {signals.reporting} of {ready} ready replicas")
     elif recommendation < current:
         held_s = spec.scale_down_stabilization_seconds
-        if held_s > DEMAND_HOLD_S and history.all_from("demand", now - timedelta(seconds=DEMAND_HOLD_S)):
+        if held_s > DEMAND_HOLD_S and history.all_from("demand", now - _DEMAND_HOLD):
             held_s = int(DEMAND_HOLD_S)
         stabilized = history.highest(now - timedelta(seconds=held_s)) or recommendation
         if stabilized >= current:

@@ -40,11 +40,12 @@ class Report:
     observed_at: str | None = None
     unattainable: bool = False          # a target no replica count can meet (lastDecision says which)
 
+    def shown(self) -> tuple[Any, ...]:
+        """What is worth a write when it changes (not the reason text, not the timestamps)."""
+        return self.desired, self.metrics_available, self.queue_depth, self.p99_ms, self.unattainable
+
     def same_as(self, other: Report | None) -> bool:
-        """Nothing worth a write differs (the reason text and timestamps may)."""
-        return other is not None and (
-            self.desired, self.metrics_available, self.queue_depth, self.p99_ms, self.unattainable) == (
-            other.desired, other.metrics_available, other.queue_depth, other.p99_ms, other.unattainable)
+        return other is not None and self.shown() == other.shown()
 
     def status(self) -> dict[str, Any]:
         """The status fields this report owns. While metrics are unavailable the last good
@@ -74,22 +75,19 @@ class Report:
                       metrics.get("queueDepth"), metrics.get("p99LatencyMs"), metrics.get("observedAt"))
 
 
-def report(decision: Decision, current: int, previous: Report | None, now: datetime
+def report(decision: Decision, current: int, previous: Report | None, now: datetime, stamp: str | None = None
            ) -> tuple[Report, list[tuple[str, str, str]]]:
     """The report for `decision` (the previous one when nothing worth showing changed), and the
-    Events (type, reason, message): one per scale, one when metrics go missing or come back."""
-    stamp = c.timestamp(now)
+    Events (type, reason, message): one per scale, one when metrics go missing or come back.
+    `stamp` is `now` as status shows it (the tick formats it once for every service)."""
     # A scale is a change of what the autoscaler asks for; while the Deployment catches up with a
     # request already shown, repeating it is no new scale.
     base = previous.desired if previous is not None else current
     scaled = decision.desired != base
-    new = Report(
-        desired=decision.desired, metrics_available=decision.metrics_available, reason=decision.reason,
-        last_scale_time=stamp if scaled else (previous.last_scale_time if previous else None),
-        queue_depth=significant(decision.queue_per_replica) if decision.metrics_available else None,
-        p99_ms=significant(decision.p99_ms) if decision.metrics_available else None,
-        observed_at=stamp if decision.metrics_available else None,
-        unattainable=decision.unattainable is not None)
+    available = decision.metrics_available
+    queue = significant(decision.queue_per_replica) if available else None
+    p99 = significant(decision.p99_ms) if available else None
+    unattainable = decision.unattainable is not None
     events: list[tuple[str, str, str]] = []
     if scaled:
         events.append(("Normal", "ScaledUp" if decision.desired > base else "ScaledDown", decision.reason))
@@ -100,6 +98,12 @@ def report(decision: Decision, current: int, previous: Report | None, now: datet
             events.append(("Normal", "MetricsAvailable", "metrics are back; autoscaling resumed"))
     if decision.unattainable is not None and not (previous is not None and previous.unattainable):
         events.append(("Warning", "TargetUnattainable", decision.unattainable))
-    if new.same_as(previous) and not scaled:
-        return previous, events  # type: ignore[return-value]
+    if previous is not None and not scaled and (
+            decision.desired, available, queue, p99, unattainable) == previous.shown():
+        return previous, events   # nothing worth a write: the same object, and no timestamp to format
+    stamp = stamp or c.timestamp(now)
+    new = Report(
+        desired=decision.desired, metrics_available=available, reason=decision.reason,
+        last_scale_time=stamp if scaled else (previous.last_scale_time if previous else None),
+        queue_depth=queue, p99_ms=p99, observed_at=stamp if available else None, unattainable=unattainable)
     return new, events

@@ -134,6 +134,18 @@ class Views:
         return {"metadata": main["metadata"], "spec": {**main.get("spec", {}), "replicas": total or 0},
                 "status": {**(main.get("status") or {}), "readyReplicas": ready}}
 
+    def scaling(self, key: Key) -> tuple[dict[str, Any] | None, tuple[dict[str, Any], ...]]:
+        """What the autoscaler reads of one service in one pass over the cache: its Deployment
+        (the totals over every class when spilled, as `deployment`) and its serving pods."""
+        main = self.store.get(DEPLOYMENT.kind, key)
+        if main is None:
+            return None, ()
+        pods = tuple(p for p in self.store.owned(POD.kind, key)
+                     if p["metadata"]["labels"].get("app.kubernetes.io/component") == "server")
+        if len(self.store.owned(DEPLOYMENT.kind, key)) <= 1:
+            return main, pods
+        return self.deployment(key), pods
+
     def children(self, key: Key) -> desired_core.Children:
         s = self.store
         jobs = tuple(sorted(s.owned(JOB.kind, key), key=lambda j: j["metadata"]["name"]))
