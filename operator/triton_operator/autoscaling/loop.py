@@ -141,6 +141,7 @@ class Autoscaler:
         self._lock = threading.Lock()
         self._histories: dict[Key, policy.History] = {}
         self._reports: dict[Key, Report] = {}
+        self._startups: dict[Key, tuple[tuple[tuple[str, str], ...], float | None]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.failures = FailureLog(log)
@@ -160,6 +161,8 @@ class Autoscaler:
         # reconcile reading a report never waits on a lock held through the tick.
         histories = {k: v for k, v in self._histories.items() if k in live}
         reports = {k: v for k, v in self._reports.items() if k in live}
+        # Each service's pods' start-up time, kept while its pods are the same objects.
+        startups = self._startups = {k: v for k, v in self._startups.items() if k in live}
         if not services:
             with self._lock:
                 self._histories, self._reports = histories, reports
@@ -183,8 +186,12 @@ class Autoscaler:
             previous = reports.get(key)
             if previous is None:
                 previous = Report.from_status(raw.get("status") or {})
+            seen = tuple((p["metadata"].get("name"), p["metadata"].get("resourceVersion")) for p in pods)
+            memo = startups.get(key)
+            if memo is None or memo[0] != seen:
+                memo = startups[key] = (seen, startup_seconds(pods))
             signals = signals_for(key, snapshot, ready, sizing_for(obj, dep, classes, snapshot, key),
-                                  startup_seconds(pods), current)
+                                  memo[1], current)
             decision = policy.decide(obj.spec.autoscaling, current, signals, history, now)
             new, evs = report(decision, current, previous, now, stamp)
             histories[key] = decision.history
