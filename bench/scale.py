@@ -8,11 +8,12 @@ Then, in one run, on the same API server:
 
 1. bare client: 8 threads write what the operator must write for N services (the
    InferenceService, its rendered Deployment, Service and PDB, one status each) with the
-   operator's own JSON client; the namespace is then deleted.
+   operator's own JSON client, timed until the bench's watches have seen every write (as the
+   operator's writes are timed in step 3); the namespace is then deleted.
 2. apply -> Deployment exists, one service at a time on an idle cluster, against one raw
    server-side apply of a Deployment (p50 / p99 of 20 each).
-3. N InferenceServices applied by 8 threads: time until every child and a status for the current
-   generation are written (and until every service is Ready), against step 1.
+3. N InferenceServices applied by 8 threads: time until the bench's watches have seen every child
+   and a status for the current generation (and until every service is Ready), against step 1.
 4. idle: the operator's CPU, RSS and API requests (from the API server's audit log; watches do
    not count) over a window where nothing changes; then drift on one child, timed to its repair.
 5. autoscaling: a real Prometheus scrapes an exporter holding Triton's two series for all N
@@ -212,6 +213,15 @@ def main() -> int:
                    for d in yaml.safe_load_all((ROOT / "examples" / "gpuclasses.yaml").read_text()) if d}
         settings = Settings()
 
+        def written(s: Store) -> bool:
+            """Every InferenceService, its three children and a status for its generation seen."""
+            if min(s.count("Deployment"), s.count("Service"), s.count("PodDisruptionBudget")) < n:
+                return False
+            isvcs = s.list("InferenceService")
+            return len(isvcs) == n and all(
+                (i.get("status") or {}).get("observedGeneration") == i["metadata"]["generation"]
+                and (i.get("status") or {}).get("gpuClass") for i in isvcs)
+
         # 1. the bare client -------------------------------------------------------------------
         names = [f"svc-{i:05d}" for i in range(n)]
 
@@ -225,10 +235,14 @@ def main() -> int:
             kube.patch_status("bare", name, status_core.compute(obj, observed, datetime.now(timezone.utc))[0])
 
         log(f"bare client: {n} InferenceServices, {3 * n} children, {n} status writes, {threads} threads")
-        bare_watch = Watcher(kube, "bare", (DEPLOYMENT,))
+        bare_watch = Watcher(kube, "bare")
         t0 = time.monotonic()
-        figures["bare_seconds"] = parallel(threads, names, bare)
-        log(f"bare client done in {figures['bare_seconds']:.1f}s")
+        figures["bare_client_seconds"] = parallel(threads, names, bare)
+        # Seen the way the operator's writes are seen below: through the bench's watches, which
+        # lag the API server's answers while it is busy (the controller-manager and kwok start
+        # N pods meanwhile), so both sides of the ratio carry the same lag.
+        figures["bare_seconds"] = bare_watch.wait("every bare write seen", lambda: written(bare_watch.store), 1800) - t0
+        log(f"bare client done in {figures['bare_client_seconds']:.1f}s, every write seen after {figures['bare_seconds']:.1f}s")
         # How fast this cluster (scheduler, kwok) makes N Deployments' pods ready by itself: the
         # floor under the operator's time to Ready below.
         figures["bare_ready_seconds"] = bare_watch.wait("every bare Deployment ready", lambda: sum(
@@ -271,14 +285,6 @@ def main() -> int:
         watch = Watcher(kube, "fleet")
         s = watch.store
 
-        def written() -> bool:
-            if min(s.count("Deployment"), s.count("Service"), s.count("PodDisruptionBudget")) < n:
-                return False
-            isvcs = s.list("InferenceService")
-            return len(isvcs) == n and all(
-                (i.get("status") or {}).get("observedGeneration") == i["metadata"]["generation"]
-                and (i.get("status") or {}).get("gpuClass") for i in isvcs)
-
         def ready() -> bool:
             isvcs = s.list("InferenceService")
             return len(isvcs) == n and all(
@@ -289,7 +295,7 @@ def main() -> int:
         log(f"applying {n} InferenceServices with {threads} threads")
         t0 = time.monotonic()
         figures["apply_seconds"] = parallel(threads, names, lambda name: kube.apply(isvc_doc(name, "fleet")))
-        figures["written_seconds"] = watch.wait("every child and status written", written, 1800) - t0
+        figures["written_seconds"] = watch.wait("every child and status written", lambda: written(s), 1800) - t0
         figures["ready_seconds"] = watch.wait("every service Ready", ready, 1800) - t0
         after = op.health()
         figures["bulk_ratio"] = figures["written_seconds"] / figures["bare_seconds"]
@@ -392,7 +398,8 @@ def write_results(f: dict[str, Any], out: Path, command: str) -> None:
     raw50, raw99 = f["raw_apply_ms"]
     op50, op99 = f["apply_to_deployment_ms"]
     rows = [
-        ("bare client: N services' writes (N InferenceServices, 3N children, N status)", f"{f['bare_seconds']:.1f} s", "", ""),
+        ("bare client: N services' writes (N InferenceServices, 3N children, N status), seen through a watch",
+         f"{f['bare_seconds']:.1f} s", f"the client's last answer after {f['bare_client_seconds']:.1f} s", ""),
         ("operator: N applied -> every child and status written", f"{f['written_seconds']:.1f} s",
          f"{f['bulk_ratio']:.2f}x bare", ok(f["bulk_ratio"] <= 1.3)),
         ("operator: N applied -> every service Ready", f"{f['ready_seconds']:.1f} s",

@@ -107,6 +107,25 @@ def test_store_keeps_the_newest_version_and_indexes_children_by_owner():
     assert s.version("Deployment") > v
 
 
+def test_a_newer_version_with_the_same_stored_content_is_kept_but_is_no_change():
+    """A node's heartbeat or a pod status the GPU view trims away: the newer resourceVersion is
+    stored (an older event still never wins), nobody is told, derived views keep their memo."""
+    s = Store()
+    assert s.upsert("Node", obj("n", "10", status={"allocatable": {"nvidia.com/gpu": "8"}}))[1]
+    v = s.version("Node")
+    old, changed = s.upsert("Node", obj("n", "11", status={"allocatable": {"nvidia.com/gpu": "8"}}))
+    assert not changed and s.version("Node") == v
+    assert s.get("Node", ("ml", "n"))["metadata"]["resourceVersion"] == "11"
+    assert not s.upsert("Node", obj("n", "10", status={"allocatable": {"nvidia.com/gpu": "4"}}))[1]
+    assert s.upsert("Node", obj("n", "12", status={"allocatable": {"nvidia.com/gpu": "4"}}))[1]
+    assert s.version("Node") > v
+    assert s.upsert("Node", obj("n", "13", owner="svc", status={"allocatable": {"nvidia.com/gpu": "4"}}))[1], \
+        "a metadata change (labels) is a change"
+    assert len(s.owned("Node", ("ml", "svc"))) == 1
+    assert not s.upsert("Node", obj("n", "14", owner="svc", status={"allocatable": {"nvidia.com/gpu": "4"}}))[1]
+    assert s.owned("Node", ("ml", "svc"))[0]["metadata"]["resourceVersion"] == "14", "the index holds the newest"
+
+
 def test_replace_reports_additions_changes_and_deletions_in_its_namespace_only():
     s = Store()
     s.replace("Pod", None, [trim(obj("a", "1")), trim(obj("b", "1")), trim(obj("c", "1", ns="other"))])

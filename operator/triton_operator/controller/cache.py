@@ -74,6 +74,20 @@ def trim_child(obj: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def same_content(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two stored objects differ at most in their resourceVersion."""
+    if a.keys() != b.keys():
+        return False
+    for k, v in a.items():
+        if k == "metadata":
+            w = b[k]
+            if v.keys() != w.keys() or any(v[m] != w[m] for m in v if m != "resourceVersion"):
+                return False
+        elif v != b[k]:
+            return False
+    return True
+
+
 def whole(obj: dict[str, Any] | None) -> dict[str, Any] | None:
     """A cached child with its whole spec (decoded from its compact form)."""
     if obj is None or SPEC_JSON not in obj:
@@ -211,7 +225,10 @@ class Store:
 
     def upsert(self, kind: str, obj: dict[str, Any]) -> tuple[dict[str, Any] | None, bool]:
         """Store `obj` unless an object of the same or a newer resourceVersion is there.
-        Returns (the previous object, whether anything was stored)."""
+        Returns (the previous object, whether anything changed). A newer object whose stored
+        (trimmed) content is the same but for its resourceVersion (a node's heartbeat, a pod's
+        status change the GPU view does not keep) replaces the old one and counts as no change:
+        nobody is told, and derived views keep their memo."""
         key = key_of(obj)
         with self._lock:
             objects = self._objects.setdefault(kind, {})
@@ -223,6 +240,8 @@ class Store:
                 self._index(kind, old, add=False)
             objects[key] = obj
             self._index(kind, obj, add=True)
+            if old is not None and same_content(old, obj):
+                return old, False
             self._versions[kind] = self._versions.get(kind, 0) + 1
             return old, True
 
