@@ -15,6 +15,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -32,6 +33,29 @@ BASELINES = ("hpa", "keda", "kpa")
 # The planner's bandwidth and compute efficiencies off by these factors (the simulated engine
 # keeps the calibrated ones): how much `ours` depends on the plan being right.
 PLAN_ERRORS = ((0.7, 0.7), (1.3, 1.3), (0.7, 1.3), (1.3, 0.7))
+
+
+# The workloads of the simulation benches: a generator spec (None: the Azure trace at 16x its
+# rate) and the duration simulated (None: the trace's own).
+WORKLOADS: dict[str, tuple[str | None, float | None]] = {
+    "azure-conv x16": (None, None),
+    "step 60->180 req/s": ("step:low=60,high=180,at=1200,duration=3600", 3600.0),
+    "diurnal 110 req/s +-80%": ("diurnal:mean=110,amplitude=0.8,period=3600,duration=3600", 3600.0),
+    "spike 80->240 req/s for 5 min": ("spike:base=80,peak=240,at=1800,width=300,duration=3600", 3600.0),
+}
+
+
+def workloads(labels: tuple[str, ...] = tuple(WORKLOADS)) -> dict[str, tuple[list[Any], float | None]]:
+    """The requests and duration of each workload named; the generated ones draw their token
+    counts from the trace's rows."""
+    azure = reader.parse_trace(TRACE.open(), str(TRACE))
+    mix = workload.mix_tokens([(r.prompt_tokens, r.output_tokens) for r in azure])
+    out: dict[str, tuple[list[Any], float | None]] = {}
+    for label in labels:
+        spec, duration = WORKLOADS[label]
+        reqs = workload.rescale(azure, rate_scale=16, seed=1) if spec is None else workload.generate(spec, 1, mix)
+        out[label] = (reqs, duration)
+    return out
 
 
 def machine() -> str:
@@ -52,17 +76,9 @@ def main() -> int:
     perf = replica.llm_performance(svc.spec, gpu)
     cold = replica.default_cold_start(svc.spec)
     auto = svc.spec.autoscaling
-    azure = reader.parse_trace(TRACE.open(), str(TRACE))
-    mix = workload.mix_tokens([(r.prompt_tokens, r.output_tokens) for r in azure])
-    workloads = {
-        "azure-conv x16": (workload.rescale(azure, rate_scale=16, seed=1), None),
-        "step 60->180 req/s": (workload.generate("step:low=60,high=180,at=1200,duration=3600", 1, mix), 3600.0),
-        "diurnal 110 req/s +-80%": (workload.generate("diurnal:mean=110,amplitude=0.8,period=3600,duration=3600", 1, mix), 3600.0),
-        "spike 80->240 req/s for 5 min": (workload.generate("spike:base=80,peak=240,at=1800,width=300,duration=3600", 1, mix), 3600.0),
-    }
     started = datetime.now(timezone.utc)
     sections, verdicts, robustness = [], [], []
-    for label, (reqs, duration) in workloads.items():
+    for label, (reqs, duration) in workloads().items():
         cfg = Settings(min_replicas=auto.min_replicas, max_replicas=auto.max_replicas,
                        gpus_per_replica=svc.spec.gpu.count, price_per_gpu_hour=gpu.price_per_hour,
                        slo_s=auto.target_p99_latency_ms / 1000.0, slo_target=0.99, seed=1, duration=duration)

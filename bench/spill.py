@@ -19,18 +19,17 @@ from pathlib import Path
 import yaml
 
 from triton_operator.api import GPUClass, InferenceService
-from triton_operator.autoscaling.simulator import policies, reader, replica, results, workload
+from triton_operator.autoscaling.simulator import policies, replica, results
 from triton_operator.autoscaling.simulator.engine import Settings
 from triton_operator.autoscaling.simulator.shortage import ClassSlot, simulate_shortage
 from triton_operator.cli import default_catalog
 from triton_operator.planning.placement import Spill
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from autoscaling import machine  # noqa: E402
+from autoscaling import machine, workloads  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 SPEC = ROOT / "specs/llama3-8b-h100.yaml"
-TRACE = ROOT / "data/azure-llm-trace-2023/conv.csv"
 ROOM = {"h100": 2, "h200": 8}
 SPILL = Spill(after_s=120, return_after_s=600)
 
@@ -41,15 +40,9 @@ def main() -> int:
     perfs = {c: replica.llm_performance(svc.spec, classes[c].spec) for c in ROOM}
     cold = replica.default_cold_start(svc.spec)
     auto = svc.spec.autoscaling
-    azure = reader.parse_trace(TRACE.open(), str(TRACE))
-    mix = workload.mix_tokens([(r.prompt_tokens, r.output_tokens) for r in azure])
-    workloads = {
-        "azure-conv x16": (workload.rescale(azure, rate_scale=16, seed=1), None),
-        "step 60->180 req/s": (workload.generate("step:low=60,high=180,at=1200,duration=3600", 1, mix), 3600.0),
-    }
     started = datetime.now(timezone.utc)
     lines = []
-    for label, (reqs, duration) in workloads.items():
+    for label, (reqs, duration) in workloads(("azure-conv x16", "step 60->180 req/s")).items():
         cfg = Settings(min_replicas=auto.min_replicas, max_replicas=auto.max_replicas, gpus_per_replica=1,
                        price_per_gpu_hour=classes["h100"].spec.price_per_hour,
                        slo_s=auto.target_p99_latency_ms / 1000.0, seed=1, duration=duration)
