@@ -79,8 +79,50 @@ class Cluster:
         return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == type_), None)
 
 
-class Operator:
+class ChildProcess:
+    """A command of ours run as a child process, as a user would run it (the operator, the
+    gateway): an HTTP probe that fails loudly once the process has exited, a clean stop, its log."""
+
+    name = "process"
+    proc: subprocess.Popen[bytes] | None
+    log_path: Path
+
+    def answers(self, url: str) -> bool:
+        """Whether `url` answers 200 (False while it does not answer); raises with the log when the
+        process has exited."""
+        if self.proc is None or self.proc.poll() is not None:
+            raise AssertionError(f"{self.name} exited; log:\n{self.log_tail()}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def stop(self) -> bool:
+        """SIGTERM, as the kubelet sends it, then SIGKILL after 20 s (within a pod's default 30 s
+        grace period). Returns False when it took the SIGKILL: a defect, and its coverage data is
+        lost."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+                return False
+        return True
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "<no log>"
+
+
+class Operator(ChildProcess):
     """`triton-operator run` as a child process, as a user would run it."""
+
+    name = "operator"
 
     def __init__(self, cluster: Cluster, log_dir: Path, extra_env: dict[str, str] | None = None,
                  kubeconfig: str | None = None, args: list[str] | None = None):
@@ -108,35 +150,10 @@ class Operator:
             wait_for("operator liveness endpoint", self.healthy, timeout=60)
 
     def healthy(self) -> bool:
-        if self.proc is None or self.proc.poll() is not None:
-            raise AssertionError(f"operator exited; log:\n{self.log_tail()}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=2) as r:
-                return r.status == 200
-        except OSError:
-            return False
+        return self.answers(f"http://127.0.0.1:{self.port}/healthz")
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(sig)
             self.proc.wait(timeout=30)
 
-    def stop(self) -> bool:
-        """SIGTERM, as the kubelet sends it, then SIGKILL after 20 s (within a pod's default 30 s
-        grace period). Returns False when it took the SIGKILL: a defect, and its coverage data is
-        lost."""
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-                return False
-        return True
-
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "<no log>"

@@ -36,7 +36,7 @@ from typing import Any, Iterator
 import openai
 import pytest
 
-from .cluster import ROOT, Cluster, Operator, wait_for
+from .cluster import ROOT, ChildProcess, Cluster, Operator, wait_for
 from .conftest import GATEWAY_SERVICE_ACCOUNT, service_account_kubeconfig
 from .harness import free_port
 from .harness.prometheus import Prometheus, Target
@@ -55,8 +55,10 @@ TRITON_HOST = "triton.e2e.invalid"   # the local Triton's name in the EndpointSl
 SLEEPY_TEMPLATE = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }} {% endfor %}[assistant]"
 
 
-class GatewayProcess:
+class GatewayProcess(ChildProcess):
     """`triton-operator gateway` as a child process, as a user would run it."""
+
+    name = "gateway"
 
     def __init__(self, kubeconfig: str, keys: Path, log_dir: Path):
         self.kubeconfig, self.keys = kubeconfig, keys
@@ -83,13 +85,7 @@ class GatewayProcess:
             raise AssertionError(f"{e}; gateway log:\n{self.log_tail()}") from None
 
     def ready(self) -> bool:
-        if self.proc is None or self.proc.poll() is not None:
-            raise AssertionError(f"gateway exited; log:\n{self.log_tail()}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/readyz", timeout=2) as r:
-                return r.status == 200
-        except OSError:
-            return False
+        return self.answers(f"http://127.0.0.1:{self.metrics_port}/readyz")
 
     def signal(self, sig: int) -> None:
         assert self.proc is not None
@@ -98,15 +94,6 @@ class GatewayProcess:
     def wait(self, timeout: float) -> int:
         assert self.proc is not None
         return self.proc.wait(timeout=timeout)
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
 
     def metric(self, name: str, **labels: str) -> float:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
@@ -117,12 +104,6 @@ class GatewayProcess:
                 if all(f'{k}="{v}"' in line for k, v in labels.items()):
                     total += float(line.rsplit(" ", 1)[1])
         return total
-
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "<no log>"
 
 
 class SliceMirror:
