@@ -70,3 +70,43 @@ def test_stage_errors_are_one_line(tmp_path):
                          env={**os.environ, "TRITON_RUNTIME_PVC_ROOT": str(tmp_path)})
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert out.stderr.strip().startswith("triton-runtime stage: pvc://none/x:")
+
+
+def test_rendered_restricted_api_flags_close_the_admin_apis_of_a_real_triton():
+    """The flags the operator renders (render.RESTRICTED_ARGS, with $(TRITON_ADMIN_KEY) expanded
+    as the kubelet would) make the real tritonserver refuse model control, shared memory,
+    statistics, trace and logging without the pod's key, and keep inference, metadata, config and
+    health open (the gateway and the probes need those)."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    from triton_operator.render import ADMIN_HEADER, ADMIN_KEY_ENV, RESTRICTED_ARGS
+
+    pod_uid = "4f7c5f8e-0d6a-4a53-9d1e-2b1f3c4d5e6f"
+    flags = [a.replace(f"$({ADMIN_KEY_ENV})", pod_uid) for a in RESTRICTED_ARGS]
+
+    def status(server, method, path, body=None, key=None):
+        req = urllib.request.Request(server.http_url + path, method=method,
+                                     data=json.dumps(body).encode() if body is not None else None)
+        if key:
+            req.add_header(ADMIN_HEADER, key)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return resp.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    with TritonServer(extra_args=flags) as server:
+        admin = [("POST", "/v2/repository/index", {}), ("POST", "/v2/repository/models/slow/unload", {}),
+                 ("GET", "/v2/systemsharedmemory/status", None), ("GET", "/v2/models/stats", None),
+                 ("GET", "/v2/trace/setting", None), ("GET", "/v2/logging", None)]
+        for method, path, body in admin:
+            assert status(server, method, path, body) == 403, path
+            assert status(server, method, path, body, key="wrong") == 403, path
+        assert status(server, "POST", "/v2/repository/index", {}, key=pod_uid) == 200
+        assert status(server, "GET", "/v2/models/stats", key=pod_uid) == 200
+        for path in ("/v2/health/ready", "/v2/models/slow", "/v2/models/slow/config", "/v2/models/slow/ready"):
+            assert status(server, "GET", path) == 200, path
+        infer = {"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "FP32", "data": [1.0]}]}
+        assert status(server, "POST", "/v2/models/slow/infer", infer) == 200

@@ -120,7 +120,31 @@ def test_model_sources_reach_triton(classes):
     # Triton image's server container is left as its image defines it.
     assert {"name": "home", "mountPath": "/home/triton-server"} in stage["volumeMounts"]
     assert {e["name"]: e["value"] for e in stage["env"]}["HOME"] == "/home/triton-server"
-    assert "env" not in hf["containers"][0]
+    # (its only variable is the admin key of Triton's restricted APIs, the pod's own UID)
+    assert hf["containers"][0]["env"] == [{"name": "TRITON_ADMIN_KEY",
+                                          "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}]
+
+
+def test_triton_admin_apis_answer_only_the_pods_own_key(classes):
+    """Model control, shared memory, statistics, trace and logging are restricted on both
+    protocols to a header carrying the pod's UID (Triton server --http-restricted-api /
+    --grpc-restricted-protocol, format <apis>:<header>=<value>, as tritonserver 2.51 --help
+    prints it); a user's TRITON_ADMIN_KEY replaces ours."""
+    from triton_operator.render import ADMIN_KEY_FROM_POD, RESTRICTED_ARGS
+
+    for fmt in ("onnx", "tensorrt-llm"):
+        d = render(isvc(model={"format": fmt, "source": "hf://org/m", "parameters": "8B"}), classes,
+                   Settings()).by_kind("Deployment")
+        container = d["spec"]["template"]["spec"]["containers"][0]
+        assert all(a in container["args"] for a in RESTRICTED_ARGS), fmt
+        assert ADMIN_KEY_FROM_POD in container["env"]
+    assert RESTRICTED_ARGS[0] == ("--http-restricted-api=model-repository,shared-memory,statistics,trace,logging:"
+                                  "x-triton-operator-admin=$(TRITON_ADMIN_KEY)")
+    mine = {"name": "TRITON_ADMIN_KEY", "value": "a-key-of-my-own"}
+    d = render(isvc(model={"format": "onnx", "source": "hf://org/m"}, server={"env": [mine]}), classes,
+               Settings()).by_kind("Deployment")
+    assert [e for e in d["spec"]["template"]["spec"]["containers"][0]["env"]
+            if e["name"] == "TRITON_ADMIN_KEY"] == [mine]
 
 
 def test_fallback_class_is_used_when_the_class_is_missing(classes):
@@ -193,7 +217,7 @@ def test_llm_pods_run_the_doctor_first_with_their_gpus_and_a_writable_home(class
     assert "envFrom" not in make_repository and "envFrom" not in doctor  # nothing is fetched there
     home = {"name": "home", "mountPath": "/home/triton-server"}
     for container in (doctor, make_repository, triton):
-        env = {e["name"]: e["value"] for e in container["env"]}
+        env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["HOME"] == "/home/triton-server" and env["HF_DATASETS_CACHE"].startswith("/home/triton-server/")
         assert env["TORCH_EXTENSIONS_DIR"].startswith("/home/triton-server/") and home in container["volumeMounts"]
     # The user's variable replaces ours, never twice in the list (server-side apply refuses that).
@@ -280,6 +304,8 @@ def test_env_is_rendered_once_per_name_and_labels_as_given(classes):
                podLabels={"example.com/team": "ml-platform"}, podAnnotations={"example.com/note": "ready \U0001F680"})
     dep = render(obj, classes, Settings()).by_kind("Deployment")
     template = dep["spec"]["template"]
-    assert template["spec"]["containers"][0]["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": ""}]
+    assert template["spec"]["containers"][0]["env"] == [
+        {"name": "TRITON_ADMIN_KEY", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+        {"name": "A", "value": "1"}, {"name": "B", "value": ""}]
     assert template["metadata"]["labels"]["example.com/team"] == "ml-platform"
     assert template["metadata"]["annotations"]["example.com/note"] == "ready \U0001F680"

@@ -34,6 +34,9 @@ _DNS_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _DNS_LABEL_ANY_CASE = "[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?"
 _NAME_PART = "[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"  # 1-63 characters
 DNS_LABEL = f"^{_DNS_LABEL}$"
+# A Triton model name: a path segment on every Triton route, so never "." or ".." (it starts
+# with a letter, digit or underscore; gateway/passthrough.MODEL_NAME is the same rule).
+TRITON_MODEL_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 # Service names: a DNS-1035 label, which starts with a letter (Kubernetes before 1.36 requires it).
 DNS_1035_LABEL = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
 SERVICE_NAME_RULES = ("a lowercase letter, then lowercase letters, digits or '-', ending with a letter or "
@@ -427,7 +430,7 @@ class ModelSpec(Model):
     format: ModelFormat = Field(
         ..., description="What the source holds: tensorrt-llm (a checkpoint to build engines from), onnx, pytorch, tensorrt, python, or triton (a ready Triton model repository).")
     name: str | None = Field(
-        None, pattern=r"^[A-Za-z0-9_.-]+$", max_length=128,
+        None, pattern=TRITON_MODEL_NAME, max_length=128,
         description="Name of the model inside Triton, used for metrics. Defaults to 'tensorrt_llm' for tensorrt-llm and to the InferenceService name otherwise.")
     revision: str | None = Field(None, max_length=128, description="Revision (branch, tag or commit) of an hf:// source.")
     parameters: str | None = Field(
@@ -797,7 +800,7 @@ class OpenAISpec(Model):
         None, description="List the service in /v1/models and accept OpenAI requests for it. Defaults to true for "
                           "format tensorrt-llm and when this block is set, false otherwise.")
     model: str | None = Field(
-        None, pattern=r"^[A-Za-z0-9_.-]+$", max_length=128,
+        None, pattern=TRITON_MODEL_NAME, max_length=128,
         description="The Triton model whose generate endpoints answer (inputs text_input, max_tokens, stream, ... "
                     "-> text_output). Defaults to 'ensemble' for tensorrt-llm, else to model.name.")
     chat_template: str | None = Field(

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from .passthrough import MODEL_NAME
+
 Key = tuple[str, str]   # (namespace, InferenceService name)
 Address = tuple[str, int]
 
@@ -59,10 +61,15 @@ def service_from(obj: dict[str, Any]) -> Service | None:
         if cond.get("type") == "Degraded" and cond.get("status") == "True":
             degraded = f"{cond.get('reason')}: {cond.get('message')}".rstrip(": ")
     max_tokens = openai.get("defaultMaxTokens")
+    generate_model = openai.get("model") or (ENSEMBLE if fmt == "tensorrt-llm" else triton_model)
+    v2_model = model.get("name") or (ENSEMBLE if fmt == "tensorrt-llm" else name)
+    if not (isinstance(generate_model, str) and MODEL_NAME.fullmatch(generate_model)
+            and isinstance(v2_model, str) and MODEL_NAME.fullmatch(v2_model)):
+        return None  # the CRD refuses such names; an object that has one anyway is not served
     return Service(
         key=(namespace, name),
-        generate_model=openai.get("model") or (ENSEMBLE if fmt == "tensorrt-llm" else triton_model),
-        v2_model=model.get("name") or (ENSEMBLE if fmt == "tensorrt-llm" else name),
+        generate_model=generate_model,
+        v2_model=v2_model,
         openai=bool(enabled),
         chat_template=openai.get("chatTemplate"),
         default_max_tokens=int(max_tokens) if isinstance(max_tokens, int) and max_tokens > 0 else DEFAULT_MAX_TOKENS,

@@ -17,11 +17,13 @@ from typing import Any, Awaitable, Callable
 import aiohttp
 import aiohttp.abc
 import aiohttp.resolver
+import yarl
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from . import keys as keys_core
 from . import metrics as m
+from . import passthrough
 from . import translate as t
 from .config import GatewaySettings
 from .discovery import ENDPOINT_SLICES, INFERENCE_SERVICES, ApiServer, Watch
@@ -29,9 +31,12 @@ from .routing import Address, Key, Router, Service, url
 
 log = logging.getLogger(__name__)
 
-# Request headers passed to a replica on the KServe v2 routes (binary tensors need the last one).
+# Request headers passed to a replica on the KServe v2 routes (binary tensors need
+# Inference-Header-Content-Length; a compressed body its Content-Encoding). Accept-Encoding is the
+# client's or identity: the client library would otherwise ask for gzip on the client's behalf.
 V2_REQUEST_HEADERS = ("Content-Type", "Accept", "Inference-Header-Content-Length", "Content-Encoding")
 V2_RESPONSE_HEADERS = ("Content-Type", "Inference-Header-Content-Length", "Content-Encoding")
+SERVER_HEADER = "triton-operator-gateway"  # not aiohttp's default, which names its version
 NAMESPACE_HEADER = "X-Inference-Namespace"
 SMALL_BODY = 1 << 16  # answers up to this size are passed through whole, larger ones streamed
 TEMPLATE_TTL = 600.0  # seconds a chat template read from a model's config is used before it is read again
@@ -41,6 +46,8 @@ def _error_response(err: t.OpenAIError) -> web.Response:
     headers = {}
     if err.retry_after is not None:
         headers["Retry-After"] = str(max(1, int(err.retry_after + 0.999)))
+    if err.allow:
+        headers["Allow"] = ", ".join(err.allow)
     return web.json_response(err.body(), status=err.status, headers=headers)
 
 
@@ -301,7 +308,10 @@ class Gateway:
                 address = next((a for a in self.router.endpoints(svc.key) if a not in tried), address)
             self.router.acquire(address)
             try:
-                resp = await self.session().request(method, url(address) + path, data=body, headers=headers)
+                # Already encoded: the path is built from checked names only, and must reach the
+                # replica exactly as built (a plain string would be re-normalised by yarl).
+                target = yarl.URL(url(address) + path, encoded=True)
+                resp = await self.session().request(method, target, data=body, headers=headers)
                 return address, resp
             except aiohttp.ClientConnectorError:
                 self.router.release(address)
@@ -323,7 +333,7 @@ class Gateway:
         address = await self.endpoint(svc)
         template: str | None = None
         try:
-            async with self.session().get(f"{url(address)}/v2/models/{svc.generate_model}/config",
+            async with self.session().get(yarl.URL(f"{url(address)}/v2/models/{svc.generate_model}/config", encoded=True),
                                           timeout=aiohttp.ClientTimeout(total=10)) as resp:
                 if resp.status == 200:
                     params = (await resp.json(content_type=None)).get("parameters") or {}
@@ -438,13 +448,17 @@ class Gateway:
 
     async def v2(self, request: web.Request) -> web.StreamResponse:
         """KServe v2 pass-through: /v2/models/<service>/... goes to that service's Triton model."""
+        try:
+            call = passthrough.check(request.raw_path, request.method)
+        except passthrough.PathRefused as e:
+            m.REJECTED.labels("bad_path" if e.status == 400 else "not_found").inc()
+            raise t.OpenAIError(e.status, e.message, code=e.code, allow=e.allow) from None
         grant = self.authorize(request)
-        svc = self.resolve(request.match_info["name"], grant, request.headers.get(NAMESPACE_HEADER), openai=False)
+        svc = self.resolve(call.service, grant, request.headers.get(NAMESPACE_HEADER), openai=False)
+        path = call.upstream_path(svc.v2_model)
         body = await request.read()
-        path = f"/v2/models/{svc.v2_model}{request.match_info['tail']}"
-        if request.query_string:
-            path += "?" + request.query_string
         headers = {h: request.headers[h] for h in V2_REQUEST_HEADERS if h in request.headers}
+        headers["Accept-Encoding"] = request.headers.get("Accept-Encoding", "identity")
         started = self.clock()
         code = 500
         in_flight = self.child(m.IN_FLIGHT, *svc.key)
@@ -452,6 +466,10 @@ class Gateway:
             address, resp = await self._send(svc, request.method, path, body or None, headers)
             in_flight.inc()
             try:
+                if resp.status >= 400:
+                    # Triton's own error text stays here (it named internal shared-memory regions in
+                    # CVE-2025-23319's chain); the client gets a fixed one.
+                    raise await _upstream_error(resp, svc)
                 headers = {h: resp.headers[h] for h in V2_RESPONSE_HEADERS if h in resp.headers}
                 if resp.content_length is not None and resp.content_length <= SMALL_BODY:
                     # Most answers: one read and one write (streaming them costs a third more CPU).
@@ -503,7 +521,11 @@ class Gateway:
         app.router.add_get("/v1/models/{model:.+}", self.get_model)
         app.router.add_post("/v1/chat/completions", self.chat_completions)
         app.router.add_post("/v1/completions", self.completions)
-        app.router.add_route("*", r"/v2/models/{name:[^/]+}{tail:(/.*)?}", self.v2)
+        # Every /v2 path reaches the handler, which checks the path as sent (raw_path) against
+        # the pass-through's allow-list before anything else: the router matches the normalised
+        # path, in which "/v2/models/x/../../repository" is already "/v2/repository".
+        app.router.add_route("*", r"/v2{tail:.*}", self.v2)
+        app.on_response_prepare.append(_server_header)
         if with_health:
             self._add_health(app)
         app.on_shutdown.append(self.on_shutdown)
@@ -512,6 +534,7 @@ class Gateway:
 
     def health_app(self) -> web.Application:
         app = web.Application(middlewares=[errors])
+        app.on_response_prepare.append(_server_header)
         self._add_health(app)
         return app
 
@@ -560,18 +583,23 @@ class PinnedResolver(aiohttp.abc.AbstractResolver):
         await self.fallback.close()
 
 
+async def _server_header(_request: web.Request, response: web.StreamResponse) -> None:
+    response.headers["Server"] = SERVER_HEADER
+
+
 async def _upstream_error(resp: aiohttp.ClientResponse, svc: Service) -> t.OpenAIError:
-    """A replica's refusal as an OpenAI error: its 4xx (the model refused the input) stays a 400,
-    anything else is a 502."""
+    """A replica's refusal as an OpenAI error with a fixed text: its 4xx (the model refused the
+    input) stays a 400, anything else is a 502. What Triton said is logged at debug level only:
+    its error texts have named internal state (CVE-2025-23319) and may echo a tenant's input."""
     try:
-        body = await resp.json(content_type=None)
-        why = body.get("error") if isinstance(body, dict) else None
-    except (ValueError, aiohttp.ClientError):
-        why = None
-    why = str(why or resp.reason or resp.status)[:500]
+        text = (await resp.content.read(4096)).decode("utf-8", "replace")
+    except (aiohttp.ClientError, asyncio.TimeoutError):
+        text = ""
+    log.debug("model %s/%s answered %d: %s", svc.key[0], svc.key[1], resp.status, text[:500])
     if 400 <= resp.status < 500:
-        return t.OpenAIError(400, f"model {svc.key[1]} refused the request: {why}", code="model_error")
-    return t.OpenAIError(502, f"model {svc.key[1]} failed ({resp.status}): {why}", "upstream_error",
+        return t.OpenAIError(400, f"model {svc.key[1]} refused the request (HTTP {resp.status})",
+                             code="model_error")
+    return t.OpenAIError(502, f"model {svc.key[1]} failed (HTTP {resp.status})", "upstream_error",
                          code="upstream_failed")
 
 
@@ -585,10 +613,15 @@ async def errors(request: web.Request, handler: Callable[[web.Request], Awaitabl
     except web.HTTPRequestEntityTooLarge as e:
         m.REJECTED.labels("too_large").inc()
         return _error_response(t.OpenAIError(413, e.text or "request body too large", code="request_too_large"))
+    except web.HTTPMethodNotAllowed as e:
+        m.REJECTED.labels("not_found").inc()
+        return _error_response(t.OpenAIError(405, f"{e.method} is not allowed here; use "
+                                                  f"{', '.join(sorted(e.allowed_methods))}",
+                                             code="method_not_allowed", allow=tuple(sorted(e.allowed_methods))))
     except web.HTTPException as e:
         if e.status < 400:
             raise
-        reason = "not_found" if e.status in (404, 405) else "bad_request"
+        reason = "not_found" if e.status == 404 else "bad_request"
         m.REJECTED.labels(reason).inc()
         return _error_response(t.OpenAIError(e.status, e.reason, code=reason))
     except (asyncio.CancelledError, ConnectionResetError):

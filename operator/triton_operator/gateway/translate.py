@@ -36,10 +36,12 @@ class OpenAIError(Exception):
     """An error answered in OpenAI's shape: {"error": {"message", "type", "param", "code"}}."""
 
     def __init__(self, status: int, message: str, type_: str = "invalid_request_error",
-                 code: str | None = None, param: str | None = None, retry_after: float | None = None):
+                 code: str | None = None, param: str | None = None, retry_after: float | None = None,
+                 allow: tuple[str, ...] = ()):
         super().__init__(message)
         self.status, self.message, self.type, self.code, self.param = status, message, type_, code, param
         self.retry_after = retry_after
+        self.allow = allow  # the methods a 405 names in its Allow header
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
@@ -195,7 +197,8 @@ def to_generate(req: _Request, prompt: str, default_max_tokens: int) -> Generate
 def output_text(response: dict[str, Any]) -> str:
     """text_output of one generate response (a string, or a list of strings for a [-1] tensor)."""
     if "error" in response:
-        raise OpenAIError(502, f"the model answered with an error: {response['error']}", "upstream_error")
+        # A fixed text: what the model said stays with the operator (see server._upstream_error).
+        raise OpenAIError(502, "the model answered with an error", "upstream_error", code="upstream_failed")
     out = response.get("text_output")
     if isinstance(out, list):
         return "".join(str(x) for x in out)

@@ -189,6 +189,21 @@ def _model_delivery(isvc: InferenceService, cls: GPUClassSpec, settings: Setting
             "init_env": runtime.cache_environment(runtime.SERVING_HOME)}
 
 
+# Triton's APIs that change or reveal the server beyond one model's inference (model load/unload,
+# shared-memory registration, statistics, trace and log settings) answer only requests carrying
+# this header with the pod's own UID (Kubernetes expands $(VAR) in args; the variable comes from
+# the downward API). Nothing the operator or the gateway does needs them, a client that reaches
+# only the network cannot know the UID, and someone who may read the pod can still use them
+# through a port-forward. A user who wants a fixed key sets TRITON_ADMIN_KEY in spec.server.env,
+# which replaces ours.
+ADMIN_HEADER = "x-triton-operator-admin"
+ADMIN_KEY_ENV = "TRITON_ADMIN_KEY"
+RESTRICTED_APIS = "model-repository,shared-memory,statistics,trace,logging"
+RESTRICTED_ARGS = [f"--http-restricted-api={RESTRICTED_APIS}:{ADMIN_HEADER}=$({ADMIN_KEY_ENV})",
+                   f"--grpc-restricted-protocol={RESTRICTED_APIS}:{ADMIN_HEADER}=$({ADMIN_KEY_ENV})"]
+ADMIN_KEY_FROM_POD = {"name": ADMIN_KEY_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}
+
+
 def _server_args(isvc: InferenceService, repository: str) -> list[str]:
     """The serving container's args, program first. No `command`: the NGC images' entrypoint
     (/opt/nvidia/nvidia_entrypoint.sh: CUDA forward compatibility, driver checks) runs and then
@@ -197,7 +212,7 @@ def _server_args(isvc: InferenceService, repository: str) -> list[str]:
     if isvc.spec.model.format == "tensorrt-llm":
         # runtime/ runs one tritonserver rank per GPU under mpirun when tensor parallel.
         return [PROGRAM, "serve", "--repository", repository, "--world-size", str(isvc.spec.gpu.count),
-                "--", "--metrics-config=summary_quantiles=" + QUANTILES, *isvc.spec.server.args]
+                "--", "--metrics-config=summary_quantiles=" + QUANTILES, *RESTRICTED_ARGS, *isvc.spec.server.args]
     return [
         "tritonserver",
         f"--model-repository={repository}",
@@ -208,6 +223,7 @@ def _server_args(isvc: InferenceService, repository: str) -> list[str]:
         "--allow-metrics=true",
         "--metrics-config=summary_latencies=true",
         "--metrics-config=summary_quantiles=" + QUANTILES,
+        *RESTRICTED_ARGS,
         *isvc.spec.server.args,
     ]
 
@@ -453,7 +469,8 @@ def _deployment(isvc: InferenceService, class_name: str, cls: GPUClassSpec, sett
         "image": image,
         "image_pull_policy": spec.server.image_pull_policy,
         "args": _server_args(isvc, delivery["path"]),
-        "env": runtime.merge_env(delivery.get("server_env", []), [e.wire() for e in spec.server.env]),
+        "env": runtime.merge_env([*delivery.get("server_env", []), ADMIN_KEY_FROM_POD],
+                                 [e.wire() for e in spec.server.env]),
         "resources": resources,
         "init_image": settings.runtime_image,
         "init_containers": init_containers,

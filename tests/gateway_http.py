@@ -1,0 +1,211 @@
+"""In-process HTTP harness for the gateway's handlers: the real aiohttp application on a loopback
+port, a recording upstream standing in for Triton (it records every request that reaches it,
+path as sent), and a raw HTTP/1.1 client that sends request targets byte for byte (aiohttp's and
+most clients' URL handling would normalise "..", "%2e" and friends before they leave).
+
+The upstream is a stand-in, not Triton: these tests are about what the gateway lets through and
+answers, which the real Triton in e2e/test_gateway.py cannot observe from outside.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+from aiohttp import web
+
+from triton_operator.gateway import keys as k
+from triton_operator.gateway.config import GatewaySettings
+from triton_operator.gateway.server import Gateway
+
+# Keys with 256 bits of randomness, made once per run (never a literal a reader could reuse).
+KEY_A = "sk-" + secrets.token_urlsafe(32)
+KEY_B = "sk-" + secrets.token_urlsafe(32)
+
+
+@dataclass
+class Seen:
+    method: str
+    raw_path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+
+
+@dataclass
+class Upstream:
+    """A loopback HTTP server that records every request and answers as `answer` says (by
+    default: generate -> {"text_output": "hello"}, generate_stream -> two events, infer -> the
+    body echoed, GET -> a small JSON)."""
+
+    seen: list[Seen] = field(default_factory=list)
+    answer: Handler | None = None
+    port: int = 0
+    _server: Any = None
+
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        body = await request.read()
+        self.seen.append(Seen(request.method, request.raw_path, dict(request.headers), body))
+        if self.answer is not None:
+            return await self.answer(request)
+        return await default_answer(request, body)
+
+    async def start(self) -> None:
+        self._server = await asyncio.get_running_loop().create_server(
+            web.Server(self._handle), "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        self._server.close()
+        await self._server.wait_closed()
+
+
+async def default_answer(request: web.BaseRequest, body: bytes) -> web.StreamResponse:
+    path = request.raw_path
+    if path.endswith("/generate_stream"):
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        for piece in ("hel", "lo"):
+            await out.write(b"data: " + json.dumps({"text_output": piece}).encode() + b"\n\n")
+        await out.write_eof()
+        return out
+    if path.endswith("/generate"):
+        return web.json_response({"text_output": "hello"})
+    if path.endswith("/infer"):
+        return web.Response(body=body, content_type="application/json")
+    return web.json_response({"name": "model", "path": path})
+
+
+def isvc(name: str, ns: str = "ml", fmt: str = "tensorrt-llm", **spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": ns},
+            "spec": {"model": {"format": fmt, "source": "hf://a/b"}, "gpu": {"class": "h100"}, **spec}}
+
+
+def slice_for(service: str, port: int, ns: str = "ml", address: str = "127.0.0.1") -> dict[str, Any]:
+    return {"metadata": {"name": f"{service}-x", "namespace": ns, "labels": {"kubernetes.io/service-name": service}},
+            "ports": [{"name": "http", "port": port}],
+            "endpoints": [{"addresses": [address], "conditions": {"ready": True}}]}
+
+
+def keys_text() -> str:
+    return f"""keys:
+  - {{name: a, key: {KEY_A}, namespaces: [ml, lab]}}
+  - {{name: b, key: {KEY_B}, services: [ml/llama]}}
+"""
+
+
+def make_gateway(**settings: Any) -> Gateway:
+    gw = Gateway(GatewaySettings(**settings), api=None)
+    gw.grants = k.parse(keys_text(), "keys")
+    gw.keys_loaded = True
+    return gw
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str]     # lower-case names; a repeated header keeps its last value
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    @property
+    def error(self) -> dict[str, Any]:
+        return self.json()["error"]
+
+
+async def raw_request(port: int, method: str, target: str, headers: dict[str, str] | None = None,
+                      body: bytes = b"", timeout: float = 10.0) -> Reply:
+    """One HTTP/1.1 request whose request target is sent exactly as given, then the answer
+    (Content-Length or chunked; the connection is closed after it)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        head = [f"{method} {target} HTTP/1.1", "Host: gateway", "Connection: close"]
+        for name, value in (headers or {}).items():
+            head.append(f"{name}: {value}")
+        if body or method in ("POST", "PUT"):
+            head.append(f"Content-Length: {len(body)}")
+        writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+        await writer.drain()
+        return await asyncio.wait_for(read_reply(reader), timeout)
+    finally:
+        writer.close()
+
+
+async def read_reply(reader: asyncio.StreamReader) -> Reply:
+    status_line = await reader.readline()
+    if not status_line:
+        raise ConnectionError("the server closed the connection without answering")
+    status = int(status_line.split()[1])
+    headers: dict[str, str] = {}
+    while True:
+        line = (await reader.readline()).decode("latin-1").rstrip("\r\n")
+        if not line:
+            break
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        body = b""
+        while True:
+            size = int((await reader.readline()).strip() or b"0", 16)
+            if size == 0:
+                await reader.readline()
+                break
+            body += await reader.readexactly(size)
+            await reader.readline()
+    elif "content-length" in headers:
+        body = await reader.readexactly(int(headers["content-length"]))
+    else:
+        body = await reader.read()
+    return Reply(status, headers, body)
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+class Rig:
+    """The gateway app served in process on a loopback port, with one recording upstream behind
+    the services `ml/llama` (tensorrt-llm: OpenAI on), `lab/llama` and `ml/resnet` (onnx)."""
+
+    def __init__(self, **settings: Any):
+        self.gw = make_gateway(**settings)
+        self.upstream = Upstream()
+        self.runner: web.AppRunner | None = None
+        self.port = 0
+
+    async def __aenter__(self) -> "Rig":
+        await self.upstream.start()
+        for obj in (isvc("llama"), isvc("llama", ns="lab"), isvc("resnet", fmt="onnx"),
+                    isvc("secret", ns="vault")):
+            self.gw.router.set_service(obj)
+        for name, ns in (("llama", "ml"), ("llama", "lab"), ("resnet", "ml"), ("secret", "vault")):
+            self.gw.router.set_slice(slice_for(name, self.upstream.port, ns))
+        self.runner = web.AppRunner(self.gw.api_app(with_health=True), access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = self.runner.addresses[0][1]
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        assert self.runner is not None
+        await self.runner.cleanup()
+        await self.upstream.stop()
+
+    async def call(self, method: str, target: str, key: str | None = KEY_A, body: bytes | dict[str, Any] = b"",
+                   headers: dict[str, str] | None = None) -> Reply:
+        data = json.dumps(body).encode() if isinstance(body, dict) else body
+        h = {**(bearer(key) if key else {}), **({"Content-Type": "application/json"} if data else {}),
+             **(headers or {})}
+        return await raw_request(self.port, method, target, h, data)
+
+
+def run(coro_fn: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(coro_fn())
