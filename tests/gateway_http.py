@@ -129,7 +129,8 @@ async def raw_request(port: int, method: str, target: str, headers: dict[str, st
         head = [f"{method} {target} HTTP/1.1", "Host: gateway", "Connection: close"]
         for name, value in (headers or {}).items():
             head.append(f"{name}: {value}")
-        if body or method in ("POST", "PUT"):
+        chunked = any(n.lower() == "transfer-encoding" for n in (headers or {}))
+        if (body or method in ("POST", "PUT")) and not chunked:
             head.append(f"Content-Length: {len(body)}")
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
         await writer.drain()
@@ -175,7 +176,7 @@ class Rig:
     the services `ml/llama` (tensorrt-llm: OpenAI on), `lab/llama` and `ml/resnet` (onnx)."""
 
     def __init__(self, **settings: Any):
-        self.gw = make_gateway(**settings)
+        self.gw = make_gateway(**{"idle_timeout_seconds": 5.0, **settings})
         self.upstream = Upstream()
         self.runner: web.AppRunner | None = None
         self.port = 0
@@ -187,10 +188,9 @@ class Rig:
             self.gw.router.set_service(obj)
         for name, ns in (("llama", "ml"), ("llama", "lab"), ("resnet", "ml"), ("secret", "vault")):
             self.gw.router.set_slice(slice_for(name, self.upstream.port, ns))
-        self.runner = web.AppRunner(self.gw.api_app(with_health=True), access_log=None)
+        self.runner = self.gw.api_runner(with_health=True)
         await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
+        await self.gw.api_site(self.runner, "127.0.0.1", 0).start()
         self.port = self.runner.addresses[0][1]
         return self
 

@@ -15,8 +15,8 @@ from triton_operator.gateway import translate as t
 from triton_operator.gateway.config import GatewaySettings, GatewaySettingsError, from_env
 from triton_operator.gateway.server import Gateway
 
-KEY_A = "sk-team-a-0123456789abcdef"
-KEY_B = "sk-team-b-0123456789abcdef"
+from .gateway_http import KEY_A, KEY_B
+
 ZEROS = "0" * 64
 
 
@@ -38,7 +38,14 @@ keys:
 
 
 @pytest.mark.parametrize("text, words", [
-    ("keys: [{name: a, key: short, namespaces: [ml]}]", "at least 16 characters"),
+    ("keys: [{name: a, key: short, namespaces: [ml]}]", "too weak (5 characters, at least 32 needed)"),
+    ("keys: [{name: a, key: sk-team-a-0123456789abcdef0123456789, namespaces: [ml]}]",
+     "too weak (it holds a run of repeated or consecutive characters)"),
+    ("keys: [{name: a, key: Passw0rd!Passw0rd!Passw0rd!Passw0rd!, namespaces: [ml]}]",
+     "too weak (too few distinct characters)"),
+    (f"keys: [{{name: a, key: {KEY_A}, namespaces: [ml], maxInFlight: 1.5}}]", "maxInFlight must be a positive integer"),
+    (f"keys: [{{name: a, key: {KEY_A}, namespaces: [ml], tokensPerMinute: -1}}]",
+     "tokensPerMinute must be a positive number"),
     (f"keys: [{{name: a, key: {KEY_A}}}]", "grants nothing"),
     (f"keys: [{{name: a, key: {KEY_A}, sha256: '{ZEROS}', namespaces: [ml]}}]", "exactly one of key or sha256"),
     ("keys: [{name: a, sha256: xyz, namespaces: [ml]}]", "64 hexadecimal digits"),
@@ -248,13 +255,22 @@ def gateway(**settings) -> Gateway:
 
 
 class FakeRequest:
-    def __init__(self, key: str | None):
+    def __init__(self, key: str | None, remote: str = "10.1.2.3", forwarded_for: str | None = None):
         self.headers = {"Authorization": f"Bearer {key}"} if key else {}
+        if forwarded_for:
+            self.headers["X-Forwarded-For"] = forwarded_for
+        self.remote = remote
+
+
+def caller(gw: Gateway, key: str = KEY_A):
+    from triton_operator.gateway.server import Caller
+
+    return Caller(k.digest(key), gw.grants[k.digest(key)])
 
 
 def test_401_without_a_valid_key_and_429_past_the_rate():
     gw = gateway(requests_per_minute=60)
-    for presented in (None, "sk-wrong-000000000000000"):
+    for presented in (None, "sk-wrong-000000000000000", KEY_A[:-1] + "x"):
         with pytest.raises(t.OpenAIError) as e:
             gw.authorize(FakeRequest(presented))
         assert e.value.status == 401
@@ -294,27 +310,46 @@ def test_held_requests_are_answered_when_a_replica_is_ready():
     async def scenario():
         gw = gateway()
         svc = gw.router.services[("ml", "llama")]
-        waiters = [asyncio.create_task(gw.endpoint(svc)) for _ in range(3)]
+        waiters = [asyncio.create_task(gw.endpoint(svc, caller(gw))) for _ in range(3)]
         await asyncio.sleep(0.05)
-        assert gw.held == {("ml", "llama"): 3}
+        assert gw.holds.by_service == {("ml", "llama"): 3}
         gw._slice_event("ADDED", eps("llama", "llama-a", 8000, ("10.0.0.1", True)))
         got = await asyncio.wait_for(asyncio.gather(*waiters), 2)
-        assert got == [("10.0.0.1", 8000)] * 3 and gw.held == {}
+        assert got == [("10.0.0.1", 8000)] * 3 and gw.holds.by_service == {} and gw.holds.count == 0
     asyncio.run(scenario())
 
 
 def test_holding_is_bounded_and_times_out_with_retry_after():
     async def scenario():
-        gw = gateway(max_held_per_service=2, hold_timeout_seconds=0.2, retry_after_seconds=7)
+        gw = gateway(max_held_per_service=2, key_share=1, hold_timeout_seconds=0.2, retry_after_seconds=7)
         svc = gw.router.services[("ml", "llama")]
-        waiters = [asyncio.create_task(gw.endpoint(svc)) for _ in range(2)]
+        waiters = [asyncio.create_task(gw.endpoint(svc, caller(gw))) for _ in range(2)]
         await asyncio.sleep(0.02)
         with pytest.raises(t.OpenAIError) as full:
-            await gw.endpoint(svc)
+            await gw.endpoint(svc, caller(gw, KEY_B))   # another key: the service's queue is full
         assert full.value.status == 503 and full.value.retry_after == 7
         for result in await asyncio.gather(*waiters, return_exceptions=True):
             assert isinstance(result, t.OpenAIError) and result.status == 503 and result.code == "model_starting"
-        assert gw.held == {}
+        assert gw.holds.count == 0 and gw.holds.by_service_key == {}
+    asyncio.run(scenario())
+
+
+def test_one_key_holds_only_its_share_of_a_services_queue():
+    async def scenario():
+        gw = gateway(max_held_per_service=8, key_share=0.25, hold_timeout_seconds=5)
+        svc = gw.router.services[("ml", "llama")]
+        mine = [asyncio.create_task(gw.endpoint(svc, caller(gw))) for _ in range(2)]
+        await asyncio.sleep(0.02)
+        with pytest.raises(t.OpenAIError) as e:
+            await gw.endpoint(svc, caller(gw))
+        assert (e.value.status, e.value.code) == (429, "hold_share_full")
+        assert "API key a has 2 requests waiting" in e.value.message
+        theirs = [asyncio.create_task(gw.endpoint(svc, caller(gw, KEY_B))) for _ in range(2)]
+        await asyncio.sleep(0.02)
+        assert gw.holds.by_service == {("ml", "llama"): 4}
+        gw._slice_event("ADDED", eps("llama", "llama-a", 8000, ("10.0.0.1", True)))
+        assert len(await asyncio.wait_for(asyncio.gather(*mine, *theirs), 2)) == 4
+        assert gw.holds.count == 0
     asyncio.run(scenario())
 
 
@@ -322,7 +357,7 @@ def test_held_requests_fail_fast_when_the_service_degrades_or_the_gateway_stops(
     async def scenario():
         gw = gateway()
         svc = gw.router.services[("ml", "llama")]
-        waiter = asyncio.create_task(gw.endpoint(svc))
+        waiter = asyncio.create_task(gw.endpoint(svc, caller(gw)))
         await asyncio.sleep(0.02)
         bad = isvc("llama")
         bad["status"] = {"conditions": [{"type": "Degraded", "status": "True", "reason": "Unschedulable",
@@ -333,7 +368,7 @@ def test_held_requests_fail_fast_when_the_service_degrades_or_the_gateway_stops(
         assert e.value.status == 503 and "Unschedulable" in e.value.message
 
         other = gw.router.services[("lab", "llama")]
-        waiter = asyncio.create_task(gw.endpoint(other))
+        waiter = asyncio.create_task(gw.endpoint(other, caller(gw)))
         await asyncio.sleep(0.02)
         await gw.on_shutdown(None)
         with pytest.raises(t.OpenAIError) as e:

@@ -59,16 +59,18 @@ def run(args: argparse.Namespace, cli_error: type[Exception]) -> int:
     except GatewaySettingsError as e:
         raise cli_error(str(e)) from None
     gateway = Gateway(settings, None)
-    try:
-        if settings.key_files:
-            gateway.load_keys()
-    except OSError as e:
-        raise cli_error(f"cannot read key file {e.filename}: {e.strerror}") from None
-    except keys_core.KeyFileError as e:
-        raise cli_error(str(e)) from None
     if args.check_keys:
+        try:
+            gateway.load_keys()
+        except OSError as e:
+            raise cli_error(f"cannot read key file {e.filename}: {e.strerror}") from None
+        except keys_core.KeyFileError as e:
+            raise cli_error(str(e)) from None
         print(keys_core.to_json(gateway.grants))
         return 0
+    # Key files that cannot be used do not stop the gateway (a pod would crash-loop): it serves,
+    # refusing every request with 503 keys_unavailable and triton_gateway_key_files_valid 0, and
+    # takes the keys as soon as the files are fixed (Gateway.refresh_keys).
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # one line per request is too many
@@ -111,15 +113,15 @@ async def serve(gateway: Gateway, stop: asyncio.Event | None = None) -> None:
         except (NotImplementedError, RuntimeError):  # not the main thread (tests)
             pass
     await gateway.start()
-    runners = [web.AppRunner(gateway.api_app(with_health=not s.metrics_port), handler_cancellation=True,
-                             shutdown_timeout=s.shutdown_timeout_seconds, access_log=None)]
+    runners = [gateway.api_runner(with_health=not s.metrics_port)]
     if s.metrics_port:
         runners.append(web.AppRunner(gateway.health_app(), access_log=None, shutdown_timeout=1))
-    ports = [s.port, s.metrics_port]
     try:
-        for runner, port in zip(runners, ports):
-            await runner.setup()
-            await web.TCPSite(runner, s.address, port).start()
+        await runners[0].setup()
+        await gateway.api_site(runners[0], s.address, s.port).start()
+        if s.metrics_port:
+            await runners[1].setup()
+            await web.TCPSite(runners[1], s.address, s.metrics_port).start()
         log.info("gateway listening on %s:%d (metrics and probes on %d); %d API key(s)", s.address, s.port,
                  s.metrics_port or s.port, len(gateway.grants))
         await stop.wait()

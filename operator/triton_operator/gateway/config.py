@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 
-from pydantic import BaseModel, Field, ValidationError
+import ipaddress
+
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 ENV_PREFIX = "TRITON_GATEWAY_"
 
@@ -18,9 +20,36 @@ class GatewaySettings(BaseModel):
     key_files: list[str] = Field(default_factory=list, description="API key lists (YAML), e.g. mounted Secrets.")
     key_reload_seconds: float = Field(10.0, gt=0, description="How often key files are re-read.")
     requests_per_minute: float = Field(600.0, gt=0, description="Default per-key rate limit.")
+    replicas: int = Field(
+        1, ge=1, description="Gateway replicas sharing the per-key limits: each enforces 1/replicas of a key's "
+                             "requests and tokens per minute (the chart sets it to gateway.replicaCount).")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="Largest request body accepted.")
+    body_budget_bytes: int = Field(
+        192 << 20, ge=1 << 20, description="Request bodies in memory at once (read, held or being sent), all keys; "
+                                           "past it requests get 503.")
+    key_share: float = Field(
+        0.25, gt=0, le=1, description="The fraction of the body budget and of each service's hold queue one API key "
+                                      "may take.")
+    max_in_flight_per_key: int = Field(
+        256, ge=1, description="Requests one API key may have open at once, unless its entry sets maxInFlight.")
+    max_tokens_per_request: int = Field(
+        32768, ge=1, description="Largest max_tokens a request may ask for, unless its key's entry sets maxTokens.")
     max_held_per_service: int = Field(64, ge=0, description="Requests held per service while it wakes.")
     max_held_total: int = Field(1024, ge=0, description="Requests held across all services.")
+    max_connections: int = Field(
+        1024, ge=1, description="Client connections open at once on the API port; more are answered 503 and closed.")
+    header_timeout_seconds: float = Field(
+        10.0, gt=0, description="Time from a request's first byte to the end of its headers; then 408 and closed.")
+    body_timeout_seconds: float = Field(
+        30.0, gt=0, description="Time to receive a request's body once its headers are in; then 408.")
+    idle_timeout_seconds: float = Field(
+        60.0, gt=0, description="An idle keep-alive connection (or one that sends nothing) is closed after this.")
+    failed_auth_per_minute: float = Field(
+        30.0, gt=0, description="Failed API key attempts one client address may make a minute (bursts of a third "
+                                "of it); past it that address gets 429 until its budget refills.")
+    trusted_proxies: list[str] = Field(
+        default_factory=list, description="CIDRs of proxies in front of the gateway (an ingress): from those, the "
+                                          "client address is the last X-Forwarded-For entry outside them.")
     hold_timeout_seconds: float = Field(
         300.0, gt=0, description="How long a request waits for a replica before a 503 with Retry-After.")
     retry_after_seconds: int = Field(10, ge=1, description="Retry-After of a 503 while a service wakes.")
@@ -35,12 +64,22 @@ class GatewaySettings(BaseModel):
         "", description="Label selector of the EndpointSlices to route to (empty: all; each names its "
                         "Service by the kubernetes.io/service-name label).")
 
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _cidrs(cls, v: list[str]) -> list[str]:
+        for cidr in v:
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                raise ValueError(f"{cidr!r} is not an address or CIDR") from None
+        return v
+
 
 class GatewaySettingsError(ValueError):
     pass
 
 
-_LISTS = {"namespaces", "key_files"}
+_LISTS = {"namespaces", "key_files", "trusted_proxies"}
 
 
 def from_env(environ: dict[str, str] | None = None, **overrides: object) -> GatewaySettings:

@@ -16,7 +16,8 @@ REQUESTS = Counter(
 REJECTED = Counter(
     "triton_gateway_rejected_requests_total",
     "Requests refused before reaching a service, by reason (unauthorized, forbidden, rate_limited, "
-    "too_large, bad_request, not_found, hold_full, hold_timeout, unavailable).", ["reason"])
+    "too_large, bad_request, bad_path, not_found, hold_full, hold_timeout, unavailable, keys_unavailable, "
+    "auth_throttled, too_many_in_flight, key_memory_share, memory_full, body_timeout).", ["reason"])
 HELD = Gauge(
     "triton_gateway_held_requests",
     "Requests waiting for a ready replica (a service scaled to zero or starting); demand for the autoscaler.",
@@ -41,3 +42,12 @@ TOKENS_PER_SECOND = Histogram(
     SERVICE, buckets=(1, 5, 10, 20, 40, 60, 100, 150, 250, 500, 1000))
 API_KEYS = Gauge("triton_gateway_api_keys", "API keys loaded.")
 SERVICES = Gauge("triton_gateway_services", "InferenceServices known to the gateway.")
+CONNECTIONS = Gauge("triton_gateway_connections", "Client connections open on the API port.")
+CONNECTIONS_REFUSED = Counter(
+    "triton_gateway_connections_refused_total",
+    "Client connections closed by the gateway's limits: too_many (past maxConnections, answered 503) and "
+    "header_timeout (a request's headers took longer than headerTimeoutSeconds, answered 408).", ["reason"])
+KEY_FILES_VALID = Gauge(
+    "triton_gateway_key_files_valid",
+    "1 when the API key files were read and parsed; 0 when they cannot be used, and every request is then "
+    "refused (503 keys_unavailable) until they are fixed.")

@@ -7,12 +7,15 @@ unexpected exception is logged with its type only and answered 500 without a tra
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import ipaddress
 import json
 import logging
 import socket
 import time
-from typing import Any, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import aiohttp
 import aiohttp.abc
@@ -21,7 +24,9 @@ import yarl
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from . import guard
 from . import keys as keys_core
+from . import limits
 from . import metrics as m
 from . import passthrough
 from . import translate as t
@@ -51,6 +56,15 @@ def _error_response(err: t.OpenAIError) -> web.Response:
     return web.json_response(err.body(), status=err.status, headers=headers)
 
 
+@dataclass(frozen=True)
+class Caller:
+    """An authenticated request's API key: its digest (the tenant's identity in every limit) and
+    what it may do."""
+
+    digest: str
+    grant: keys_core.Grant
+
+
 class Gateway:
     def __init__(self, settings: GatewaySettings, api: ApiServer | None,
                  clock: Callable[[], float] = time.monotonic):
@@ -60,11 +74,21 @@ class Gateway:
         self.router = Router()
         self.grants: dict[str, keys_core.Grant] = {}
         self.keys_loaded = False
+        self.keys_error: str | None = None   # the key files could not be used: every request fails closed
         self._key_file_digest: str | None = None
-        self.limiter = keys_core.RateLimiter(settings.requests_per_minute)
+        self.limiter = keys_core.RateLimiter(settings.requests_per_minute, settings.replicas)
+        self.token_limiter = keys_core.TokenLimiter(settings.replicas)
+        self.failures = keys_core.FailureLimiter(settings.failed_auth_per_minute)
+        self.trusted_proxies = tuple(ipaddress.ip_network(c, strict=False) for c in settings.trusted_proxies)
+        self.bodies = limits.BodyBudget(settings.body_budget_bytes,
+                                        limits.share(settings.body_budget_bytes, settings.key_share))
+        self.holds = limits.Holds(settings.max_held_per_service,
+                                  limits.share(settings.max_held_per_service, settings.key_share),
+                                  settings.max_held_total)
+        self.in_flight = limits.InFlight()
+        self.connections = guard.Limits(settings.max_connections, settings.header_timeout_seconds)
         self.watches: list[Watch] = []
         self._wake: dict[Key, asyncio.Event] = {}
-        self.held: dict[Key, int] = {}
         self.draining = False
         self.upstream: aiohttp.ClientSession | None = None
         self._children: dict[tuple[Any, ...], Any] = {}
@@ -138,50 +162,122 @@ class Gateway:
     # -- API keys ----------------------------------------------------------------------------------
 
     def load_keys(self) -> bool:
-        """(Re)read the key files; True when the keys changed. A broken file keeps the keys in
-        use (and is logged by name, never by content)."""
+        """(Re)read the key files; True when the keys changed. Raises OSError or KeyFileError for
+        files that cannot be used (named, never quoted)."""
         texts = []
         for path in self.settings.key_files:
             with open(path, encoding="utf-8") as f:
                 texts.append((path, f.read()))
         stamp = hashlib.sha256(json.dumps(texts).encode()).hexdigest()
-        if stamp == self._key_file_digest:
+        if stamp == self._key_file_digest and self.keys_error is None:
             return False
         grants = keys_core.merge((path, keys_core.parse(text, path)) for path, text in texts)
         self.grants = grants
         self._key_file_digest = stamp
         self.limiter.forget(grants)
+        self.token_limiter.forget(grants)
         self.keys_loaded = True
+        self.keys_error = None
         m.API_KEYS.set(len(grants))
+        m.KEY_FILES_VALID.set(1)
         return True
+
+    def refresh_keys(self) -> None:
+        """load_keys, failing closed: key files that cannot be used drop every key (a revoked key
+        must not keep working because its file broke), and say so in a metric, the readiness
+        body and every answer, not only in a log line."""
+        try:
+            if self.load_keys():
+                log.info("API keys loaded: %d key(s)", len(self.grants))
+        except (OSError, keys_core.KeyFileError) as e:
+            why = str(e) if isinstance(e, keys_core.KeyFileError) else f"cannot read {e.filename}: {e.strerror}"
+            if self.keys_error != why:
+                log.error("API keys unusable, refusing every request until the key files are fixed: %s", why)
+            self.grants, self.keys_error, self.keys_loaded, self._key_file_digest = {}, why, True, None
+            m.API_KEYS.set(0)
+            m.KEY_FILES_VALID.set(0)
 
     async def _reload_keys(self) -> None:
         while True:
             await asyncio.sleep(self.settings.key_reload_seconds)
-            try:
-                if self.load_keys():
-                    log.info("API keys reloaded: %d key(s)", len(self.grants))
-            except (OSError, keys_core.KeyFileError) as e:
-                log.error("API keys not reloaded, keeping the %d in use: %s", len(self.grants),
-                          e if isinstance(e, keys_core.KeyFileError) else f"{type(e).__name__}: {e.filename}")
+            self.refresh_keys()
 
-    def authorize(self, request: web.Request) -> keys_core.Grant:
+    def authorize(self, request: web.Request) -> Caller:
+        if self.keys_error is not None:
+            m.REJECTED.labels("keys_unavailable").inc()
+            raise t.OpenAIError(503, "the gateway cannot read its API keys; its operator has been told",
+                                "service_unavailable", code="keys_unavailable",
+                                retry_after=self.settings.key_reload_seconds)
+        now = self.clock()
+        address = keys_core.client_address(request.remote, request.headers.get("X-Forwarded-For"),
+                                           self.trusted_proxies)
+        blocked = self.failures.blocked(address, now)
+        if blocked > 0:
+            m.REJECTED.labels("auth_throttled").inc()
+            raise t.OpenAIError(429, f"too many failed API key attempts from this address; retry in {blocked:.0f}s",
+                                "rate_limit_error", code="too_many_failed_attempts", retry_after=blocked)
         presented = keys_core.bearer(request.headers.get("Authorization"))
-        if presented is None:
+        d = keys_core.digest(presented) if presented is not None else None
+        grant = self.grants.get(d) if d is not None else None
+        if grant is None or d is None:
+            self.failures.failed(address, now)
             m.REJECTED.labels("unauthorized").inc()
-            raise t.OpenAIError(401, "missing API key: send it as 'Authorization: Bearer KEY'",
-                                code="invalid_api_key")
-        d = keys_core.digest(presented)
-        grant = self.grants.get(d)
-        if grant is None:
-            m.REJECTED.labels("unauthorized").inc()
-            raise t.OpenAIError(401, "invalid API key", code="invalid_api_key")
-        wait = self.limiter.take(d, grant, self.clock())
+            raise t.OpenAIError(401, "missing API key: send it as 'Authorization: Bearer KEY'" if presented is None
+                                else "invalid API key", code="invalid_api_key")
+        wait = max(self.limiter.take(d, grant, now), self.token_limiter.wait(d, grant, now))
         if wait > 0:
             m.REJECTED.labels("rate_limited").inc()
             raise t.OpenAIError(429, f"rate limit of API key {grant.name} reached; retry in {wait:.1f}s",
                                 "rate_limit_error", code="rate_limit_exceeded", retry_after=wait)
-        return grant
+        return Caller(d, grant)
+
+    @contextlib.asynccontextmanager
+    async def admitted(self, request: web.Request, caller: Caller) -> AsyncIterator[bytes]:
+        """The request's body, read within the key's share of the gateway (a place among its
+        requests in flight, its body counted in the byte budget from before it is read until the
+        answer ends, read within body_timeout_seconds); everything given back on the way out."""
+        s = self.settings
+        cap = caller.grant.max_in_flight or s.max_in_flight_per_key
+        if not self.in_flight.acquire(caller.digest, cap):
+            m.REJECTED.labels("too_many_in_flight").inc()
+            raise t.OpenAIError(429, f"API key {caller.grant.name} has {cap} requests open already; retry when one "
+                                     f"ends", "rate_limit_error", code="too_many_requests_in_flight", retry_after=1)
+        reserved = 0
+        try:
+            length = request.content_length
+            if length is not None and length > s.max_body_bytes:
+                m.REJECTED.labels("too_large").inc()
+                raise t.OpenAIError(413, f"request body of {length} bytes; the largest accepted is "
+                                         f"{s.max_body_bytes}", code="request_too_large")
+            reserved = s.max_body_bytes if length is None else length
+            full = self.bodies.reserve(caller.digest, reserved)
+            if full is not None:
+                reserved = 0
+                if full == "key":
+                    m.REJECTED.labels("key_memory_share").inc()
+                    raise t.OpenAIError(429, f"API key {caller.grant.name} has its share of the gateway's memory in "
+                                             f"request bodies already; retry when one ends", "rate_limit_error",
+                                        code="too_many_bytes_in_flight", retry_after=1)
+                m.REJECTED.labels("memory_full").inc()
+                raise t.OpenAIError(503, "the gateway holds as many request bodies as it can; retry",
+                                    "service_unavailable", code="gateway_busy", retry_after=1)
+            try:
+                body = await asyncio.wait_for(request.read(), s.body_timeout_seconds)
+            except asyncio.TimeoutError:
+                m.REJECTED.labels("body_timeout").inc()
+                raise t.OpenAIError(408, f"the request body did not arrive within {s.body_timeout_seconds:g}s",
+                                    code="request_timeout") from None
+            if len(body) < reserved:  # a body of unknown length: keep counting only what it is
+                self.bodies.release(caller.digest, reserved - len(body))
+                reserved = len(body)
+            yield body
+        finally:
+            if reserved:
+                self.bodies.release(caller.digest, reserved)
+            self.in_flight.release(caller.digest)
+
+    def max_tokens_cap(self, caller: Caller) -> int:
+        return caller.grant.max_tokens or self.settings.max_tokens_per_request
 
     def resolve(self, model: str, grant: keys_core.Grant, namespace: str | None = None,
                 openai: bool = True) -> Service:
@@ -226,19 +322,24 @@ class Gateway:
 
     # -- holding -----------------------------------------------------------------------------------
 
-    async def endpoint(self, svc: Service) -> Address:
-        """A ready replica for `svc`, waiting for one (bounded) while there is none."""
+    async def endpoint(self, svc: Service, caller: Caller) -> Address:
+        """A ready replica for `svc`, waiting for one (bounded, and within the caller's share of
+        the service's hold queue) while there is none."""
         address = self.router.pick(svc.key)
         if address is not None:
             return address
         self._check_servable(svc)
-        total = sum(self.held.values())
-        if self.held.get(svc.key, 0) >= self.settings.max_held_per_service or total >= self.settings.max_held_total:
+        full = self.holds.admit(svc.key, caller.digest)
+        if full is not None:
             m.REJECTED.labels("hold_full").inc()
-            raise t.OpenAIError(503, f"model {svc.key[1]} is starting and {self.held.get(svc.key, 0)} requests "
+            if full == "key":
+                raise t.OpenAIError(429, f"model {svc.key[1]} is starting and API key {caller.grant.name} has "
+                                         f"{self.holds.per_key} requests waiting for it already (its share); retry "
+                                         f"later", "rate_limit_error", code="hold_share_full",
+                                    retry_after=self.settings.retry_after_seconds)
+            raise t.OpenAIError(503, f"model {svc.key[1]} is starting and {self.holds.held(svc.key)} requests "
                                      f"already wait for it; retry later", "service_unavailable",
                                 code="model_starting", retry_after=self.settings.retry_after_seconds)
-        self.held[svc.key] = self.held.get(svc.key, 0) + 1
         gauge = m.HELD.labels(*svc.key)
         gauge.inc()
         started = self.clock()
@@ -266,9 +367,7 @@ class Gateway:
                     m.HOLD_SECONDS.labels(*svc.key).observe(self.clock() - started)
                     return address
         finally:
-            self.held[svc.key] -= 1
-            if not self.held[svc.key]:
-                del self.held[svc.key]
+            self.holds.leave(svc.key, caller.digest)
             gauge.dec()
 
     def _check_servable(self, svc: Service) -> None:
@@ -297,15 +396,18 @@ class Gateway:
                 auto_decompress=False)
         return self.upstream
 
-    async def _send(self, svc: Service, method: str, path: str, body: bytes | None,
+    async def _send(self, svc: Service, caller: Caller, method: str, path: str, body: bytes | None,
                     headers: dict[str, str]) -> tuple[Address, aiohttp.ClientResponse]:
         """A request to a ready replica; a replica that refuses the connection is tried once more
-        on another (nothing reached the first one)."""
+        on another (nothing reached the first one). Two refusals end it, on two replicas or on the
+        only one."""
         tried: set[Address] = set()
+        attempts = 0
         while True:
-            address = await self.endpoint(svc)
+            address = await self.endpoint(svc, caller)
             if address in tried:
                 address = next((a for a in self.router.endpoints(svc.key) if a not in tried), address)
+            attempts += 1
             self.router.acquire(address)
             try:
                 # Already encoded: the path is built from checked names only, and must reach the
@@ -316,21 +418,21 @@ class Gateway:
             except aiohttp.ClientConnectorError:
                 self.router.release(address)
                 tried.add(address)
-                if len(tried) >= 2:
+                if attempts >= 2:
                     raise t.OpenAIError(502, f"model {svc.key[1]}: its replicas refused the connection",
                                         "upstream_error", code="upstream_unreachable") from None
             except BaseException:
                 self.router.release(address)
                 raise
 
-    async def model_template(self, svc: Service) -> str | None:
+    async def model_template(self, svc: Service, caller: Caller) -> str | None:
         """The chat template in the Triton model's config (parameter chat_template, where the model
         repository carries its tokenizer's), read once from a replica and kept for TEMPLATE_TTL."""
         cache_key = (svc.key, svc.generate_model)
         hit = self._model_templates.get(cache_key)
         if hit is not None and self.clock() - hit[0] < TEMPLATE_TTL:
             return hit[1]
-        address = await self.endpoint(svc)
+        address = await self.endpoint(svc, caller)
         template: str | None = None
         try:
             async with self.session().get(yarl.URL(f"{url(address)}/v2/models/{svc.generate_model}/config", encoded=True),
@@ -347,13 +449,13 @@ class Gateway:
     # -- routes --------------------------------------------------------------------------------------
 
     async def list_models(self, request: web.Request) -> web.Response:
-        grant = self.authorize(request)
+        grant = self.authorize(request).grant
         data = [{"id": self.model_id(s, grant), "object": "model", "created": 0, "owned_by": s.key[0]}
                 for key, s in sorted(self.router.services.items()) if s.openai and grant.allows(key)]
         return web.json_response({"object": "list", "data": data})
 
     async def get_model(self, request: web.Request) -> web.Response:
-        grant = self.authorize(request)
+        grant = self.authorize(request).grant
         svc = self.resolve(request.match_info["model"], grant)
         return web.json_response({"id": self.model_id(svc, grant), "object": "model", "created": 0,
                                   "owned_by": svc.key[0]})
@@ -365,23 +467,43 @@ class Gateway:
         return await self._openai(request, t.CompletionRequest, "completions")
 
     async def _openai(self, request: web.Request, kind: type[t._Request], route: str) -> web.StreamResponse:
-        grant = self.authorize(request)
-        raw = await request.read()
+        caller = self.authorize(request)
+        if request.headers.get("Content-Encoding", "identity").lower() != "identity":
+            m.REJECTED.labels("bad_request").inc()
+            raise t.OpenAIError(415, "compressed request bodies are not accepted on the OpenAI routes",
+                                code="unsupported_content_encoding")
+        async with self.admitted(request, caller) as raw:
+            return await self._openai_admitted(request, caller, raw, kind, route)
+
+    async def _openai_admitted(self, request: web.Request, caller: Caller, raw: bytes, kind: type[t._Request],
+                               route: str) -> web.StreamResponse:
         req = t.parse_body(raw, kind)
-        svc = self.resolve(req.model, grant)
+        svc = self.resolve(req.model, caller.grant)
+        cap = self.max_tokens_cap(caller)
+        asked = t.max_tokens_asked(req)
+        if asked is not None and asked > cap:
+            m.REJECTED.labels("bad_request").inc()
+            raise t.OpenAIError(400, f"max_tokens: at most {cap} for this API key", param="max_tokens",
+                                code="max_tokens_too_large")
+        if not self.router.endpoints(svc.key):
+            # Held with the body as it came and nothing else (the parsed request is dropped and
+            # made again once a replica is ready): a held request costs one copy of its body.
+            del req
+            await self.endpoint(svc, caller)
+            req = t.parse_body(raw, kind)
         if isinstance(req, t.ChatRequest):
-            template = svc.chat_template or await self.model_template(svc)
+            template = svc.chat_template or await self.model_template(svc, caller)
             prompt = t.render_chat(template, req.messages)
         else:
             prompt = req.text()  # type: ignore[attr-defined]
-        gen = t.to_generate(req, prompt, svc.default_max_tokens)
+        gen = t.to_generate(req, prompt, min(svc.default_max_tokens, cap))
         started = self.clock()
         code = 500
         in_flight = self.child(m.IN_FLIGHT, *svc.key)
         try:
             path = f"/v2/models/{svc.generate_model}/" + ("generate_stream" if gen.stream else "generate")
-            address, resp = await self._send(svc, "POST", path, json.dumps(gen.body).encode(),
-                                             {"Content-Type": "application/json"})
+            address, resp = await self._send(svc, caller, "POST", path, json.dumps(gen.body).encode(),
+                                             {"Content-Type": "application/json", "Accept-Encoding": "identity"})
             in_flight.inc()
             try:
                 if resp.status != 200:
@@ -453,17 +575,21 @@ class Gateway:
         except passthrough.PathRefused as e:
             m.REJECTED.labels("bad_path" if e.status == 400 else "not_found").inc()
             raise t.OpenAIError(e.status, e.message, code=e.code, allow=e.allow) from None
-        grant = self.authorize(request)
-        svc = self.resolve(call.service, grant, request.headers.get(NAMESPACE_HEADER), openai=False)
+        caller = self.authorize(request)
+        svc = self.resolve(call.service, caller.grant, request.headers.get(NAMESPACE_HEADER), openai=False)
         path = call.upstream_path(svc.v2_model)
-        body = await request.read()
+        async with self.admitted(request, caller) as body:
+            return await self._v2_admitted(request, caller, svc, path, body)
+
+    async def _v2_admitted(self, request: web.Request, caller: Caller, svc: Service, path: str,
+                           body: bytes) -> web.StreamResponse:
         headers = {h: request.headers[h] for h in V2_REQUEST_HEADERS if h in request.headers}
         headers["Accept-Encoding"] = request.headers.get("Accept-Encoding", "identity")
         started = self.clock()
         code = 500
         in_flight = self.child(m.IN_FLIGHT, *svc.key)
         try:
-            address, resp = await self._send(svc, request.method, path, body or None, headers)
+            address, resp = await self._send(svc, caller, request.method, path, body or None, headers)
             in_flight.inc()
             try:
                 if resp.status >= 400:
@@ -505,9 +631,10 @@ class Gateway:
         return web.json_response({"ok": True})
 
     async def readyz(self, _request: web.Request) -> web.Response:
-        body = {"ready": self.ready, "keys": len(self.grants), "services": len(self.router.services),
+        body = {"ready": self.ready, "keys": len(self.grants), "keysError": self.keys_error,
+                "services": len(self.router.services),
                 "watches": {w.name: {"synced": w.synced.is_set(), "failing": w.failing} for w in self.watches},
-                "held": sum(self.held.values())}
+                "held": self.holds.count, "connections": self.connections.open}
         return web.json_response(body, status=200 if self.ready else 503)
 
     async def metrics(self, _request: web.Request) -> web.Response:
@@ -516,7 +643,8 @@ class Gateway:
     # -- wiring ----------------------------------------------------------------------------------------
 
     def api_app(self, with_health: bool) -> web.Application:
-        app = web.Application(client_max_size=self.settings.max_body_bytes, middlewares=[errors])
+        app = web.Application(client_max_size=self.settings.max_body_bytes,
+                              middlewares=[self.connections.middleware, errors])
         app.router.add_get("/v1/models", self.list_models)
         app.router.add_get("/v1/models/{model:.+}", self.get_model)
         app.router.add_post("/v1/chat/completions", self.chat_completions)
@@ -543,9 +671,21 @@ class Gateway:
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/metrics", self.metrics)
 
+    def api_runner(self, with_health: bool) -> web.AppRunner:
+        """The API port's runner: idle connections closed after idle_timeout_seconds (aiohttp's
+        keepalive_timeout also bounds a connection that never sends a whole request), bodies
+        passed on as they came (a v2 client's compressed body stays compressed for Triton)."""
+        s = self.settings
+        return web.AppRunner(self.api_app(with_health), handler_cancellation=True,
+                             shutdown_timeout=s.shutdown_timeout_seconds, access_log=None,
+                             keepalive_timeout=s.idle_timeout_seconds, auto_decompress=False)
+
+    def api_site(self, runner: web.AppRunner, host: str, port: int) -> web.TCPSite:
+        return guard.GuardedSite(runner, host, port, self.connections)
+
     async def start(self) -> None:
         if self.settings.key_files:
-            self.load_keys()
+            self.refresh_keys()
             self._tasks.append(asyncio.create_task(self._reload_keys(), name="reload keys"))
         else:
             self.keys_loaded = True  # no key files: every request is refused with 401

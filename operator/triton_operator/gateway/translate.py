@@ -180,6 +180,13 @@ class Generate:
     chat: bool
 
 
+def max_tokens_asked(req: _Request) -> int | None:
+    """The max_tokens the client set (for chat, max_completion_tokens supersedes it)."""
+    if isinstance(req, ChatRequest) and req.max_completion_tokens is not None:
+        return req.max_completion_tokens
+    return req.max_tokens
+
+
 def to_generate(req: _Request, prompt: str, default_max_tokens: int) -> Generate:
     max_tokens = req.max_tokens
     if isinstance(req, ChatRequest) and req.max_completion_tokens is not None:

@@ -1,0 +1,354 @@
+"""The gateway's handlers driven in process over real loopback sockets: every route and every
+error it answers, with exact bodies, and the hostile-HTTP cases of issue 19 (slow and oversized
+requests, too many connections, many held requests, guessed keys, broken key files). The
+upstream is a recording stand-in for Triton (tests/gateway_http.py says why); the real Triton and
+the real openai client are in e2e/test_gateway.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from aiohttp import web
+
+from triton_operator.gateway import metrics as m
+
+from .gateway_http import KEY_A, KEY_B, Rig, bearer, raw_request, read_reply, run, slice_for
+
+CHAT = {"model": "ml/llama", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def sse(body: bytes) -> list:
+    events = [line[len(b"data: "):] for line in body.split(b"\n") if line.startswith(b"data: ")]
+    return [e.decode() if e == b"[DONE]" else json.loads(e) for e in events]
+
+
+def error(status: int, message: str, code: str, type_: str = "invalid_request_error", param: str | None = None):
+    return status, {"message": message, "type": type_, "param": param, "code": code}
+
+
+# -- the routes ------------------------------------------------------------------------------------
+
+def test_every_route_answers():
+    async def scenario():
+        async with Rig() as rig:
+            reply = await rig.call("GET", "/v1/models")
+            assert reply.status == 200
+            assert [d["id"] for d in reply.json()["data"]] == ["lab/llama", "ml/llama"]
+            reply = await rig.call("GET", "/v1/models", key=KEY_B)
+            assert [d["id"] for d in reply.json()["data"]] == ["llama"]
+            reply = await rig.call("GET", "/v1/models/ml/llama")
+            assert reply.json() == {"id": "ml/llama", "object": "model", "created": 0, "owned_by": "ml"}
+
+            reply = await rig.call("POST", "/v1/chat/completions", body=CHAT)
+            assert reply.status == 200 and reply.json()["choices"][0]["message"] == {"role": "assistant",
+                                                                                      "content": "hello"}
+            reply = await rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": "x"})
+            assert reply.status == 200 and reply.json()["choices"][0]["text"] == "hello"
+            reply = await rig.call("POST", "/v1/chat/completions", body={**CHAT, "stream": True})
+            events = sse(reply.body)
+            assert reply.headers["content-type"].startswith("text/event-stream")
+            assert "".join(e["choices"][0]["delta"].get("content", "") for e in events[:-1]) == "hello"
+            assert events[-1] == "[DONE]"
+            reply = await rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": "x", "stream": True})
+            assert "".join(e["choices"][0]["text"] for e in sse(reply.body)[:-1]) == "hello"
+            paths = [s.raw_path for s in rig.upstream.seen]
+            assert paths == ["/v2/models/ensemble/config", "/v2/models/ensemble/generate",
+                             "/v2/models/ensemble/generate", "/v2/models/ensemble/generate_stream",
+                             "/v2/models/ensemble/generate_stream"]
+
+            assert (await rig.call("GET", "/healthz", key=None)).json() == {"ok": True}
+            ready = (await rig.call("GET", "/readyz", key=None)).json()
+            assert ready["ready"] is True and ready["keysError"] is None and ready["held"] == 0
+            metrics = (await rig.call("GET", "/metrics", key=None)).body.decode()
+            assert 'triton_gateway_requests_total{code="200",inferenceservice="llama",namespace="ml",route="chat"}' \
+                in metrics
+    run(scenario)
+
+
+def test_every_refusal_has_its_exact_answer():
+    async def scenario():
+        async with Rig(hold_timeout_seconds=0.2, retry_after_seconds=3) as rig:
+            cases = [
+                (await rig.call("GET", "/v1/models", key=None),
+                 error(401, "missing API key: send it as 'Authorization: Bearer KEY'", "invalid_api_key")),
+                (await rig.call("GET", "/v1/models", key=KEY_A[:-2] + "zz"),
+                 error(401, "invalid API key", "invalid_api_key")),
+                (await rig.call("POST", "/v1/chat/completions", key=KEY_B, body={**CHAT, "model": "lab/llama"}),
+                 error(403, "this API key may not use model 'lab/llama'", "model_not_allowed",
+                       "permission_error", "model")),
+                (await rig.call("POST", "/v1/chat/completions", body={**CHAT, "model": "ml/nothing"}),
+                 error(404, "model 'ml/nothing' does not exist or does not serve the OpenAI routes (spec.openai)",
+                       "model_not_found", param="model")),
+                (await rig.call("POST", "/v1/chat/completions", body={**CHAT, "model": "llama"}),
+                 error(400, "model 'llama' exists in namespaces lab, ml: name it NAMESPACE/llama", "model_ambiguous",
+                       param="model")),
+                (await rig.call("POST", "/v1/chat/completions", body=b"{not json"),
+                 error(400, "the request body is not valid JSON", None)),
+                (await rig.call("POST", "/v1/chat/completions", body={"model": "ml/llama", "messages": []}),
+                 error(400, "messages: List should have at least 1 item after validation, not 0", None,
+                       param="messages")),
+                (await rig.call("POST", "/v1/chat/completions", body={**CHAT, "max_tokens": 40000}),
+                 error(400, "max_tokens: at most 32768 for this API key", "max_tokens_too_large", param="max_tokens")),
+                (await rig.call("POST", "/v1/chat/completions", body={**CHAT, "n": 2}),
+                 error(400, "n: only n=1 is supported", None, param="n")),
+                (await rig.call("POST", "/v1/completions", body=b"x", headers={"Content-Encoding": "gzip"}),
+                 error(415, "compressed request bodies are not accepted on the OpenAI routes",
+                       "unsupported_content_encoding")),
+                (await rig.call("GET", "/nowhere"), error(404, "Not Found", "not_found")),
+            ]
+            for reply, (status, body) in cases:
+                assert (reply.status, reply.error) == (status, body)
+            assert (await rig.call("GET", "/v1/models", key=None)).headers.get("www-authenticate") is None
+    run(scenario)
+
+
+def test_replica_failures_are_502_with_fixed_texts():
+    async def broken(request):
+        return web.Response(status=500, text="segfault in backend at 0xdeadbeef")
+
+    async def scenario():
+        async with Rig() as rig:
+            rig.upstream.answer = broken
+            reply = await rig.call("POST", "/v1/chat/completions", body={**CHAT, "max_tokens": 4})
+            assert (reply.status, reply.error) == error(502, "model llama failed (HTTP 500)", "upstream_failed",
+                                                        "upstream_error")
+            rig.gw.router.set_slice(slice_for("llama", 1, "ml"))   # a port nothing listens on
+            reply = await rig.call("POST", "/v1/chat/completions", body=CHAT)
+            assert (reply.status, reply.error) == error(
+                502, "model llama: its replicas refused the connection", "upstream_unreachable", "upstream_error")
+    run(scenario)
+
+
+# -- holding --------------------------------------------------------------------------------------------
+
+def test_a_held_request_is_answered_once_a_replica_is_ready_and_times_out_otherwise():
+    async def scenario():
+        async with Rig(hold_timeout_seconds=0.3, retry_after_seconds=3) as rig:
+            rig.gw.router.set_slice({"metadata": {"name": "llama-x", "namespace": "ml",
+                                                  "labels": {"kubernetes.io/service-name": "llama"}},
+                                     "ports": [{"name": "http", "port": rig.upstream.port}], "endpoints": []})
+            reply = await rig.call("POST", "/v1/chat/completions", body=CHAT)
+            assert (reply.status, reply.error, reply.headers["retry-after"]) == (
+                *error(503, "model llama has no ready replica after 0s; it may still be starting: retry later",
+                       "model_starting", "service_unavailable"), "3")
+            rig.gw.settings.hold_timeout_seconds = 10
+            waiting = asyncio.create_task(rig.call("POST", "/v1/chat/completions", body=CHAT))
+            for _ in range(100):
+                if rig.gw.holds.count:
+                    break
+                await asyncio.sleep(0.01)
+            assert rig.gw.holds.by_service == {("ml", "llama"): 1}
+            assert rig.gw.bodies.used == len(json.dumps(CHAT))   # its body, counted while it waits
+            rig.gw._slice_event("MODIFIED", slice_for("llama", rig.upstream.port, "ml"))
+            reply = await asyncio.wait_for(waiting, 10)
+            assert reply.status == 200 and rig.gw.holds.count == 0 and rig.gw.bodies.used == 0
+    run(scenario)
+
+
+def test_held_bytes_are_bounded_per_key_and_in_all():
+    """Bodies are counted from before they are read: past a key's share 429, past the gateway's
+    budget 503, each before the body is read, and nothing is left counted afterwards."""
+    async def scenario():
+        mib = 1 << 20
+        async with Rig(max_body_bytes=mib, body_budget_bytes=4 * mib, key_share=0.6, hold_timeout_seconds=30,
+                       max_held_per_service=64, max_held_total=64) as rig:
+            rig.gw.router.set_slice({"metadata": {"name": "llama-x", "namespace": "ml",
+                                                  "labels": {"kubernetes.io/service-name": "llama"}},
+                                     "ports": [{"name": "http", "port": rig.upstream.port}], "endpoints": []})
+            big = json.dumps({**CHAT, "messages": [{"role": "user", "content": "x" * (mib - 200)}]}).encode()
+            held = [asyncio.create_task(rig.call("POST", "/v1/chat/completions", body=big)) for _ in range(2)]
+            for _ in range(500):
+                if rig.gw.holds.count == 2:
+                    break
+                await asyncio.sleep(0.01)
+            assert rig.gw.holds.count == 2
+            reply = await rig.call("POST", "/v1/chat/completions", body=big)
+            assert (reply.status, reply.error["code"]) == (429, "too_many_bytes_in_flight")
+            held += [asyncio.create_task(rig.call("POST", "/v2/models/llama/infer", key=KEY_B, body=big,
+                                                  headers={"X-Inference-Namespace": "ml"})) for _ in range(2)]
+            for _ in range(500):
+                if rig.gw.holds.count == 4:
+                    break
+                await asyncio.sleep(0.01)
+            assert rig.gw.bodies.used == 2 * len(big) + 2 * len(big)
+            # b is within its share (2 of 2.4 MiB) but the gateway's 4 MiB are taken
+            reply = await rig.call("POST", "/v1/completions", key=KEY_B, body={"model": "ml/llama", "prompt": "x" * 1000})
+            assert (reply.status, reply.error["code"], reply.headers["retry-after"]) == (503, "gateway_busy", "1")
+            rig.gw._slice_event("MODIFIED", slice_for("llama", rig.upstream.port, "ml"))
+            assert [r.status for r in await asyncio.wait_for(asyncio.gather(*held), 30)] == [200] * 4
+            assert rig.gw.bodies.used == 0 and rig.gw.bodies.by_key == {} and rig.gw.in_flight.by_key == {}
+    run(scenario)
+
+
+def test_requests_in_flight_are_capped_per_key():
+    release = asyncio.Event()
+
+    async def slow(request):
+        await release.wait()
+        return web.json_response({"text_output": "ok"})
+
+    async def scenario():
+        async with Rig(max_in_flight_per_key=2) as rig:
+            rig.upstream.answer = slow
+            open_ = [asyncio.create_task(rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": "x"}))
+                     for _ in range(2)]
+            for _ in range(200):
+                if len(rig.upstream.seen) == 2:
+                    break
+                await asyncio.sleep(0.01)
+            reply = await rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": "x"})
+            assert (reply.status, reply.error["code"]) == (429, "too_many_requests_in_flight")
+            other = await asyncio.wait_for(asyncio.shield(asyncio.create_task(
+                rig.call("GET", "/v1/models", key=KEY_B))), 5)
+            assert other.status == 200   # another key is not held back
+            release.set()
+            assert [r.status for r in await asyncio.gather(*open_)] == [200, 200]
+    run(scenario)
+
+
+# -- slow, large and many ------------------------------------------------------------------------------------
+
+def test_headers_that_trickle_are_cut_with_408_at_the_header_timeout():
+    async def scenario():
+        async with Rig(header_timeout_seconds=0.3) as rig:
+            reader, writer = await asyncio.open_connection("127.0.0.1", rig.port)
+            writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+            await writer.drain()
+            for _ in range(3):   # a byte now and then is not enough
+                await asyncio.sleep(0.1)
+                writer.write(b"X")
+                await writer.drain()
+            reply = await asyncio.wait_for(read_reply(reader), 5)
+            assert (reply.status, reply.headers["connection"]) == (408, "close")
+            assert await asyncio.wait_for(reader.read(), 5) == b""   # and closed
+            writer.close()
+            # a request whose headers arrive in time is not affected, on the next connection
+            assert (await rig.call("GET", "/v1/models")).status == 200
+    run(scenario)
+
+
+def test_many_half_open_connections_are_all_closed():
+    async def scenario():
+        async with Rig(header_timeout_seconds=0.3, idle_timeout_seconds=0.5) as rig:
+            conns = [await asyncio.open_connection("127.0.0.1", rig.port) for _ in range(50)]
+            for i, (_, writer) in enumerate(conns):
+                if i % 2:
+                    writer.write(b"GET /v1/models HTTP/1.1\r\nHost")   # half a header
+            closed = await asyncio.wait_for(asyncio.gather(*(r.read() for r, _ in conns)), 10)
+            assert len(closed) == 50
+            for data in closed:   # silent ones closed at the idle timeout, half-sent ones answered 408
+                assert data in (b"", b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+            for _, w in conns:
+                w.close()
+            for _ in range(100):
+                if rig.gw.connections.open == 0:
+                    break
+                await asyncio.sleep(0.01)
+            assert rig.gw.connections.open == 0
+    run(scenario)
+
+
+def test_connections_past_the_cap_get_503_and_are_closed():
+    async def scenario():
+        async with Rig(max_connections=3) as rig:
+            held = [await asyncio.open_connection("127.0.0.1", rig.port) for _ in range(3)]
+            await asyncio.sleep(0.05)
+            reader, writer = await asyncio.open_connection("127.0.0.1", rig.port)
+            reply = await asyncio.wait_for(read_reply(reader), 5)
+            assert (reply.status, reply.headers["retry-after"]) == (503, "1")
+            writer.close()
+            for _, w in held:
+                w.close()
+            for _ in range(100):
+                if rig.gw.connections.open == 0:
+                    break
+                await asyncio.sleep(0.01)
+            assert (await rig.call("GET", "/v1/models")).status == 200
+    run(scenario)
+
+
+def test_a_trickled_body_gets_408_at_the_body_timeout():
+    async def scenario():
+        async with Rig(body_timeout_seconds=0.3) as rig:
+            reader, writer = await asyncio.open_connection("127.0.0.1", rig.port)
+            head = (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY_A}\r\n"
+                    f"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
+            writer.write(head.encode() + b'{"model": ')
+            await writer.drain()
+            reply = await asyncio.wait_for(read_reply(reader), 5)
+            assert (reply.status, reply.error) == error(408, "the request body did not arrive within 0.3s",
+                                                        "request_timeout")
+            writer.close()
+            assert rig.gw.bodies.used == 0 and rig.gw.in_flight.by_key == {}
+    run(scenario)
+
+
+def test_bodies_over_the_limit_are_refused_before_they_are_read():
+    async def scenario():
+        async with Rig(max_body_bytes=4096) as rig:
+            reader, writer = await asyncio.open_connection("127.0.0.1", rig.port)
+            head = (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY_A}\r\n"
+                    f"Content-Length: {1 << 30}\r\n\r\n")
+            writer.write(head.encode())   # says 1 GiB, sends nothing of it
+            await writer.drain()
+            reply = await asyncio.wait_for(read_reply(reader), 5)
+            assert (reply.status, reply.error) == error(
+                413, f"request body of {1 << 30} bytes; the largest accepted is 4096", "request_too_large")
+            writer.close()
+            chunked = await raw_request(rig.port, "POST", "/v1/completions",
+                                        {**bearer(KEY_A), "Transfer-Encoding": "chunked"},
+                                        b"2000\r\n" + b"x" * 0x2000 + b"\r\n0\r\n\r\n")
+            assert chunked.status == 413 and chunked.error["code"] == "request_too_large"
+            assert rig.gw.bodies.used == 0
+    run(scenario)
+
+
+# -- keys ---------------------------------------------------------------------------------------------------
+
+def test_guessing_keys_is_throttled_per_client_address():
+    async def scenario():
+        async with Rig(failed_auth_per_minute=6, trusted_proxies=["127.0.0.0/8"]) as rig:
+            def from_(client):
+                return {"X-Forwarded-For": f"198.51.100.7, {client}"}
+            for _ in range(3):   # the burst: a third of the minute's budget, at least 3
+                assert (await rig.call("GET", "/v1/models", key="sk-guess", headers=from_("203.0.113.9"))).status == 401
+            reply = await rig.call("GET", "/v1/models", key=KEY_A, headers=from_("203.0.113.9"))
+            assert (reply.status, reply.error["code"]) == (429, "too_many_failed_attempts")
+            assert int(reply.headers["retry-after"]) >= 1
+            # another client behind the same proxy is not affected; the spoofable first entry is ignored
+            assert (await rig.call("GET", "/v1/models", key=KEY_A, headers=from_("203.0.113.10"))).status == 200
+    run(scenario)
+
+
+def test_key_files_that_break_fail_closed_and_say_so(tmp_path):
+    async def scenario():
+        path = tmp_path / "keys.yaml"
+        path.write_text(f"keys: [{{name: a, key: {KEY_A}, namespaces: [ml]}}]")
+        async with Rig(key_files=[str(path)]) as rig:
+            rig.gw.refresh_keys()
+            assert (await rig.call("GET", "/v1/models")).status == 200
+            path.write_text("keys: [{name: a, key: " + KEY_A)   # a broken edit
+            rig.gw.refresh_keys()
+            reply = await rig.call("GET", "/v1/models")
+            assert (reply.status, reply.error["code"]) == (503, "keys_unavailable")
+            assert reply.error["message"] == "the gateway cannot read its API keys; its operator has been told"
+            ready = (await rig.call("GET", "/readyz", key=None)).json()
+            assert ready["keysError"] == f"{path}: not valid YAML or JSON" and ready["keys"] == 0
+            assert m.KEY_FILES_VALID._value.get() == 0
+            path.write_text(f"keys: [{{name: a, key: {KEY_B}, namespaces: [ml]}}]")   # fixed, a rotated key
+            rig.gw.refresh_keys()
+            assert (await rig.call("GET", "/v1/models")).status == 401
+            assert (await rig.call("GET", "/v1/models", key=KEY_B)).status == 200
+            assert m.KEY_FILES_VALID._value.get() == 1
+    run(scenario)
+
+
+def test_rate_limits_are_split_over_the_gateway_replicas():
+    async def scenario():
+        async with Rig(requests_per_minute=300, replicas=3) as rig:
+            # 300 a minute over 3 replicas: 100 a minute here, bursts of max(5, 10) = 10
+            statuses = [(await rig.call("GET", "/v1/models")).status for _ in range(11)]
+            assert statuses == [200] * 10 + [429]
+    run(scenario)
