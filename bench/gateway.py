@@ -22,6 +22,7 @@ import asyncio
 import json
 import os
 import re
+import secrets
 import statistics
 import subprocess
 import sys
@@ -40,7 +41,7 @@ from bench.autoscaling import machine  # noqa: E402
 from e2e.harness import free_port  # noqa: E402
 from e2e.harness.textgen import TextGenTriton  # noqa: E402
 
-KEY = "sk-bench-0123456789abcdef"
+KEY = "sk-bench-" + secrets.token_urlsafe(32)
 OUT = ROOT / "bench" / "results" / "gateway.md"
 
 
@@ -167,6 +168,119 @@ def overhead(n: int, seconds: float, concurrency: int) -> tuple[list[str], dict[
         triton.stop()
 
 
+HOLD_SERVICES, HOLD_KEYS = 16, 8
+
+
+def serve_gateway_holding(port: int, metrics_port: int, keys: str) -> None:
+    """The gateway process for the hold measurement: HOLD_SERVICES services with no ready replica
+    (every request is held), the chart's default limits."""
+    from triton_operator.gateway import command
+    from triton_operator.gateway.config import GatewaySettings
+    from triton_operator.gateway.server import Gateway
+
+    gw = Gateway(GatewaySettings(address="127.0.0.1", port=port, metrics_port=metrics_port, key_files=[keys],
+                                 requests_per_minute=1e9, hold_timeout_seconds=120), None)
+    for i in range(HOLD_SERVICES):
+        gw.router.set_service({"metadata": {"name": f"s{i}", "namespace": "bench"},
+                               "spec": {"model": {"format": "python", "name": "textgen"}, "openai": {"enabled": True}}})
+    command.run_loop(command.serve(gw))
+
+
+def _rss_mib(pid: int) -> tuple[float, float]:
+    """(VmRSS, VmHWM: the peak) of a process, MiB."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+
+
+def holding(n: int, mib: float, n_keys: int = HOLD_KEYS) -> tuple[str, dict[str, float]]:
+    """n requests of `mib` MiB each, all sent at once (spread over HOLD_KEYS keys and
+    HOLD_SERVICES services scaled to zero), against a gateway with the chart's default limits:
+    how many are held, what the rest are answered, the gateway's memory."""
+    from triton_operator.gateway.config import GatewaySettings
+
+    work = Path(tempfile.mkdtemp(prefix="bench-gateway-hold-"))
+    keys = [f"sk-hold-{i}-" + secrets.token_urlsafe(32) for i in range(n_keys)]
+    (work / "keys.yaml").write_text(json.dumps({"keys": [{"name": f"k{i}", "key": k, "namespaces": ["bench"]}
+                                                         for i, k in enumerate(keys)]}))
+    port, health = free_port(), free_port()
+    gateway = subprocess.Popen([sys.executable, __file__, "--serve-gateway-holding", str(port), str(health),
+                                str(work / "keys.yaml")],
+                               stdout=open(work / "gateway.log", "wb"), stderr=subprocess.STDOUT, cwd=ROOT)
+    defaults = GatewaySettings()
+    content = "x" * int(mib * (1 << 20) - 200)
+    try:
+        for _ in range(600):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.1)
+        idle, _ = _rss_mib(gateway.pid)
+
+        async def burst() -> tuple[dict[str, int], int, float, float]:
+            codes: dict[str, int] = {}
+            held_seen = 0
+
+            async def one(i: int, session: aiohttp.ClientSession) -> None:
+                body = json.dumps({"model": f"bench/s{i % HOLD_SERVICES}", "max_tokens": 4,
+                                   "messages": [{"role": "user", "content": content}]})
+                try:
+                    async with session.post(f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
+                                            headers={"Authorization": f"Bearer {keys[i % n_keys]}",
+                                                     "Content-Type": "application/json"}) as resp:
+                        data = await resp.json(content_type=None)
+                        # the connection cap answers before any request is read: no body
+                        why = (data.get("error") or {}).get("code", "") if data else "connection cap (no body)"
+                        code = f"{resp.status} {why}".strip()
+                except aiohttp.ClientError as e:
+                    code = type(e).__name__
+                codes[code] = codes.get(code, 0) + 1
+
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                             timeout=aiohttp.ClientTimeout(total=300)) as session:
+                tasks = [asyncio.create_task(one(i, session)) for i in range(n)]
+                steady = time.monotonic() + 120
+                while time.monotonic() < steady:   # until every request is held or answered
+                    await asyncio.sleep(0.5)
+                    with urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=30) as r:
+                        held_seen = json.load(r)["held"]
+                    if held_seen + sum(codes.values()) >= n:
+                        break
+                rss, peak = _rss_mib(gateway.pid)
+                gateway.terminate()   # held requests are answered 503 at once
+                await asyncio.gather(*tasks)
+            return codes, held_seen, rss, peak
+
+        codes, held, rss, peak = asyncio.run(burst())
+    finally:
+        if gateway.poll() is None:
+            gateway.terminate()
+        gateway.wait(30)
+    per_held = (rss - idle) / held if held else float("nan")
+    table = "\n".join(f"| {code} | {count} |" for code, count in sorted(codes.items()))
+    limit = 512
+    text = f"""{n} chat requests of {mib:g} MiB each sent at once, spread over {n_keys} key(s) and {HOLD_SERVICES} services scaled to
+zero (every request that is admitted is held), against a gateway with the chart's default limits (body budget
+{defaults.body_budget_bytes >> 20} MiB, a key's share {defaults.key_share:g} of it and of each service's hold queue of
+{defaults.max_held_per_service}, {defaults.max_connections} connections).
+
+| figure | value |
+| --- | --- |
+| requests held at once | {held} |
+| gateway RSS idle / with them held / peak (VmHWM) | {idle:.0f} / {rss:.0f} / {peak:.0f} MiB |
+| memory per held request | {per_held:.2f} MiB (body {mib:g} MiB) |
+| chart memory limit | {limit} MiB: peak {'within' if peak < limit else 'OVER'} it |
+
+Answers (after the gateway was stopped, held requests get 503 gateway_stopping):
+
+| status code | requests |
+| --- | --- |
+{table}
+"""
+    print(text, flush=True)
+    return text, {"held": held, "peak": peak, "per_held": per_held}
+
+
 def wake() -> str:
     env = {**os.environ, "E2E_CLUSTER_NAME": os.environ.get("E2E_CLUSTER_NAME", "bench-gateway")}
     out = subprocess.run([sys.executable, "-m", "pytest", "-s", "-q", "-p", "no:cacheprovider",
@@ -185,13 +299,28 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=10.0, help="seconds per path for throughput")
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--no-wake", action="store_true", help="skip the wake measurement (needs a local cluster)")
+    p.add_argument("--serve-gateway-holding", nargs=3, metavar=("PORT", "HEALTH_PORT", "KEYS"))
+    p.add_argument("--hold", type=int, default=1000, help="requests held at once for the memory figure (0: skip)")
+    p.add_argument("--hold-mib", type=float, default=1.0, help="body size of each held request")
+    p.add_argument("--only-hold", action="store_true", help="measure holding only, print it, write nothing")
     args = p.parse_args()
     if args.serve_gateway:
         serve_gateway(int(args.serve_gateway[0]), int(args.serve_gateway[1]), args.serve_gateway[2])
         return 0
+    if args.serve_gateway_holding:
+        serve_gateway_holding(int(args.serve_gateway_holding[0]), int(args.serve_gateway_holding[1]),
+                              args.serve_gateway_holding[2])
+        return 0
+    if args.hold and args.only_hold:
+        print(holding(args.hold, args.hold_mib)[0])
+        print(holding(args.hold, args.hold_mib, n_keys=1)[0])
+        return 0
     started = datetime.now(timezone.utc)
     load = os.getloadavg()
     rows, figures = overhead(args.n, args.seconds, args.concurrency)
+    held = (holding(args.hold, args.hold_mib)[0] + "\nThe same from one key alone (it may hold its share, "
+            "a quarter, of the body budget and of each service's queue):\n\n" + holding(args.hold, args.hold_mib, 1)[0]
+            if args.hold else "not measured (--hold 0)")
     woke = "not measured (--no-wake)" if args.no_wake else wake()
     p50_added = figures["gateway /v1/completions (OpenAI, translated) p50 added"]
     loss = max(v for k, v in figures.items() if k.endswith("rps loss"))
@@ -223,6 +352,12 @@ client request/response objects (profiled: no single hot spot of the gateway's o
 runs on CPUs of its own in front of GPU replicas whose requests take 100s of ms to seconds: its throughput
 ceiling is then about 1/CPU-per-request per core, shown above, far above what one GPU replica answers.
 The figure to watch on a quiet machine is the added p50; rerun `make bench-gateway` there.
+
+## Holding: memory per held request
+
+{held}
+
+## Wake from zero
 
 Wake from zero (e2e/test_gateway.py on a local kwok cluster, real operator, Prometheus scrape 1 s,
 autoscaler tick 1 s, 6 requests held): {woke}

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -47,9 +48,9 @@ CHAT, SLEEPY = "chat", "sleepy"
 GROUP = "serving.triton-operator.io"
 TICK = 1.0
 IDLE_S = 30   # sleepy's scaleToZeroAfterSeconds (the API's minimum)
-KEY_A = "sk-e2e-team-a-0123456789"       # namespace NS
-KEY_B = "sk-e2e-team-b-0123456789"       # only other/thing
-KEY_SLOW = "sk-e2e-slow-0123456789ab"    # namespace NS, 6 requests a minute
+KEY_A = "sk-e2e-a-" + secrets.token_urlsafe(32)      # namespace NS
+KEY_B = "sk-e2e-b-" + secrets.token_urlsafe(32)      # only other/thing
+KEY_SLOW = "sk-e2e-s-" + secrets.token_urlsafe(32)   # namespace NS, 6 requests a minute
 SLICE_MANAGER = "e2e.triton-operator.io"
 TRITON_HOST = "triton.e2e.invalid"   # the local Triton's name in the EndpointSlices (see the module)
 SLEEPY_TEMPLATE = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }} {% endfor %}[assistant]"

@@ -59,7 +59,7 @@ kubectl wait --for=condition=Ready infsvc --all -n ml --timeout=120s >/dev/null
 # The gateway, with one API key, and a local CPU Triton standing in for the demo's replica.
 KEYS="$STATE/gateway-keys.yaml"
 if [ ! -f "$KEYS" ]; then
-  printf 'keys:\n  - {name: dev, key: sk-dev-%s, namespaces: [ml]}\n' "$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$KEYS"
+  printf 'keys:\n  - {name: dev, key: sk-dev-%s, namespaces: [ml]}\n' "$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$KEYS"
   chmod 600 "$KEYS"
 fi
 API_KEY=$(sed -n 's/.*key: \(sk-dev-[0-9a-f]*\).*/\1/p' "$KEYS")

@@ -55,9 +55,9 @@ class Upstream:
             return await self.answer(request)
         return await default_answer(request, body)
 
-    async def start(self) -> None:
+    async def start(self, ssl_context: Any = None) -> None:
         self._server = await asyncio.get_running_loop().create_server(
-            web.Server(self._handle), "127.0.0.1", 0)
+            web.Server(self._handle), "127.0.0.1", 0, ssl=ssl_context)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
@@ -86,9 +86,10 @@ def isvc(name: str, ns: str = "ml", fmt: str = "tensorrt-llm", **spec: Any) -> d
             "spec": {"model": {"format": fmt, "source": "hf://a/b"}, "gpu": {"class": "h100"}, **spec}}
 
 
-def slice_for(service: str, port: int, ns: str = "ml", address: str = "127.0.0.1") -> dict[str, Any]:
+def slice_for(service: str, port: int, ns: str = "ml", address: str = "127.0.0.1",
+              port_name: str = "http") -> dict[str, Any]:
     return {"metadata": {"name": f"{service}-x", "namespace": ns, "labels": {"kubernetes.io/service-name": service}},
-            "ports": [{"name": "http", "port": port}],
+            "ports": [{"name": port_name, "port": port}],
             "endpoints": [{"addresses": [address], "conditions": {"ready": True}}]}
 
 

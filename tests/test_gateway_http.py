@@ -352,3 +352,66 @@ def test_rate_limits_are_split_over_the_gateway_replicas():
             statuses = [(await rig.call("GET", "/v1/models")).status for _ in range(11)]
             assert statuses == [200] * 10 + [429]
     run(scenario)
+
+
+def test_usage_is_counted_per_key_and_service():
+    def value(metric, *labels):
+        return metric.labels(*labels)._value.get()
+
+    async def scenario():
+        async with Rig() as rig:
+            before = value(m.KEY_REQUESTS, "b", "ml", "llama"), value(m.KEY_REQUEST_SECONDS, "b", "ml", "llama")
+            other = value(m.KEY_REQUESTS, "a", "ml", "llama")
+            for _ in range(3):
+                assert (await rig.call("POST", "/v1/completions", key=KEY_B,
+                                       body={"model": "llama", "prompt": "x"})).status == 200
+            assert (await rig.call("POST", "/v2/models/llama/infer", key=KEY_B, body=b"{}")).status == 200
+            assert value(m.KEY_REQUESTS, "b", "ml", "llama") == before[0] + 4
+            assert value(m.KEY_REQUEST_SECONDS, "b", "ml", "llama") > before[1]
+            assert value(m.KEY_REQUESTS, "a", "ml", "llama") == other
+            refused = await rig.call("POST", "/v1/completions", key=KEY_B, body={"model": "lab/llama", "prompt": "x"})
+            assert refused.status == 403 and value(m.KEY_REQUESTS, "b", "ml", "llama") == before[0] + 4
+    run(scenario)
+
+
+def _pki(tmp_path, name: str) -> tuple[str, str, str]:
+    """A CA and a server certificate for DNS name `name`, made with the openssl command line."""
+    import subprocess
+
+    def openssl(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=tmp_path)
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+            "-subj", "/CN=test-ca")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", f"/CN={name}")
+    (tmp_path / "san.ext").write_text(f"subjectAltName=DNS:{name}\n")
+    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+            "-out", "server.pem", "-days", "2", "-extfile", "san.ext")
+    return str(tmp_path / "ca.pem"), str(tmp_path / "server.pem"), str(tmp_path / "server.key")
+
+
+def test_tls_to_the_replicas_is_verified_against_the_services_name(tmp_path):
+    """With upstream_tls_ca_file the gateway speaks HTTPS to the port upstream_port_name names,
+    and checks the replica's certificate against NAME.NAMESPACE.svc (it dials a pod IP)."""
+    import ssl
+
+    ca, cert, key = _pki(tmp_path, "llama.ml.svc")
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(cert, key)
+
+    async def scenario():
+        async with Rig(upstream_tls_ca_file=ca, upstream_port_name="https") as rig:
+            tls = type(rig.upstream)()
+            await tls.start(ssl_context=server_tls)
+            try:
+                for ns, name in (("ml", "llama"), ("lab", "llama")):
+                    rig.gw.router.set_slice(slice_for(name, tls.port, ns, port_name="https"))
+                ok = await rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": "x"})
+                assert ok.status == 200 and ok.json()["choices"][0]["text"] == "hello"
+                assert [s.raw_path for s in tls.seen] == ["/v2/models/ensemble/generate"]
+                # lab/llama's replica presents llama.ml.svc's certificate: refused, nothing sent
+                bad = await rig.call("POST", "/v1/completions", body={"model": "lab/llama", "prompt": "x"})
+                assert (bad.status, bad.error["code"]) == (502, "upstream_unreachable")
+                assert len(tls.seen) == 1
+            finally:
+                await tls.stop()
+    run(scenario)

@@ -309,3 +309,28 @@ def test_env_is_rendered_once_per_name_and_labels_as_given(classes):
         {"name": "A", "value": "1"}, {"name": "B", "value": ""}]
     assert template["metadata"]["labels"]["example.com/team"] == "ml-platform"
     assert template["metadata"]["annotations"]["example.com/note"] == "ready \U0001F680"
+
+
+def test_a_network_policy_lets_only_the_named_peers_reach_triton(classes):
+    """With settings.network_policy on, each service gets a NetworkPolicy over the pods of all its
+    classes: inference ports from the clients (the gateway), the metrics port from Prometheus, and
+    nothing else; with no client at all, no inference rule (an empty `from` would mean anyone)."""
+    from triton_operator.settings import NetworkPolicySettings
+
+    gateway = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "triton-system"}},
+               "podSelector": {"matchLabels": {"app.kubernetes.io/name": "triton-operator-gateway"}}}
+    prometheus = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    on = Settings(network_policy=NetworkPolicySettings(enabled=True, clients=[gateway], metrics=[prometheus]))
+    r = render(isvc(), classes, on)
+    policy = r.by_kind("NetworkPolicy")
+    kubernetes_validate.validate(policy, "1.33", strict=True)
+    assert policy["metadata"]["name"] == "demo"
+    assert policy["spec"]["podSelector"] == {"matchLabels": r.by_kind("Service")["spec"]["selector"]}
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["ingress"] == [
+        {"from": [gateway], "ports": [{"port": "http", "protocol": "TCP"}, {"port": "grpc", "protocol": "TCP"},
+                                      {"port": "https", "protocol": "TCP"}]},
+        {"from": [prometheus], "ports": [{"port": "metrics", "protocol": "TCP"}]}]
+    closed = render(isvc(), classes, Settings(network_policy=NetworkPolicySettings(enabled=True)))
+    assert closed.by_kind("NetworkPolicy")["spec"]["ingress"] == []
+    assert "NetworkPolicy" not in [m["kind"] for m in render(isvc(), classes, Settings()).manifests]

@@ -4,9 +4,24 @@ from __future__ import annotations
 
 import os
 
+import json
+
 from pydantic import BaseModel, Field, ValidationError
 
 ENV_PREFIX = "TRITON_OPERATOR_"
+
+
+class NetworkPolicySettings(BaseModel):
+    """A NetworkPolicy per InferenceService: its Triton pods accept connections only from these
+    peers (NetworkPolicyPeer objects, as in networking.k8s.io/v1). The kubelet's probes come from
+    the node and are not subject to it on common CNIs."""
+
+    enabled: bool = False
+    clients: list[dict[str, object]] = Field(
+        default_factory=list, description="Peers allowed on Triton's HTTP and gRPC ports (the gateway, and any "
+                                          "in-cluster client that calls Triton directly).")
+    metrics: list[dict[str, object]] = Field(
+        default_factory=list, description="Peers allowed on Triton's metrics port (Prometheus).")
 
 
 class Settings(BaseModel):
@@ -97,6 +112,9 @@ class Settings(BaseModel):
                     "for the services it serves.")
     catalog_file: str | None = Field(
         None, description="GPUClass catalog YAML the operator applies at start (the Helm chart mounts it).")
+    network_policy: NetworkPolicySettings = Field(
+        default_factory=NetworkPolicySettings,
+        description="NetworkPolicies for the Triton pods, as JSON (the chart builds it from networkPolicy.*).")
     metrics_port: int = Field(8081, ge=0, le=65535, description="Port of the operator's own /metrics; 0 disables it.")
     metrics_address: str = Field("0.0.0.0", description="Address the operator's /metrics listens on.")
 
@@ -112,7 +130,15 @@ def from_env(environ: dict[str, str] | None = None) -> Settings:
         raw = env.get(ENV_PREFIX + name.upper())
         if raw is None or raw == "":
             continue
-        values[name] = [n for n in raw.split(",") if n.strip()] if name == "namespaces" else raw
+        if name == "namespaces":
+            values[name] = [n for n in raw.split(",") if n.strip()]
+        elif name == "network_policy":
+            try:
+                values[name] = json.loads(raw)
+            except ValueError:
+                raise SettingsError(f"{ENV_PREFIX}NETWORK_POLICY: not valid JSON") from None
+        else:
+            values[name] = raw
     try:
         return Settings(**values)
     except ValidationError as e:

@@ -30,6 +30,13 @@ RECONCILES = Counter(
     "triton_operator_reconciles_total", "Reconcile passes by outcome.", ["outcome"])
 WRITES = Counter(
     "triton_operator_writes_total", "Writes to the API server by kind and verb.", ["kind", "verb"])
+SERVICE_GPUS = Gauge(
+    "triton_operator_service_gpus",
+    "GPUs held by the ready replicas of an InferenceService, per GPU class (ready replicas x GPUs per replica): "
+    "integrated over time, its GPU-seconds.", ["namespace", "inferenceservice", "gpu_class"])
+GPU_CLASS_PRICE = Gauge(
+    "triton_operator_gpu_class_price_per_hour", "pricePerHour of each GPUClass that has one (for cost per hour).",
+    ["gpu_class"])
 CACHE_OBJECTS = Gauge(
     "triton_operator_cache_objects", "Objects in the watch-fed cache by kind.", ["kind"])
 TICKS = Counter("triton_operator_autoscaler_ticks_total", "Autoscaler ticks that found services to scale.")

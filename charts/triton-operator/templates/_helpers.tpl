@@ -74,6 +74,11 @@ spec:
 - apiGroups: [batch]
   resources: [jobs]
   verbs: [list, watch, create, patch, delete]
+{{- if .Values.networkPolicy.enabled }}
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [list, watch, create, patch]
+{{- end }}
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, watch]
@@ -81,6 +86,17 @@ spec:
   resources: [events]
   verbs: [create]
 {{- end }}
+
+{{/* The operator's NetworkPolicy setting (JSON): who may reach the Triton pods it runs. */}}
+{{- define "triton-operator.networkPolicy" -}}
+{{- $clients := list -}}
+{{- if .Values.gateway.enabled -}}
+{{- $gateway := dict "namespaceSelector" (dict "matchLabels" (dict "kubernetes.io/metadata.name" .Release.Namespace)) "podSelector" (dict "matchLabels" (include "triton-operator.gateway.selectorLabels" . | fromYaml)) -}}
+{{- $clients = append $clients $gateway -}}
+{{- end -}}
+{{- $clients = concat $clients .Values.networkPolicy.tritonClients -}}
+{{- dict "enabled" .Values.networkPolicy.enabled "clients" $clients "metrics" .Values.networkPolicy.prometheus | toJson -}}
+{{- end -}}
 
 {{- define "triton-operator.gateway.fullname" -}}
 {{- printf "%s-gateway" (include "triton-operator.fullname" .) | trunc 63 | trimSuffix "-" -}}

@@ -32,6 +32,7 @@ class Children:
     deployment: dict[str, Any] | None = None          # the preferred class's (named as the service)
     service: dict[str, Any] | None = None
     pdb: dict[str, Any] | None = None
+    network_policy: dict[str, Any] | None = None
     jobs: tuple[dict[str, Any], ...] = ()
     pods: tuple[dict[str, Any], ...] = ()          # serving pods
     build_pods: tuple[dict[str, Any], ...] = ()    # pods of engine-build Jobs
@@ -54,6 +55,8 @@ class Children:
             return self.service
         if kind == "PodDisruptionBudget":
             return self.pdb
+        if kind == "NetworkPolicy":
+            return self.network_policy
         name = manifest["metadata"]["name"]
         return next((j for j in self.jobs if j["metadata"]["name"] == name), None)
 

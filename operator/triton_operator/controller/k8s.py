@@ -59,10 +59,12 @@ DEPLOYMENT = Kind("apps/v1", "Deployment", "deployments")
 SERVICE = Kind("v1", "Service", "services")
 PDB = Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets")
 JOB = Kind("batch/v1", "Job", "jobs")
+NETWORK_POLICY = Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies")
 POD = Kind("v1", "Pod", "pods")
 NODE = Kind("v1", "Node", "nodes", namespaced=False)
 EVENT = Kind("v1", "Event", "events")
-KINDS = {(k.api_version, k.kind): k for k in (INFERENCE_SERVICE, GPU_CLASS, DEPLOYMENT, SERVICE, PDB, JOB, POD, EVENT)}
+KINDS = {(k.api_version, k.kind): k for k in (INFERENCE_SERVICE, GPU_CLASS, DEPLOYMENT, SERVICE, PDB, JOB, POD, EVENT,
+                                              NETWORK_POLICY)}
 
 
 def kind_of(manifest: dict[str, Any]) -> Kind:

@@ -16,7 +16,8 @@ from ..labels import LABEL_SERVICE, MANAGED_BY, MANAGED_BY_LABEL
 from ..settings import Settings
 from .cache import Key, Store, key_of, owner_of, trim_child, trim_gpu_pod, trim_node, trim_pod
 from .informer import Informer
-from .k8s import DEPLOYMENT, GPU_CLASS, INFERENCE_SERVICE, JOB, NODE, PDB, POD, SERVICE, ApiError, Kube, describe
+from .k8s import (DEPLOYMENT, GPU_CLASS, INFERENCE_SERVICE, JOB, NETWORK_POLICY, NODE, PDB, POD, SERVICE, ApiError,
+                  Kube, describe)
 from .k8s import namespace_terminating
 from .logsummary import FailureLog
 from .queue import WorkQueue
@@ -45,9 +46,12 @@ class Manager:
                                      self.queue.add_after)
         self.informers: list[Informer] = []
         namespaces: list[str | None] = list(settings.namespaces) or [None]
-        for kind, selector, project in ((INFERENCE_SERVICE, None, None), (DEPLOYMENT, CHILDREN_SELECTOR, trim_child),
-                                        (SERVICE, CHILDREN_SELECTOR, trim_child), (PDB, CHILDREN_SELECTOR, trim_child),
-                                        (JOB, CHILDREN_SELECTOR, trim_child), (POD, PODS_SELECTOR, trim_pod)):
+        kinds = [(INFERENCE_SERVICE, None, None), (DEPLOYMENT, CHILDREN_SELECTOR, trim_child),
+                 (SERVICE, CHILDREN_SELECTOR, trim_child), (PDB, CHILDREN_SELECTOR, trim_child),
+                 (JOB, CHILDREN_SELECTOR, trim_child), (POD, PODS_SELECTOR, trim_pod)]
+        if settings.network_policy.enabled:
+            kinds.append((NETWORK_POLICY, CHILDREN_SELECTOR, trim_child))
+        for kind, selector, project in kinds:
             for ns in namespaces:
                 kwargs: dict[str, Any] = {"label_selector": selector}
                 if project is not None:
@@ -163,7 +167,7 @@ class Manager:
         telemetry.API_REQUESTS.set(self.kube.requests)
         telemetry.QUEUE_DEPTH.set(len(self.queue))
         for kind in ("InferenceService", "GPUClass", "Deployment", "Service", "PodDisruptionBudget", "Job", "Pod",
-                     "Node", GPU_POD_KIND):
+                     "NetworkPolicy", "Node", GPU_POD_KIND):
             telemetry.CACHE_OBJECTS.labels(kind).set(self.store.count(kind))
 
     def health(self) -> dict[str, Any]:

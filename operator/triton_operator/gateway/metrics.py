@@ -51,3 +51,15 @@ KEY_FILES_VALID = Gauge(
     "triton_gateway_key_files_valid",
     "1 when the API key files were read and parsed; 0 when they cannot be used, and every request is then "
     "refused (503 keys_unavailable) until they are fixed.")
+# Usage per API key (its name, never the key), the start of showback. A key's GPU-seconds are its
+# part of each service's: the service's GPU-seconds (the operator's triton_operator_service_gpus,
+# integrated) times this key's share of the service's request-seconds (README, "Usage per key").
+KEY_SERVICE = ["key", "namespace", "inferenceservice"]
+KEY_REQUESTS = Counter(
+    "triton_gateway_key_requests_total", "Requests a key sent to a service's replicas.", KEY_SERVICE)
+KEY_REQUEST_SECONDS = Counter(
+    "triton_gateway_key_request_seconds_total",
+    "Seconds a key's requests spent at a service's replicas (from sending to the end of the answer).", KEY_SERVICE)
+KEY_TOKENS = Counter(
+    "triton_gateway_key_tokens_total", "Tokens a key used, by kind (prompt, completion), as the model counted them.",
+    KEY_SERVICE + ["kind"])

@@ -95,13 +95,14 @@ def ready_addresses(slice_: dict[str, Any], port_name: str = "http") -> tuple[Ad
     return tuple(out)
 
 
-def url(address: Address) -> str:
+def url(address: Address, scheme: str = "http") -> str:
     host, port = address
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
 
 @dataclass
 class Router:
+    port_name: str = "http"   # the EndpointSlice port requests go to ("https" behind a TLS terminator)
     services: dict[Key, Service] = field(default_factory=dict)
     slices: dict[tuple[str, str], tuple[Key, tuple[Address, ...]]] = field(default_factory=dict)
     in_flight: dict[Address, int] = field(default_factory=dict)
@@ -136,7 +137,7 @@ class Router:
         if obj is None or not service:
             self.slices.pop(slice_key, None)
         else:
-            self.slices[slice_key] = ((namespace, service), ready_addresses(obj))
+            self.slices[slice_key] = ((namespace, service), ready_addresses(obj, self.port_name))
         touched = {entry[0] for entry in (before, self.slices.get(slice_key)) if entry is not None}
         return self._recompute(touched)
 
@@ -149,7 +150,7 @@ class Router:
             service = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
             if service:
                 ns = meta.get("namespace") or "default"
-                self.slices[(ns, meta.get("name") or "")] = ((ns, service), ready_addresses(obj))
+                self.slices[(ns, meta.get("name") or "")] = ((ns, service), ready_addresses(obj, self.port_name))
         touched |= {k for k, _ in self.slices.values()}
         return self._recompute(touched)
 

@@ -13,6 +13,7 @@ import ipaddress
 import json
 import logging
 import socket
+import ssl
 import time
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable, Callable
@@ -71,7 +72,8 @@ class Gateway:
         self.settings = settings
         self.api = api
         self.clock = clock
-        self.router = Router()
+        self.router = Router(port_name=settings.upstream_port_name)
+        self.scheme = "https" if settings.upstream_tls_ca_file else "http"
         self.grants: dict[str, keys_core.Grant] = {}
         self.keys_loaded = False
         self.keys_error: str | None = None   # the key files could not be used: every request fails closed
@@ -232,7 +234,7 @@ class Gateway:
         return Caller(d, grant)
 
     @contextlib.asynccontextmanager
-    async def admitted(self, request: web.Request, caller: Caller) -> AsyncIterator[bytes]:
+    async def admitted(self, request: web.Request, caller: Caller) -> AsyncIterator[bytes | bytearray]:
         """The request's body, read within the key's share of the gateway (a place among its
         requests in flight, its body counted in the byte budget from before it is read until the
         answer ends, read within body_timeout_seconds); everything given back on the way out."""
@@ -262,7 +264,7 @@ class Gateway:
                 raise t.OpenAIError(503, "the gateway holds as many request bodies as it can; retry",
                                     "service_unavailable", code="gateway_busy", retry_after=1)
             try:
-                body = await asyncio.wait_for(request.read(), s.body_timeout_seconds)
+                body = await asyncio.wait_for(read_body(request, length), s.body_timeout_seconds)
             except asyncio.TimeoutError:
                 m.REJECTED.labels("body_timeout").inc()
                 raise t.OpenAIError(408, f"the request body did not arrive within {s.body_timeout_seconds:g}s",
@@ -392,15 +394,32 @@ class Gateway:
                                             sock_connect=self.settings.upstream_connect_timeout_seconds)
             resolver = PinnedResolver(self.settings.resolve) if self.settings.resolve else None
             self.upstream = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60, resolver=resolver), timeout=timeout,
-                auto_decompress=False)
+                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60, resolver=resolver,
+                                               ssl=self.upstream_tls() or True),
+                timeout=timeout, auto_decompress=False)
         return self.upstream
 
+    def upstream_tls(self) -> ssl.SSLContext | None:
+        """TLS to the replicas (upstream_tls_ca_file set): their certificates verified against the CA
+        and the service's DNS name, optionally with a client certificate (mutual TLS)."""
+        s = self.settings
+        if not s.upstream_tls_ca_file:
+            return None
+        context = ssl.create_default_context(cafile=s.upstream_tls_ca_file)
+        if s.upstream_tls_cert_file:
+            context.load_cert_chain(s.upstream_tls_cert_file, s.upstream_tls_key_file)
+        return context
+
+    def tls_name(self, svc: Service) -> str | None:
+        """The name a replica's certificate is checked against: its Service's, NAME.NAMESPACE.svc
+        (the address dialled is a pod IP, which certificates rarely name)."""
+        return f"{svc.key[1]}.{svc.key[0]}.svc" if self.scheme == "https" else None
+
     async def _send(self, svc: Service, caller: Caller, method: str, path: str, body: bytes | None,
-                    headers: dict[str, str]) -> tuple[Address, aiohttp.ClientResponse]:
+                    headers: dict[str, str]) -> tuple[Address, aiohttp.ClientResponse, float]:
         """A request to a ready replica; a replica that refuses the connection is tried once more
         on another (nothing reached the first one). Two refusals end it, on two replicas or on the
-        only one."""
+        only one. Returns the replica, its answer (headers read) and when the request was sent."""
         tried: set[Address] = set()
         attempts = 0
         while True:
@@ -412,9 +431,11 @@ class Gateway:
             try:
                 # Already encoded: the path is built from checked names only, and must reach the
                 # replica exactly as built (a plain string would be re-normalised by yarl).
-                target = yarl.URL(url(address) + path, encoded=True)
-                resp = await self.session().request(method, target, data=body, headers=headers)
-                return address, resp
+                target = yarl.URL(url(address, self.scheme) + path, encoded=True)
+                sent = self.clock()
+                resp = await self.session().request(method, target, data=body, headers=headers,
+                                                    server_hostname=self.tls_name(svc))
+                return address, resp, sent
             except aiohttp.ClientConnectorError:
                 self.router.release(address)
                 tried.add(address)
@@ -435,7 +456,8 @@ class Gateway:
         address = await self.endpoint(svc, caller)
         template: str | None = None
         try:
-            async with self.session().get(yarl.URL(f"{url(address)}/v2/models/{svc.generate_model}/config", encoded=True),
+            async with self.session().get(yarl.URL(f"{url(address, self.scheme)}/v2/models/{svc.generate_model}/config",
+                                                   encoded=True), server_hostname=self.tls_name(svc),
                                           timeout=aiohttp.ClientTimeout(total=10)) as resp:
                 if resp.status == 200:
                     params = (await resp.json(content_type=None)).get("parameters") or {}
@@ -475,7 +497,7 @@ class Gateway:
         async with self.admitted(request, caller) as raw:
             return await self._openai_admitted(request, caller, raw, kind, route)
 
-    async def _openai_admitted(self, request: web.Request, caller: Caller, raw: bytes, kind: type[t._Request],
+    async def _openai_admitted(self, request: web.Request, caller: Caller, raw: bytes | bytearray, kind: type[t._Request],
                                route: str) -> web.StreamResponse:
         req = t.parse_body(raw, kind)
         svc = self.resolve(req.model, caller.grant)
@@ -502,7 +524,7 @@ class Gateway:
         in_flight = self.child(m.IN_FLIGHT, *svc.key)
         try:
             path = f"/v2/models/{svc.generate_model}/" + ("generate_stream" if gen.stream else "generate")
-            address, resp = await self._send(svc, caller, "POST", path, json.dumps(gen.body).encode(),
+            address, resp, sent = await self._send(svc, caller, "POST", path, json.dumps(gen.body).encode(),
                                              {"Content-Type": "application/json", "Accept-Encoding": "identity"})
             in_flight.inc()
             try:
@@ -519,6 +541,7 @@ class Gateway:
                 resp.release()
                 self.router.release(address)
                 in_flight.dec()
+                self._account(caller, svc, sent)
         except t.OpenAIError as e:
             code = e.status
             raise
@@ -529,6 +552,11 @@ class Gateway:
         finally:
             self.child(m.REQUESTS, *svc.key, route, str(code)).inc()
             self.child(m.LATENCY, *svc.key, route).observe(self.clock() - started)
+
+    def _account(self, caller: Caller, svc: Service, sent: float) -> None:
+        """One request of `caller` answered by a replica of `svc`: usage per key."""
+        self.child(m.KEY_REQUESTS, caller.grant.name, *svc.key).inc()
+        self.child(m.KEY_REQUEST_SECONDS, caller.grant.name, *svc.key).inc(max(0.0, self.clock() - sent))
 
     async def _stream(self, request: web.Request, resp: aiohttp.ClientResponse, gen: t.Generate,
                       svc: Service, started: float) -> web.StreamResponse:
@@ -582,14 +610,14 @@ class Gateway:
             return await self._v2_admitted(request, caller, svc, path, body)
 
     async def _v2_admitted(self, request: web.Request, caller: Caller, svc: Service, path: str,
-                           body: bytes) -> web.StreamResponse:
+                           body: bytes | bytearray) -> web.StreamResponse:
         headers = {h: request.headers[h] for h in V2_REQUEST_HEADERS if h in request.headers}
         headers["Accept-Encoding"] = request.headers.get("Accept-Encoding", "identity")
         started = self.clock()
         code = 500
         in_flight = self.child(m.IN_FLIGHT, *svc.key)
         try:
-            address, resp = await self._send(svc, caller, request.method, path, body or None, headers)
+            address, resp, sent = await self._send(svc, caller, request.method, path, body or None, headers)
             in_flight.inc()
             try:
                 if resp.status >= 400:
@@ -614,6 +642,7 @@ class Gateway:
                 resp.release()
                 self.router.release(address)
                 in_flight.dec()
+                self._account(caller, svc, sent)
         except t.OpenAIError as e:
             code = e.status
             raise
@@ -721,6 +750,26 @@ class PinnedResolver(aiohttp.abc.AbstractResolver):
 
     async def close(self) -> None:
         await self.fallback.close()
+
+
+async def read_body(request: web.Request, length: int | None) -> bytes | bytearray:
+    """The request's body in one buffer of its announced length, filled as it arrives: one copy
+    in memory at every moment (aiohttp's read() grows a bytearray and then copies it into bytes,
+    two copies at the end of every read). Without a Content-Length, aiohttp's read()."""
+    if length is None:
+        return await request.read()
+    body = bytearray(length)
+    view = memoryview(body)
+    got = 0
+    while got < length:
+        chunk = await request.content.readany()
+        if not chunk:
+            raise t.OpenAIError(400, f"the request body ended after {got} of its {length} bytes",
+                                code="incomplete_body")
+        view[got:got + len(chunk)] = chunk
+        got += len(chunk)
+    view.release()
+    return body
 
 
 async def _server_header(_request: web.Request, response: web.StreamResponse) -> None:

@@ -120,7 +120,7 @@ class CompletionRequest(_Request):
         return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
 
 
-def parse_body(raw: bytes, kind: type[_Request]) -> _Request:
+def parse_body(raw: bytes | bytearray, kind: type[_Request]) -> _Request:
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError):

@@ -196,6 +196,10 @@ def _model_delivery(isvc: InferenceService, cls: GPUClassSpec, settings: Setting
 # only the network cannot know the UID, and someone who may read the pod can still use them
 # through a port-forward. A user who wants a fixed key sets TRITON_ADMIN_KEY in spec.server.env,
 # which replaces ours.
+# The pod ports a NetworkPolicy opens to inference clients: Triton's HTTP and gRPC, and "https",
+# the port a TLS terminator beside Triton would name (gateway upstreamTLS); a named port the pod
+# does not have matches nothing.
+CLIENT_PORTS = ("http", "grpc", "https")
 ADMIN_HEADER = "x-triton-operator-admin"
 ADMIN_KEY_ENV = "TRITON_ADMIN_KEY"
 RESTRICTED_APIS = "model-repository,shared-memory,statistics,trace,logging"
@@ -406,8 +410,13 @@ def render(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Se
     context = {"name": isvc.name, "namespace": isvc.namespace, "labels": labels,
                "selector": selector_labels(isvc.name), "owner": _owner(isvc),
                "ports": {"http": HTTP_PORT, "grpc": GRPC_PORT, "metrics": METRICS_PORT}}
-    # One Service and one PodDisruptionBudget select the pods of every class.
+    # One Service and one PodDisruptionBudget (and NetworkPolicy) select the pods of every class.
     shared = [_load(_env.get_template(t).render(**context)) for t in ("service.yaml.j2", "pdb.yaml.j2")]
+    policy = settings.network_policy
+    if policy.enabled:
+        ingress = [{"from": peers, "ports": [{"port": port, "protocol": "TCP"} for port in ports]}
+                   for peers, ports in ((policy.clients, CLIENT_PORTS), (policy.metrics, ("metrics",))) if peers]
+        shared.append(_load(_env.get_template("networkpolicy.yaml.j2").render(**context, ingress=ingress)))
     return Rendered(gpu_class=preferred, manifests=deployments + shared + (
         engine_jobs(isvc, classes, settings) if jobs is None else jobs), notes=notes, deployments=names)
 
