@@ -7,6 +7,7 @@ instead (kind, a cloud); set E2E_KEEP_CLUSTER=1 to leave the local one running a
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -72,13 +73,21 @@ def operator(installed: Cluster, tmp_path_factory: pytest.TempPathFactory) -> It
         "-o", r"jsonpath={.data.gpuclasses\.yaml}").stdout)
     op = Operator(installed, work, kubeconfig=service_account_kubeconfig(installed, work),
                   args=["--leader-elect", "--leader-elect-namespace", RELEASE_NS],
-                  extra_env={"TRITON_OPERATOR_CATALOG_FILE": str(catalog)})
+                  extra_env={"TRITON_OPERATOR_CATALOG_FILE": str(catalog), **chart_env(installed, ["NETWORK_POLICY"])})
     op.start()
     wait_for("the catalog's GPUClasses", lambda: len(installed.get("gpuclass") or []) >= 4, timeout=60)
     try:
         yield op
     finally:
         assert op.stop(), f"the operator did not exit within 20 s of SIGTERM; log:\n{op.log_tail()}"
+
+
+def chart_env(cluster: Cluster, names: list[str]) -> dict[str, str]:
+    """TRITON_OPERATOR_<name> as the installed chart's operator Deployment sets them."""
+    dep = json.loads(cluster.kubectl("get", "deployment", "-n", RELEASE_NS, "-l", "app.kubernetes.io/name=triton-operator",
+                                     "-o", "json").stdout)["items"][0]
+    env = {e["name"]: e.get("value", "") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    return {f"TRITON_OPERATOR_{n}": env[f"TRITON_OPERATOR_{n}"] for n in names}
 
 
 def service_account_kubeconfig(cluster: Cluster, work: Path, account: str = SERVICE_ACCOUNT) -> str:

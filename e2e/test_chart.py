@@ -122,7 +122,18 @@ def test_gateway_is_off_by_default_and_complete_when_on(tools):
         if "gateway" in d["metadata"]["name"]:
             by_kind.setdefault(d["kind"], []).append(d)
     assert set(by_kind) == {"ServiceAccount", "Role", "RoleBinding", "Service", "Deployment", "HTTPRoute", "Ingress",
-                            "ServiceMonitor"}
+                            "ServiceMonitor", "NetworkPolicy"}
+    # the API on one Service, the metrics (every tenant's service names) on another, which the
+    # HTTPRoute and Ingress never point at; only Prometheus may reach the metrics port
+    api, metrics = sorted(by_kind["Service"], key=lambda s: s["metadata"]["name"])
+    assert [p["name"] for p in api["spec"]["ports"]] == ["http"]
+    assert [p["name"] for p in metrics["spec"]["ports"]] == ["metrics"]
+    assert {b["name"] for r in by_kind["HTTPRoute"] for rule in r["spec"]["rules"] for b in rule["backendRefs"]} == \
+        {api["metadata"]["name"]}
+    [policy] = by_kind["NetworkPolicy"]
+    http, scrape = policy["spec"]["ingress"]
+    assert http == {"ports": [{"port": "http", "protocol": "TCP"}]} and scrape["ports"] == [{"port": "metrics",
+                                                                                              "protocol": "TCP"}]
     assert {r["metadata"]["namespace"] for r in by_kind["Role"]} == {"ml", "vision"}
     for role in by_kind["Role"]:
         assert role["rules"] == [

@@ -104,8 +104,18 @@ def test_children_are_restored_and_collected(operator: Operator, ns: str):
     c.kubectl("patch", "pdb", "heal", "-n", ns, "--type=merge", "-p", '{"spec": {"maxUnavailable": 0}}')
     wait_for("PDB restored", lambda: c.get("pdb", "heal", ns)["spec"]["maxUnavailable"] == 1)
 
+    # The chart's networkPolicy (on by default): only the gateway reaches Triton's inference ports,
+    # only Prometheus its metrics; a policy opened by hand is closed again.
+    policy = c.get("networkpolicy", "heal", ns)
+    assert policy["spec"]["podSelector"] == {"matchLabels": c.get("service", "heal", ns)["spec"]["selector"]}
+    clients, metrics = policy["spec"]["ingress"]
+    assert clients["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/name"] == "triton-operator-gateway"
+    assert [p["port"] for p in metrics["ports"]] == ["metrics"]
+    c.kubectl("patch", "networkpolicy", "heal", "-n", ns, "--type=merge", "-p", '{"spec": {"ingress": [{}]}}')
+    wait_for("NetworkPolicy restored", lambda: len(c.get("networkpolicy", "heal", ns)["spec"]["ingress"]) == 2)
+
     c.kubectl("delete", "infsvc", "heal", "-n", ns)
-    for kind in ("deployment", "service", "pdb"):
+    for kind in ("deployment", "service", "pdb", "networkpolicy"):
         wait_for(f"{kind} garbage-collected", lambda k=kind: c.get(k, "heal", ns) is None, timeout=60)
     wait_for("pods gone", lambda: not pods_of(c, "heal", ns), timeout=60)
 

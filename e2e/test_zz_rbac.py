@@ -24,6 +24,7 @@ IMPLICIT = {
     ("policy", "poddisruptionbudgets", "create"): "server-side apply (a PATCH) of an absent object needs create",
     ("serving.triton-operator.io", "gpuclasses", "create"): "server-side apply (a PATCH) of an absent object needs create",
     ("batch", "jobs", "create"): "server-side apply (a PATCH) of an absent object needs create",
+    ("networking.k8s.io", "networkpolicies", "create"): "server-side apply (a PATCH) of an absent object needs create",
 }
 
 
