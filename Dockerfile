@@ -1,9 +1,13 @@
-# The operator image: `docker build -t ghcr.io/triton-operator/triton-operator:0.1.0 .`
+# The operator image (also what init containers and preparation Jobs run triton-runtime from):
+# `docker build -t ghcr.io/triton-operator/triton-operator:0.1.0 .`
 FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operator ./operator
-RUN pip install --no-cache-dir --prefix=/install .
+COPY runtime ./runtime
+# triton-runtime too: init containers write model repositories with it, preparation Jobs download
+# with it, and it is copied from here into NVIDIA's stock image where a GPU is needed.
+RUN pip install --no-cache-dir --prefix=/install . "./runtime[hf,s3,gs]"
 
 FROM python:3.11-slim
 COPY --from=build /install /usr/local

@@ -146,15 +146,13 @@ LLM = {"model": {"source": "hf://meta-llama/Llama-3.2-1B", "format": "tensorrt-l
 
 
 @pytest.mark.parametrize("changes, field, words", [
-    # The server image of an LLM is the runtime image: its TensorRT-LLM built the engine.
-    ({**LLM, "server": {"image": "nvcr.io/nvidia/tritonserver:25.02-trtllm-python-py3"}}, "spec",
-     "server.image cannot be set for model.format tensorrt-llm"),
-    ({"model": {**LLM["model"], "source": "hf://google/gemma-2-9b-it"}}, "spec.model", "Gemma, ChatGLM/GLM-4 or Baichuan"),
-    ({"model": {**LLM["model"], "source": "hf://THUDM/chatglm3-6b"}}, "spec.model", "serve them with format triton"),
-    ({"model": {**LLM["model"], "source": "hf://THUDM/glm-4-9b-chat"}}, "spec.model", "remote code"),
+    # TensorRT-LLM's PyTorch backend has no INT8 SmoothQuant (it went with the engine workflow).
+    ({"model": {**LLM["model"], "precision": "int8"}}, "spec.model", "precision int8 is not served by TensorRT-LLM"),
+    ({"model": {**LLM["model"], "source": "hf://THUDM/chatglm3-6b"}}, "spec.model", "serve it with format triton"),
+    ({"model": {**LLM["model"], "source": "hf://THUDM/glm-4-9b-chat"}}, "spec.model", "trust_remote_code"),
     ({"model": {**LLM["model"], "source": "s3://models/Baichuan2-7B"}}, "spec.model", "Baichuan"),
     ({"model": {**LLM["model"], "precision": "fp16"}, "engine": {"calibrationDataset": "pvc://data/calib"}}, "spec",
-     "calibrationDataset applies only to precisions fp8 and int4-awq"),
+     "calibrationDataset applies only to precisions fp8, nvfp4 and int4-awq"),
     ({**LLM, "engine": {"calibrationDataset": "file:///data"}}, "spec.engine.calibrationDataset", "pattern"),
     ({**LLM, "engine": {"buildResources": {"limits": {"nvidia.com/gpu": "2"}}}}, "spec.engine.buildResources",
      "spec.gpu"),
@@ -180,11 +178,10 @@ def test_admission_rules_say_what_the_models_say():
     from triton_operator import api, crdgen
     schema = crdgen.inference_service_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     rules = {r["message"]: r for r in schema["x-kubernetes-validations"]}
-    assert rules[api.SERVER_IMAGE_MESSAGE]["fieldPath"] == ".server.image"
-    assert "self.model.format != 'tensorrt-llm'" in rules[api.SERVER_IMAGE_MESSAGE]["rule"]
-    assert rules[api.CALIBRATION_MESSAGE]["rule"].endswith("self.model.precision in ['fp8', 'int4-awq']")
-    (family,) = schema["properties"]["model"]["x-kubernetes-validations"]
+    assert rules[api.CALIBRATION_MESSAGE]["rule"].endswith("self.model.precision in ['fp8', 'nvfp4', 'int4-awq']")
+    family, int8 = schema["properties"]["model"]["x-kubernetes-validations"]
     assert family["message"] == api.UNBUILT_LLM_MESSAGE and api.UNBUILT_LLM_FAMILIES in family["rule"]
+    assert int8["message"] == api.INT8_LLM_MESSAGE and int8["fieldPath"] == ".precision"
     assert rules[api.AUTO_PARAMETERS_MESSAGE]["fieldPath"] == ".gpu.class"
     gpu = {r["message"]: r for r in schema["properties"]["gpu"]["x-kubernetes-validations"]}
     for message in (api.COUNT_ZERO_MESSAGE, api.AUTO_FALLBACK_MESSAGE, api.SPILL_TARGET_MESSAGE):
@@ -196,16 +193,12 @@ def test_admission_rules_say_what_the_models_say():
     assert "\\" not in str(rules) + spill["properties"]["after"]["pattern"], "CEL string literals take no regex escapes"
 
 
-def test_the_operator_refuses_the_families_the_runtime_refuses():
-    """api.UNBUILT_LLM_FAMILIES (by name, at admission) covers runtime's UNSUPPORTED model_types
-    that have a recognisable name; Qwen v1 (model_type qwen, names like Qwen-7B) is only caught by
-    the runtime, as Qwen2 repositories share its name."""
-    import re
+def test_an_llm_may_choose_its_serving_image():
+    """The stock image is the default; another tag (a patched or newer release) is allowed, and the
+    serving pod's doctor checks its TensorRT-LLM version against the one models are prepared for."""
+    svc = InferenceService.model_validate(isvc_doc(**{**LLM, "server": {"image": "registry.local/trtllm:26.07-fix"}}))
+    assert svc.spec.server.image == "registry.local/trtllm:26.07-fix"
 
-    from triton_operator import api
-    from triton_runtime import trtllm
-    for model_type in set(trtllm.UNSUPPORTED) - {"qwen"}:
-        assert re.search(api.UNBUILT_LLM_FAMILIES, model_type), model_type
 
 @pytest.mark.parametrize("changes, field", [
     ({"gpu__count": True}, "spec.gpu.count"),

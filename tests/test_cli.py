@@ -20,7 +20,7 @@ def test_render_prints_manifests_for_an_example():
     out = run("render", "-f", str(EXAMPLES / "llama3-8b.yaml"))
     assert out.returncode == 0, out.stderr
     kinds = [d["kind"] for d in yaml.safe_load_all(out.stdout) if d]
-    assert kinds == ["Deployment", "Service", "PodDisruptionBudget", "Job", "Job"]  # engines: h100, h200
+    assert kinds == ["Deployment", "Service", "PodDisruptionBudget", "Job"]  # the model's preparation
 
 
 def test_render_uses_a_gpu_class_file(tmp_path):
@@ -44,11 +44,10 @@ BAD = {
                   " autoscaling: {minReplicas: 4, maxReplicas: 2}}", "minReplicas must be less than or equal"),
     "missing class": ("spec: {model: {source: 'hf://a/b', format: onnx}, gpu: {class: b200}}",
                       "GPUClassNotFound: GPUClass b200 does not exist"),
-    "image on an llm": ("spec: {model: {source: 'hf://a/b', format: tensorrt-llm}, gpu: {class: h100},"
-                        " server: {image: 'nvcr.io/nvidia/tritonserver:25.02-trtllm-python-py3'}}",
-                        "server.image cannot be set for model.format tensorrt-llm"),
-    "gemma engine": ("spec: {model: {source: 'hf://google/gemma-2-9b', format: tensorrt-llm}, gpu: {class: h100}}",
-                     "serve them with format triton"),
+    "int8 llm": ("spec: {model: {source: 'hf://a/b', format: tensorrt-llm, precision: int8}, gpu: {class: h100}}",
+                 "precision int8 is not served by TensorRT-LLM's PyTorch backend"),
+    "chatglm llm": ("spec: {model: {source: 'hf://THUDM/chatglm3-6b', format: tensorrt-llm}, gpu: {class: h100}}",
+                    "serve it with format triton"),
     "fp8 on a100": ("spec: {model: {source: 'hf://a/b', format: onnx, precision: fp8}, gpu: {class: a100-80gb}}",
                     "PrecisionUnsupported"),
 }

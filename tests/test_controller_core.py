@@ -242,19 +242,19 @@ def test_a_spec_that_cannot_render_is_an_error_not_an_exception(classes):
     assert p.error[0] == "GPUClassNotFound" and p.apply == ()
 
 
-def test_llm_serving_waits_for_its_engine_and_stale_build_jobs_are_deleted(classes):
+def test_llm_serving_waits_for_its_preparation_and_stale_jobs_are_deleted(classes):
     obj = isvc(model={"source": "hf://meta/llama", "format": "tensorrt-llm", "parameters": "8B", "precision": "fp16"})
     old_job = {"metadata": {"name": "demo-oldhash", "labels": {LABEL_SERVICE: "demo"}}, "status": {}}
     p = plan(obj, classes, Settings(), Children(jobs=(old_job,)), replicas=2)
     kinds = sorted(m["kind"] for m in p.apply)
     assert kinds == ["Deployment", "Job", "PodDisruptionBudget", "Service"]
-    assert next(m for m in p.apply if m["kind"] == "Deployment")["spec"]["replicas"] == 0, "held until the engine exists"
+    assert next(m for m in p.apply if m["kind"] == "Deployment")["spec"]["replicas"] == 0, "held until prepared"
     assert p.delete == (("batch/v1", "Job", "demo-oldhash"),)
-    assert [e["phase"] for e in p.engines] == ["Building"]
+    assert [e["phase"] for e in p.preparation] == ["Preparing"]
 
     running = live_children([m for m in p.apply if m["kind"] == "Deployment"]).deployment
     p2 = plan(obj, classes, Settings(), Children(deployment=running, jobs=()), replicas=2)
-    assert "Deployment" not in [m["kind"] for m in p2.apply], "a running Deployment keeps serving while a new engine builds"
+    assert "Deployment" not in [m["kind"] for m in p2.apply], "a running Deployment keeps serving while a model is prepared"
 
 
 # -- bounded logging ----------------------------------------------------------------------------------
@@ -287,20 +287,21 @@ def test_a_crash_loop_reports_what_the_doctor_said():
     assert failing == ("p", "CrashLoopBackOff", "doctor: no GPU visible (NVML: driver not loaded); 1 expected")
 
 
-def test_a_failed_build_names_what_its_pod_said():
-    from triton_operator.planning.engines import states
+def test_a_failed_preparation_names_what_its_pod_said():
+    from triton_operator.planning.preparation import states
     job = {"metadata": {"name": "svc-abc", "labels": {"serving.triton-operator.io/gpu-class": "h100"}}}
     failed = {"metadata": {"name": "svc-abc"}, "status": {"conditions": [
         {"type": "Failed", "status": "True", "reason": "PodFailurePolicy", "message": "exit code 3"}]}}
     pod = trim_pod({"metadata": {"name": "svc-abc-x", "namespace": "ml", "labels": {
-        LABEL_SERVICE: "svc", "batch.kubernetes.io/job-name": "svc-abc", "app.kubernetes.io/component": "engine-build"}},
+        LABEL_SERVICE: "svc", "batch.kubernetes.io/job-name": "svc-abc", "app.kubernetes.io/component": "model-prepare"}},
         "status": {"initContainerStatuses": [{"name": "doctor", "state": {"terminated": {
-            "exitCode": 3, "message": "engine cache /engines is not writable"}}}]}})
-    (state,) = states([job], [failed], [], [pod])
+            "exitCode": 3, "message": "model cache /models/cache is not writable"}}}]}})
+    (state,) = states([job], [failed], [], "fp8", [pod])
     assert state["phase"] == "Failed"
-    assert state["message"] == "build Job svc-abc failed: PodFailurePolicy: doctor: engine cache /engines is not writable"
-    (plain,) = states([job], [failed], [], [])
-    assert plain["message"] == "build Job svc-abc failed: PodFailurePolicy: exit code 3"
+    assert state["message"] == ("preparation Job svc-abc failed: PodFailurePolicy: doctor: model cache /models/cache "
+                                "is not writable")
+    (plain,) = states([job], [failed], [], "fp8", [])
+    assert plain["message"] == "preparation Job svc-abc failed: PodFailurePolicy: exit code 3"
 
 
 def test_condition_messages_are_bounded():

@@ -11,10 +11,10 @@ import pytest
 
 from triton_runtime import doctor
 from triton_runtime.fetch import FetchError, SourceUnavailable
-from triton_runtime.spec import EngineSpec
+from triton_runtime.prepare import Request as Preparation
 
 GIB = 1024**3
-SPEC = EngineSpec(source="hf://meta-llama/Meta-Llama-3-8B-Instruct", precision="fp8", compute_capability="9.0")
+SPEC = Preparation(source="hf://meta-llama/Meta-Llama-3-8B-Instruct", precision="fp8", trtllm_version="1.2.1")
 # The files of hf://meta-llama/Meta-Llama-3-8B-Instruct (sizes rounded), original/ included.
 LLAMA3_8B = {
     "config.json": 654, "generation_config.json": 187, "model.safetensors.index.json": 23950,
@@ -36,43 +36,42 @@ def test_gpu_count(visible, expected, words):
     assert found == ([] if words is None else found) and (words is None or words in found[0])
 
 
-def test_download_size_leaves_out_meta_originals_and_scratch_need_counts_the_converted_checkpoint():
+def test_download_size_leaves_out_meta_originals_and_the_cache_holds_the_quantized_checkpoint():
     sizes = doctor.sizes(LLAMA3_8B, remote=True)
     weights = sum(v for k, v in LLAMA3_8B.items() if k.endswith(".safetensors"))
     assert sizes.weights == weights
     assert weights < sizes.download < weights + 10_000_000  # + config and tokenizer, no .pth
     scratch, cache = doctor.needs(sizes, "fp8")
     assert cache == pytest.approx(weights / 2)  # fp8: one byte per parameter of a 16-bit checkpoint
-    assert scratch == pytest.approx(sizes.download + weights / 2)
+    assert scratch == pytest.approx(sizes.download)
     on_claim = doctor.sizes(LLAMA3_8B, remote=False)  # pvc:// is read in place: nothing downloaded
-    assert doctor.needs(on_claim, "fp16") == (pytest.approx(weights), pytest.approx(weights))
+    assert doctor.needs(on_claim, "bf16") == (0, pytest.approx(weights))
 
 
 def test_space_is_the_smaller_of_free_disk_and_the_volume_limit(tmp_path):
     assert doctor.check_space("scratch", tmp_path, 20 * GIB, 500 * GIB, "advice", limit=30 * GIB) == []
     (line,) = doctor.check_space("scratch", tmp_path, 40 * GIB, 500 * GIB, "do this", limit=30 * GIB)
     assert "30.0 GiB free (volume limit 30.0 GiB), about 40.0 GiB needed: do this" in line
-    (line,) = doctor.check_space("engine cache", tmp_path, 40 * GIB, 10 * GIB, "grow it")
-    assert line.startswith(f"engine cache {tmp_path} has 10.0 GiB free")
+    (line,) = doctor.check_space("model cache", tmp_path, 40 * GIB, 10 * GIB, "grow it")
+    assert line.startswith(f"model cache {tmp_path} has 10.0 GiB free")
 
 
-def test_examples_must_hold_the_converter_the_precision_needs(tmp_path):
-    found = doctor.check_examples(tmp_path / "none", "fp16", on_path=lambda _: None)
-    assert "TensorRT-LLM examples not found" in found[0] and "trtllm-build is not on PATH" in found[1]
-    (tmp_path / "llama").mkdir()
-    (tmp_path / "llama" / "convert_checkpoint.py").write_text("")
-    assert doctor.check_examples(tmp_path, "fp16", on_path=lambda _: "/usr/bin/trtllm-build") == []
-    assert "quantization/quantize.py not found: precision fp8" in doctor.check_examples(
-        tmp_path, "fp8", on_path=lambda _: "/usr/bin/trtllm-build")[0]
-
-
-def test_engine_check_finds_the_engine_of_this_version(tmp_path):
-    assert "no engine" in doctor.check_engine(tmp_path, SPEC, "0.17.0")[0]
-    folder = tmp_path / SPEC.key("0.17.0")
+def test_the_prepared_model_of_this_version_is_found(tmp_path):
+    assert f"no prepared model {SPEC.key()} in {tmp_path}" in doctor.check_prepared(tmp_path, SPEC, "1.2.1")[0]
+    folder = tmp_path / SPEC.key()
     folder.mkdir()
-    (folder / "manifest.json").write_text(json.dumps({"spec": SPEC.fields(), "trtllm_version": "0.17.0"}))
-    assert doctor.check_engine(tmp_path, SPEC, "0.17.0") == []
-    assert "built with TensorRT-LLM 0.17.0 but this image has 0.18.0" in doctor.check_engine(tmp_path, SPEC, "0.18.0")[0]
+    (folder / "manifest.json").write_text(json.dumps({"source": SPEC.source, "trtllm_version": "1.2.1"}))
+    assert doctor.check_prepared(tmp_path, SPEC, "1.2.1") == []
+    (line,) = doctor.check_prepared(tmp_path, SPEC, "1.3.0")
+    assert "this image has TensorRT-LLM 1.3.0 but the model was prepared for 1.2.1" in line
+
+
+@pytest.mark.parametrize("driver, warned", [("590.44.01", False), ("595.10", False), ("580.65.06", True), (None, False)])
+def test_an_older_driver_is_a_warning_naming_forward_compatibility(driver, warned):
+    found = doctor.check_driver(driver, "590.44.01")
+    assert bool(found) is warned
+    if warned:
+        assert f"NVIDIA driver {driver} is older than the 590.44.01" in found[0] and "forward compatibility" in found[0]
 
 
 @pytest.mark.parametrize("text, value", [("40Gi", 40 * GIB), ("500M", 500_000_000), ("1.5Ti", int(1.5 * 2**40)),
@@ -81,48 +80,51 @@ def test_quantities(text, value):
     assert doctor.parse_quantity(text) == value
 
 
-def _build_request(tmp_path, **changes) -> doctor.Request:
-    return doctor.Request(mode="build", spec=SPEC, cache_dir=tmp_path / "engines", gpus=1,
-                          scratch=tmp_path / "scratch", trtllm_version="0.17.0", **changes)
+def _request(tmp_path, **changes) -> doctor.Request:
+    return doctor.Request(mode="prepare", preparation=SPEC, cache_dir=tmp_path / "models", gpus=1,
+                          scratch=tmp_path / "scratch", trtllm_version="1.2.1", **changes)
 
 
 def _environ(tmp_path) -> dict[str, str]:
     from triton_runtime import image
-    return {**image.cache_environment(str(tmp_path / "home")), image.EXAMPLES_ENV: str(tmp_path / "examples")}
+    return image.cache_environment(str(tmp_path / "home"))
 
 
-def test_build_checks_put_together(tmp_path, monkeypatch):
-    (tmp_path / "examples" / "quantization").mkdir(parents=True)
-    (tmp_path / "examples" / "quantization" / "quantize.py").write_text("")
-    monkeypatch.setattr(doctor.shutil, "which", lambda name: f"/usr/local/bin/{name}")
-    report = doctor.run(_build_request(tmp_path, scratch_limit=20 * GIB), _environ(tmp_path),
+def test_preparation_checks_put_together(tmp_path):
+    report = doctor.run(_request(tmp_path, scratch_limit=10 * GIB), _environ(tmp_path),
                         gpu_probe=lambda env: (1, "NVML counts 1"), list_source=lambda *a: LLAMA3_8B,
-                        free_space=lambda path: 500 * GIB)
-    # 8B at fp8: about 15 GiB downloaded plus 7.5 GiB converted do not fit a 20 GiB scratch volume.
-    assert len(report.problems) == 1 and report.problems[0].startswith(f"scratch {tmp_path / 'scratch'} has 20.0 GiB")
+                        free_space=lambda path: 500 * GIB, driver_probe=lambda: "580.65.06")
+    # 8B: about 15 GiB downloaded do not fit a 10 GiB scratch volume.
+    assert len(report.problems) == 1 and report.problems[0].startswith(f"scratch {tmp_path / 'scratch'} has 10.0 GiB")
     assert "raise spec.engine.buildResources.requests.ephemeral-storage" in report.problems[0]
-    assert {"engine cache writable", "scratch writable", "1 GPU(s) visible"} <= set(report.passed)
+    assert {"model cache writable", "scratch writable", "1 GPU(s) visible", "TensorRT-LLM 1.2.1"} <= set(report.passed)
+    assert len(report.warnings) == 1 and "580.65.06" in report.warnings[0]
 
-    fits = doctor.run(_build_request(tmp_path, scratch_limit=40 * GIB), _environ(tmp_path),
+    fits = doctor.run(_request(tmp_path, scratch_limit=40 * GIB), _environ(tmp_path),
                       gpu_probe=lambda env: (1, ""), list_source=lambda *a: LLAMA3_8B,
-                      free_space=lambda path: 500 * GIB)
-    assert fits.problems == [] and any(p.startswith("disk: 22.") for p in fits.passed)
+                      free_space=lambda path: 500 * GIB, driver_probe=lambda: "590.44.01")
+    assert fits.problems == [] and fits.warnings == [] and "disk: 15.0 GiB scratch, 7.5 GiB cache needed" in fits.passed
+
+
+def test_a_download_only_preparation_needs_neither_gpu_nor_tensorrt_llm(tmp_path):
+    plain = Preparation(source=SPEC.source, precision="bf16", trtllm_version="1.2.1")
+    report = doctor.run(doctor.Request(mode="prepare", preparation=plain, cache_dir=tmp_path / "models", gpus=0,
+                                       scratch=tmp_path / "scratch", trtllm_version=None),
+                        _environ(tmp_path), gpu_probe=lambda env: (0, "none"), list_source=lambda *a: LLAMA3_8B,
+                        free_space=lambda path: 500 * GIB)
+    assert report.problems == [] and not any("GPU" in p for p in report.passed)
 
 
 @pytest.mark.parametrize("error, problem", [
-    (SourceUnavailable("hf://x/y: ConnectionError: timed out"), False),  # retried by the build: a warning
+    (SourceUnavailable("hf://x/y: ConnectionError: timed out"), False),  # retried by the Job: a warning
     (FetchError("hf://x/y: access refused (401: gated)"), True),         # a retry fails the same way
 ])
-def test_a_source_the_doctor_cannot_size(tmp_path, monkeypatch, error, problem):
-    (tmp_path / "examples" / "quantization").mkdir(parents=True)
-    (tmp_path / "examples" / "quantization" / "quantize.py").write_text("")
-    monkeypatch.setattr(doctor.shutil, "which", lambda name: f"/usr/local/bin/{name}")
-
+def test_a_source_the_doctor_cannot_size(tmp_path, error, problem):
     def listing(*_):
         raise error
 
-    report = doctor.run(_build_request(tmp_path), _environ(tmp_path), gpu_probe=lambda env: (1, ""),
-                        list_source=listing)
+    report = doctor.run(_request(tmp_path), _environ(tmp_path), gpu_probe=lambda env: (1, ""),
+                        list_source=listing, driver_probe=lambda: None)
     assert (report.problems == [str(error)]) is problem
     assert (report.warnings == [f"could not size the checkpoint, disk not checked: {error}"]) is not problem
 

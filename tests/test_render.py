@@ -113,7 +113,7 @@ def test_model_sources_reach_triton(classes):
     hf = render(isvc(model={"source": "hf://org/m", "format": "onnx", "credentialsSecret": "hf"}),
                 classes, Settings()).by_kind("Deployment")["spec"]["template"]["spec"]
     (stage,) = hf["initContainers"]
-    assert stage["args"][:4] == ["triton-runtime", "stage", "--source", "hf://org/m"]
+    assert stage["command"] == ["triton-runtime"] and stage["args"][:3] == ["stage", "--source", "hf://org/m"]
     assert stage["envFrom"] == [{"secretRef": {"name": "hf"}}]
     assert "envFrom" not in hf["containers"][0]  # the secret stays with the container that fetches
     # The runtime image's uid 1000 has no home directory: the staging container gets one; the
@@ -186,32 +186,40 @@ def _containers(manifest):
 
 
 @pytest.mark.parametrize("path", ISVC_EXAMPLES, ids=lambda p: p.stem)
-def test_no_container_replaces_the_image_entrypoint(path):
+def test_no_container_replaces_the_ngc_entrypoint(path):
     """The NGC images' entrypoint (/opt/nvidia/nvidia_entrypoint.sh: CUDA forward compatibility,
-    driver checks) must run: programs go in args, as Triton server v2.54.0
-    deploy/k8s-onprem/templates/deployment.yaml passes `args: [tritonserver, ...]`."""
+    driver checks) must run: programs go in args, as Triton server
+    deploy/k8s-onprem/templates/deployment.yaml passes `args: [tritonserver, ...]`. Containers of
+    the operator's own image (entrypoint triton-operator) name triton-runtime as their command."""
+    settings = Settings()
     for manifest in _render_file(path):
         if manifest["kind"] not in ("Deployment", "Job"):
             continue
         for container in _containers(manifest):
-            assert "command" not in container, (path.stem, container["name"])
-            assert container["args"][0] in ("tritonserver", "triton-runtime"), (path.stem, container["name"])
+            where = (path.stem, container["name"])
+            if container["image"] == settings.runtime_image:
+                assert container["command"] == ["triton-runtime"], where
+            else:
+                assert container["image"].startswith("nvcr.io/nvidia/tritonserver:") and "command" not in container, where
+                assert container["args"][0] in ("tritonserver", "python3"), where
 
 
 LLM = {"model": {"source": "hf://meta-llama/Llama-3.2-1B-Instruct", "format": "tensorrt-llm", "parameters": "1B",
                  "precision": "fp16"}, "gpu": {"class": "h100", "count": 1}}
 
 
-def test_llm_pods_run_the_doctor_first_with_their_gpus_and_a_writable_home(classes):
+def test_llm_pods_check_themselves_with_their_gpus_and_a_writable_home(classes):
     dep = render(isvc(**LLM, server={"env": [{"name": "HF_HOME", "value": "/custom"}]}), classes, Settings()
                  ).by_kind("Deployment")
     pod = dep["spec"]["template"]["spec"]
-    doctor, make_repository = pod["initContainers"]
+    make_repository, doctor = pod["initContainers"]
     triton = pod["containers"][0]
-    assert doctor["name"] == "doctor" and doctor["args"][:4] == ["triton-runtime", "doctor", "--for", "serve"]
+    assert doctor["name"] == "doctor" and doctor["args"][:6] == ["python3", "-m", "triton_runtime.cli", "doctor",
+                                                                 "--for", "serve"]
     assert doctor["args"][doctor["args"].index("--gpus") + 1] == "1"
-    # The same engine identity as make-repository, so both compute the same cache key.
-    assert doctor["args"][4:doctor["args"].index("--gpus")] == make_repository["args"][2:make_repository["args"].index("--repository")]
+    # The same model identity as make-repository, so both compute the same cache key.
+    identity = doctor["args"][6:doctor["args"].index("--gpus")]
+    assert identity == make_repository["args"][3:3 + len(identity)]
     assert doctor["resources"] == triton["resources"]  # GPUs included: the doctor counts them
     assert "nvidia.com/gpu" not in make_repository["resources"]["requests"]
     assert "envFrom" not in make_repository and "envFrom" not in doctor  # nothing is fetched there
@@ -225,9 +233,14 @@ def test_llm_pods_run_the_doctor_first_with_their_gpus_and_a_writable_home(class
     assert {"name": "home", "emptyDir": {"sizeLimit": "2Gi"}} in pod["volumes"]
 
 
-def test_llm_pods_always_run_the_runtime_image(classes):
-    dep = render(isvc(**LLM), classes, Settings(runtime_image="registry.local/runtime:1")).by_kind("Deployment")
-    assert {c["image"] for c in _containers(dep)} == {"registry.local/runtime:1"}
+def test_llm_pods_serve_on_the_stock_image_and_write_their_repository_with_ours(classes):
+    settings = Settings(runtime_image="registry.local/triton-operator:1",
+                        llm_image="nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3")
+    dep = render(isvc(**LLM), classes, settings).by_kind("Deployment")
+    assert {c["name"]: c["image"] for c in _containers(dep)} == {
+        "model-repository": "registry.local/triton-operator:1",
+        "doctor": "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3",
+        "triton": "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3"}
 
 
 SPILL = {"class": "h100", "fallbackClasses": ["h200", "a100-80gb"], "spill": {}}
@@ -256,14 +269,17 @@ def test_a_placement_renders_one_deployment_per_class_and_shares_service_and_pdb
         kubernetes_validate.validate(m, K8S_VERSION, strict=True)
 
 
-def test_a_spill_class_without_its_engine_is_held_at_zero(classes):
+def test_every_class_is_held_at_zero_until_the_model_is_prepared_once_for_all(classes):
     llm = {"source": "hf://org/m", "format": "tensorrt-llm", "parameters": "8B", "precision": "fp8"}
     obj = isvc(gpu=SPILL, model=llm)
-    r = render(obj, classes, Settings(), placement={"h100": 1, "h200": 2}, engines_ready={"h100"})
+    r = render(obj, classes, Settings(), placement={"h100": 1, "h200": 2}, engines_ready=set())
     assert {m["metadata"]["name"]: m["spec"]["replicas"] for m in r.manifests if m["kind"] == "Deployment"} == \
-        {"demo": 1, "demo-spill-h200": 0}
-    assert {j["metadata"]["labels"]["serving.triton-operator.io/gpu-class"] for j in r.manifests if j["kind"] == "Job"} \
-        == {"h100", "h200"}, "engines of the fallback classes are built ahead of need (a100 cannot run fp8)"
+        {"demo": 0, "demo-spill-h200": 0}
+    (job,) = [m for m in r.manifests if m["kind"] == "Job"]
+    assert job["metadata"]["labels"]["serving.triton-operator.io/gpu-class"] == "h100", "quantized on the preferred class"
+    r = render(obj, classes, Settings(), placement={"h100": 1, "h200": 2}, engines_ready={"h100", "h200"})
+    assert {m["metadata"]["name"]: m["spec"]["replicas"] for m in r.manifests if m["kind"] == "Deployment"} == \
+        {"demo": 1, "demo-spill-h200": 2}
 
 
 def test_class_auto_renders_the_planners_choice_with_its_gpu_count(classes):
@@ -273,11 +289,9 @@ def test_class_auto_renders_the_planners_choice_with_its_gpu_count(classes):
     assert r.gpu_class == "l4"  # 65 GiB at fp8: 4 x L4 (3.2/h) is the cheapest that holds it
     dep = r.by_kind("Deployment")
     assert dep["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
-    builds = {j["metadata"]["labels"]["serving.triton-operator.io/gpu-class"]: j for j in r.manifests if j["kind"] == "Job"}
-    assert set(builds) == {"l4", "h100", "h200"}, "A100 has no FP8"
-    h100 = builds["h100"]["spec"]["template"]["spec"]["containers"][0]
-    assert h100["args"][h100["args"].index("--tensor-parallelism") + 1] == "1", "one H100 holds it: its own count"
-    assert h100["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    (job,) = [m for m in r.manifests if m["kind"] == "Job"]
+    assert job["metadata"]["labels"]["serving.triton-operator.io/gpu-class"] == "l4", "quantized on the planner's choice"
+    assert job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
 
 
 @pytest.mark.parametrize("resources, requests", [

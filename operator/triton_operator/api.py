@@ -104,31 +104,35 @@ LABELS_MAX = 64
 ANNOTATIONS_MAX, ANNOTATIONS_TOTAL = 64, 32768
 
 ModelFormat = Literal["tensorrt-llm", "onnx", "pytorch", "tensorrt", "python", "triton"]
-Precision = Literal["fp32", "fp16", "bf16", "fp8", "int8", "int4-awq"]
+Precision = Literal["fp32", "fp16", "bf16", "fp8", "nvfp4", "int8", "int4-awq"]
 
+# NVFP4 and INT4-AWQ hold 4-bit weights with one 8-bit scale per 16 (NVFP4) or 128 (AWQ) values.
 BYTES_PER_PARAMETER: dict[str, float] = {
-    "fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4-awq": 0.5,
+    "fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "nvfp4": 0.5625, "int8": 1, "int4-awq": 0.5,
 }
-# FP8 kernels need Ada Lovelace or newer (L4 8.9, H100/H200 9.0); A100 (8.0) has none.
-MIN_COMPUTE_CAPABILITY: dict[str, tuple[int, int]] = {"fp8": (8, 9), "bf16": (8, 0)}
-# Precisions quantize.py builds by calibrating on sample text (runtime/triton_runtime/spec.py).
-CALIBRATED_PRECISIONS = ("fp8", "int4-awq")
+# FP8 kernels need Ada Lovelace or newer (L4 8.9, H100/H200 9.0); A100 (8.0) has none. NVFP4 needs
+# Blackwell (B200/GB200, 10.0).
+MIN_COMPUTE_CAPABILITY: dict[str, tuple[int, int]] = {"fp8": (8, 9), "nvfp4": (10, 0), "bf16": (8, 0)}
+# Precisions the preparation Job quantizes to with NVIDIA Model Optimizer, calibrating on sample
+# text, when the checkpoint is not quantized already (runtime/triton_runtime/prepare.py).
+CALIBRATED_PRECISIONS = ("fp8", "nvfp4", "int4-awq")
+# What TensorRT-LLM's PyTorch backend serves (runtime/triton_runtime/prepare.py PRECISIONS).
+LLM_PRECISIONS = ("fp32", "fp16", "bf16", "fp8", "nvfp4", "int4-awq")
 # Checkpoint families format tensorrt-llm refuses by name (the runtime refuses them again by
 # config.json model_type, runtime/triton_runtime/trtllm.py UNSUPPORTED): NVIDIA/TensorRT-LLM
 # v0.17.0 examples/gemma/convert_checkpoint.py takes other flags (--ckpt-type --model-dir
 # --output-model-dir --world-size), and ChatGLM/GLM-4 and Baichuan tokenizers are Python code in
 # the checkpoint (trust_remote_code), which the tokenizer models refuse to run. RE2 and Python
 # agree on this pattern (CEL's matches() searches like re.search).
-UNBUILT_LLM_FAMILIES = r"(?i)(gemma|chatglm|glm-4|baichuan)"
+UNBUILT_LLM_FAMILIES = r"(?i)(chatglm|glm-4|baichuan)"
 UNBUILT_LLM_MESSAGE = (
-    "model.source names a Gemma, ChatGLM/GLM-4 or Baichuan checkpoint, which format tensorrt-llm does not "
-    "build (Gemma's converter takes other flags; ChatGLM and Baichuan tokenizers are remote code): build the "
-    "engine and the model repository yourself and serve them with format triton")
-SERVER_IMAGE_MESSAGE = (
-    "server.image cannot be set for model.format tensorrt-llm: the engine is built and served by the "
-    "operator's runtime image, whose TensorRT-LLM version the engine's cache key names; set the operator's "
-    "runtime image (chart value triton.runtimeImage) instead")
-CALIBRATION_MESSAGE = "engine.calibrationDataset applies only to precisions fp8 and int4-awq"
+    "model.source names a ChatGLM/GLM-4 or Baichuan checkpoint, whose tokenizer is Python code in the "
+    "checkpoint (trust_remote_code), which the operator does not run: serve it with format triton and a "
+    "model repository of your own")
+INT8_LLM_MESSAGE = (
+    "precision int8 is not served by TensorRT-LLM's PyTorch backend (its INT8 SmoothQuant path was part of the "
+    "removed engine workflow): use fp8 (compute capability 8.9+), int4-awq, or bf16")
+CALIBRATION_MESSAGE = "engine.calibrationDataset applies only to precisions fp8, nvfp4 and int4-awq"
 
 
 def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
@@ -422,22 +426,27 @@ class ModelSpec(Model):
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
         cel(f"self.format != 'tensorrt-llm' || !self.source.matches('{UNBUILT_LLM_FAMILIES}')",
             UNBUILT_LLM_MESSAGE, "source"),
+        cel("self.format != 'tensorrt-llm' || !has(self.precision) || self.precision != 'int8'",
+            INT8_LLM_MESSAGE, "precision"),
     ]})
 
     source: str = Field(
         ..., pattern=SOURCE_PATTERN, max_length=2048,
         description="Where the model is: hf://ORG/NAME (Hugging Face), s3://BUCKET/PATH, gs://BUCKET/PATH, or pvc://CLAIM/PATH (a PersistentVolumeClaim in the same namespace).")
     format: ModelFormat = Field(
-        ..., description="What the source holds: tensorrt-llm (a checkpoint to build engines from), onnx, pytorch, tensorrt, python, or triton (a ready Triton model repository).")
+        ..., description="What the source holds: tensorrt-llm (a Hugging Face LLM checkpoint, served by TensorRT-LLM's LLM API on its PyTorch backend), onnx, pytorch, tensorrt, python, or triton (a ready Triton model repository).")
     name: str | None = Field(
         None, pattern=TRITON_MODEL_NAME, max_length=128,
-        description="Name of the model inside Triton, used for metrics. Defaults to 'tensorrt_llm' for tensorrt-llm and to the InferenceService name otherwise.")
+        description="Name of the model inside Triton, used for metrics. Defaults to 'llm' for tensorrt-llm and to the InferenceService name otherwise.")
     revision: str | None = Field(None, max_length=128, description="Revision (branch, tag or commit) of an hf:// source.")
     parameters: str | None = Field(
         None, pattern=PARAMETERS_PATTERN, max_length=16,
         description="Model size as a positive count of parameters, e.g. 8B or 70B or 350M; used to plan GPU memory.")
     precision: Precision = Field(
-        "fp16", description="Numeric precision of the served weights: fp32, fp16, bf16, fp8 (compute capability 8.9+), int8 or int4-awq.")
+        "fp16", description="Numeric precision of the served weights: fp32, fp16, bf16, fp8 (compute capability 8.9+), "
+                            "nvfp4 (Blackwell, 10.0+), int8 (not for tensorrt-llm) or int4-awq. For tensorrt-llm "
+                            "a checkpoint not already quantized to fp8, nvfp4 or int4-awq is quantized once by "
+                            "the preparation Job.")
     credentials_secret: str | None = Field(
         None, pattern=DNS_LABEL, max_length=253,
         description="Name of a Secret in this namespace whose keys become environment variables of the container that fetches the model (e.g. HF_TOKEN, AWS_ACCESS_KEY_ID). The operator never reads it.")
@@ -450,6 +459,8 @@ class ModelSpec(Model):
     def _buildable(self) -> ModelSpec:
         if self.format == "tensorrt-llm" and re.search(UNBUILT_LLM_FAMILIES, self.source):
             raise ValueError(UNBUILT_LLM_MESSAGE)
+        if self.format == "tensorrt-llm" and self.precision == "int8":
+            raise ValueError(INT8_LLM_MESSAGE)
         return self
 
     def parameter_count(self) -> float | None:
@@ -688,9 +699,10 @@ class ServerSpec(Model):
 
     image: str | None = Field(
         None, max_length=512, pattern=IMAGE_PATTERN,
-        description="Triton image for formats other than tensorrt-llm. Defaults to the operator's configured Triton "
-                    "image. Not allowed with tensorrt-llm: those services run the operator's runtime image, which "
-                    "holds triton-runtime and the TensorRT-LLM version their engines were built with.")
+        description="Triton image. Defaults to the operator's configured images: NVIDIA's tritonserver for most "
+                    "formats, its trtllm-python-py3 variant for tensorrt-llm (an image given here for tensorrt-llm "
+                    "must hold the TensorRT-LLM version the operator prepares models for; the serving pod's doctor "
+                    "checks it).")
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
         None, description="Image pull policy.")
     resources: ContainerResources | None = Field(
@@ -729,32 +741,42 @@ class ServerSpec(Model):
 
 
 class EngineSpec(Model):
-    """How TensorRT-LLM engines are built (format tensorrt-llm only). One engine is built per GPU
-    class in use, on a node of that class, and kept in a shared cache."""
+    """How TensorRT-LLM runs the model (format tensorrt-llm only): its LLM API arguments, and the
+    once-per-model preparation (download, quantization) into a shared cache."""
 
     cache_claim: str | None = Field(
         None, pattern=DNS_LABEL, max_length=253,
-        description="PersistentVolumeClaim in this namespace holding the engine cache (ReadWriteMany where "
-                    "several nodes share it). Defaults to the operator's configured claim (trtllm-engines).")
-    max_batch_size: int = Field(64, ge=1, le=4096, description="Largest batch the engine runs.")
-    max_input_len: int = Field(2048, ge=1, le=INT32_MAX, description="Longest prompt in tokens.")
-    max_seq_len: int = Field(4096, ge=2, le=INT32_MAX, validate_default=True, description="Longest prompt plus output in tokens.")
-    max_num_tokens: int = Field(8192, ge=1, le=INT32_MAX, description="Most tokens in one engine step (batch of prompts and generations).")
-    streaming: bool = Field(False, description="Serve tokens as they are generated (decoupled model, gRPC streaming).")
+        description="PersistentVolumeClaim in this namespace holding prepared models (ReadWriteMany where several "
+                    "nodes share it). Defaults to the operator's configured claim (triton-models).")
+    max_batch_size: int = Field(64, ge=1, le=4096, description="Most requests in a batch (LLM API max_batch_size).")
+    max_input_len: int = Field(
+        2048, ge=1, le=INT32_MAX,
+        description="Longest prompt in tokens for the planner's sizing. The LLM API bounds a prompt by maxSeqLen "
+                    "less the tokens asked for.")
+    max_seq_len: int = Field(4096, ge=2, le=INT32_MAX, validate_default=True,
+                             description="Longest prompt plus output in tokens (LLM API max_seq_len).")
+    max_num_tokens: int = Field(8192, ge=1, le=INT32_MAX,
+                                description="Most tokens in one engine step, prompts and generations together "
+                                            "(LLM API max_num_tokens).")
+    kv_cache_free_gpu_memory_fraction: float = Field(
+        0.9, gt=0, le=1, description="Share of the GPU memory left after the weights that the KV cache takes "
+                                     "(LLM API kv_cache_config.free_gpu_memory_fraction).")
+    streaming: bool = Field(
+        True, description="Kept for older specs: the served model always streams (generate_stream) and answers "
+                          "whole (generate).")
     calibration_dataset: str | None = Field(
         None, pattern=SOURCE_PATTERN, max_length=2048,
-        description="Calibration text for precisions fp8 and int4-awq, for clusters without access to the Hugging "
-                    "Face Hub: hf://ORG/NAME (a dataset repository), s3://, gs:// or pvc://CLAIM/PATH holding a "
-                    "Hugging Face datasets folder with a train split and a text column (512 rows are used; "
-                    "e.g. parquet or jsonl files). The build Job fetches it with the model's credentials. When "
-                    "unset, TensorRT-LLM's quantize.py downloads cnn_dailymail from the Hub.")
+        description="Calibration text for quantizing to fp8, nvfp4 or int4-awq, for clusters without access to the "
+                    "Hugging Face Hub: hf://ORG/NAME (a dataset repository), s3://, gs:// or pvc://CLAIM/PATH "
+                    "holding a Hugging Face datasets folder with a train split and a text column (512 rows are "
+                    "used). The preparation Job fetches it with the model's credentials. When unset, "
+                    "cnn_dailymail is downloaded from the Hub. Unused when the checkpoint is already quantized.")
     build_resources: ContainerResources | None = Field(
-        None, description="CPU, memory and ephemeral-storage of the engine-build Job, independent of the serving "
+        None, description="CPU, memory and ephemeral-storage of the preparation Job, independent of the serving "
                           "pods'. Defaults, with P = model.parameters in billions and N = gpu.count: requests cpu "
-                          "2+2N; memory 2.5 GB per billion parameters (the 16-bit checkpoint held in host memory "
-                          "while converting, plus a quarter), at least 16Gi; ephemeral-storage (2 + bytes per "
-                          "parameter at the precision) x P GB plus a fifth plus 10Gi, for the download and the "
-                          "converted checkpoint, which also sizes the scratch volume. A default above a limit set "
+                          "2+2N; memory 2.5 GB per billion parameters (the 16-bit checkpoint in host memory while "
+                          "quantizing, plus a quarter), at least 16Gi; ephemeral-storage 2 x P GB plus a fifth plus "
+                          "10Gi for the download, which also sizes the scratch volume. A default above a limit set "
                           "here is lowered to the limit. No limits unless set here. "
                           "Without model.parameters: memory 32Gi and an unbounded scratch volume.")
 
@@ -818,8 +840,6 @@ class InferenceServiceSpec(Model):
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
         cel("!has(self.engine) || self.model.format == 'tensorrt-llm'",
             "engine applies only to model.format tensorrt-llm", "engine"),
-        cel("!has(self.server) || !has(self.server.image) || self.model.format != 'tensorrt-llm'",
-            SERVER_IMAGE_MESSAGE, "server.image"),
         cel("!has(self.engine) || !has(self.engine.calibrationDataset) || "
             f"self.model.precision in {list(CALIBRATED_PRECISIONS)}",
             CALIBRATION_MESSAGE, "engine.calibrationDataset"),
@@ -840,7 +860,14 @@ class InferenceServiceSpec(Model):
     engine: EngineSpec | None = Field(
         None, description="TensorRT-LLM engine build settings (format tensorrt-llm); defaults apply when unset.")
     service_account_name: str | None = Field(
-        None, pattern=DNS_LABEL, max_length=253, description="ServiceAccount the serving pods run as.")
+        None, pattern=DNS_LABEL, max_length=253,
+        description="ServiceAccount the serving pods and the model's preparation Job run as (its token is not "
+                    "mounted: Triton never talks to the Kubernetes API; it serves image pull secrets, workload "
+                    "identity and the like).")
+    image_pull_secrets: list[Annotated[str, Field(pattern=DNS_LABEL, max_length=253)]] = Field(
+        default_factory=list, max_length=16,
+        description="Secrets in this namespace for pulling the images of the serving pods and the preparation Job "
+                    "(e.g. NGC's nvcr.io), beside the operator's own.")
     pod_labels: dict[LabelKey, LabelValue] = labels_field(
         f"Extra labels on serving pods (at most {LABELS_MAX}), as Kubernetes checks labels.")
     pod_annotations: dict[AnnotationKey, Annotated[str, Field(max_length=ANNOTATIONS_TOTAL)]] = Field(
@@ -865,14 +892,6 @@ class InferenceServiceSpec(Model):
     def _annotations_size(cls, v: dict[str, str]) -> dict[str, str]:
         if sum(len(k) + len(val) for k, val in v.items()) > ANNOTATIONS_TOTAL:
             raise ValueError(f"annotation keys and values together must be at most {ANNOTATIONS_TOTAL} characters")
-        return v
-
-    @field_validator("server")
-    @classmethod
-    def _runtime_image(cls, v: ServerSpec, info: ValidationInfo) -> ServerSpec:
-        model = info.data.get("model")
-        if v.image is not None and model is not None and model.format == "tensorrt-llm":
-            raise ValueError(SERVER_IMAGE_MESSAGE)
         return v
 
     @field_validator("engine")
@@ -937,12 +956,14 @@ class AutoscalingStatus(Model):
     last_decision: str | None = Field(None, description="Reason for the last decision.")
 
 
-class EngineStatus(Model):
-    """The TensorRT-LLM engine of one GPU class."""
+class PreparationStatus(Model):
+    """The model's preparation (download, quantization) for one precision."""
 
-    gpu_class: str = Field(..., description="GPUClass the engine is built for.")
-    phase: Literal["Building", "Ready", "Failed"] = Field(..., description="Building, Ready or Failed.")
-    job: str = Field(..., description="The build Job.")
+    precision: str = Field(..., description="The precision prepared.")
+    gpu_class: str | None = Field(None, description="GPUClass whose node quantizes it (none when it only downloads).")
+    phase: Literal["Preparing", "Ready", "Failed"] = Field(..., description="Preparing, Ready or Failed.")
+    job: str = Field(..., description="The preparation Job.")
+    key: str | None = Field(None, description="The prepared model's key in the cache.")
     message: str = Field("", description="Details, e.g. the Job's failure reason.")
 
 
@@ -955,7 +976,7 @@ class ClassPlacement(Model):
     desired: int = Field(0, ge=0, le=INT32_MAX, description="Replicas the operator asks for on this class.")
     ready: int = Field(0, ge=0, le=INT32_MAX, description="Replicas ready to serve on this class.")
     reason: str = Field(..., description="Why (CamelCase): Preferred, Full, RoomToReturn, Returning, SpilledOver, "
-                                         "Standby, EngineBuilding, or why the class is skipped.")
+                                         "Standby, Preparing, or why the class is skipped.")
     message: str = Field("", description="Details.")
     since: str | None = Field(None, description="When this reason began (RFC 3339).")
 
@@ -972,7 +993,8 @@ class InferenceServiceStatus(Model):
     endpoints: Endpoints | None = Field(None, description="In-cluster URLs.")
     metrics: LiveMetrics | None = Field(None, description="Live figures from Triton.")
     autoscaling: AutoscalingStatus | None = Field(None, description="Autoscaler state.")
-    engines: list[EngineStatus] | None = Field(None, description="TensorRT-LLM engines per GPU class.")
+    preparation: list[PreparationStatus] | None = Field(
+        None, description="TensorRT-LLM: the model's preparation (downloaded and quantized once, cached).")
     placement: list[ClassPlacement] | None = Field(
         None, description="Replicas per GPU class (the preferred class first), with spill-over reasons.")
     replicas_by_class: str | None = Field(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-READY, PROGRESSING, DEGRADED, ENGINE_READY = "Ready", "Progressing", "Degraded", "EngineReady"
+READY, PROGRESSING, DEGRADED, MODEL_READY = "Ready", "Progressing", "Degraded", "ModelReady"
 # Messages are for people: the API server's answers can list every field of a rejected object.
 MAX_MESSAGE = 2048
 SCALED_TO_ZERO = "ScaledToZero"  # only on services with autoscaling.minReplicas 0
@@ -41,7 +41,7 @@ def set_condition(conditions: list[dict[str, Any]], type_: str, status: bool | s
         cond["observedGeneration"] = generation
     out = [c for c in conditions if c.get("type") != type_]
     out.append(cond)
-    order = {READY: 0, PROGRESSING: 1, DEGRADED: 2, ENGINE_READY: 3}
+    order = {READY: 0, PROGRESSING: 1, DEGRADED: 2, MODEL_READY: 3}
     return sorted(out, key=lambda c: (order.get(c["type"], 9), c["type"]))
 
 

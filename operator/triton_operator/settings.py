@@ -27,12 +27,32 @@ class NetworkPolicySettings(BaseModel):
 class Settings(BaseModel):
     """Read from TRITON_OPERATOR_* environment variables (see `from_env`)."""
 
-    triton_image: str = Field("nvcr.io/nvidia/tritonserver:25.01-py3", description="Default Triton image.")
+    triton_image: str = Field(
+        "nvcr.io/nvidia/tritonserver:26.07-py3",
+        description="Default Triton image for formats other than tensorrt-llm (26.07: Triton 2.71.0, past the 25.07 "
+                    "fixes of CVE-2025-23310/23311/23319/23320/23334).")
+    llm_image: str = Field(
+        "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3",
+        description="NVIDIA's stock image that serves (and quantizes) tensorrt-llm services: Triton 2.71.0 with "
+                    "TensorRT-LLM 1.2.1 (server docs/introduction/compatibility.md, release 26.07).")
+    trtllm_version: str = Field(
+        "1.2.1", pattern=r"^[0-9]+[.][0-9]+[.][0-9]+([a-z0-9.+-]*)$",
+        description="TensorRT-LLM version of llm_image: prepared models are keyed by it, and serving pods check it.")
+    min_driver: str = Field(
+        "590.44.01", pattern=r"^[0-9]+([.][0-9]+)*$",
+        description="NVIDIA driver llm_image's CUDA needs (13.1 for 26.07); older drivers are a warning of the doctor.")
     runtime_image: str = Field(
-        "ghcr.io/triton-operator/runtime:0.1.0",
-        description="Image of runtime/ (Triton with TensorRT-LLM): stages models, builds engines, serves LLMs.")
-    engine_cache_claim: str = Field(
-        "trtllm-engines", description="Default PersistentVolumeClaim of the TensorRT-LLM engine cache.")
+        "ghcr.io/triton-operator/triton-operator:0.1.0",
+        description="The operator's own image, which holds triton-runtime: init containers write the model "
+                    "repository with it, preparation Jobs download with it.")
+    model_cache_claim: str = Field(
+        "triton-models",
+        description="Default PersistentVolumeClaim of the prepared-model cache (ReadWriteMany where several nodes "
+                    "share it).")
+    image_pull_secrets: list[str] = Field(
+        default_factory=list,
+        description="Secrets for pulling images (NGC's nvcr.io, a private registry), added to every pod and Job the "
+                    "operator renders, beside spec.imagePullSecrets.")
     cluster_domain: str = Field("cluster.local", description="DNS suffix of Services.")
     field_manager: str = Field("triton-operator", description="Field manager for server-side apply.")
     namespaces: list[str] = Field(default_factory=list, description="Namespaces to watch; empty means all.")
@@ -130,8 +150,8 @@ def from_env(environ: dict[str, str] | None = None) -> Settings:
         raw = env.get(ENV_PREFIX + name.upper())
         if raw is None or raw == "":
             continue
-        if name == "namespaces":
-            values[name] = [n for n in raw.split(",") if n.strip()]
+        if name in ("namespaces", "image_pull_secrets"):
+            values[name] = [n.strip() for n in raw.split(",") if n.strip()]
         elif name == "network_policy":
             try:
                 values[name] = json.loads(raw)

@@ -1,9 +1,9 @@
-"""The shared engine cache: a folder per key, published atomically.
+"""The shared model cache: a folder per key (a prepared model), published atomically.
 
 A builder works in <cache>/.tmp/<key>.<random>, writes manifest.json last, and renames the folder
-to <cache>/<key>: rename is atomic on one filesystem, so a reader sees a whole engine or none.
+to <cache>/<key>: rename is atomic on one filesystem, so a reader sees a whole model or none.
 Builders of the same key serialize on a lock file (flock); one that gets the lock after another
-published finds the engine and reuses it. If locks do not reach across nodes (some NFS setups
+published finds the model and reuses it. If locks do not reach across nodes (some NFS setups
 answer flock with ENOLCK), the build goes on without one: the rename still guarantees that the
 loser's copy is thrown away, never mixed in.
 
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 MANIFEST = "manifest.json"
-#: Seconds between attempts at a lock another builder holds (an engine build takes minutes).
+#: Seconds between attempts at a lock another builder holds (a preparation takes minutes).
 LOCK_POLL_SECONDS = 2.0
 LOCKS = ".locks"
 SCRATCH = ".tmp"
@@ -39,7 +39,7 @@ class CacheError(RuntimeError):
 
 def not_writable(cache: Path, path: Path, e: OSError) -> CacheError:
     return CacheError(
-        f"engine cache {cache} is not writable by uid {os.getuid()} ({e.strerror or e} at {path}): give the "
+        f"model cache {cache} is not writable by uid {os.getuid()} ({e.strerror or e} at {path}): give the "
         f"claim's volume write access for uid/gid {os.getuid()}/{os.getgid()} (fsGroup does not change "
         f"ownership on NFS; set the export's owner or use a StorageClass that honours fsGroup)")
 
@@ -49,17 +49,17 @@ def engine_dir(cache: Path, key: str) -> Path:
 
 
 def lookup(cache: Path, key: str) -> Path | None:
-    """The published engine for key, or None. Only complete engines have a manifest."""
+    """The published model for key, or None. Only complete ones have a manifest."""
     path = engine_dir(cache, key)
     try:
         return path if (path / MANIFEST).is_file() else None
     except OSError as e:  # a folder this uid may not enter
-        raise CacheError(f"engine cache {cache} is not readable by uid {os.getuid()} ({e.strerror or e}): give "
+        raise CacheError(f"model cache {cache} is not readable by uid {os.getuid()} ({e.strerror or e}): give "
                          f"the claim's volume read access for uid/gid {os.getuid()}/{os.getgid()}") from None
 
 
 def manifests(cache: Path) -> list[dict]:
-    """Every published engine's manifest (unreadable ones skipped)."""
+    """Every published manifest (unreadable ones skipped)."""
     out = []
     for path in sorted(cache.glob(f"*/{MANIFEST}")) if cache.is_dir() else []:
         try:
@@ -95,7 +95,7 @@ def locked(cache: Path, key: str, timeout: float = 6 * 3600, log: Callable[[str]
             except OSError as e:
                 if e.errno not in NO_LOCKS:
                     raise
-                log(f"the engine cache's filesystem has no file locks ({e.strerror}): building without one")
+                log(f"the model cache's filesystem has no file locks ({e.strerror}): building without one")
                 held = False
                 break
         try:
@@ -106,15 +106,15 @@ def locked(cache: Path, key: str, timeout: float = 6 * 3600, log: Callable[[str]
 
 
 def publish(cache: Path, key: str, build: Callable[[Path], dict], log: Callable[[str], None] = print) -> Path:
-    """Return the engine for key, building it with build(tmpdir) -> manifest fields if absent."""
+    """Return the folder for key, building it with build(tmpdir) -> manifest fields if absent."""
     found = lookup(cache, key)
     if found:
-        log(f"engine {key} is in the cache: nothing to build")
+        log(f"{key} is in the cache: nothing to build")
         return found
     with locked(cache, key, log=log):
         found = lookup(cache, key)
         if found:
-            log(f"engine {key} was published by another builder while this one waited: reusing it")
+            log(f"{key} was published by another preparation while this one waited: reusing it")
             return found
         scratch = cache / SCRATCH / f"{key}.{uuid.uuid4().hex[:8]}"
         try:
@@ -131,7 +131,7 @@ def publish(cache: Path, key: str, build: Callable[[Path], dict], log: Callable[
                 if lookup(cache, key):  # lost a race with a builder that had no lock: theirs stands
                     return engine_dir(cache, key)
                 raise
-            log(f"engine {key} published")
+            log(f"{key} published")
             return target
         finally:
             shutil.rmtree(scratch, ignore_errors=True)

@@ -1,42 +1,34 @@
-"""triton-runtime: the commands the operator's Jobs and pods run inside the serving image."""
+"""triton-runtime: the commands the operator's Jobs and init containers run.
+
+  prepare          fetch a checkpoint (and quantize it when its precision asks) into the model cache
+  make-repository  write the Triton model repository that serves a prepared model (or a GGUF file)
+  install          copy this package into a folder, for containers of an image that does not have it
+  doctor           check that a pod can prepare or serve (GPUs, driver, folders, disk, the prepared model)
+  stage            fetch a non-LLM model (onnx, pytorch, tensorrt, python) or a Triton repository
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from . import cache, doctor, image, repository, trtllm
-from .fetch import FetchError, checkpoint_files, fetch
-from .spec import EngineSpec, SpecError
+from . import cache, doctor, image, prepare, repository
+from .fetch import FetchError
 from .stage import StageError, stage
 
-EXIT_SPEC = 2  # a spec that cannot be built: retrying cannot help (the build Job fails at once)
+EXIT_SPEC = 2  # a request that cannot be done as asked: retrying cannot help (the Job fails at once)
 
 
 class RuntimeFailure(Exception):
     pass
 
 
-def _version(a: argparse.Namespace) -> str:
-    version = a.trtllm_version or image.trtllm_version()
-    if version is None:
-        raise RuntimeFailure(f"TensorRT-LLM is not installed (no {image.TRTLLM_DISTRIBUTION} distribution): "
-                             f"run this in the runtime image built from runtime/Dockerfile")
-    return version
-
-
-def _engine_spec(a: argparse.Namespace) -> EngineSpec:
-    return EngineSpec(
-        source=a.source, precision=a.precision, compute_capability=a.compute_capability,
-        revision=a.revision or "main", tensor_parallelism=a.tensor_parallelism,
-        max_batch_size=a.max_batch_size, max_input_len=a.max_input_len, max_seq_len=a.max_seq_len,
-        max_num_tokens=a.max_num_tokens, calibration_dataset=a.calibration_dataset).validate()
+def _preparation(a: argparse.Namespace) -> prepare.Request:
+    return prepare.Request(source=a.source, precision=a.precision, revision=a.revision or "main",
+                           trtllm_version=a.trtllm_version or "", calibration_dataset=a.calibration_dataset)
 
 
 def _prepare_home() -> None:
@@ -46,79 +38,57 @@ def _prepare_home() -> None:
             try:
                 Path(os.environ[name]).mkdir(parents=True, exist_ok=True)
             except OSError:
-                pass  # the doctor, which ran first, names it; the tool that needs it will fail clearly
+                pass
 
 
-def _run(cmd: list[str], cwd: Path) -> None:
-    """Run a build step inside the scratch folder: TensorRT-LLM writes relative paths, e.g.
-    trtllm-build's timing cache (NVIDIA/TensorRT-LLM v0.17.0 tensorrt_llm/builder.py:
-    BuildConfig.output_timing_cache = 'model.cache'), and the pod's working folder is not
-    writable by uid 1000."""
-    print(f"+ (cd {cwd}) " + " ".join(cmd), flush=True)
-    try:
-        result = subprocess.run(cmd, cwd=cwd)
-    except FileNotFoundError:
-        raise RuntimeFailure(f"{cmd[0]} is not on PATH: this is not a TensorRT-LLM image") from None
-    if result.returncode != 0:
-        raise RuntimeFailure(f"{cmd[0]} exited with {result.returncode}")
-
-
-def _is_tokenizer_file(name: str) -> bool:
-    """What the pre/postprocessing models load with AutoTokenizer, and nothing heavier."""
-    return (name.startswith(("tokenizer", "special_tokens", "vocab", "merges", "added_tokens"))
-            or name.endswith(".tiktoken") or name in ("config.json", "generation_config.json"))
-
-
-def cmd_build_engine(a: argparse.Namespace) -> int:
-    spec = _engine_spec(a)
-    version = _version(a)
-    key = spec.key(version)
-    examples = image.examples_dir()
-    if not examples.is_dir():
-        raise RuntimeFailure(f"TensorRT-LLM examples not found at {examples}: the converters live there "
-                             f"(set {image.EXAMPLES_ENV} if this image keeps them elsewhere)")
+def cmd_prepare(a: argparse.Namespace) -> int:
+    req = _preparation(a)
+    if req.precision in prepare.QUANTIZED:
+        installed = image.trtllm_version()
+        if installed is not None and req.trtllm_version and installed != req.trtllm_version:
+            raise prepare.PrepareError(f"this image has TensorRT-LLM {installed}, the service expects "
+                                       f"{req.trtllm_version}: set the operator's trtllmVersion to match its llmImage")
     _prepare_home()
-
-    def build(out: Path) -> dict:
-        with tempfile.TemporaryDirectory(dir=a.scratch) as tmp:
-            work = Path(tmp)
-            model_dir = fetch(spec.source, work / "hf", spec.revision, select=checkpoint_files)
-            model_type = json.loads((model_dir / "config.json").read_text()).get("model_type", "")
-            script = trtllm.converter(spec, model_type, examples)
-            if not script.is_file():
-                raise RuntimeFailure(f"{script} not found: this image's TensorRT-LLM examples lack the converter "
-                                     f"for model_type {model_type!r}")
-            calibration = None
-            if spec.calibration_dataset:
-                # A fixed folder name: quantize.py treats any path containing "cnn_dailymail" as that dataset.
-                calibration = fetch(spec.calibration_dataset, work / "calibration", repo_type="dataset")
-            ckpt = work / "checkpoint"
-            _run(trtllm.checkpoint_command(spec, model_type, model_dir, ckpt, examples,
-                                           calibration_dataset=calibration), cwd=work)
-            _run(trtllm.build_command(spec, ckpt, out / "engine"), cwd=work)
-            tokenizer = out / "tokenizer"
-            tokenizer.mkdir()
-            for f in sorted(model_dir.iterdir()):  # the tokenizer travels with the engine
-                if f.is_file() and _is_tokenizer_file(f.name):
-                    shutil.copyfile(f, tokenizer / f.name)
-        return {"source": spec.source, "revision": spec.revision, "precision": spec.precision,
-                "spec": spec.fields(), "trtllm_version": version}
-
-    path = cache.publish(Path(a.cache), key, build)
-    print(f"engine ready: {path}")
+    path = prepare.run(req, Path(a.cache), Path(a.scratch) if a.scratch else None)
+    print(f"model prepared: {path}")
     return 0
 
 
 def cmd_make_repository(a: argparse.Namespace) -> int:
-    spec = _engine_spec(a)
-    key = spec.key(_version(a))
-    found = cache.lookup(Path(a.cache), key)
-    if not found:
-        raise RuntimeFailure(f"no engine {key} in {a.cache}: the build Job for this GPU class has not finished")
-    repository.write(repository.RepositorySpec(
-        engine_dir=str(found / "engine"), tokenizer_dir=str(found / "tokenizer"),
-        max_batch_size=spec.max_batch_size, decoupled=a.streaming), Path(a.repository))
-    print(f"repository written to {a.repository} for engine {key}")
+    if a.engine == "trtllm":
+        found = cache.lookup(Path(a.cache), _preparation(a).key())
+        if not found:
+            raise RuntimeFailure(f"no prepared model {_preparation(a).key()} in {a.cache}: its preparation Job "
+                                 f"has not finished")
+        model = str(found)
+    else:
+        model = a.model
+    template = os.environ.get("LLM_CHAT_TEMPLATE") or None
+    spec = repository.Spec(
+        engine=a.engine, model=model, tensor_parallelism=a.tensor_parallelism, max_batch_size=a.max_batch_size,
+        max_num_tokens=a.max_num_tokens, max_seq_len=a.max_seq_len,
+        kv_cache_free_gpu_memory_fraction=a.kv_cache_free_gpu_memory_fraction,
+        dtype=prepare.DTYPES.get(a.precision or ""), default_max_tokens=a.default_max_tokens, chat_template=template,
+        n_ctx=a.n_ctx, n_threads=a.n_threads, site_dirs=tuple(a.site_dir or ()))
+    folder = repository.write(spec, Path(a.repository))
+    print(f"model {folder.name} written to {a.repository} ({a.engine}, {model})")
+    if a.install_into:
+        install(Path(a.install_into))
+    return 0
+
+
+def install(dest: Path) -> None:
+    """This package into a folder a container of another image can put on PYTHONPATH (with the
+    pure-Python libraries it needs that such an image may lack: PyYAML, jinja2, MarkupSafe)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    here = Path(__file__).resolve().parent
+    repository.copy_tree(here, dest / here.name)
+    repository.copy_libraries(dest)
+    print(f"triton_runtime installed into {dest}")
+
+
+def cmd_install(a: argparse.Namespace) -> int:
+    install(Path(a.into))
     return 0
 
 
@@ -128,10 +98,10 @@ def cmd_doctor(a: argparse.Namespace) -> int:
         try:
             limit = doctor.parse_quantity(a.scratch_size)
         except ValueError as e:
-            raise SpecError(f"--scratch-size: {e}") from None
-    req = doctor.Request(mode=a.mode, spec=_engine_spec(a), cache_dir=Path(a.cache), gpus=a.gpus,
+            raise prepare.PrepareError(f"--scratch-size: {e}") from None
+    req = doctor.Request(mode=a.mode, preparation=_preparation(a), cache_dir=Path(a.cache), gpus=a.gpus,
                          scratch=Path(a.scratch) if a.scratch else None, scratch_limit=limit,
-                         trtllm_version=a.trtllm_version)
+                         trtllm_version=a.installed_trtllm_version, min_driver=a.min_driver)
     report = doctor.run(req)
     for line in report.passed:
         print(f"doctor: ok: {line}")
@@ -152,47 +122,51 @@ def cmd_stage(a: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_serve(a: argparse.Namespace) -> int:
-    cmd = trtllm.serve_command(Path(a.repository), a.world_size, a.http_port, a.grpc_port, a.metrics_port,
-                               a.extra)
-    print("+ " + " ".join(cmd), flush=True)
-    os.execvp(cmd[0], cmd)
-    return 0  # not reached
-
-
-def _engine_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--source", required=True)
+def _model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+    p.add_argument("--source", required=required, help="hf://ORG/NAME, s3://, gs:// or pvc://CLAIM/PATH")
     p.add_argument("--revision")
-    p.add_argument("--precision", required=True)
-    p.add_argument("--compute-capability", required=True)
-    p.add_argument("--tensor-parallelism", type=int, default=1)
-    p.add_argument("--max-batch-size", type=int, default=64)
-    p.add_argument("--max-input-len", type=int, default=2048)
-    p.add_argument("--max-seq-len", type=int, default=4096)
-    p.add_argument("--max-num-tokens", type=int, default=8192)
-    p.add_argument("--calibration-dataset", help="hf://, s3://, gs:// or pvc:// datasets folder for quantize.py")
-    p.add_argument("--cache", required=True, help="the shared engine cache folder")
-    p.add_argument("--trtllm-version", help="override the detected TensorRT-LLM version (tests)")
+    p.add_argument("--precision", required=required, choices=prepare.PRECISIONS)
+    p.add_argument("--calibration-dataset", help="hf://, s3://, gs:// or pvc:// datasets folder for quantization")
+    p.add_argument("--trtllm-version", default=image.TRTLLM_VERSION,
+                   help=f"the TensorRT-LLM version the model is prepared for (default {image.TRTLLM_VERSION})")
+    p.add_argument("--cache", required=required, help="the shared model cache folder")
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="triton-runtime", description=__doc__)
+    p = argparse.ArgumentParser(prog="triton-runtime", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("build-engine", help="build (or reuse) the engine for this GPU")
-    _engine_args(b)
-    b.add_argument("--scratch", default=None, help="where checkpoints are downloaded and converted")
-    b.set_defaults(func=cmd_build_engine)
-    m = sub.add_parser("make-repository", help="write the in-flight batching repository for a cached engine")
-    _engine_args(m)
+    b = sub.add_parser("prepare", help="fetch (and quantize) a checkpoint into the model cache, once per key")
+    _model_args(b)
+    b.add_argument("--scratch", default=None, help="where the checkpoint is downloaded and quantized")
+    b.set_defaults(func=cmd_prepare)
+    m = sub.add_parser("make-repository", help="write the Triton repository that serves an LLM")
+    m.add_argument("--engine", choices=("trtllm", "llamacpp"), default="trtllm")
+    _model_args(m, required=False)
+    m.add_argument("--model", help="llamacpp: the GGUF file")
     m.add_argument("--repository", required=True)
-    m.add_argument("--streaming", action="store_true", help="decoupled tensorrt_llm for token streaming")
+    m.add_argument("--tensor-parallelism", type=int, default=1)
+    m.add_argument("--max-batch-size", type=int)
+    m.add_argument("--max-num-tokens", type=int)
+    m.add_argument("--max-seq-len", type=int)
+    m.add_argument("--kv-cache-free-gpu-memory-fraction", type=float)
+    m.add_argument("--default-max-tokens", type=int, default=256)
+    m.add_argument("--n-ctx", type=int, default=4096, help="llamacpp: the context length")
+    m.add_argument("--n-threads", type=int, help="llamacpp: CPU threads")
+    m.add_argument("--site-dir", action="append", help="a Python path the model adds (a venv's site-packages)")
+    m.add_argument("--install-into", help="also copy triton-runtime into this folder (for the doctor)")
     m.set_defaults(func=cmd_make_repository)
-    d = sub.add_parser("doctor", help="check that this pod can build (--for build) or serve (--for serve) the engine")
-    d.add_argument("--for", dest="mode", choices=("build", "serve"), required=True)
-    _engine_args(d)
-    d.add_argument("--gpus", type=int, required=True, help="GPUs the pod was given (gpu.count)")
-    d.add_argument("--scratch", help="build: where the checkpoint is downloaded and converted")
-    d.add_argument("--scratch-size", help="build: the scratch volume's size limit, e.g. 40Gi")
+    i = sub.add_parser("install", help="copy this package into a folder (for PYTHONPATH in another image)")
+    i.add_argument("--into", required=True)
+    i.set_defaults(func=cmd_install)
+    d = sub.add_parser("doctor", help="check that this pod can prepare (--for prepare) or serve (--for serve)")
+    d.add_argument("--for", dest="mode", choices=("prepare", "serve"), required=True)
+    _model_args(d)
+    d.add_argument("--gpus", type=int, required=True, help="GPUs the pod was given (0: none)")
+    d.add_argument("--scratch", help="prepare: where the checkpoint is downloaded")
+    d.add_argument("--scratch-size", help="prepare: the scratch volume's size limit, e.g. 40Gi")
+    d.add_argument("--min-driver", default=image.MIN_DRIVER, help="the driver the image's CUDA needs")
+    d.add_argument("--installed-trtllm-version", help="override the detected TensorRT-LLM version (tests)")
     d.set_defaults(func=cmd_doctor)
     s = sub.add_parser("stage", help="fetch a non-LLM model into a model repository")
     s.add_argument("--source", required=True)
@@ -202,24 +176,27 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--repository", required=True)
     s.add_argument("--scratch", default=None)
     s.set_defaults(func=cmd_stage)
-    v = sub.add_parser("serve", help="exec tritonserver (mpirun with one rank per GPU when parallel)")
-    v.add_argument("--repository", required=True)
-    v.add_argument("--world-size", type=int, default=1)
-    v.add_argument("--http-port", type=int, default=8000)
-    v.add_argument("--grpc-port", type=int, default=8001)
-    v.add_argument("--metrics-port", type=int, default=8002)
-    v.add_argument("extra", nargs="*", help="more tritonserver flags, after --")
-    v.set_defaults(func=cmd_serve)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.command == "make-repository" and args.engine == "trtllm" and not (args.source and args.precision
+                                                                               and args.cache):
+        print("triton-runtime make-repository: --engine trtllm needs --source, --precision and --cache",
+              file=sys.stderr)
+        return EXIT_SPEC
+    if args.command == "make-repository" and args.engine == "llamacpp" and not args.model:
+        print("triton-runtime make-repository: --engine llamacpp needs --model (a GGUF file)", file=sys.stderr)
+        return EXIT_SPEC
     try:
         return args.func(args)
-    except (SpecError, StageError, FetchError, RuntimeFailure, cache.CacheError, TimeoutError) as e:
+    except (prepare.PrepareError, repository.RepositoryError) as e:
         print(f"triton-runtime {args.command}: {e}", file=sys.stderr)
-        return EXIT_SPEC if isinstance(e, SpecError) else 1
+        return EXIT_SPEC
+    except (StageError, FetchError, RuntimeFailure, cache.CacheError, TimeoutError, OSError) as e:
+        print(f"triton-runtime {args.command}: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

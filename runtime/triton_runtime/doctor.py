@@ -1,11 +1,11 @@
-"""`triton-runtime doctor`: does this pod have what a build or a serving replica needs?
+"""`triton-runtime doctor`: does this pod have what a model preparation or a serving replica needs?
 
-The operator runs it as the first init container of every engine-build Job and every
-TensorRT-LLM serving pod, with the same GPUs, volumes and environment as the work that follows,
-so that a misconfigured node or cluster fails in seconds with a reason instead of after an hour
-of downloading and building. It prints one line per problem, writes them to the container's
-termination message (shown by `kubectl describe pod`), and exits with PROBLEMS_EXIT; the build
-Job's podFailurePolicy fails the Job at once on that code instead of retrying.
+The operator runs it as an init container of every preparation Job and every LLM serving pod,
+with the same GPUs, volumes and environment as the work that follows, so that a misconfigured
+node or cluster fails in seconds with a reason instead of after an hour of downloading. It prints
+one line per problem, writes them to the container's termination message (shown by `kubectl
+describe pod`), and exits with PROBLEMS_EXIT; the Job's podFailurePolicy fails it at once on that
+code instead of retrying.
 
 Each check is a function of plain values (what the probes read) so the tests can drive it; the
 probes (NVML, statvfs, the package metadata, the source's file listing) are at the bottom.
@@ -24,13 +24,12 @@ from typing import Callable, Mapping
 
 from . import cache, image
 from .fetch import FetchError, SourceUnavailable, checkpoint_files, listing
-from .spec import EngineSpec
-from .trtllm import QFORMAT
+from .prepare import QUANTIZED, Request as Preparation
 
 PROBLEMS_EXIT = 3  # the build Job's podFailurePolicy fails the Job on it (no retries)
 TERMINATION_LOG = Path(os.environ.get("TRITON_RUNTIME_TERMINATION_LOG", "/dev/termination-log"))
 TERMINATION_LOG_LIMIT = 4096  # bytes the kubelet keeps of a termination message
-BYTES_PER_PARAMETER = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4-awq": 0.5}
+BYTES_PER_PARAMETER = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "nvfp4": 0.5625, "int4-awq": 0.5625}
 SOURCE_BYTES_PER_PARAMETER = 2  # Hugging Face LLM checkpoints are 16-bit
 GIB = 1024**3
 _QUANTITY = re.compile(r"^([0-9.]+)(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)?$")
@@ -66,23 +65,6 @@ def _gib(n: float) -> str:
 # Checks (pure but for the directory probes, which create and remove one file)
 # ---------------------------------------------------------------------------------------------
 
-def check_examples(examples: Path, precision: str, on_path: Callable[[str], str | None] | None = None) -> list[str]:
-    """The converters and trtllm-build a build runs."""
-    on_path = on_path or shutil.which
-    found = []
-    if not examples.is_dir():
-        found.append(f"TensorRT-LLM examples not found at {examples} (the converters live there; the "
-                     f"NGC trtllm image has them at {image.DEFAULT_EXAMPLES_DIR}): use the runtime image "
-                     f"built from runtime/Dockerfile or set {image.EXAMPLES_ENV}")
-    elif precision in QFORMAT and not (examples / "quantization" / "quantize.py").is_file():
-        found.append(f"{examples}/quantization/quantize.py not found: precision {precision} needs it")
-    elif precision not in QFORMAT and not any(examples.glob("*/convert_checkpoint.py")):
-        found.append(f"no */convert_checkpoint.py under {examples}: precision {precision} needs a converter")
-    if on_path("trtllm-build") is None:
-        found.append("trtllm-build is not on PATH: this is not a TensorRT-LLM image")
-    return found
-
-
 def check_writable(folders: Mapping[str, Path]) -> list[str]:
     """Each folder exists (created if missing) and takes a file."""
     found = []
@@ -112,29 +94,36 @@ def cache_folders(environ: Mapping[str, str]) -> tuple[dict[str, Path], list[str
 
 def check_trtllm(version: str | None) -> list[str]:
     if version is None:
-        return [f"TensorRT-LLM is not installed (no {image.TRTLLM_DISTRIBUTION} distribution): engines are "
-                f"built and served with the runtime image built from runtime/Dockerfile"]
+        return [f"TensorRT-LLM is not installed (no {image.TRTLLM_DISTRIBUTION} distribution): LLM services are "
+                f"served and quantized with {image.IMAGE} (the operator's llmImage)"]
     return []
 
 
-def check_engine(cache_dir: Path, spec: EngineSpec, version: str | None) -> list[str]:
-    """The engine this pod will serve is published, built by the TensorRT-LLM version installed here."""
-    if version is None:
-        return []  # reported by check_trtllm
-    key = spec.key(version)
+def check_prepared(cache_dir: Path, prep: Preparation, version: str | None) -> list[str]:
+    """The model this pod will serve is prepared in the cache, for the TensorRT-LLM version here."""
+    if version is not None and prep.trtllm_version and version != prep.trtllm_version:
+        return [f"this image has TensorRT-LLM {version} but the model was prepared for {prep.trtllm_version}: set "
+                f"the operator's trtllmVersion to the image's (chart triton.trtllmVersion) so that a preparation "
+                f"for {version} runs"]
     try:
-        if cache.lookup(cache_dir, key):
+        if cache.lookup(cache_dir, prep.key()):
             return []
     except cache.CacheError as e:
         return [str(e)]
-    others = sorted({m.get("trtllm_version", "?") for m in cache.manifests(cache_dir)
-                     if m.get("spec") == spec.fields() and m.get("trtllm_version") != version})
-    if others:
-        return [f"the engine for this spec in {cache_dir} was built with TensorRT-LLM {', '.join(others)} but "
-                f"this image has {version}: an engine runs only with the version that built it; serve with the "
-                f"operator's runtime image (the one the build Job used) or let a new build run"]
-    return [f"no engine {key} in {cache_dir}: the build Job for this GPU class has not published it, or "
-            f"this pod mounts another engine cache claim than the build did"]
+    return [f"no prepared model {prep.key()} in {cache_dir}: its preparation Job has not published it, or this "
+            f"pod mounts another model cache claim than the Job did"]
+
+
+def check_driver(driver: str | None, minimum: str) -> list[str]:
+    """Warnings (not problems) about the driver: data-center GPUs run newer CUDA on older drivers
+    through CUDA forward compatibility, which the NGC images carry, so an older driver may work."""
+    if driver is None or not minimum:
+        return []
+    if image.version_tuple(driver) >= image.version_tuple(minimum):
+        return []
+    return [f"NVIDIA driver {driver} is older than the {minimum} this image's CUDA {image.CUDA_VERSION} needs: "
+            f"data-center GPUs run it through CUDA forward compatibility on supported driver branches, other GPUs "
+            f"will fail to start the engine; upgrade the node's driver, or pin an older llmImage"]
 
 
 def check_gpus(expected: int, visible: int, why: str) -> list[str]:
@@ -156,7 +145,7 @@ def check_space(label: str, path: Path, need: float, free: float, advice: str, l
 
 
 SCRATCH_ADVICE = "raise spec.engine.buildResources.requests.ephemeral-storage or free the node's disk"
-CACHE_ADVICE = "grow the engine cache claim or delete engines no service uses"
+CACHE_ADVICE = "grow the model cache claim or delete prepared models no service uses"
 
 
 @dataclass(frozen=True)
@@ -173,10 +162,13 @@ def sizes(files: Mapping[str, int], remote: bool) -> Sizes:
 
 
 def needs(s: Sizes, precision: str, calibration: int = 0) -> tuple[float, float]:
-    """(scratch bytes, cache bytes): the download, plus the converted checkpoint (weights at the
-    target precision) in scratch, plus the calibration set; the engine is about the checkpoint."""
-    converted = s.weights * BYTES_PER_PARAMETER[precision] / SOURCE_BYTES_PER_PARAMETER
-    return s.download + converted + calibration, converted
+    """(scratch bytes, cache bytes): the download and the calibration set in scratch; in the cache
+    the checkpoint at the target precision (as downloaded when it is not quantized here)."""
+    if precision in QUANTIZED:
+        kept = s.weights * BYTES_PER_PARAMETER[precision] / SOURCE_BYTES_PER_PARAMETER
+    else:
+        kept = s.weights
+    return s.download + calibration, kept
 
 
 # ---------------------------------------------------------------------------------------------
@@ -207,6 +199,23 @@ def visible_gpus(environ: Mapping[str, str]) -> tuple[int, str]:
     return n, f"NVML counts {n}"
 
 
+def driver_version() -> str | None:
+    """The NVIDIA driver's version through NVML, None without a GPU."""
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return None
+    if nvml.nvmlInit_v2() != 0:
+        return None
+    try:
+        buf = ctypes.create_string_buffer(80)
+        if nvml.nvmlSystemGetDriverVersion(buf, 80) != 0:
+            return None
+        return buf.value.decode()
+    finally:
+        nvml.nvmlShutdown()
+
+
 def free_bytes(path: Path) -> float:
     probe = path
     while not probe.exists() and probe != probe.parent:
@@ -230,55 +239,61 @@ def write_termination_message(lines: list[str], path: Path | None = None) -> boo
 
 @dataclass(frozen=True)
 class Request:
-    mode: str                          # "build" or "serve"
-    spec: EngineSpec
+    mode: str                          # "prepare" or "serve"
+    preparation: Preparation
     cache_dir: Path
-    gpus: int
+    gpus: int                          # GPUs the pod was given (0: a preparation that only downloads)
     scratch: Path | None = None
     scratch_limit: int | None = None
     trtllm_version: str | None = None  # None: read from the package metadata
+    min_driver: str = image.MIN_DRIVER
 
 
 def run(req: Request, environ: Mapping[str, str] | None = None,
         gpu_probe: Callable[[Mapping[str, str]], tuple[int, str]] = visible_gpus,
         list_source: Callable[..., dict[str, int]] = listing,
-        free_space: Callable[[Path], float] | None = None) -> Report:
+        free_space: Callable[[Path], float] | None = None,
+        driver_probe: Callable[[], str | None] = driver_version) -> Report:
     env = os.environ if environ is None else environ
     free_space = free_space or free_bytes
     report = Report()
+    prep = req.preparation
+    needs_trtllm = req.mode == "serve" or prep.precision in QUANTIZED
     version = req.trtllm_version or image.trtllm_version()
-    report.extend(check_trtllm(version), f"TensorRT-LLM {version}")
+    if needs_trtllm:
+        report.extend(check_trtllm(version), f"TensorRT-LLM {version}")
 
     folders, unset = cache_folders(env)
     report.extend(unset + check_writable(folders), "home and cache folders writable")
 
-    if req.mode == "build":
-        examples = image.examples_dir(env)
-        report.extend(check_examples(examples, req.spec.precision), f"converters in {examples}")
-        report.extend(check_writable({"engine cache": req.cache_dir / cache.SCRATCH,
-                                      "engine cache lock folder": req.cache_dir / cache.LOCKS}),
-                      "engine cache writable")
+    if req.mode == "prepare":
+        report.extend(check_writable({"model cache": req.cache_dir / cache.SCRATCH,
+                                      "model cache lock folder": req.cache_dir / cache.LOCKS}),
+                      "model cache writable")
         scratch = req.scratch or Path("/tmp")
         report.extend(check_writable({"scratch": scratch}), "scratch writable")
         try:
-            remote = not req.spec.source.startswith("pvc://")
-            s = sizes(list_source(req.spec.source, req.spec.revision), remote)
+            remote = not prep.source.startswith("pvc://")
+            s = sizes(list_source(prep.source, prep.revision), remote)
             calibration = 0
-            if req.spec.calibration_dataset and not req.spec.calibration_dataset.startswith("pvc://"):
-                calibration = sum(list_source(req.spec.calibration_dataset, None, "dataset").values())
-            scratch_need, cache_need = needs(s, req.spec.precision, calibration)
+            if prep.calibration_dataset and not prep.calibration_dataset.startswith("pvc://"):
+                calibration = sum(list_source(prep.calibration_dataset, None, "dataset").values())
+            scratch_need, cache_need = needs(s, prep.precision, calibration)
             report.extend(check_space("scratch", scratch, scratch_need, free_space(scratch), SCRATCH_ADVICE,
                                       req.scratch_limit)
-                          + check_space("engine cache", req.cache_dir, cache_need, free_space(req.cache_dir),
+                          + check_space("model cache", req.cache_dir, cache_need, free_space(req.cache_dir),
                                         CACHE_ADVICE),
                           f"disk: {_gib(scratch_need)} scratch, {_gib(cache_need)} cache needed")
-        except SourceUnavailable as e:  # the network or the server: the build retries it, so only warn
+        except SourceUnavailable as e:  # the network or the server: the Job retries it, so only warn
             report.warnings.append(f"could not size the checkpoint, disk not checked: {e}")
-        except FetchError as e:  # a wrong name, no access, no weights: the build would fail the same way
+        except FetchError as e:  # a wrong name, no access, no weights: the preparation would fail the same way
             report.problems.append(str(e))
     else:
-        report.extend(check_engine(req.cache_dir, req.spec, version), "engine published for this version")
+        report.extend(check_prepared(req.cache_dir, prep, version), "model prepared for this version")
 
-    visible, why = gpu_probe(env)
-    report.extend(check_gpus(req.gpus, visible, why), f"{visible} GPU(s) visible")
+    if req.gpus:
+        visible, why = gpu_probe(env)
+        report.extend(check_gpus(req.gpus, visible, why), f"{visible} GPU(s) visible")
+        if visible:
+            report.warnings.extend(check_driver(driver_probe(), req.min_driver))
     return report

@@ -1,32 +1,36 @@
-"""What the serving image holds and where: the layout of NGC's tritonserver:25.01-trtllm-python-py3
-(Triton server v2.54.0, tensorrtllm_backend v0.17.0, TensorRT-LLM 0.17.0), read from the upstream
-sources at those tags. Every constant names the file it mirrors."""
+"""Facts about NVIDIA's stock serving image that the runtime relies on.
+
+The image is `nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3`: Triton 2.71.0, TensorRT-LLM
+1.2.1, CUDA 13.1.0.036, NVIDIA driver 590.44.01 or newer, Python 3.12.3 (triton-inference-server/
+server r26.08 docs/introduction/compatibility.md, the 26.07 trtllm-python-py3 row; build.py at
+v2.71.0: release_version 2.71.0, triton_container_version 26.07). It is the newest release whose
+TensorRT-LLM contents upstream states (26.08 has no trtllm row there), and it is past the 25.07
+fixes of CVE-2025-23310/23311 and CVE-2025-23319/23320/23334.
+
+To move the pin: read the new release's row in compatibility.md, set the chart's triton.llmImage,
+triton.trtllmVersion and triton.minDriver from it (the preparation key carries the TensorRT-LLM
+version, so a new version prepares again), and run the GPU smoke procedure in runtime/README.md.
+"""
 
 from __future__ import annotations
 
-import os
 from importlib import metadata
-from pathlib import Path
 
-# TensorRT-LLM's converters (convert_checkpoint.py per architecture, quantization/quantize.py).
-# triton-inference-server/tensorrtllm_backend v0.17.0, dockerfile/Dockerfile.triton.trt_llm_backend:
-# `WORKDIR /app` then `COPY tensorrt_llm/examples examples`; its README builds from
-# `cd /app/examples/gpt` and fills templates with /app/tools/fill_template.py.
-DEFAULT_EXAMPLES_DIR = "/app/examples"
-EXAMPLES_ENV = "TRTLLM_EXAMPLES_DIR"  # an override for images laid out otherwise
+IMAGE = "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3"
+TRTLLM_VERSION = "1.2.1"
+CUDA_VERSION = "13.1"
+MIN_DRIVER = "590.44.01"
 
-# The distribution whose version names the engine in the cache key. Read from its metadata, never
-# by importing it: `import tensorrt_llm` loads CUDA plugins and needs libcuda.so.1, which the NVIDIA
-# container runtime injects only into containers that were given a GPU (the make-repository init
-# container has none).
+# The distribution whose version the preparation key carries. Read from its metadata, never by
+# importing it: `import tensorrt_llm` loads CUDA and needs libcuda.so.1, which the NVIDIA container
+# runtime injects only into containers that were given a GPU.
 TRTLLM_DISTRIBUTION = "tensorrt_llm"
 
-# The image's unprivileged user (uid 1000) is created without a home directory: Triton server
-# v2.54.0 build.py, dockerfile_prepare_container_linux(): `useradd $TRITON_SERVER_USER` (no -m;
-# triton-inference-server/server#7015). quantize.py calibrates with datasets.load_dataset() into
-# HF_DATASETS_CACHE, transformers and huggingface_hub cache into HF_HOME, torch JIT extensions go
-# to TORCH_EXTENSIONS_DIR: all default under $HOME. The operator sets these to a mounted, writable
-# folder; `triton-runtime doctor` checks that each is writable.
+
+# The image's unprivileged user (uid 1000) has no home directory (Triton's build.py creates
+# triton-server with `useradd` without -m; triton-inference-server/server#7015). Hugging Face,
+# datasets, torch and TensorRT-LLM keep caches under $HOME: the operator points them at a mounted
+# folder, and `triton-runtime doctor` checks that each is writable.
 def cache_environment(home: str) -> dict[str, str]:
     """The variables that place every per-user cache under `home` (ordered: HOME first)."""
     return {
@@ -41,14 +45,13 @@ def cache_environment(home: str) -> dict[str, str]:
 CACHE_VARIABLES = tuple(cache_environment("/"))
 
 
-def examples_dir(environ: dict[str, str] | None = None) -> Path:
-    env = os.environ if environ is None else environ
-    return Path(env.get(EXAMPLES_ENV) or DEFAULT_EXAMPLES_DIR)
-
-
 def trtllm_version() -> str | None:
     """The installed TensorRT-LLM version, or None when it is not installed."""
     try:
         return metadata.version(TRTLLM_DISTRIBUTION)
     except metadata.PackageNotFoundError:
         return None
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split(".") if p.isdigit())

@@ -1,189 +1,179 @@
-"""The Triton model repository for in-flight batching with TensorRT-LLM, as tensorrtllm_backend's
-all_models/inflight_batcher_llm lays it out: ensemble = preprocessing -> tensorrt_llm ->
-postprocessing. Configs are text protobuf (Triton's ModelConfig); the tests parse each one.
+"""The Triton model repository an LLM service serves (writes files; the content is decided by pure
+functions).
 
-Tensor and parameter names, types and the ensemble's wiring are a subset of
-triton-inference-server/tensorrtllm_backend v0.17.0 all_models/inflight_batcher_llm/
-{ensemble,preprocessing,tensorrt_llm,postprocessing}/config.pbtxt, so clients written for the
-upstream ensemble (text_input, max_tokens, stream, end_id, pad_id, temperature, top_k, top_p,
-exclude_input_in_output -> text_output) work unchanged."""
+    <repository>/llm/config.pbtxt        contract.config_pbtxt(): Python backend, decoupled
+    <repository>/llm/1/model.py          a loader: puts the package copy beside it on the path
+    <repository>/llm/1/triton_runtime/   this package's serving code, copied (the stock NVIDIA image
+                                         does not have it; the init container does)
+    <repository>/llm/1/model.yaml        the engine, the model folder, the LLM API arguments, the
+                                         chat template and stop tokens (below)
+
+model.yaml keys: `engine` (trtllm | llamacpp), `model` (the prepared checkpoint folder, or a GGUF
+file), `llm_args` (for trtllm: arguments of TensorRT-LLM's `LLM(...)`, i.e. TorchLlmArgs), `llamacpp`
+(n_ctx, n_threads), `chat_template`, `bos_token`, `eos_token`, `stop_token_ids`,
+`default_max_tokens`, `max_tokens_limit`.
+
+The chat template and stop tokens come from the checkpoint (tokenizer_config.json's chat_template
+or chat_template.jinja; bos/eos tokens from tokenizer_config.json; eos_token_id, an int or a list,
+from generation_config.json) unless the service gives its own template (spec.openai.chatTemplate).
+For a GGUF file the engine reads them from the file's metadata.
+"""
 
 from __future__ import annotations
 
+import json
 import shutil
-from dataclasses import dataclass
-from importlib import resources
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .serving import contract
+
+LOADER = '''"""Written by `triton-runtime make-repository`: the LLM model of triton-operator (its source is
+the triton_runtime package copied beside this file)."""
+import os
+import site
+import sys
+
+for _dir in {site_dirs!r}:
+    site.addsitedir(_dir)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from triton_runtime.serving.triton_model import TritonPythonModel  # noqa: E402,F401
+'''
+
+# The LLM API arguments set for every service (TorchLlmArgs; nvidia.github.io/TensorRT-LLM/1.2.1/
+# llm-api/reference.html): the PyTorch backend, iteration statistics on (LLM.get_stats, which the
+# model turns into its queue and KV-cache metrics), and a guided-decoding backend so that
+# response_format (JSON) can be honoured.
+BASE_LLM_ARGS: dict[str, Any] = {
+    "backend": "pytorch",
+    "enable_iter_perf_stats": True,
+    "guided_decoding_backend": "xgrammar",
+}
 
 
 @dataclass(frozen=True)
-class RepositorySpec:
-    engine_dir: str
-    tokenizer_dir: str
-    max_batch_size: int = 64
-    decoupled: bool = False          # True for token streaming (gRPC stream / generate_stream)
-    kv_cache_free_gpu_mem_fraction: float = 0.9
-    enable_kv_cache_reuse: bool = True
-    batch_scheduler_policy: str = "max_utilization"
-    max_queue_delay_microseconds: int = 0
-    # Return only the generated tokens, not the prompt echoed before them. The backend reads this
-    # parameter as the default (inflight_batcher_llm/src/model_instance_state.cc: false when unset);
-    # a request's exclude_input_in_output input overrides it.
-    exclude_input_in_output: bool = True
+class Spec:
+    engine: str                          # trtllm | llamacpp
+    model: str                           # the prepared checkpoint folder, or a GGUF file
+    tensor_parallelism: int = 1
+    max_batch_size: int | None = None
+    max_num_tokens: int | None = None
+    max_seq_len: int | None = None
+    kv_cache_free_gpu_memory_fraction: float | None = None
+    dtype: str | None = None
+    default_max_tokens: int = 256
+    chat_template: str | None = None     # the service's own, over the checkpoint's
+    n_ctx: int = 4096                    # llamacpp
+    n_threads: int | None = None         # llamacpp
+    site_dirs: tuple[str, ...] = field(default_factory=tuple)  # extra Python paths (tests, dev)
 
 
-def _param(key: str, value: object) -> str:
-    text = str(value).lower() if isinstance(value, bool) else str(value)
-    return f'parameters: {{ key: "{key}" value: {{ string_value: "{text}" }} }}'
+class RepositoryError(ValueError):
+    pass
 
 
-def _tensor(name: str, dtype: str, dims: str, optional: bool = False, scalar: bool = False,
-            ragged: bool = False) -> str:
-    extra = " reshape: { shape: [ ] }" if scalar else ""
-    extra += " optional: true" if optional else ""
-    extra += " allow_ragged_batch: true" if ragged else ""
-    return f'  {{ name: "{name}" data_type: {dtype} dims: [ {dims} ]{extra} }}'
+def _token(value: Any) -> str:
+    """A tokenizer_config token: a string or an AddedToken dict {content: ...}."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else ""
 
 
-def _io(kind: str, tensors: list[str]) -> str:
-    return f"{kind} [\n" + ",\n".join(tensors) + "\n]"
+def checkpoint_chat(folder: Path) -> dict[str, Any]:
+    """Chat template, BOS/EOS tokens and stop token ids from a Hugging Face checkpoint folder."""
+    out: dict[str, Any] = {}
+    config_path = folder / "tokenizer_config.json"
+    config = json.loads(config_path.read_text()) if config_path.is_file() else {}
+    template = config.get("chat_template")
+    if isinstance(template, list):   # named templates: [{name, template}], "default" first choice
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default") or next(iter(named.values()), None)
+    jinja = folder / "chat_template.jinja"
+    if jinja.is_file():
+        template = jinja.read_text()
+    if isinstance(template, str) and template.strip():
+        out["chat_template"] = template
+    out["bos_token"] = _token(config.get("bos_token"))
+    out["eos_token"] = _token(config.get("eos_token"))
+    generation = folder / "generation_config.json"
+    if generation.is_file():
+        eos = json.loads(generation.read_text()).get("eos_token_id")
+        ids = eos if isinstance(eos, list) else [eos] if isinstance(eos, int) else []
+        out["stop_token_ids"] = [i for i in ids if isinstance(i, int)]
+    return out
 
 
-def tensorrt_llm_config(spec: RepositorySpec) -> str:
-    inputs = [
-        # Prompts of different lengths batch without padding (upstream: allow_ragged_batch: true).
-        _tensor("input_ids", "TYPE_INT32", "-1", ragged=True),
-        _tensor("input_lengths", "TYPE_INT32", "1", scalar=True),
-        _tensor("request_output_len", "TYPE_INT32", "1", scalar=True),
-        # Without end_id the executor never stops at EOS and always generates request_output_len.
-        _tensor("end_id", "TYPE_INT32", "1", optional=True, scalar=True),
-        _tensor("pad_id", "TYPE_INT32", "1", optional=True, scalar=True),
-        _tensor("streaming", "TYPE_BOOL", "1", optional=True, scalar=True),
-        _tensor("exclude_input_in_output", "TYPE_BOOL", "1", optional=True, scalar=True),
-        _tensor("temperature", "TYPE_FP32", "1", optional=True, scalar=True),
-        _tensor("runtime_top_k", "TYPE_INT32", "1", optional=True, scalar=True),
-        _tensor("runtime_top_p", "TYPE_FP32", "1", optional=True, scalar=True),
-    ]
-    outputs = [_tensor("output_ids", "TYPE_INT32", "-1, -1"), _tensor("sequence_length", "TYPE_INT32", "-1")]
-    return "\n".join([
-        'name: "tensorrt_llm"',
-        'backend: "tensorrtllm"',
-        f"max_batch_size: {spec.max_batch_size}",
-        f"model_transaction_policy {{ decoupled: {str(spec.decoupled).lower()} }}",
-        f"dynamic_batching {{ preferred_batch_size: [ {spec.max_batch_size} ] "
-        f"max_queue_delay_microseconds: {spec.max_queue_delay_microseconds} }}",
-        _io("input", inputs),
-        _io("output", outputs),
-        "instance_group [ { count: 1 kind: KIND_CPU } ]",
-        _param("gpt_model_type", "inflight_fused_batching"),
-        _param("gpt_model_path", spec.engine_dir),
-        _param("batch_scheduler_policy", spec.batch_scheduler_policy),
-        _param("kv_cache_free_gpu_mem_fraction", spec.kv_cache_free_gpu_mem_fraction),
-        _param("enable_kv_cache_reuse", spec.enable_kv_cache_reuse),
-        _param("exclude_input_in_output", spec.exclude_input_in_output),
-        _param("max_beam_width", 1),
-        "",
-    ])
+def model_yaml(spec: Spec) -> dict[str, Any]:
+    """The model.yaml for `spec` (reads the checkpoint's tokenizer files for trtllm)."""
+    doc: dict[str, Any] = {"engine": spec.engine, "model": spec.model, "default_max_tokens": spec.default_max_tokens}
+    if spec.engine == "trtllm":
+        args: dict[str, Any] = {**BASE_LLM_ARGS, "tensor_parallel_size": spec.tensor_parallelism}
+        for name in ("max_batch_size", "max_num_tokens", "max_seq_len", "dtype"):
+            if getattr(spec, name) is not None:
+                args[name] = getattr(spec, name)
+        if spec.kv_cache_free_gpu_memory_fraction is not None:
+            args["kv_cache_config"] = {"free_gpu_memory_fraction": spec.kv_cache_free_gpu_memory_fraction,
+                                       "enable_block_reuse": True}
+        doc["llm_args"] = args
+        doc.update(checkpoint_chat(Path(spec.model)))
+        if spec.max_seq_len:
+            doc["max_tokens_limit"] = spec.max_seq_len
+    elif spec.engine == "llamacpp":
+        doc["llamacpp"] = {"n_ctx": spec.n_ctx, **({"n_threads": spec.n_threads} if spec.n_threads else {})}
+        doc["max_tokens_limit"] = spec.n_ctx
+    else:
+        raise RepositoryError(f"engine must be trtllm or llamacpp, got {spec.engine!r}")
+    if spec.chat_template:
+        doc["chat_template"] = spec.chat_template
+    return doc
 
 
-def _tokenizer_model(name: str, spec: RepositorySpec, inputs: list[str], outputs: list[str]) -> str:
-    """A Python-backend model that loads the checkpoint's tokenizer (pre- and postprocessing)."""
-    return "\n".join([
-        f'name: "{name}"',
-        'backend: "python"',
-        f"max_batch_size: {spec.max_batch_size}",
-        _io("input", inputs),
-        _io("output", outputs),
-        "instance_group [ { count: 1 kind: KIND_CPU } ]",
-        _param("tokenizer_dir", spec.tokenizer_dir),
-        "",
-    ])
+def write(spec: Spec, repository: Path) -> Path:
+    """Write the llm model into `repository` (replacing an older one); its folder."""
+    model = Path(spec.model)
+    if not model.exists():
+        raise RepositoryError(f"the model {model} does not exist: has its preparation Job finished?")
+    folder = repository / contract.MODEL_NAME
+    if folder.exists():
+        shutil.rmtree(folder)
+    version = folder / "1"
+    version.mkdir(parents=True)
+    (folder / "config.pbtxt").write_text(contract.config_pbtxt())
+    (version / "model.yaml").write_text(yaml.safe_dump(model_yaml(spec), sort_keys=False, allow_unicode=True))
+    (version / "model.py").write_text(LOADER.format(site_dirs=list(spec.site_dirs)))
+    copy_package(version)
+    return folder
 
 
-def preprocessing_config(spec: RepositorySpec) -> str:
-    return _tokenizer_model(
-        "preprocessing", spec,
-        [_tensor("QUERY", "TYPE_STRING", "1"), _tensor("REQUEST_OUTPUT_LEN", "TYPE_INT32", "1"),
-         _tensor("END_ID", "TYPE_INT32", "1", optional=True), _tensor("PAD_ID", "TYPE_INT32", "1", optional=True)],
-        [_tensor("INPUT_ID", "TYPE_INT32", "-1"), _tensor("REQUEST_INPUT_LEN", "TYPE_INT32", "1"),
-         _tensor("REQUEST_OUTPUT_LEN", "TYPE_INT32", "1"),
-         _tensor("OUT_END_ID", "TYPE_INT32", "1"), _tensor("OUT_PAD_ID", "TYPE_INT32", "1")])
+# Pure-Python libraries the model needs that NVIDIA's image may not have; copied beside the model
+# (their compiled speed-ups, built for this Python, are left out: each falls back to pure Python).
+LIBRARIES = ("yaml", "jinja2", "markupsafe")
 
 
-def postprocessing_config(spec: RepositorySpec) -> str:
-    return _tokenizer_model(
-        "postprocessing", spec,
-        [_tensor("TOKENS_BATCH", "TYPE_INT32", "-1, -1"), _tensor("SEQUENCE_LENGTH", "TYPE_INT32", "-1")],
-        [_tensor("OUTPUT", "TYPE_STRING", "-1")])
+def copy_tree(src: Path, dest: Path) -> None:
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so"))
 
 
-# The ensemble's own inputs (all but text_input and max_tokens optional), as upstream names them.
-ENSEMBLE_INPUTS = [
-    _tensor("text_input", "TYPE_STRING", "1"),
-    _tensor("max_tokens", "TYPE_INT32", "1"),
-    _tensor("end_id", "TYPE_INT32", "1", optional=True),
-    _tensor("pad_id", "TYPE_INT32", "1", optional=True),
-    _tensor("stream", "TYPE_BOOL", "1", optional=True),
-    _tensor("exclude_input_in_output", "TYPE_BOOL", "1", optional=True),
-    _tensor("temperature", "TYPE_FP32", "1", optional=True),
-    _tensor("top_k", "TYPE_INT32", "1", optional=True),
-    _tensor("top_p", "TYPE_FP32", "1", optional=True),
-]
+def copy_libraries(dest: Path) -> None:
+    import importlib
 
-STEPS = [
-    ("preprocessing",
-     {"QUERY": "text_input", "REQUEST_OUTPUT_LEN": "max_tokens", "END_ID": "end_id", "PAD_ID": "pad_id"},
-     {"INPUT_ID": "_INPUT_ID", "REQUEST_INPUT_LEN": "_REQUEST_INPUT_LEN",
-      "REQUEST_OUTPUT_LEN": "_REQUEST_OUTPUT_LEN",
-      "OUT_END_ID": "_PREPROCESSOR_END_ID", "OUT_PAD_ID": "_PREPROCESSOR_PAD_ID"}),
-    ("tensorrt_llm",
-     {"input_ids": "_INPUT_ID", "input_lengths": "_REQUEST_INPUT_LEN",
-      "request_output_len": "_REQUEST_OUTPUT_LEN",
-      "end_id": "_PREPROCESSOR_END_ID", "pad_id": "_PREPROCESSOR_PAD_ID",
-      "streaming": "stream", "exclude_input_in_output": "exclude_input_in_output",
-      "temperature": "temperature", "runtime_top_k": "top_k", "runtime_top_p": "top_p"},
-     {"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH"}),
-    ("postprocessing", {"TOKENS_BATCH": "_TOKENS_BATCH", "SEQUENCE_LENGTH": "_SEQUENCE_LENGTH"},
-     {"OUTPUT": "text_output"}),
-]
+    for name in LIBRARIES:
+        module = importlib.import_module(name)
+        copy_tree(Path(module.__file__).resolve().parent, dest / name)
 
 
-def ensemble_config(spec: RepositorySpec) -> str:
-    steps = []
-    for model, inputs, outputs in STEPS:
-        maps = [f'      input_map {{ key: "{k}" value: "{v}" }}' for k, v in inputs.items()]
-        maps += [f'      output_map {{ key: "{k}" value: "{v}" }}' for k, v in outputs.items()]
-        steps.append(f'    {{\n      model_name: "{model}"\n      model_version: -1\n' + "\n".join(maps) + "\n    }")
-    return "\n".join([
-        'name: "ensemble"',
-        'platform: "ensemble"',
-        f"max_batch_size: {spec.max_batch_size}",
-        _io("input", ENSEMBLE_INPUTS),
-        _io("output", [_tensor("text_output", "TYPE_STRING", "-1")]),
-        "ensemble_scheduling {\n  step [\n" + ",\n".join(steps) + "\n  ]\n}",
-        "",
-    ])
-
-
-def configs(spec: RepositorySpec) -> dict[str, str]:
-    return {
-        "ensemble": ensemble_config(spec),
-        "preprocessing": preprocessing_config(spec),
-        "tensorrt_llm": tensorrt_llm_config(spec),
-        "postprocessing": postprocessing_config(spec),
-    }
-
-
-def write(spec: RepositorySpec, repository: Path) -> list[Path]:
-    """Write the four models; the Python ones get the tokenizer models shipped in this package."""
-    written = []
-    for name, text in configs(spec).items():
-        model_dir = repository / name
-        (model_dir / "1").mkdir(parents=True, exist_ok=True)
-        (model_dir / "config.pbtxt").write_text(text)
-        written.append(model_dir / "config.pbtxt")
-        if name in ("preprocessing", "postprocessing"):
-            source = resources.files("triton_runtime").joinpath(f"models/{name}.py")
-            with resources.as_file(source) as path:
-                shutil.copyfile(path, model_dir / "1" / "model.py")
-    return written
+def copy_package(dest: Path) -> Path:
+    """This package's serving code and the libraries it needs into dest (the model's version
+    folder, which the loader puts first on sys.path)."""
+    here = Path(__file__).resolve().parent
+    target = dest / "triton_runtime"
+    copy_tree(here / "serving", target / "serving")
+    (target / "__init__.py").write_text('"""triton-operator\'s LLM model (a copy of triton_runtime.serving)."""\n')
+    copy_libraries(dest)
+    return target

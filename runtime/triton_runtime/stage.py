@@ -54,7 +54,7 @@ def stage(source: str, fmt: str, model_name: str, repository: Path, scratch: Pat
         shutil.copytree(root, repository, dirs_exist_ok=True)
         return repository
     if fmt not in FORMATS:
-        raise StageError(f"format {fmt!r} is not staged here (tensorrt-llm uses build-engine and make-repository)")
+        raise StageError(f"format {fmt!r} is not staged here (tensorrt-llm uses prepare and make-repository)")
     filename, backend, autocompletes = FORMATS[fmt]
     target = repository / model_name
     (target / "1").mkdir(parents=True, exist_ok=True)

@@ -19,9 +19,9 @@ from datetime import datetime, timezone
 
 from ..api import ClassPlacement, GPUClass, InferenceService
 from ..labels import LABEL_GPU_CLASS
-from ..planning import capacity, choice, engines
+from ..planning import capacity, choice, preparation
 from ..planning import placement as placing
-from ..render import RenderError, engine_jobs, render
+from ..render import RenderError, preparation_jobs, render
 from ..settings import Settings
 from .cache import whole
 
@@ -69,7 +69,7 @@ class Plan:
     error: tuple[str, str] | None = None           # (reason, message): the spec cannot be rendered
     apply: tuple[dict[str, Any], ...] = ()         # manifests that differ from the live objects
     delete: tuple[tuple[str, str, str], ...] = ()  # (apiVersion, kind, name) of children to remove
-    engines: tuple[dict[str, Any], ...] | None = None  # TensorRT-LLM: engine state per GPU class
+    preparation: tuple[dict[str, Any], ...] | None = None  # TensorRT-LLM: the model's preparation
     rendered: int = 0                              # manifests rendered (applied or found in place)
     deployments: tuple[tuple[str, str], ...] = ()  # (GPU class, Deployment name), the preferred first
     placement: placing.Placement | None = None     # gpu.spill: replicas per class and why
@@ -81,17 +81,19 @@ def plan(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Sett
     """`free` is the free GPUs per node of each class (None: not watched); `now` the clock, for
     spill-over's timers."""
     now = now or datetime.now(timezone.utc)
-    engine_states: list[dict[str, Any]] | None = None
+    prep_states: list[dict[str, Any]] | None = None
     delete: list[tuple[str, str, str]] = []
     placement: placing.Placement | None = None
     ready: set[str] | None = None
     try:
         jobs = None
         if isvc.spec.model.format == "tensorrt-llm":
-            jobs = engine_jobs(isvc, classes, settings)
-            known = [e.wire() for e in isvc.status.engines or []] if isvc.status else []
-            engine_states = engines.states(jobs, list(children.jobs), known, list(children.build_pods))
-            ready = engines.ready_classes(engine_states)
+            jobs = preparation_jobs(isvc, classes, settings)
+            known = [e.wire() for e in isvc.status.preparation or []] if isvc.status else []
+            prep_states = preparation.states(jobs, list(children.jobs), known, isvc.spec.model.precision,
+                                             list(children.build_pods))
+            ready = preparation.ready_classes(prep_states,
+                                              [o.gpu_class for o in choice.candidates(isvc.spec, classes).usable()])
             wanted = {j["metadata"]["name"] for j in jobs}
             delete = [("batch/v1", "Job", j["metadata"]["name"]) for j in children.jobs
                       if j["metadata"]["name"] not in wanted and not j["metadata"].get("deletionTimestamp")]
@@ -103,14 +105,14 @@ def plan(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Sett
         rendered = render(isvc, classes, settings, replicas=replicas, engines_ready=ready, jobs=jobs, placement=in_use)
         manifests = rendered.manifests
         if ready is not None:
-            # A class's new engine is building: its running Deployment keeps serving the old one
-            # until the new one is in the cache, instead of being scaled to zero.
+            # The model of a new spec is being prepared: running Deployments keep serving the old
+            # one until the new one is in the cache, instead of being scaled to zero.
             held = {name for c, name in rendered.deployments.items() if c not in ready}
             manifests = [m for m in manifests if not (m["kind"] == "Deployment" and m["metadata"]["name"] in held
                                                       and children.live(m) is not None)]
     except RenderError as e:
         return Plan(replicas, error=(e.reason, e.message),
-                    engines=None if engine_states is None else tuple(engine_states))
+                    preparation=None if prep_states is None else tuple(prep_states))
     # Deployments of classes no longer in use (a spill class whose replicas came back, spill
     # switched off): placement only empties a class once its replicas serve elsewhere.
     names = set(rendered.deployments.values())
@@ -120,7 +122,7 @@ def plan(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Sett
     return Plan(
         replicas=replicas, gpu_class=rendered.gpu_class, notes=tuple(rendered.notes),
         apply=tuple(m for m in manifests if not matches(m, whole(children.live(m)))),
-        delete=tuple(delete), engines=None if engine_states is None else tuple(engine_states),
+        delete=tuple(delete), preparation=None if prep_states is None else tuple(prep_states),
         rendered=len(manifests), deployments=tuple(rendered.deployments.items()), placement=placement,
         options=tuple(cands.usable()) + tuple(cands.skipped))
 

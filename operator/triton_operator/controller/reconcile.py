@@ -161,7 +161,7 @@ class Views:
             deployment=s.get(DEPLOYMENT.kind, key), service=s.get(SERVICE.kind, key), pdb=s.get(PDB.kind, key),
             network_policy=s.get(NETWORK_POLICY.kind, key),
             jobs=jobs, pods=tuple(p for p in pods if p["metadata"]["labels"].get(component) == "server"),
-            build_pods=tuple(p for p in pods if p["metadata"]["labels"].get(component) == "engine-build"),
+            build_pods=tuple(p for p in pods if p["metadata"]["labels"].get(component) == "model-prepare"),
             deployments=deployments)
 
     def free_gpus(self, classes: Mapping[str, GPUClass]) -> dict[str, list[int]] | None:
@@ -254,7 +254,7 @@ class Reconciler:
         spill = isvc.spec.gpu.spill is not None
         inputs = (raw["metadata"].get("uid"), raw["metadata"].get("generation"), replicas,
                   self.store.version("GPUClass"), self._settings_digest,
-                  _engines_digest(isvc) if isvc.spec.model.format == "tensorrt-llm" else None)
+                  _preparation_digest(isvc) if isvc.spec.model.format == "tensorrt-llm" else None)
         free = self.views.free_gpus(classes) if spill else None
         plan = self._converge(key, isvc, classes, children, replicas, inputs, free, now, always=spill)
         self._follow_placement(key, plan.placement)
@@ -270,7 +270,7 @@ class Reconciler:
             pods=list(children.pods) if children.deployment else [],
             endpoints=endpoints(key[1], key[0], self.settings, isvc.spec.serves_openai()),
             selector=",".join(f"{k}={v}" for k, v in selector_labels(key[1]).items()),
-            engines=None if plan.engines is None else list(plan.engines),
+            preparation=None if plan.preparation is None else list(plan.preparation),
             deployments=deployments, deployment_names=names, placement=plan.placement, options=list(plan.options))
         self._count_gpus(key, plan, children, isvc.spec.gpu.count)
         new_status, events = status_core.compute(isvc, observed, now)
@@ -322,7 +322,7 @@ class Reconciler:
             telemetry.WRITES.labels(kind, "delete").inc()
         retry_at, refusals = None, 0
         if rejected is not None:
-            plan = desired_core.Plan(plan.replicas, plan.gpu_class, plan.notes, rejected, engines=plan.engines,
+            plan = desired_core.Plan(plan.replicas, plan.gpu_class, plan.notes, rejected, preparation=plan.preparation,
                                      deployments=plan.deployments, options=plan.options)
             refusals = (last.refusals if last is not None and last.inputs == inputs else 0) + 1
             pause = min(REFUSAL_RETRY_MAX, REFUSAL_RETRY_BASE * 2 ** (refusals - 1))
@@ -394,10 +394,10 @@ def _tokens(children: desired_core.Children) -> tuple[Any, ...]:
             tuple((j["metadata"].get("uid"), j["metadata"].get("resourceVersion")) for j in children.jobs))
 
 
-def _engines_digest(isvc: InferenceService) -> str:
-    """Engine states remembered in status take part in the plan of a TensorRT-LLM service."""
-    engines = [e.wire() for e in isvc.status.engines or []] if isvc.status else []
-    return json.dumps(engines, sort_keys=True)
+def _preparation_digest(isvc: InferenceService) -> str:
+    """The preparation remembered in status takes part in the plan of a TensorRT-LLM service."""
+    known = [e.wire() for e in isvc.status.preparation or []] if isvc.status else []
+    return json.dumps(known, sort_keys=True)
 
 
 def _with_autoscaling(new_status: dict[str, Any], old_status: dict[str, Any], report: Report | None,

@@ -43,7 +43,7 @@ class Observed:
     pods: list[dict[str, Any]] = field(default_factory=list)
     endpoints: dict[str, str] | None = None
     selector: str | None = None
-    engines: list[dict[str, Any]] | None = None   # TensorRT-LLM only: per GPU class
+    preparation: list[dict[str, Any]] | None = None  # TensorRT-LLM only: the model's preparation
     deployments: list[dict[str, Any]] | None = None  # every class's Deployment (None: just `deployment`)
     deployment_names: dict[str, str] = field(default_factory=dict)  # GPU class -> Deployment name
     placement: placing.Placement | None = None    # gpu.spill: replicas per class and why
@@ -54,9 +54,9 @@ class Observed:
             return self.deployments
         return [self.deployment] if self.deployment is not None else []
 
-    def engine(self) -> dict[str, Any] | None:
-        """The engine of the class in use."""
-        return next((e for e in self.engines or [] if e["gpuClass"] == self.gpu_class), None)
+    def prepared(self) -> dict[str, Any] | None:
+        """The model's preparation (tensorrt-llm), if any."""
+        return (self.preparation or [None])[0]
 
 
 @dataclass(frozen=True)
@@ -94,9 +94,9 @@ def _dep_condition(dep: dict[str, Any], type_: str) -> dict[str, Any] | None:
 def _degraded(obs: Observed, trouble: PodTrouble) -> tuple[bool, str, str]:
     if obs.error:
         return True, obs.error[0], obs.error[1]
-    engine = obs.engine()
-    if engine and engine["phase"] == "Failed":
-        return True, "EngineFailed", engine["message"]
+    prep = obs.prepared()
+    if prep and prep["phase"] == "Failed":
+        return True, "PreparationFailed", prep["message"]
     if obs.placement is not None and obs.placement.shortfall:
         return True, "GPUClassesFull", obs.placement.shortfall
     if trouble.unschedulable:
@@ -178,18 +178,18 @@ def compute(isvc: InferenceService, obs: Observed, now: datetime) -> tuple[dict[
         # Whatever still runs serves an earlier spec: Ready (for this generation) is False.
         still = f"; {ready} replica(s) of an earlier spec still serve" if ready else ""
         r = (False, obs.error[0], f"the latest spec cannot be applied: {obs.error[1]}{still}")
-    engine = obs.engine()
-    held = engine is not None and engine["phase"] != "Ready"
+    prep = obs.prepared()
+    held = prep is not None and prep["phase"] != "Ready"
     if held and not (r[0] and desired > 0):
-        reason = "EngineFailed" if engine["phase"] == "Failed" else "EngineBuilding"
-        r = (False, reason, f"serving pods wait for the TensorRT-LLM engine for GPU class {obs.gpu_class}: "
-                            f"{engine['message']}")
+        reason = "PreparationFailed" if prep["phase"] == "Failed" else "Preparing"
+        r = (False, reason, f"serving pods wait for the model's preparation ({prep['precision']}): "
+                            f"{prep['message']}")
 
     placement = obs.placement
     if obs.error:
         p = (False, obs.error[0], "waiting for the spec or the cluster to change")
     elif held:
-        p = (engine["phase"] == "Building", r[1] if not r[0] else "EngineBuilding", engine["message"])
+        p = (prep["phase"] == "Preparing", r[1] if not r[0] else "Preparing", prep["message"])
     elif placement is not None and placement.waiting and not placement.shortfall:
         p = (True, "WaitingToSpill", placement.waiting)
     elif placement is not None and placement.returning:
@@ -215,13 +215,13 @@ def compute(isvc: InferenceService, obs: Observed, now: datetime) -> tuple[dict[
         conds = c.set_condition(conds, c.SCALED_TO_ZERO, z[0], z[1], z[2], gen, now)
     else:
         conds = [x for x in conds if x["type"] != c.SCALED_TO_ZERO]
-    if obs.engines is not None:
-        if engine is None:
-            e = (False, "NoEngine", "no GPU class to build an engine for")
+    if obs.preparation is not None:
+        if prep is None:
+            e = (False, "NoGPUClass", "no GPU class can serve the model, so it is not prepared")
         else:
-            e = (engine["phase"] == "Ready", {"Ready": "EngineReady", "Failed": "EngineFailed"}.get(
-                engine["phase"], "EngineBuilding"), engine["message"])
-        conds = c.set_condition(conds, c.ENGINE_READY, e[0], e[1], e[2], gen, now)
+            e = (prep["phase"] == "Ready", {"Ready": "Prepared", "Failed": "PreparationFailed"}.get(
+                prep["phase"], "Preparing"), prep["message"])
+        conds = c.set_condition(conds, c.MODEL_READY, e[0], e[1], e[2], gen, now)
 
     status: dict[str, Any] = {
         "observedGeneration": gen,
@@ -232,8 +232,8 @@ def compute(isvc: InferenceService, obs: Observed, now: datetime) -> tuple[dict[
         "selector": obs.selector,
         "endpoints": obs.endpoints,
     }
-    if obs.engines is not None:
-        status["engines"] = obs.engines
+    if obs.preparation is not None:
+        status["preparation"] = obs.preparation
     if obs.gpu_class is not None:
         entries = _placement_status(obs, old_status.get("placement") or [], now)
         status["placement"] = entries
@@ -313,8 +313,8 @@ def _events(old: list[dict[str, Any]], new: list[dict[str, Any]], notes: list[st
         events.append(Event("Normal", "GPUClassChanged", f"now running on GPU class {new_class} (was {old_class})"))
     if new_class != old_class:
         events.extend(Event("Normal", "FallbackGPUClass", n) for n in notes)
-    before_eng, after_eng = c.find(old, c.ENGINE_READY), c.find(new, c.ENGINE_READY)
+    before_eng, after_eng = c.find(old, c.MODEL_READY), c.find(new, c.MODEL_READY)
     if after_eng and (before_eng is None or before_eng["reason"] != after_eng["reason"]):
-        kind = "Warning" if after_eng["reason"] == "EngineFailed" else "Normal"
+        kind = "Warning" if after_eng["reason"] == "PreparationFailed" else "Normal"
         events.append(Event(kind, after_eng["reason"], after_eng["message"]))
     return events

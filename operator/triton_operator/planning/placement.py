@@ -1,15 +1,15 @@
 """Spill-over placement (pure): how many replicas run on each GPU class, and why.
 
 Inputs are what the cache shows (each class's Deployment and pods, the free GPUs on its nodes,
-which engines are built), what status remembered (each class's reason and since when), the spec's
+whether a tensorrt-llm model is prepared), what status remembered (each class's reason and since when), the spec's
 durations and the clock. The output is the replicas per class, a reason per class, the moves
 made (for Events) and when to look again.
 
 The rules (issue 12):
 - Replicas go to the preferred class (the first in `order`). Replicas that cannot be scheduled
-  there for `after` move to the next class, in order, that has room and a built engine; replicas
-  that run stay where they are. A class without its engine yet gets none (its engine is built
-  ahead of need; they move once it is ready).
+  there for `after` move to the next class, in order, that has room and may serve (a tensorrt-llm
+  model is prepared once for every class); replicas that run stay where they are. While the model
+  is being prepared no class gets any (they move once it is ready).
 - While replicas are spilled, a scale-up places what the preferred class has room for there and
   the rest straight on the spill classes (the shortage is known; no new wait of `after`). A
   scale-down removes replicas from the least preferred class first.
@@ -36,7 +36,7 @@ from datetime import datetime
 from typing import Collection, Mapping, Sequence
 
 PREFERRED, FULL, ROOM_TO_RETURN, RETURNING = "Preferred", "Full", "RoomToReturn", "Returning"
-SPILLED, STANDBY, NO_ROOM, ENGINE_BUILDING = "SpilledOver", "Standby", "NoRoom", "EngineBuilding"
+SPILLED, STANDBY, NO_ROOM, ENGINE_BUILDING = "SpilledOver", "Standby", "NoRoom", "Preparing"
 # Move kinds (Event reasons)
 SPILL_MOVE, RETURN_START, MOVED_BACK, RETURN_ABANDONED = "SpilledOver", "ReturnStarted", "MovedBack", "ReturnAbandoned"
 UNLIMITED = 10**9
@@ -99,7 +99,7 @@ class Placement:
     classes: tuple[ClassDecision, ...]             # every usable class, the preferred first
     moves: tuple[Move, ...] = ()
     shortfall: str | None = None                   # every class is full: what is missing, per class
-    waiting: str | None = None                     # replicas wait for `after` or for an engine
+    waiting: str | None = None                     # replicas wait for `after` or for the model's preparation
     wake_after: float | None = None                # seconds until a timer here may change the answer
     returning: bool = False                        # one replica above the total is being started on the preferred class
 
@@ -228,8 +228,8 @@ def place(total: int, order: Sequence[str], gpus: Mapping[str, int], state: Mapp
         if n > 0:
             short[c] = n
             if engine_wait:
-                waiting.append(f"{n} replica(s) of {c} wait for the TensorRT-LLM engine of "
-                               f"{', '.join(sorted(engine_wait))} to be built before they move there")
+                waiting.append(f"{n} replica(s) of {c} wait for the model to be prepared before they move to "
+                               f"{', '.join(sorted(engine_wait))}")
 
     # 4. Return: the preferred class has had room for one more replica for `returnAfter`.
     p_room_since: datetime | None = None
@@ -272,7 +272,7 @@ def place(total: int, order: Sequence[str], gpus: Mapping[str, int], state: Mapp
             if st[c].unschedulable:
                 reason, msg = FULL, f"{a[c]} replica(s), some unschedulable: {_first_clause(st[c].scheduler_message)}"
         elif not engine_ok(c):
-            reason, msg = ENGINE_BUILDING, "takes replicas once its TensorRT-LLM engine is built"
+            reason, msg = ENGINE_BUILDING, "takes replicas once the model is prepared"
         elif room is not None and avail(c) == 0:
             reason, msg = NO_ROOM, "no free GPUs for a replica"
         else:
@@ -288,7 +288,7 @@ def place(total: int, order: Sequence[str], gpus: Mapping[str, int], state: Mapp
             if k:
                 parts.append(f"{c}: {k} replica(s) x {gpus.get(c, 1)} GPU(s) unschedulable")
             elif c in engine_wait:
-                parts.append(f"{c}: engine not built yet")
+                parts.append(f"{c}: model not prepared yet")
             else:
                 parts.append(f"{c}: no room" if room is not None else f"{c}: no room known")
         parts += [f"{c}: skipped ({why})" for c, why in skipped]

@@ -17,24 +17,19 @@ import yaml
 
 from .. import planning
 from ..planning import choice
-from ..api import API_VERSION, EngineSpec, GPUClass, GPUClassSpec, InferenceService
+from ..api import API_VERSION, GPUClass, GPUClassSpec, InferenceService
 from ..labels import LABEL_GPU_CLASS, LABEL_SERVICE, MANAGED_BY, selector_labels
 from ..quantity import within_limits
 from ..settings import Settings
-from . import runtime
-from .runtime import PROGRAM, SCRATCH_ROOT
+from . import llm, runtime
+from .runtime import NO_RETRY_EXIT_CODES, PROGRAM, TRITON_UID
 
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 MODEL_ROOT = "/models"
-ENGINE_ROOT = "/engines"
-PVC_ROOT = "/mnt/pvc"  # runtime/ finds pvc://CLAIM/PATH at PVC_ROOT/CLAIM/PATH
-# triton-runtime's exit codes that retrying cannot fix: 2 a spec it cannot build, 3 a pod the
-# doctor found unfit (runtime/triton_runtime/cli.py EXIT_SPEC, doctor.py PROBLEMS_EXIT).
-NO_RETRY_EXIT_CODES = [2, 3]
+PVC_ROOT = llm.PVC_ROOT  # runtime/ finds pvc://CLAIM/PATH at PVC_ROOT/CLAIM/PATH
 QUANTILES = "0.5:0.05,0.9:0.01,0.95:0.005,0.99:0.001"
 DEFAULT_REQUESTS = {"cpu": "2", "memory": "8Gi"}
-# Triton's NGC images run as the unprivileged user triton-server (uid 1000).
-TRITON_UID = 1000
+__all__ = ["NO_RETRY_EXIT_CODES", "TRITON_UID", "PROGRAM"]
 
 _env = jinja2.Environment(
     loader=jinja2.PackageLoader("triton_operator.render", "templates"),
@@ -101,7 +96,7 @@ def model_name(isvc: InferenceService) -> str:
     m = isvc.spec.model
     if m.name:
         return m.name
-    return "tensorrt_llm" if m.format == "tensorrt-llm" else isvc.name
+    return llm.LLM_MODEL if m.format == "tensorrt-llm" else isvc.name
 
 
 def endpoints(name: str, namespace: str, settings: Settings, openai: bool = False) -> dict[str, str]:
@@ -116,24 +111,7 @@ def endpoints(name: str, namespace: str, settings: Settings, openai: bool = Fals
     return out
 
 
-def engine_args(isvc: InferenceService, cls: GPUClassSpec) -> list[str]:
-    """The flags that identify an engine, shared by build-engine and make-repository so that both
-    compute the same cache key inside the runtime image."""
-    m, e = isvc.spec.model, isvc.spec.engine or EngineSpec()
-    args = ["--source", m.source, "--precision", m.precision, "--compute-capability", cls.compute_capability,
-            "--tensor-parallelism", str(isvc.spec.gpu.count), "--max-batch-size", str(e.max_batch_size),
-            "--max-input-len", str(e.max_input_len), "--max-seq-len", str(e.max_seq_len),
-            "--max-num-tokens", str(e.max_num_tokens), "--cache", ENGINE_ROOT]
-    if e.calibration_dataset:
-        args += ["--calibration-dataset", e.calibration_dataset]
-    return args + (["--revision", m.revision] if m.revision else [])
-
-
-def engine_claim(isvc: InferenceService, settings: Settings) -> str:
-    return (isvc.spec.engine and isvc.spec.engine.cache_claim) or settings.engine_cache_claim
-
-
-def _model_delivery(isvc: InferenceService, cls: GPUClassSpec, settings: Settings) -> dict[str, Any]:
+def _model_delivery(isvc: InferenceService, settings: Settings) -> dict[str, Any]:
     """How the model reaches Triton: the repository path, an init container that prepares it,
     and the volumes both need."""
     m = isvc.spec.model
@@ -145,33 +123,16 @@ def _model_delivery(isvc: InferenceService, cls: GPUClassSpec, settings: Setting
         path = m.source[len("pvc://"):].partition("/")[2]
         volumes.append({"name": "model-repository", "persistentVolumeClaim": {"claimName": source_claim, "readOnly": True}})
         server_mounts.append({"name": "model-repository", "mountPath": MODEL_ROOT, "readOnly": True})
-        return {"path": f"{MODEL_ROOT}/{path}".rstrip("/"), "init": None, "volumes": volumes,
+        return {"path": f"{MODEL_ROOT}/{path}".rstrip("/"), "init": [], "volumes": volumes,
                 "server_mounts": server_mounts, "secret_on_server": False}
     if m.format == "triton" and m.scheme in ("s3", "gs"):
         # Triton reads s3:// and gs:// repositories natively, with the credentials in its env.
-        return {"path": m.source, "init": None, "volumes": [], "server_mounts": [], "secret_on_server": True}
+        return {"path": m.source, "init": [], "volumes": [], "server_mounts": [], "secret_on_server": True}
     volumes.append({"name": "model-repository", "emptyDir": {}})
     init_mounts.append({"name": "model-repository", "mountPath": MODEL_ROOT})
     server_mounts.append({"name": "model-repository", "mountPath": MODEL_ROOT})
     if m.format == "tensorrt-llm":
-        # The engine was built by this class's build Job into the shared cache.
-        volumes.append({"name": "engines", "persistentVolumeClaim": {"claimName": engine_claim(isvc, settings),
-                                                                     "readOnly": True}})
-        volumes.append({"name": "home", "emptyDir": {"sizeLimit": runtime.SERVING_HOME_SIZE}})
-        for mounts in (init_mounts, server_mounts):
-            mounts.append({"name": "engines", "mountPath": ENGINE_ROOT, "readOnly": True})
-            mounts.append({"name": "home", "mountPath": runtime.SERVING_HOME})
-        identity = engine_args(isvc, cls)
-        args = [PROGRAM, "make-repository", *identity, "--repository", MODEL_ROOT]
-        if isvc.spec.engine and isvc.spec.engine.streaming:
-            args.append("--streaming")
-        # The doctor runs first, with the pod's GPUs, so that a node without them, an engine of
-        # another TensorRT-LLM version or an unwritable home fails in seconds with a reason.
-        doctor = runtime.doctor_args("serve", identity, isvc.spec.gpu.count)
-        home_env = runtime.cache_environment(runtime.SERVING_HOME)
-        return {"path": MODEL_ROOT, "init": {"name": "make-repository", "args": args}, "doctor": doctor,
-                "volumes": volumes, "init_mounts": init_mounts, "server_mounts": server_mounts,
-                "secret_on_server": False, "init_env": home_env, "server_env": home_env}
+        return llm.delivery(isvc, settings)
     # The staging container runs the runtime image as uid 1000 too: it gets a writable home
     # (huggingface_hub and the cloud clients keep caches and credentials files there).
     volumes.append({"name": "home", "emptyDir": {"sizeLimit": runtime.SERVING_HOME_SIZE}})
@@ -180,13 +141,15 @@ def _model_delivery(isvc: InferenceService, cls: GPUClassSpec, settings: Setting
         volumes.append({"name": "model-source", "persistentVolumeClaim": {"claimName": source_claim, "readOnly": True}})
         init_mounts.append({"name": "model-source", "mountPath": f"{PVC_ROOT}/{source_claim}", "readOnly": True})
     # Everything else is fetched (and laid out) by runtime/'s staging command.
-    args = [PROGRAM, "stage", "--source", m.source, "--format", m.format, "--model-name", model_name(isvc),
+    args = ["stage", "--source", m.source, "--format", m.format, "--model-name", model_name(isvc),
             "--repository", MODEL_ROOT]
     if m.revision:
         args += ["--revision", m.revision]
-    return {"path": MODEL_ROOT, "init": {"name": "stage-model", "args": args}, "volumes": volumes,
-            "init_mounts": init_mounts, "server_mounts": server_mounts, "secret_on_server": False,
-            "init_env": runtime.cache_environment(runtime.SERVING_HOME)}
+    stage = {"name": "stage-model", **llm.container(settings.runtime_image, [], args, settings),
+             "env": runtime.cache_environment(runtime.SERVING_HOME), "volumeMounts": init_mounts, "gpu": False,
+             "secret": True}
+    return {"path": MODEL_ROOT, "init": [stage], "volumes": volumes, "server_mounts": server_mounts,
+            "secret_on_server": False}
 
 
 # Triton's APIs that change or reveal the server beyond one model's inference (model load/unload,
@@ -213,10 +176,8 @@ def _server_args(isvc: InferenceService, repository: str) -> list[str]:
     (/opt/nvidia/nvidia_entrypoint.sh: CUDA forward compatibility, driver checks) runs and then
     execs them, as in Triton server v2.54.0 deploy/k8s-onprem/templates/deployment.yaml
     (`args: [tritonserver, ...]`)."""
-    if isvc.spec.model.format == "tensorrt-llm":
-        # runtime/ runs one tritonserver rank per GPU under mpirun when tensor parallel.
-        return [PROGRAM, "serve", "--repository", repository, "--world-size", str(isvc.spec.gpu.count),
-                "--", "--metrics-config=summary_quantiles=" + QUANTILES, *RESTRICTED_ARGS, *isvc.spec.server.args]
+    # One tritonserver also for tensor parallelism: TensorRT-LLM's LLM API starts its own worker
+    # per GPU (MPI) from the model's process.
     return [
         "tritonserver",
         f"--model-repository={repository}",
@@ -269,74 +230,19 @@ def _resources(isvc: InferenceService, cls: GPUClassSpec) -> tuple[dict[str, Any
     return resources, {"requests": {k: v for k, v in resources["requests"].items() if k not in gpu}}
 
 
-def _scratch_limit(isvc: InferenceService) -> str | None:
-    """The build's scratch volume size: its ephemeral-storage request (the user's, else the
-    estimate, lowered to a lower limit)."""
-    return runtime.build_resources(isvc)["requests"].get("ephemeral-storage")
-
-
-def _build_resources(isvc: InferenceService, cls: GPUClassSpec) -> dict[str, Any]:
-    """The build container's own resources (never the serving ones), plus the class's GPUs."""
-    base = runtime.build_resources(isvc)
-    gpu = {cls.resource_name: str(isvc.spec.gpu.count)}
-    return {"requests": {**base["requests"], **gpu}, "limits": {**base["limits"], **gpu}}
-
-
-def engine_jobs(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Settings) -> list[dict[str, Any]]:
-    """One engine-build Job per GPU class the service may run on (class and fallbacks that exist
-    and fit), so that falling back needs no build. Empty for formats other than tensorrt-llm.
-    The Job's name hashes everything it does: a spec change makes a new Job, never an edit."""
+def preparation_jobs(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Settings) -> list[dict[str, Any]]:
+    """The Job that prepares a tensorrt-llm service's model (empty for other formats, and while
+    no GPU class can run it)."""
     if isvc.spec.model.format != "tensorrt-llm":
         return []
-    return [_engine_job(with_count(isvc, count), class_name, classes[class_name].spec, settings)
-            for class_name, count in _build_targets(isvc, classes)]
-
-
-def _engine_job(isvc: InferenceService, class_name: str, cls: GPUClassSpec, settings: Settings) -> dict[str, Any]:
-    identity = engine_args(isvc, cls)
-    scratch_limit = _scratch_limit(isvc)
-    args = [PROGRAM, "build-engine", *identity, "--scratch", SCRATCH_ROOT]
-    doctor = runtime.doctor_args("build", identity, isvc.spec.gpu.count, SCRATCH_ROOT, scratch_limit)
-    resources = _build_resources(isvc, cls)
-    digest = hashlib.sha256(json.dumps([class_name, settings.runtime_image, cls.resource_name, args, doctor,
-                                        resources]).encode())
-    m = isvc.spec.model
-    source_claim = m.source[len("pvc://"):].partition("/")[0] if m.scheme == "pvc" else None
-    calibration = isvc.spec.engine.calibration_dataset if isvc.spec.engine else None
-    calibration_claim = (calibration[len("pvc://"):].partition("/")[0]
-                         if calibration and calibration.startswith("pvc://") else None)
-    context = {
-        "name": f"{isvc.name}-{digest.hexdigest()[:10]}",
-        "namespace": isvc.namespace,
-        "labels": {**labels_for(isvc, "engine-build"), LABEL_GPU_CLASS: class_name},
-        "owner": _owner(isvc),
-        "image": settings.runtime_image,
-        "args": args,
-        "doctor_args": doctor,
-        "env": runtime.cache_environment(runtime.BUILD_HOME),
-        "resources": resources,
-        "scratch_limit": scratch_limit,
-        "no_retry_exit_codes": NO_RETRY_EXIT_CODES,
-        "credentials_secret": m.credentials_secret,
-        "engine_claim": engine_claim(isvc, settings),
-        "claims": sorted({c for c in (source_claim, calibration_claim) if c}),
-        "pvc_root": PVC_ROOT,
-        "engine_root": ENGINE_ROOT,
-        "scratch_root": SCRATCH_ROOT,
-        "uid": TRITON_UID,
-        **placement(cls),
-    }
-    return _load(_env.get_template("job.yaml.j2").render(**context))
-
-
-def _build_targets(isvc: InferenceService, classes: Mapping[str, GPUClass]) -> list[tuple[str, int]]:
-    """(class, GPUs per replica) to build engines for: class and every fallbackClass that exists and
-    fits; for class auto, the planner's choice and, with spill, the classes it may spill to."""
-    if isvc.spec.gpu.auto:
-        return [(o.gpu_class, o.count) for o in choice.candidates(isvc.spec, classes).usable()]
-    count = isvc.spec.gpu.count
-    return [(name, count) for name in isvc.spec.gpu.candidates()
-            if name in classes and not planning.problems(isvc.spec.model, name, classes[name].spec, count)]
+    usable = choice.candidates(isvc.spec, classes).usable()
+    if not usable:
+        return []
+    first = usable[0]
+    isvc_for = with_count(isvc, first.count)
+    return [llm.preparation_job(isvc_for, classes, [o.gpu_class for o in usable], settings,
+                                labels_for(isvc, "model-prepare"), _owner(isvc), placement,
+                                lambda name, ctx: _load(_env.get_template(name).render(**ctx)))]
 
 
 def _owner(isvc: InferenceService) -> dict[str, Any] | None:
@@ -381,9 +287,10 @@ def render(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Se
            replicas: int | None = None, engines_ready: Collection[str] | None = None,
            jobs: list[dict[str, Any]] | None = None, placement: Mapping[str, int] | None = None) -> Rendered:
     """Manifests for one InferenceService. `replicas` overrides the count from desired_replicas.
-    `engines_ready` names the GPU classes whose TensorRT-LLM engine is built; serving pods of a
-    class without one are held at 0 replicas. None (offline) renders the steady state. `jobs` are
-    the engine_jobs() a caller already computed (to learn engine states), so they are not rendered twice.
+    `engines_ready` names the GPU classes that may serve a tensorrt-llm model now (all of them once
+    its preparation is done); serving pods of the others are held at 0 replicas. None (offline)
+    renders the steady state. `jobs` are the preparation_jobs() a caller already computed (to learn
+    their state), so they are not rendered twice.
     `placement` maps GPU classes to replicas (spill-over): one Deployment per class in it, the
     preferred class always; None puts every replica on the preferred class."""
     cands = choice.candidates(isvc.spec, classes)
@@ -418,38 +325,31 @@ def render(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Se
                    for peers, ports in ((policy.clients, CLIENT_PORTS), (policy.metrics, ("metrics",))) if peers]
         shared.append(_load(_env.get_template("networkpolicy.yaml.j2").render(**context, ingress=ingress)))
     return Rendered(gpu_class=preferred, manifests=deployments + shared + (
-        engine_jobs(isvc, classes, settings) if jobs is None else jobs), notes=notes, deployments=names)
+        preparation_jobs(isvc, classes, settings) if jobs is None else jobs), notes=notes, deployments=names)
 
 
 def _deployment(isvc: InferenceService, class_name: str, cls: GPUClassSpec, settings: Settings, count: int,
                 name: str, spill: bool, engines_ready: Collection[str] | None) -> dict[str, Any]:
     spec = isvc.spec
-    delivery = _model_delivery(isvc, cls, settings)
-    llm = spec.model.format == "tensorrt-llm"
-    # server.image is refused for tensorrt-llm (api.SERVER_IMAGE_MESSAGE): engine and server must
-    # share the runtime image's TensorRT-LLM version.
-    image = settings.runtime_image if llm else (spec.server.image or settings.triton_image)
+    delivery = _model_delivery(isvc, settings)
+    is_llm = spec.model.format == "tensorrt-llm"
+    image = spec.server.image or (settings.llm_image if is_llm else settings.triton_image)
+    if is_llm and spec.server.image:
+        # The doctor checks the TensorRT-LLM version of the image that serves.
+        delivery["init"] = [{**i, "image": image} if i["name"] == "doctor" else i for i in delivery["init"]]
     resources, init_resources = _resources(isvc, cls)
-    init_env = delivery.get("init_env", [])
-    init_containers = []
-    if delivery.get("doctor"):
-        # With the server's resources, GPUs included: the scheduler reserves max(init, app) per
-        # resource, and the kubelet hands the init container's GPUs on to the server.
-        init_containers.append({"name": "doctor", "args": delivery["doctor"], "resources": resources,
-                                "env": init_env, "volumeMounts": delivery.get("init_mounts", []),
-                                "secret": False})
-    if delivery["init"] is not None:
-        init_containers.append({**delivery["init"], "resources": init_resources, "env": init_env,
-                                "volumeMounts": delivery.get("init_mounts", []),
-                                "secret": not llm})  # only the container that fetches gets credentials
+    # An init container with the pod's GPUs (the doctor) gets the server's resources: the scheduler
+    # reserves max(init, app) per resource, and the kubelet hands its GPUs on to the server.
+    # Only the container that fetches gets the credentials Secret.
+    init_containers = [{**i, "resources": resources if i.pop("gpu") else init_resources} for i in delivery["init"]]
     max_surge = spec.rollout.max_surge
     if max_surge is None:
         max_surge = 1 if cls.spare_gpus else 0
     max_unavailable = spec.rollout.max_unavailable
     if max_surge == 0 and max_unavailable == 0:
         max_unavailable = 1
-    if llm and engines_ready is not None and class_name not in engines_ready:
-        count = 0  # held back until this class's engine is in the cache
+    if is_llm and engines_ready is not None and class_name not in engines_ready:
+        count = 0  # held back until the model is prepared
     labels = labels_for(isvc, "server")
     selector = selector_labels(isvc.name)
     if spill:
@@ -481,8 +381,8 @@ def _deployment(isvc: InferenceService, class_name: str, cls: GPUClassSpec, sett
         "env": runtime.merge_env([*delivery.get("server_env", []), ADMIN_KEY_FROM_POD],
                                  [e.wire() for e in spec.server.env]),
         "resources": resources,
-        "init_image": settings.runtime_image,
         "init_containers": init_containers,
+        "image_pull_secrets": llm.pull_secrets(isvc, settings),
         "volumes": delivery["volumes"],
         "server_mounts": delivery["server_mounts"],
         "secret_on_server": delivery["secret_on_server"],

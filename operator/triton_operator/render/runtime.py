@@ -1,12 +1,11 @@
-"""What containers of the runtime image need beyond their arguments (pure): a writable home, the
-doctor that runs first, and the engine-build Job's own resources.
+"""What containers of the stock image and of triton-runtime need beyond their arguments (pure):
+a writable home, and the preparation Job's own resources.
 
-The runtime image is NGC's tritonserver:25.01-trtllm-python-py3 plus triton-runtime (runtime/).
-Its user uid 1000 has no home directory (Triton server v2.54.0 build.py runs `useradd` without
--m), yet quantize.py's calibration (datasets), huggingface_hub, transformers and torch write
-caches under $HOME. Every runtime container therefore gets HOME and the cache variables pointed
-at a mounted, writable folder: the scratch volume in build Jobs (the calibration download counts
-against its size), a small emptyDir in serving pods.
+NVIDIA's images run as uid 1000, which has no home directory (Triton's build.py runs `useradd`
+without -m), yet Model Optimizer's calibration (datasets), huggingface_hub, transformers, torch
+and TensorRT-LLM write caches under $HOME. Every such container therefore gets HOME and the cache
+variables pointed at a mounted, writable folder: the scratch volume in preparation Jobs (the
+calibration download counts against its size), a small emptyDir in serving pods.
 """
 
 from __future__ import annotations
@@ -14,18 +13,23 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..api import BYTES_PER_PARAMETER, ContainerResources, InferenceService
+from ..api import ContainerResources, InferenceService
 from ..quantity import within_limits
 
+# Triton's NGC images run as the unprivileged user triton-server (uid 1000).
+TRITON_UID = 1000
+# triton-runtime's exit codes that retrying cannot fix: 2 a request it cannot do, 3 a pod the
+# doctor found unfit (runtime/triton_runtime/cli.py EXIT_SPEC, doctor.py PROBLEMS_EXIT).
+NO_RETRY_EXIT_CODES = [2, 3]
 SERVING_HOME = "/home/triton-server"
 SERVING_HOME_SIZE = "2Gi"       # tokenizers and the Python backend write little
 SCRATCH_ROOT = "/scratch"
 BUILD_HOME = f"{SCRATCH_ROOT}/home"
 PROGRAM = "triton-runtime"      # container args start with it: the image's entrypoint stays in place
 
-# The build Job's defaults (documented on spec.engine.buildResources):
+# The preparation Job's defaults (documented on spec.engine.buildResources):
 SOURCE_BYTES_PER_PARAMETER = 2  # Hugging Face LLM checkpoints are 16-bit
-HOST_MEMORY_HEADROOM = 1.25     # the checkpoint once in host memory while converting, plus a quarter
+HOST_MEMORY_HEADROOM = 1.25     # the checkpoint once in host memory while quantizing, plus a quarter
 MIN_BUILD_MEMORY_GI = 16
 UNKNOWN_SIZE_MEMORY = "32Gi"
 SCRATCH_HEADROOM = 1.2
@@ -56,22 +60,20 @@ def _gi(n_bytes: float) -> str:
 
 
 def scratch_size(isvc: InferenceService) -> str | None:
-    """The build's scratch need: the 16-bit download plus the checkpoint converted to the target
-    precision, a fifth on top, and room for the calibration set and caches. None when the model
-    size is unknown."""
-    m = isvc.spec.model
-    params = m.parameter_count()
+    """The preparation's scratch need: the 16-bit download, a fifth on top, and room for the
+    calibration set and caches (the quantized checkpoint is written into the cache). None when
+    the model size is unknown."""
+    params = isvc.spec.model.parameter_count()
     if params is None:
         return None
-    data = params * (SOURCE_BYTES_PER_PARAMETER + BYTES_PER_PARAMETER[m.precision])
-    return _gi(data * SCRATCH_HEADROOM + SCRATCH_EXTRA_GI * 1024**3)
+    return _gi(params * SOURCE_BYTES_PER_PARAMETER * SCRATCH_HEADROOM + SCRATCH_EXTRA_GI * 1024**3)
 
 
 def build_resources(isvc: InferenceService) -> dict[str, Any]:
-    """Requests of the engine-build container (GPUs added by the caller): from the model size and
+    """Requests of the preparation container (GPUs added by the caller): from the model size and
     the GPU count, each key overridable in spec.engine.buildResources; limits only where set.
-    The serving resources never apply: a build holds a whole checkpoint in host memory, serving
-    does not."""
+    The serving resources never apply: a quantization holds a whole checkpoint in host memory,
+    serving does not."""
     params = isvc.spec.model.parameter_count()
     count = isvc.spec.gpu.count
     if params is None:
@@ -87,13 +89,3 @@ def build_resources(isvc: InferenceService) -> dict[str, Any]:
     limits = (user.limits if user else None) or {}
     return {"requests": {**within_limits(requests, limits), **((user.requests if user else None) or {})},
             "limits": dict(limits)}
-
-
-def doctor_args(mode: str, engine_args: list[str], gpus: int, scratch: str | None = None,
-                scratch_size_limit: str | None = None) -> list[str]:
-    args = [PROGRAM, "doctor", "--for", mode, *engine_args, "--gpus", str(gpus)]
-    if scratch:
-        args += ["--scratch", scratch]
-    if scratch_size_limit:
-        args += ["--scratch-size", scratch_size_limit]
-    return args

@@ -1,0 +1,67 @@
+"""A tensorrt-llm service's model preparation (pure): the rendered preparation Job + the observed
+Jobs + what status already knew -> Preparing / Ready / Failed, with the Job's own reason when it
+failed.
+
+Once the model is Ready its Job may be deleted or garbage-collected: status remembers the Job
+that prepared it, so serving never waits on a finished preparation again. One preparation serves
+every GPU class (the checkpoint does not depend on the GPU): when it is Ready, every class may
+serve."""
+
+from __future__ import annotations
+
+from typing import Any, Collection
+
+from ..labels import LABEL_GPU_CLASS
+
+
+def _condition(job: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == type_ and cond.get("status") == "True":
+            return cond
+    return None
+
+
+def _said(job_name: str, pods: list[dict[str, Any]]) -> str | None:
+    """What a failed container of the Job's pods said on its way out (runtime/'s doctor writes
+    its findings to the termination log), if anything."""
+    for pod in pods:
+        labels = pod["metadata"].get("labels") or {}
+        if job_name not in (labels.get("batch.kubernetes.io/job-name"), labels.get("job-name")):
+            continue
+        st = pod.get("status") or {}
+        for cs in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
+            for state in (cs.get("state") or {}, cs.get("lastState") or {}):
+                term = state.get("terminated") or {}
+                if term.get("exitCode") not in (None, 0) and (term.get("message") or "").strip():
+                    return f"{cs.get('name')}: {term['message'].strip()}"
+    return None
+
+
+def states(rendered: list[dict[str, Any]], observed: list[dict[str, Any]], known: list[dict[str, Any]] | None,
+           precision: str, pods: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    by_name = {j["metadata"]["name"]: j for j in observed}
+    ready_before = {e["job"] for e in known or [] if e.get("phase") == "Ready"}
+    out = []
+    for job in rendered:
+        name = job["metadata"]["name"]
+        gpu_class = (job["metadata"].get("labels") or {}).get(LABEL_GPU_CLASS)
+        live = by_name.get(name)
+        if name in ready_before or (live and _condition(live, "Complete")):
+            phase, message = "Ready", f"model prepared ({precision}) and cached"
+        elif live and (failed := _condition(live, "Failed")):
+            phase = "Failed"
+            why = _said(name, pods or []) or failed.get("message") or ""
+            message = f"preparation Job {name} failed: {failed.get('reason') or 'Failed'}: {why}".rstrip(": ")
+        else:
+            active = int(((live or {}).get("status") or {}).get("active") or 0)
+            phase = "Preparing"
+            where = f"a {gpu_class} node to quantize on" if gpu_class else "a node"
+            message = f"preparation Job {name} is running" if active else f"preparation Job {name} is waiting for {where}"
+        out.append({"precision": precision, **({"gpuClass": gpu_class} if gpu_class else {}), "phase": phase,
+                    "job": name, "message": message})
+    return out
+
+
+def ready_classes(prep_states: list[dict[str, Any]], usable: Collection[str]) -> set[str]:
+    """The GPU classes that may serve: all of them once the model is prepared, none before."""
+    return set(usable) if prep_states and all(e["phase"] == "Ready" for e in prep_states) else set()

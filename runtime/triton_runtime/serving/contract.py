@@ -1,0 +1,98 @@
+"""The LLM model's interface on Triton (pure): its input and output tensors, and its config.pbtxt.
+
+One Triton Python-backend model, `llm`, serves every LLM service, whatever engine runs it
+(TensorRT-LLM's LLM API on a GPU, llama.cpp on a CPU). It is decoupled: with `stream` true it sends
+one response per piece of text as it is generated, else one response with the whole answer; the
+last response always carries `finish_reason` and the token counts. Triton's generate extension
+maps a JSON request's fields to these inputs by name and each output to a JSON field of the answer
+(server docs/protocol/extension_generate.md), so
+
+    POST /v2/models/llm/generate         {"messages": "[{\"role\": \"user\", ...}]", "max_tokens": 64}
+    POST /v2/models/llm/generate_stream  {"text_input": "Once upon", "stream": true, "stop": ["."]}
+
+The names follow the upstream llmapi model (TensorRT-LLM triton_backend/all_models/llmapi/
+tensorrt_llm/config.pbtxt: text_input, text_output, finish_reason) where it has them; its
+sampling_param_* inputs are named here as OpenAI and the LLM API's SamplingParams name them
+(temperature, top_p, top_k, seed, stop, presence_penalty, frequency_penalty, repetition_penalty,
+max_tokens), and what the upstream model does not have is added: chat `messages` rendered with the
+model's own chat template, `guided_json` for JSON output, token counts for usage, and `text_output`
+holding only the new text of each streamed response (upstream's is cumulative).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MODEL_NAME = "llm"
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    data_type: str          # Triton's TYPE_* name
+    dims: tuple[int, ...] = (1,)
+    optional: bool = True
+    meaning: str = ""
+
+
+INPUTS = (
+    Tensor("text_input", "TYPE_STRING", meaning="the prompt, as is (completions)"),
+    Tensor("messages", "TYPE_STRING",
+           meaning="the chat, a JSON array of {role, content}; rendered with the model's chat template"),
+    Tensor("max_tokens", "TYPE_INT32", meaning="most tokens to generate"),
+    Tensor("temperature", "TYPE_FP32", meaning="0 is greedy; default 1"),
+    Tensor("top_p", "TYPE_FP32", meaning="nucleus sampling; default 1"),
+    Tensor("top_k", "TYPE_INT32", meaning="0 or absent: no top-k"),
+    Tensor("seed", "TYPE_UINT64", meaning="the sampler's seed, for repeatable sampling"),
+    Tensor("stop", "TYPE_STRING", (-1,), meaning="strings that end the answer (not included in it)"),
+    Tensor("presence_penalty", "TYPE_FP32"),
+    Tensor("frequency_penalty", "TYPE_FP32"),
+    Tensor("repetition_penalty", "TYPE_FP32"),
+    Tensor("guided_json", "TYPE_STRING",
+           meaning="a JSON schema the answer must follow; '{}' for any JSON object"),
+    Tensor("stream", "TYPE_BOOL", meaning="one response per piece of text (generate_stream)"),
+)
+
+OUTPUTS = (
+    Tensor("text_output", "TYPE_STRING", optional=False,
+           meaning="the new text of this response (streamed), or the whole answer"),
+    Tensor("finish_reason", "TYPE_STRING", optional=False,
+           meaning="'' until the last response; then 'stop', 'length' or 'cancelled'"),
+    Tensor("prompt_tokens", "TYPE_INT32", optional=False, meaning="tokens of the prompt as the model saw it"),
+    Tensor("completion_tokens", "TYPE_INT32", optional=False, meaning="tokens generated so far"),
+)
+
+INPUT_NAMES = frozenset(t.name for t in INPUTS)
+FINISH_REASONS = ("stop", "length", "cancelled")
+
+
+def config_pbtxt(name: str = MODEL_NAME, instances: int = 1) -> str:
+    """config.pbtxt of the model: Python backend, decoupled, no Triton-side batching (the engine
+    batches in flight), inputs and outputs as above. Parsed by tests with tritonclient's
+    ModelConfig protobuf."""
+    def tensor(t: Tensor, with_optional: bool) -> str:
+        dims = ", ".join(str(d) for d in t.dims)
+        opt = "\n    optional: true" if with_optional and t.optional else ""
+        return f'  {{\n    name: "{t.name}"\n    data_type: {t.data_type}\n    dims: [ {dims} ]{opt}\n  }}'
+
+    inputs = ",\n".join(tensor(t, True) for t in INPUTS)
+    outputs = ",\n".join(tensor(t, False) for t in OUTPUTS)
+    return f"""name: "{name}"
+backend: "python"
+max_batch_size: 0
+model_transaction_policy {{
+  decoupled: true
+}}
+input [
+{inputs}
+]
+output [
+{outputs}
+]
+instance_group [
+  {{
+    count: {instances}
+    kind: KIND_CPU
+  }}
+]
+"""

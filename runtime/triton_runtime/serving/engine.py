@@ -1,0 +1,95 @@
+"""The narrow interface between the Triton model and an engine (pure).
+
+The model turns a Triton request into a `Job` (prompt pieces, sampling, stop strings, limits) and
+hands it to an engine; the engine reports `Step`s (new text, tokens so far) through the job's
+callback and ends with one whose `finish_reason` is set, and it answers `stats()` (queued and
+active requests, KV-cache use) for the metrics. Two engines implement it: TensorRT-LLM's LLM API
+(`trtllm`, GPUs) and llama.cpp (`llamacpp`, CPU: the tests and `make dev`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence
+
+from .chat import Piece
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """OpenAI's defaults: temperature 1, top_p 1; temperature 0 is greedy."""
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0                    # 0: no top-k
+    seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    guided_json: str | None = None    # a JSON schema ('{}': any JSON object)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass(frozen=True)
+class Step:
+    text: str                         # new text since the last step
+    completion_tokens: int            # generated so far
+    prompt_tokens: int
+    finish_reason: str | None = None  # set on the last step: stop, length or cancelled
+
+
+class RequestError(ValueError):
+    """A request the engine cannot serve as asked (too long a prompt, a bad schema)."""
+
+
+@dataclass
+class Job:
+    prompt: Sequence[Piece]
+    sampling: Sampling
+    stops: Sequence[str]
+    emit: Callable[[Step], None]               # called from the engine's thread(s)
+    fail: Callable[[Exception], None]
+    cancelled: Callable[[], bool] = lambda: False
+    arrived: float = field(default_factory=time.monotonic)
+    first_token: float | None = None
+    last_token: float | None = None
+    tag: Any = None
+
+
+@dataclass(frozen=True)
+class Stats:
+    queued: int                       # accepted, not yet generating
+    active: int                       # generating
+    kv_cache_utilization: float       # 0..1 of the KV cache (or context) in use
+
+
+class Engine(Protocol):
+    name: str
+
+    def submit(self, job: Job) -> None: ...
+
+    def stats(self) -> Stats: ...
+
+    def shutdown(self) -> None: ...
+
+
+class Counter:
+    """A thread-safe count (queued and active requests)."""
+
+    def __init__(self) -> None:
+        self._n = 0
+        self._lock = threading.Lock()
+
+    def add(self, n: int) -> None:
+        with self._lock:
+            self._n += n
+
+    @property
+    def value(self) -> int:
+        return self._n

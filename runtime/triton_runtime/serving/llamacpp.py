@@ -1,0 +1,162 @@
+"""The CPU engine: llama.cpp through llama-cpp-python, on a GGUF file.
+
+It runs the same Triton model contract as the GPU engine, so `make dev` and the tests serve a real
+instruct model (SmolLM2-135M-Instruct) behind the real Triton and the gateway. One request
+generates at a time (llama.cpp's context holds one sequence here); the others wait in a queue,
+which is what `stats()` reports, as TensorRT-LLM reports the requests its scheduler has not taken.
+
+Everything it reads from the model comes from the GGUF metadata (llama-cpp-python 0.3.36:
+`Llama.metadata`, a dict of strings): the chat template (`tokenizer.chat_template`), the BOS/EOS
+tokens and whether to add BOS (`tokenizer.ggml.{bos,eos}_token_id`, `tokenizer.ggml.add_bos_token`).
+Prompt pieces are tokenized with `Llama.tokenize(text, add_bos=False, special=trusted)`, so user
+text is never parsed for special tokens (a str prompt given to create_completion would be: it
+tokenizes with special=True). Generation uses `Llama.generate` token by token, so the engine
+counts every token, stops at end-of-generation tokens, stop strings and max_tokens, and checks
+for a cancelled request between tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import random
+import threading
+from typing import Any
+
+from .engine import Counter, Job, RequestError, Stats, Step
+from .text import StopScanner, Utf8Pieces
+
+log = logging.getLogger(__name__)
+
+
+class LlamaCppEngine:
+    name = "llamacpp"
+
+    def __init__(self, model_path: str, n_ctx: int = 4096, n_threads: int | None = None):
+        from llama_cpp import Llama
+
+        self.llm = Llama(model_path=model_path, n_ctx=n_ctx, n_threads=n_threads or max(1, (os.cpu_count() or 2)),
+                         verbose=False)
+        self.n_ctx = self.llm.n_ctx()
+        meta = self.llm.metadata
+        self.chat_template = meta.get("tokenizer.chat_template")
+        self.bos_id = self.llm.token_bos()
+        self.eos_id = self.llm.token_eos()
+        self.add_bos = meta.get("tokenizer.ggml.add_bos_token", "true").lower() == "true"
+        self.bos_token = self._piece(self.bos_id)
+        self.eos_token = self._piece(self.eos_id)
+        self.queued, self.active = Counter(), Counter()
+        self._context_tokens = 0
+        self._jobs: queue.Queue[Job | None] = queue.Queue()
+        self._worker = threading.Thread(target=self._run, name="llamacpp", daemon=True)
+        self._worker.start()
+
+    def _piece(self, token: int) -> str:
+        return self.llm.detokenize([token], special=True).decode("utf-8", "replace") if token >= 0 else ""
+
+    def _end_of_generation(self, token: int) -> bool:
+        if token == self.eos_id:
+            return True
+        vocab = getattr(self.llm._model, "vocab", None)
+        try:
+            import llama_cpp
+            return bool(llama_cpp.llama_vocab_is_eog(vocab, token)) if vocab is not None else False
+        except (AttributeError, TypeError):
+            return False
+
+    def tokenize(self, pieces: Any) -> list[int]:
+        ids = [self.bos_id] if self.add_bos and self.bos_id >= 0 else []
+        for piece in pieces:
+            ids += self.llm.tokenize(piece.text.encode("utf-8"), add_bos=False, special=piece.trusted)
+        return ids
+
+    # -- the Engine interface ----------------------------------------------------------------------
+
+    def submit(self, job: Job) -> None:
+        self.queued.add(1)
+        self._jobs.put(job)
+
+    def stats(self) -> Stats:
+        return Stats(queued=self.queued.value, active=self.active.value,
+                     kv_cache_utilization=self._context_tokens / self.n_ctx if self.n_ctx else 0.0)
+
+    def shutdown(self) -> None:
+        self._jobs.put(None)
+        self._worker.join(timeout=10)
+
+    # -- the worker ----------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            self.queued.add(-1)
+            self.active.add(1)
+            try:
+                self._generate(job)
+            except Exception as e:  # noqa: BLE001 - reported to the request, the worker goes on
+                job.fail(e)
+            finally:
+                self.active.add(-1)
+                self._context_tokens = 0
+
+    def _grammar(self, schema: str | None) -> Any:
+        if schema is None:
+            return None
+        from llama_cpp import LlamaGrammar, llama_grammar
+
+        try:
+            if json.loads(schema) == {}:
+                return LlamaGrammar.from_string(llama_grammar.JSON_GBNF, verbose=False)
+            return LlamaGrammar.from_json_schema(schema, verbose=False)
+        except (ValueError, RuntimeError, KeyError, TypeError) as e:
+            raise RequestError(f"guided_json: the schema cannot be turned into a grammar: {e}") from None
+
+    def _generate(self, job: Job) -> None:
+        if job.cancelled():
+            job.emit(Step("", 0, 0, "cancelled"))
+            return
+        ids = self.tokenize(job.prompt)
+        if len(ids) >= self.n_ctx:
+            raise RequestError(f"the prompt is {len(ids)} tokens; this model's context holds {self.n_ctx}")
+        s = job.sampling
+        room = self.n_ctx - len(ids)
+        limit = min(s.max_tokens, room)
+        grammar = self._grammar(s.guided_json)
+        self.llm.set_seed(s.seed if s.seed is not None else random.getrandbits(31))
+        # min_p 0 and typical_p 1: no sampling OpenAI does not do; top_k <= 0 is off in llama.cpp.
+        tokens = self.llm.generate(ids, top_k=s.top_k if s.top_k > 0 else 0, top_p=s.top_p, min_p=0.0, typical_p=1.0,
+                                   temp=s.temperature, repeat_penalty=s.repetition_penalty,
+                                   frequency_penalty=s.frequency_penalty, presence_penalty=s.presence_penalty,
+                                   grammar=grammar, reset=True)
+        decoder, scanner = Utf8Pieces(), StopScanner(job.stops)
+        generated, finish = 0, "length"
+        self._context_tokens = len(ids)
+        try:
+            for token in tokens:
+                if job.cancelled():
+                    finish = "cancelled"
+                    break
+                if self._end_of_generation(token):
+                    finish = "stop"
+                    break
+                generated += 1
+                self._context_tokens = len(ids) + generated
+                text = scanner.push(decoder.push(self.llm.detokenize([token], prev_tokens=ids)))
+                if scanner.stopped:
+                    job.emit(Step(text, generated, len(ids), "stop"))
+                    return
+                if text:
+                    job.emit(Step(text, generated, len(ids)))
+                if generated >= limit:
+                    break
+        finally:
+            tokens.close()
+        rest = scanner.push(decoder.flush())
+        if scanner.stopped:
+            job.emit(Step(rest, generated, len(ids), "stop"))
+            return
+        job.emit(Step(rest + scanner.flush(), generated, len(ids), finish))

@@ -1,0 +1,279 @@
+"""The Triton Python-backend model that serves an LLM (contract.py says its inputs and outputs).
+
+Triton loads `<repository>/llm/1/model.py`, which puts this package on the path and re-exports
+`TritonPythonModel`. The model reads `model.yaml` beside it (repository.py writes it), starts the
+engine it names, and then, for each request: reads the inputs, renders chat messages with the
+model's chat template (chat.py: user text stays plain text), hands a Job to the engine and sends
+what the engine reports. It is decoupled (python_backend: `request.get_response_sender()`,
+`send(response, flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL)` on the last one, `execute` returns
+None), checks `response_sender.is_cancelled()` between tokens so a client that goes away stops
+its generation, and exports the engine's signals as Triton custom metrics
+(`pb_utils.MetricFamily`, on Triton's metrics port beside nv_inference_*):
+
+    triton_llm_queued_requests, triton_llm_active_requests, triton_llm_kv_cache_utilization  (gauges)
+    triton_llm_time_to_first_token_seconds, triton_llm_inter_token_latency_seconds,
+    triton_llm_request_duration_seconds                                                       (histograms)
+    triton_llm_prompt_tokens_total, triton_llm_generation_tokens_total, triton_llm_requests_total{finish_reason}
+
+Errors a request causes are sent as an INVALID_ARG error whose message starts with ERROR_TAG; the
+gateway passes such messages on to the client (they are this module's own words) and replaces
+any other error text by a fixed one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+import yaml
+
+from . import chat
+from .engine import Job, RequestError, Sampling, Step
+
+log = logging.getLogger("triton_llm")
+ERROR_TAG = "[llm] "
+TTFT_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
+ITL_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28]
+DURATION_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320]
+STATS_PERIOD_S = 1.0
+
+
+def _text(request: Any, name: str) -> str | None:
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    if tensor is None:
+        return None
+    values = tensor.as_numpy().reshape(-1)
+    if values.size == 0:
+        return None
+    value = values[0]
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _texts(request: Any, name: str) -> list[str]:
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    if tensor is None:
+        return []
+    return [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in tensor.as_numpy().reshape(-1)]
+
+
+def _number(request: Any, name: str, default: Any) -> Any:
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    if tensor is None:
+        return default
+    values = tensor.as_numpy().reshape(-1)
+    return values[0].item() if values.size else default
+
+
+def _check(name: str, value: float, low: float, high: float, low_open: bool = False) -> float:
+    if math.isnan(value) or value > high or value < low or (low_open and value == low):
+        bound = f"({low}, {high}]" if low_open else f"[{low}, {high}]"
+        raise RequestError(f"{name} must be within {bound}, got {value}")
+    return value
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict[str, Any]) -> None:
+        self.model_name = args["model_name"]
+        here = Path(args["model_repository"]) / args["model_version"]
+        self.settings = yaml.safe_load((here / os.environ.get("LLM_CONFIG_PATH", "model.yaml")).read_text())
+        self.engine = self._engine(self.settings)
+        template = self.settings.get("chat_template") or getattr(self.engine, "chat_template", None)
+        self.chat_template: str | None = template or None
+        self.bos_token = self.settings.get("bos_token", getattr(self.engine, "bos_token", "")) or ""
+        self.eos_token = self.settings.get("eos_token", getattr(self.engine, "eos_token", "")) or ""
+        self.default_max_tokens = int(self.settings.get("default_max_tokens", 256))
+        self.max_tokens_limit = int(self.settings.get("max_tokens_limit", 1 << 20))
+        self._metrics_lock = threading.Lock()
+        self._metrics()
+        self._stopping = threading.Event()
+        self._stats_thread = threading.Thread(target=self._poll, name="llm-stats", daemon=True)
+        self._stats_thread.start()
+
+    @staticmethod
+    def _engine(settings: dict[str, Any]) -> Any:
+        kind = settings.get("engine")
+        if kind == "llamacpp":
+            from .llamacpp import LlamaCppEngine
+            opts = settings.get("llamacpp") or {}
+            return LlamaCppEngine(settings["model"], n_ctx=int(opts.get("n_ctx", 4096)), n_threads=opts.get("n_threads"))
+        if kind == "trtllm":
+            from .trtllm import TrtllmEngine
+            return TrtllmEngine(settings["model"], settings.get("llm_args") or {}, settings.get("stop_token_ids"))
+        raise pb_utils.TritonModelException(f"model.yaml: engine must be trtllm or llamacpp, got {kind!r}")
+
+    def _metrics(self) -> None:
+        labels = {"model": self.model_name, "engine": self.engine.name}
+        kinds = pb_utils.MetricFamily
+        # The families must outlive their metrics (python_backend deletes a family's metrics with
+        # it, and a metric of a deleted family refuses every update).
+        self._families: list[Any] = []
+
+        def family(name: str, kind: Any, description: str) -> Any:
+            self._families.append(pb_utils.MetricFamily(name=name, description=description, kind=kind))
+            return self._families[-1]
+
+        self.queued = family("triton_llm_queued_requests", kinds.GAUGE,
+                             "Requests the engine accepted and has not started generating").Metric(labels=labels)
+        self.active = family("triton_llm_active_requests", kinds.GAUGE,
+                             "Requests the engine is generating").Metric(labels=labels)
+        self.kv_cache = family("triton_llm_kv_cache_utilization", kinds.GAUGE,
+                               "Fraction of the KV cache in use (0-1)").Metric(labels=labels)
+        self.ttft = family("triton_llm_time_to_first_token_seconds", kinds.HISTOGRAM,
+                           "Time from a request's arrival to its first generated token").Metric(
+            labels=labels, buckets=TTFT_BUCKETS)
+        self.itl = family("triton_llm_inter_token_latency_seconds", kinds.HISTOGRAM,
+                          "Mean time between tokens after the first, per request").Metric(labels=labels,
+                                                                                          buckets=ITL_BUCKETS)
+        self.duration = family("triton_llm_request_duration_seconds", kinds.HISTOGRAM,
+                               "Time from a request's arrival to its last response").Metric(
+            labels=labels, buckets=DURATION_BUCKETS)
+        self.prompt_tokens = family("triton_llm_prompt_tokens_total", kinds.COUNTER,
+                                    "Prompt tokens of finished requests").Metric(labels=labels)
+        self.generation_tokens = family("triton_llm_generation_tokens_total", kinds.COUNTER,
+                                        "Tokens generated by finished requests").Metric(labels=labels)
+        requests = family("triton_llm_requests_total", kinds.COUNTER, "Finished requests by finish reason")
+        self.finished = {reason: requests.Metric(labels={**labels, "finish_reason": reason})
+                         for reason in ("stop", "length", "cancelled", "error")}
+
+    def _poll(self) -> None:
+        while not self._stopping.wait(STATS_PERIOD_S):
+            try:
+                s = self.engine.stats()
+                with self._metrics_lock:
+                    self.queued.set(s.queued)
+                    self.active.set(s.active)
+                    self.kv_cache.set(s.kv_cache_utilization)
+            except Exception as e:  # noqa: BLE001 - a metric update must not stop the model
+                log.debug("stats: %s", e)
+
+    # -- requests ---------------------------------------------------------------------------------------
+
+    def execute(self, requests: list[Any]) -> None:
+        for request in requests:
+            sender = request.get_response_sender()
+            try:
+                self.engine.submit(self._job(request, sender))
+            except (RequestError, chat.ChatError) as e:
+                self._fail(sender, e, time.monotonic())
+        return None
+
+    def _job(self, request: Any, sender: Any) -> Job:
+        arrived = time.monotonic()
+        text, messages = _text(request, "text_input"), _text(request, "messages")
+        if (text is None) == (messages is None):
+            raise RequestError("send exactly one of text_input (a prompt) and messages (a chat)")
+        if messages is not None:
+            if not self.chat_template:
+                raise RequestError("this model has no chat template: send text_input")
+            pieces = chat.render(self.chat_template, chat.parse_messages(messages), self.bos_token, self.eos_token)
+        else:
+            pieces = [chat.Piece(text or "", True)]
+        max_tokens = int(_number(request, "max_tokens", self.default_max_tokens))
+        if not 1 <= max_tokens <= self.max_tokens_limit:
+            raise RequestError(f"max_tokens must be within [1, {self.max_tokens_limit}], got {max_tokens}")
+        seed = _number(request, "seed", None)
+        guided = _text(request, "guided_json")
+        if guided is not None:
+            try:
+                json.loads(guided)
+            except ValueError:
+                raise RequestError("guided_json is not valid JSON") from None
+        sampling = Sampling(
+            max_tokens=max_tokens,
+            temperature=_check("temperature", float(_number(request, "temperature", 1.0)), 0.0, 2.0),
+            top_p=_check("top_p", float(_number(request, "top_p", 1.0)), 0.0, 1.0, low_open=True),
+            top_k=int(_check("top_k", float(_number(request, "top_k", 0)), 0, 1 << 20)),
+            seed=int(seed) if seed is not None else None,
+            presence_penalty=_check("presence_penalty", float(_number(request, "presence_penalty", 0.0)), -2.0, 2.0),
+            frequency_penalty=_check("frequency_penalty", float(_number(request, "frequency_penalty", 0.0)), -2.0, 2.0),
+            repetition_penalty=_check("repetition_penalty", float(_number(request, "repetition_penalty", 1.0)), 0.0,
+                                      2.0, low_open=True),
+            guided_json=guided)
+        stream = bool(_number(request, "stream", False))
+        stops = _texts(request, "stop")
+        if len(stops) > 16 or any(len(s) > 1024 for s in stops):
+            raise RequestError("stop: at most 16 strings of at most 1024 characters")
+        return self._new_job(pieces, sampling, stops, stream, sender, arrived)
+
+    def _new_job(self, pieces: list[chat.Piece], sampling: Sampling, stops: list[str], stream: bool, sender: Any,
+                 arrived: float) -> Job:
+        parts: list[str] = []
+        job: Job
+
+        def emit(step: Step) -> None:
+            now = time.monotonic()
+            if step.completion_tokens and job.first_token is None:
+                job.first_token = now
+                self._observe(self.ttft, now - job.arrived)
+            if step.completion_tokens:
+                job.last_token = now
+            final = step.finish_reason is not None
+            if stream:
+                sender.send(self._response(step.text, step), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+                            if final else 0)
+            else:
+                parts.append(step.text)
+                if final:
+                    sender.send(self._response("".join(parts), step),
+                                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            if final:
+                self._finished(job, step)
+
+        def fail(error: Exception) -> None:
+            self._fail(sender, error, job.arrived)
+
+        job = Job(prompt=pieces, sampling=sampling, stops=stops, emit=emit, fail=fail,
+                  cancelled=sender.is_cancelled, arrived=arrived)
+        return job
+
+    def _response(self, text: str, step: Step) -> Any:
+        return pb_utils.InferenceResponse(output_tensors=[
+            pb_utils.Tensor("text_output", np.array([text.encode("utf-8")], dtype=np.object_)),
+            pb_utils.Tensor("finish_reason", np.array([(step.finish_reason or "").encode()], dtype=np.object_)),
+            pb_utils.Tensor("prompt_tokens", np.array([step.prompt_tokens], dtype=np.int32)),
+            pb_utils.Tensor("completion_tokens", np.array([step.completion_tokens], dtype=np.int32)),
+        ])
+
+    def _finished(self, job: Job, step: Step) -> None:
+        now = time.monotonic()
+        self._observe(self.duration, now - job.arrived)
+        if job.first_token is not None and job.last_token is not None and step.completion_tokens > 1:
+            self._observe(self.itl, (job.last_token - job.first_token) / (step.completion_tokens - 1))
+        with self._metrics_lock:
+            self.prompt_tokens.increment(step.prompt_tokens)
+            self.generation_tokens.increment(step.completion_tokens)
+            self.finished.get(step.finish_reason or "", self.finished["error"]).increment(1)
+
+    def _observe(self, metric: Any, value: float) -> None:
+        with self._metrics_lock:
+            metric.observe(value)
+
+    def _fail(self, sender: Any, error: Exception, arrived: float) -> None:
+        if isinstance(error, (RequestError, chat.ChatError)):
+            err = pb_utils.TritonError(ERROR_TAG + str(error), pb_utils.TritonError.INVALID_ARG)
+        else:
+            log.error("generation failed: %s: %s", type(error).__name__, error)
+            err = pb_utils.TritonError("the model failed to generate", pb_utils.TritonError.INTERNAL)
+        try:
+            sender.send(pb_utils.InferenceResponse(output_tensors=[], error=err),
+                        flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        except Exception as e:  # noqa: BLE001 - the client may be gone already
+            log.debug("could not send an error: %s", e)
+        with self._metrics_lock:
+            self.finished["error"].increment(1)
+            self._observe_unlocked(self.duration, time.monotonic() - arrived)
+
+    def _observe_unlocked(self, metric: Any, value: float) -> None:
+        metric.observe(value)
+
+    def finalize(self) -> None:
+        self._stopping.set()
+        self.engine.shutdown()
