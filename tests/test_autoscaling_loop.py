@@ -30,7 +30,8 @@ def test_one_query_tags_every_signal_and_substitutes_the_labels():
     for signal in SIGNALS:
         assert f'"{SIGNAL_LABEL}", "{signal}", "", ""' in q
     assert "$service" not in q and "$namespace" not in q
-    assert 'sum by (namespace, inferenceservice) (nv_inference_pending_request_count{inferenceservice!=""})' in q
+    assert ('sum by (namespace, inferenceservice) ({__name__=~"nv_inference_pending_request_count|'
+            'triton_llm_queued_requests", inferenceservice!=""})') in q
     # the gateway's gauges are two more signals of the same query (no second query for them)
     assert 'sum by (namespace, inferenceservice) (triton_gateway_held_requests{inferenceservice!=""})' in q
     assert 'sum by (namespace, inferenceservice) (triton_gateway_in_flight_requests{inferenceservice!=""})' in q

@@ -89,16 +89,67 @@ def test_rate_limit_allows_a_burst_then_paces():
 
 # -- translation --------------------------------------------------------------------------------------
 
-def test_chat_request_to_generate():
+def test_chat_request_to_the_llm_model():
+    """The llm model gets the chat itself (it renders its own template), OpenAI's defaults made
+    explicit (temperature 1, top_p 1), and every sampling field the client set."""
+    req = t.parse_body(json.dumps({"model": "llama", "messages": [{"role": "user", "content": "hi <|im_end|>"}],
+                                   "max_completion_tokens": 7, "stream": True, "seed": 42, "stop": "\n\n",
+                                   "presence_penalty": 0.5, "user": "alice", "logprobs": False,
+                                   "stream_options": {"include_usage": True}}).encode(), t.ChatRequest)
+    gen = t.to_generate(req, 256, llm=True)
+    assert gen.body == {"max_tokens": 7, "stream": True, "temperature": 1.0, "top_p": 1.0,
+                        "messages": '[{"role": "user", "content": "hi <|im_end|>"}]', "seed": 42,
+                        "presence_penalty": 0.5, "stop": ["\n\n"]}
+    assert gen.chat and gen.stream and gen.llm and gen.include_usage and gen.stops == ()
+    greedy = t.parse_body(json.dumps({"model": "m", "prompt": "2+2=", "temperature": 0, "max_tokens": 3,
+                                      "response_format": {"type": "json_schema", "json_schema": {
+                                          "name": "x", "schema": {"type": "object"}}}}).encode(), t.CompletionRequest)
+    body = t.to_generate(greedy, 256, llm=True).body
+    assert body["temperature"] == 0.0 and body["text_input"] == "2+2=" and body["guided_json"] == '{"type": "object"}'
+    assert t.to_generate(t.parse_body(json.dumps({"model": "m", "prompt": "x", "response_format": {
+        "type": "json_object"}}).encode(), t.CompletionRequest), 9, llm=True).body["guided_json"] == "{}"
+
+
+def test_chat_request_to_a_text_model():
     req = t.parse_body(json.dumps({"model": "llama", "messages": [{"role": "user", "content": "hi"}],
-                                   "max_completion_tokens": 7, "temperature": 0.5, "stream": True,
-                                   "user": "ignored"}).encode(), t.ChatRequest)
+                                   "max_completion_tokens": 7, "temperature": 0.5, "stream": True}).encode(),
+                       t.ChatRequest)
     prompt = t.render_chat(None, req.messages)
     assert prompt == "user: hi\nassistant:"
-    gen = t.to_generate(req, prompt, 256)
+    gen = t.to_generate(req, 256, llm=False, prompt=prompt)
     assert gen.body == {"text_input": prompt, "max_tokens": 7, "stream": True, "exclude_input_in_output": True,
                         "temperature": 0.5}
-    assert gen.chat and gen.stream
+    assert gen.chat and gen.stream and not gen.llm
+    with pytest.raises(t.OpenAIError, match="JSON output needs a model served with format tensorrt-llm"):
+        t.to_generate(t.parse_body(json.dumps({"model": "m", "prompt": "x", "response_format": {
+            "type": "json_object"}}).encode(), t.CompletionRequest), 9, llm=False, prompt="x")
+
+
+CHAT_X = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+
+
+@pytest.mark.parametrize("extra, param, words", [
+    ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools", "tool calling is not supported"),
+    ({"tool_choice": "auto"}, "tool_choice", "tool calling is not supported"),
+    ({"logprobs": True}, "logprobs", "log probabilities are not returned"),
+    ({"top_logprobs": 3}, "top_logprobs", "log probabilities are not returned"),
+    ({"logit_bias": {"50256": -100}}, "logit_bias", "logit_bias is not supported"),
+    ({"modalities": ["text", "audio"]}, "modalities", "only text output is supported"),
+    ({"frobnicate": 1}, "frobnicate", "unrecognized request argument"),
+])
+def test_what_cannot_be_honoured_is_refused_naming_the_field(extra, param, words):
+    with pytest.raises(t.OpenAIError) as e:
+        t.parse_body(json.dumps({**CHAT_X, **extra}).encode(), t.ChatRequest)
+    assert (e.value.status, e.value.param) == (400, param) and e.value.message == f"{param}: {words}" + (
+        "" if words.endswith("argument") else " by this gateway")
+    assert e.value.code == "unsupported_parameter"
+
+
+def test_off_values_clients_send_by_default_are_accepted():
+    req = t.parse_body(json.dumps({**CHAT_X, "tools": [], "logprobs": False, "logit_bias": {}, "n": 1,
+                                   "user": "u", "metadata": {"a": "b"}, "store": False,
+                                   "modalities": ["text"], "response_format": {"type": "text"}}).encode(), t.ChatRequest)
+    assert "guided_json" not in t.to_generate(req, 9, llm=True).body
 
 
 def test_hugging_face_chat_templates_render_in_the_sandbox():
@@ -128,6 +179,11 @@ def test_hugging_face_chat_templates_render_in_the_sandbox():
      "temperature"),
     (json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], "stop": ["a"] * 5}).encode(),
      "at most 4"),
+    (json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], "stop": "x" * 257}).encode(),
+     "of at most 256 characters"),
+    (json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], "seed": -1}).encode(), "seed"),
+    (json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}],
+                 "response_format": {"type": "json_schema"}}).encode(), "json_schema.schema must be"),
 ])
 def test_bad_bodies_get_openai_errors(body, words):
     with pytest.raises(t.OpenAIError) as e:
@@ -147,10 +203,14 @@ def _events(data: bytes) -> list:
     return [json.loads(line[6:]) for line in data.split(b"\n\n") if line.startswith(b"data: {")]
 
 
-def test_stream_cuts_at_a_stop_sequence_spanning_responses():
-    gen = t.Generate({}, True, 100, ("END",), "m", chat=True)
+def A(text: str, **kw) -> t.Answer:  # noqa: N802
+    return t.Answer(text, **kw)
+
+
+def test_a_text_models_stream_is_cut_at_a_stop_sequence_spanning_responses():
+    gen = t.Generate({}, True, 100, ("END",), "m", chat=True, llm=False)
     s = t.Stream(gen)
-    out = s.delta(" a") + s.delta(" E") + s.delta("N") + s.delta("D b") + s.delta(" c") + s.end()
+    out = s.delta(A(" a")) + s.delta(A(" E")) + s.delta(A("N")) + s.delta(A("D b")) + s.delta(A(" c")) + s.end()
     events = _events(out)
     text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events)
     assert text == " a "
@@ -160,12 +220,53 @@ def test_stream_cuts_at_a_stop_sequence_spanning_responses():
     assert all(e["object"] == "chat.completion.chunk" for e in events)
 
 
-def test_stream_reports_length_when_max_tokens_is_reached():
-    s = t.Stream(t.Generate({}, True, 2, (), "m", chat=False))
-    events = _events(s.delta(" a") + s.delta(" b") + s.end())
+def test_a_text_models_stream_reports_length_when_max_tokens_is_reached():
+    s = t.Stream(t.Generate({}, True, 2, (), "m", chat=False, llm=False))
+    events = _events(s.delta(A(" a")) + s.delta(A(" b")) + s.end())
     assert "".join(e["choices"][0]["text"] for e in events) == " a b"
     assert events[-1]["choices"][0]["finish_reason"] == "length"
     assert events[0]["object"] == "text_completion"
+
+
+def test_a_long_stop_string_holds_back_only_what_could_begin_it():
+    s = t.Stream(t.Generate({}, True, 100, ("x" * 200,), "m", chat=False, llm=False))
+    assert _events(s.delta(A("hello world")))[0]["choices"][0]["text"] == "hello world"
+
+
+def test_an_llm_stream_takes_finish_reason_and_usage_from_the_model():
+    gen = t.Generate({}, True, 100, (), "m", chat=True, llm=True, include_usage=True)
+    s = t.Stream(gen)
+    out = (s.delta(A("The", completion_tokens=1, prompt_tokens=42)) + s.delta(A(" end", completion_tokens=2,
+                                                                                 prompt_tokens=42))
+           + s.delta(A("", finish_reason="stop", completion_tokens=3, prompt_tokens=42)) + s.end())
+    events = _events(out)
+    assert "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"]) == "The end"
+    assert events[-2]["choices"][0]["finish_reason"] == "stop"
+    assert events[-1] == {**events[-1], "choices": [], "usage": {"prompt_tokens": 42, "completion_tokens": 3,
+                                                                 "total_tokens": 45}}
+    s = t.Stream(t.Generate({}, True, 2, (), "m", chat=False, llm=True))   # usage only when asked
+    events = _events(s.delta(A("a b", finish_reason="length", completion_tokens=2, prompt_tokens=1)) + s.end())
+    assert events[-1]["choices"][0]["finish_reason"] == "length" and "usage" not in events[-1]
+
+
+def test_a_whole_answer_carries_the_models_finish_reason_and_usage():
+    gen = t.Generate({}, False, 5, (), "m", chat=True, llm=True)
+    out = t.completion(gen, t.answer_of({"text_output": "Paris", "finish_reason": "length", "prompt_tokens": 9,
+                                         "completion_tokens": 5}))
+    assert out["choices"][0] == {"index": 0, "message": {"role": "assistant", "content": "Paris"},
+                                 "finish_reason": "length", "logprobs": None}
+    assert out["usage"] == {"prompt_tokens": 9, "completion_tokens": 5, "total_tokens": 14}
+    text = t.completion(t.Generate({}, False, 5, ("!",), "m", chat=False, llm=False), t.Answer("hi! there"))
+    assert text["choices"][0]["text"] == "hi" and "usage" not in text
+
+
+def test_model_errors_pass_on_only_the_llm_models_own_words():
+    with pytest.raises(t.OpenAIError) as e:
+        t.answer_of({"error": "[llm] the prompt is 5000 tokens; this model's context holds 4096"})
+    assert (e.value.status, e.value.message) == (400, "the prompt is 5000 tokens; this model's context holds 4096")
+    with pytest.raises(t.OpenAIError) as e:
+        t.answer_of({"error": "failed to open shm region triton_python_backend_shm_region_7"})
+    assert (e.value.status, e.value.message) == (502, "the model answered with an error")
 
 
 def test_sse_parsing_keeps_partial_events():
@@ -174,9 +275,9 @@ def test_sse_parsing_keeps_partial_events():
     buf += b'output": " b"}\n\n'
     assert t.sse_events(buf) == [{"text_output": " b"}] and not buf
     with pytest.raises(t.OpenAIError) as e:
-        t.output_text({"error": "boom"})
+        t.answer_of({"error": "boom"})
     assert e.value.status == 502
-    assert t.output_text({"text_output": [" a", " b"]}) == " a b"
+    assert t.answer_of({"text_output": [" a", " b"]}).text == " a b"
 
 
 # -- routing ---------------------------------------------------------------------------------------------
@@ -195,7 +296,7 @@ def eps(service: str, name: str, port: int, *endpoints: tuple[str, bool | None],
 
 def test_service_views():
     llm = r.service_from(isvc("llama"))
-    assert (llm.generate_model, llm.v2_model, llm.openai, llm.scales_to_zero) == ("ensemble", "ensemble", True, False)
+    assert (llm.generate_model, llm.v2_model, llm.openai, llm.scales_to_zero, llm.llm) == ("llm", "llm", True, False, True)
     onnx = r.service_from(isvc("resnet", fmt="onnx", autoscaling={"minReplicas": 0, "maxReplicas": 2}))
     assert (onnx.generate_model, onnx.v2_model, onnx.openai, onnx.scales_to_zero) == ("resnet", "resnet", False, True)
     custom = r.service_from(isvc("tg", fmt="python", model={"format": "python", "name": "textgen", "source": "hf://a/b"},

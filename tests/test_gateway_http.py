@@ -53,10 +53,9 @@ def test_every_route_answers():
             assert events[-1] == "[DONE]"
             reply = await rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": "x", "stream": True})
             assert "".join(e["choices"][0]["text"] for e in sse(reply.body)[:-1]) == "hello"
-            paths = [s.raw_path for s in rig.upstream.seen]
-            assert paths == ["/v2/models/ensemble/config", "/v2/models/ensemble/generate",
-                             "/v2/models/ensemble/generate", "/v2/models/ensemble/generate_stream",
-                             "/v2/models/ensemble/generate_stream"]
+            paths = [s.raw_path for s in rig.upstream.seen]   # an llm model renders its own chat template
+            assert paths == ["/v2/models/llm/generate", "/v2/models/llm/generate",
+                             "/v2/models/llm/generate_stream", "/v2/models/llm/generate_stream"]
 
             assert (await rig.call("GET", "/healthz", key=None)).json() == {"ok": True}
             ready = (await rig.call("GET", "/readyz", key=None)).json()
@@ -407,7 +406,7 @@ def test_tls_to_the_replicas_is_verified_against_the_services_name(tmp_path):
                     rig.gw.router.set_slice(slice_for(name, tls.port, ns, port_name="https"))
                 ok = await rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": "x"})
                 assert ok.status == 200 and ok.json()["choices"][0]["text"] == "hello"
-                assert [s.raw_path for s in tls.seen] == ["/v2/models/ensemble/generate"]
+                assert [s.raw_path for s in tls.seen] == ["/v2/models/llm/generate"]
                 # lab/llama's replica presents llama.ml.svc's certificate: refused, nothing sent
                 bad = await rig.call("POST", "/v1/completions", body={"model": "lab/llama", "prompt": "x"})
                 assert (bad.status, bad.error["code"]) == (502, "upstream_unreachable")

@@ -99,16 +99,16 @@ def test_stats_under_a_service_named_stats_is_still_not_a_route():
 
 
 ALLOWED = [
-    ("GET", "/v2/models/llama", "/v2/models/ensemble"),
-    ("HEAD", "/v2/models/llama/ready", "/v2/models/ensemble/ready"),
-    ("GET", "/v2/models/llama/ready", "/v2/models/ensemble/ready"),
-    ("GET", "/v2/models/llama/config", "/v2/models/ensemble/config"),
-    ("POST", "/v2/models/llama/infer", "/v2/models/ensemble/infer"),
-    ("POST", "/v2/models/llama/generate", "/v2/models/ensemble/generate"),
-    ("POST", "/v2/models/llama/generate_stream", "/v2/models/ensemble/generate_stream"),
-    ("GET", "/v2/models/llama/versions/1", "/v2/models/ensemble/versions/1"),
-    ("GET", "/v2/models/llama/versions/2/ready", "/v2/models/ensemble/versions/2/ready"),
-    ("POST", "/v2/models/llama/versions/3/infer", "/v2/models/ensemble/versions/3/infer"),
+    ("GET", "/v2/models/llama", "/v2/models/llm"),
+    ("HEAD", "/v2/models/llama/ready", "/v2/models/llm/ready"),
+    ("GET", "/v2/models/llama/ready", "/v2/models/llm/ready"),
+    ("GET", "/v2/models/llama/config", "/v2/models/llm/config"),
+    ("POST", "/v2/models/llama/infer", "/v2/models/llm/infer"),
+    ("POST", "/v2/models/llama/generate", "/v2/models/llm/generate"),
+    ("POST", "/v2/models/llama/generate_stream", "/v2/models/llm/generate_stream"),
+    ("GET", "/v2/models/llama/versions/1", "/v2/models/llm/versions/1"),
+    ("GET", "/v2/models/llama/versions/2/ready", "/v2/models/llm/versions/2/ready"),
+    ("POST", "/v2/models/llama/versions/3/infer", "/v2/models/llm/versions/3/infer"),
     ("POST", "/v2/models/resnet/infer", "/v2/models/resnet/infer"),
 ]
 

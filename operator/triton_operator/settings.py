@@ -72,39 +72,39 @@ class Settings(BaseModel):
         "inferenceservice",
         description="Label of Triton's series that holds the InferenceService name (the chart's PodMonitor "
                     "copies it from the pod label serving.triton-operator.io/inferenceservice).")
+    # LLM services run the `llm` model (runtime/triton_runtime/serving), which reports its engine's
+    # own figures as triton_llm_*: it takes every request at once (a decoupled model's execute
+    # returns immediately), so Triton's pending count stays at 0 and Triton's request durations
+    # end when execute returns, not when the answer does. Other formats keep Triton's figures.
     queue_query: str = Field(
-        'sum by ($namespace, $service) (nv_inference_pending_request_count{$service!=""})'
-        ' + on ($namespace, $service) ('
-        'sum by ($namespace, $service) (clamp_min('
-        'sum by ($namespace, $service, instance) (nv_inference_request_success{model="preprocessing", $service!=""})'
-        ' - sum by ($namespace, $service, instance) (nv_inference_request_success{model="tensorrt_llm", $service!=""})'
-        ' - sum by ($namespace, $service, instance) (nv_inference_request_failure{model="tensorrt_llm", $service!=""})'
-        ' - sum by ($namespace, $service, instance) (nv_trt_llm_request_metrics{request_type="active", $service!=""})'
-        ' - sum by ($namespace, $service, instance) (nv_inference_pending_request_count{model="tensorrt_llm", $service!=""})'
-        ', 0))'
-        ' or sum by ($namespace, $service) (nv_inference_pending_request_count{$service!=""}) * 0)',
-        description="PromQL for requests waiting per service, over all its pods and models: Triton's pending "
-                    "requests, plus, for a TensorRT-LLM ensemble, the requests its executor holds beyond the batch "
-                    "(past preprocessing, not finished by tensorrt_llm, neither active nor pending there), which no "
-                    "gauge shows.")
+        'sum by ($namespace, $service) ({__name__=~"nv_inference_pending_request_count|triton_llm_queued_requests", '
+        '$service!=""})',
+        description="PromQL for requests waiting per service, over all its pods: the LLM engine's queue (requests it "
+                    "accepted and has not started) plus Triton's pending requests.")
     p99_query: str = Field(
-        'max by ($namespace, $service) (nv_inference_request_summary_us{quantile="0.99", $service!=""}) / 1000',
-        description="PromQL for the p99 request latency per service in milliseconds.")
+        'max by ($namespace, $service) (histogram_quantile(0.99, sum by ($namespace, $service, le) '
+        '(rate(triton_llm_request_duration_seconds_bucket{$service!=""}[1m])))) * 1000'
+        ' or max by ($namespace, $service) (nv_inference_request_summary_us{quantile="0.99", model!="llm", '
+        '$service!=""}) / 1000',
+        description="PromQL for the p99 request latency per service in milliseconds: request to last token for LLM "
+                    "services, Triton's request summary for other models.")
     in_flight_query: str = Field(
-        'sum by ($namespace, $service) (nv_trt_llm_request_metrics{request_type="active", $service!=""})',
-        description="PromQL for requests inside the engines' batches per service (TensorRT-LLM's active requests).")
+        'sum by ($namespace, $service) (triton_llm_active_requests{$service!=""})',
+        description="PromQL for requests inside the engines' batches per service (the LLM engine's active requests).")
     throughput_query: str = Field(
-        'max by ($namespace, $service) (sum by ($namespace, $service, model) '
-        '(rate(nv_inference_request_success{$service!=""}[1m])))',
-        description="PromQL for requests/s completed per service over the last minute (the busiest model, so an "
-                    "ensemble's steps count a request once). The window must match the policy's RATE_WINDOW_S.")
+        'max by ($namespace, $service) ('
+        'sum by ($namespace, $service, model) (rate(triton_llm_requests_total{finish_reason!="error", $service!=""}[1m]))'
+        ' or sum by ($namespace, $service, model) (rate(nv_inference_request_success{model!="llm", $service!=""}[1m])))',
+        description="PromQL for requests/s completed per service over the last minute (answers finished by the LLM "
+                    "engine; for other formats, Triton's successes of the busiest model). The window must match the "
+                    "policy's RATE_WINDOW_S.")
     prompt_tokens_query: str = Field(
-        'sum by ($namespace, $service) (rate(nv_llm_input_token_len_sum{$service!=""}[5m]))'
-        ' / sum by ($namespace, $service) (rate(nv_llm_input_token_len_count{$service!=""}[5m]))',
+        'sum by ($namespace, $service) (rate(triton_llm_prompt_tokens_total{$service!=""}[5m]))'
+        ' / sum by ($namespace, $service) (rate(triton_llm_requests_total{$service!=""}[5m]))',
         description="PromQL for the mean prompt tokens per request per service (the planner sizes a replica for it).")
     output_tokens_query: str = Field(
-        'sum by ($namespace, $service) (rate(nv_llm_output_token_len_sum{$service!=""}[5m]))'
-        ' / sum by ($namespace, $service) (rate(nv_llm_output_token_len_count{$service!=""}[5m]))',
+        'sum by ($namespace, $service) (rate(triton_llm_generation_tokens_total{$service!=""}[5m]))'
+        ' / sum by ($namespace, $service) (rate(triton_llm_requests_total{$service!=""}[5m]))',
         description="PromQL for the mean output tokens per request per service.")
     reporting_query: str = Field(
         'count by ($namespace, $service) (count by ($namespace, $service, instance) '

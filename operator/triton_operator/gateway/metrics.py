@@ -36,7 +36,8 @@ TTFT = Histogram(
     SERVICE, buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
 OUTPUT_TOKENS = Counter(
     "triton_gateway_output_tokens_total",
-    "Tokens streamed to clients, by service (one streamed response of the model counts as one token).", SERVICE)
+    "Tokens generated for clients, by service: the model's own count for LLM services (format tensorrt-llm); for "
+    "other generate models, one streamed response counts as one.", SERVICE)
 TOKENS_PER_SECOND = Histogram(
     "triton_gateway_tokens_per_second", "Decode speed of each streamed answer after its first token, by service.",
     SERVICE, buckets=(1, 5, 10, 20, 40, 60, 100, 150, 250, 500, 1000))

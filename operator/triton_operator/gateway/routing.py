@@ -17,9 +17,8 @@ from .passthrough import MODEL_NAME
 Key = tuple[str, str]   # (namespace, InferenceService name)
 Address = tuple[str, int]
 
-# The model the OpenAI routes call when spec.openai.model is unset: the TensorRT-LLM ensemble's
-# top-level model (runtime/triton_runtime/repository.py names it so, as tensorrtllm_backend does).
-ENSEMBLE = "ensemble"
+# The model LLM services (format tensorrt-llm) serve: runtime/triton_runtime/serving/contract.py.
+LLM_MODEL = "llm"
 DEFAULT_MAX_TOKENS = 256
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 
@@ -30,6 +29,7 @@ class Service:
     generate_model: str             # the Triton model behind the OpenAI routes
     v2_model: str                   # the Triton model /v2/models/<service name>/... maps to
     openai: bool                    # listed in /v1/models and reachable through the OpenAI routes
+    llm: bool = False               # serves the llm model interface (format tensorrt-llm)
     chat_template: str | None = None
     default_max_tokens: int = DEFAULT_MAX_TOKENS
     scales_to_zero: bool = False    # autoscaling.minReplicas 0
@@ -50,7 +50,8 @@ def service_from(obj: dict[str, Any]) -> Service | None:
         return None
     model = spec.get("model") or {}
     fmt = model.get("format")
-    triton_model = model.get("name") or (ENSEMBLE if fmt == "tensorrt-llm" else name)
+    llm = fmt == "tensorrt-llm"
+    triton_model = model.get("name") or (LLM_MODEL if llm else name)
     openai = spec.get("openai") or {}
     enabled = openai.get("enabled")
     if enabled is None:
@@ -61,8 +62,8 @@ def service_from(obj: dict[str, Any]) -> Service | None:
         if cond.get("type") == "Degraded" and cond.get("status") == "True":
             degraded = f"{cond.get('reason')}: {cond.get('message')}".rstrip(": ")
     max_tokens = openai.get("defaultMaxTokens")
-    generate_model = openai.get("model") or (ENSEMBLE if fmt == "tensorrt-llm" else triton_model)
-    v2_model = model.get("name") or (ENSEMBLE if fmt == "tensorrt-llm" else name)
+    generate_model = openai.get("model") or triton_model
+    v2_model = triton_model
     if not (isinstance(generate_model, str) and MODEL_NAME.fullmatch(generate_model)
             and isinstance(v2_model, str) and MODEL_NAME.fullmatch(v2_model)):
         return None  # the CRD refuses such names; an object that has one anyway is not served
@@ -71,6 +72,7 @@ def service_from(obj: dict[str, Any]) -> Service | None:
         generate_model=generate_model,
         v2_model=v2_model,
         openai=bool(enabled),
+        llm=llm,
         chat_template=openai.get("chatTemplate"),
         default_max_tokens=int(max_tokens) if isinstance(max_tokens, int) and max_tokens > 0 else DEFAULT_MAX_TOKENS,
         scales_to_zero=autoscaling.get("minReplicas") == 0,

@@ -513,12 +513,14 @@ class Gateway:
             del req
             await self.endpoint(svc, caller)
             req = t.parse_body(raw, kind)
-        if isinstance(req, t.ChatRequest):
-            template = svc.chat_template or await self.model_template(svc, caller)
-            prompt = t.render_chat(template, req.messages)
-        else:
-            prompt = req.text()  # type: ignore[attr-defined]
-        gen = t.to_generate(req, prompt, min(svc.default_max_tokens, cap))
+        prompt = None
+        if not svc.llm:   # a text model: the gateway renders the chat (the llm model renders its own)
+            if isinstance(req, t.ChatRequest):
+                template = svc.chat_template or await self.model_template(svc, caller)
+                prompt = t.render_chat(template, req.messages)
+            else:
+                prompt = req.text()  # type: ignore[attr-defined]
+        gen = t.to_generate(req, min(svc.default_max_tokens, cap), svc.llm, prompt)
         started = self.clock()
         code = 500
         in_flight = self.child(m.IN_FLIGHT, *svc.key)
@@ -531,10 +533,11 @@ class Gateway:
                 if resp.status != 200:
                     raise await _upstream_error(resp, svc)
                 if gen.stream:
-                    answer = await self._stream(request, resp, gen, svc, started)
+                    answer = await self._stream(request, resp, gen, svc, started, caller)
                 else:
-                    text, _ = t.cut_at_stop(t.output_text(await resp.json(content_type=None)), gen.stops)
-                    answer = web.json_response(t.completion(gen, text, "stop"))
+                    whole = t.answer_of(await resp.json(content_type=None))
+                    self._spend(caller, svc, whole.prompt_tokens, whole.completion_tokens)
+                    answer = web.json_response(t.completion(gen, whole))
                 code = answer.status
                 return answer
             finally:
@@ -553,13 +556,23 @@ class Gateway:
             self.child(m.REQUESTS, *svc.key, route, str(code)).inc()
             self.child(m.LATENCY, *svc.key, route).observe(self.clock() - started)
 
+    def _spend(self, caller: Caller, svc: Service, prompt: int | None, completion: int | None) -> None:
+        """Tokens a request used, as the model counted them: usage per key, and the key's
+        tokens-per-minute budget."""
+        if prompt is None or completion is None:
+            return
+        self.child(m.KEY_TOKENS, caller.grant.name, *svc.key, "prompt").inc(prompt)
+        self.child(m.KEY_TOKENS, caller.grant.name, *svc.key, "completion").inc(completion)
+        self.child(m.OUTPUT_TOKENS, *svc.key).inc(completion)
+        self.token_limiter.spend(caller.digest, caller.grant, prompt + completion, self.clock())
+
     def _account(self, caller: Caller, svc: Service, sent: float) -> None:
         """One request of `caller` answered by a replica of `svc`: usage per key."""
         self.child(m.KEY_REQUESTS, caller.grant.name, *svc.key).inc()
         self.child(m.KEY_REQUEST_SECONDS, caller.grant.name, *svc.key).inc(max(0.0, self.clock() - sent))
 
     async def _stream(self, request: web.Request, resp: aiohttp.ClientResponse, gen: t.Generate,
-                      svc: Service, started: float) -> web.StreamResponse:
+                      svc: Service, started: float, caller: Caller) -> web.StreamResponse:
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
                                           "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         await out.prepare(request)
@@ -570,8 +583,8 @@ class Gateway:
             async for chunk in resp.content.iter_any():
                 buffer += chunk
                 for event in t.sse_events(buffer):
-                    piece = t.output_text(event)
-                    if piece and first is None:
+                    piece = t.answer_of(event)
+                    if piece.text and first is None:
                         first = self.clock()
                         m.TTFT.labels(*svc.key).observe(first - started)
                     data = stream.delta(piece)
@@ -588,7 +601,10 @@ class Gateway:
             await out.write(stream.error(t.OpenAIError(502, f"the replica failed mid-stream: {type(e).__name__}",
                                                        "upstream_error", code="upstream_failed")))
         finally:
-            m.OUTPUT_TOKENS.labels(*svc.key).inc(stream.tokens)
+            if gen.llm:
+                self._spend(caller, svc, stream.prompt_tokens, stream.tokens)
+            else:
+                self.child(m.OUTPUT_TOKENS, *svc.key).inc(stream.tokens)
             if first is not None and stream.tokens > 1:
                 span = self.clock() - first
                 if span > 0:
@@ -785,6 +801,11 @@ async def _upstream_error(resp: aiohttp.ClientResponse, svc: Service) -> t.OpenA
     except (aiohttp.ClientError, asyncio.TimeoutError):
         text = ""
     log.debug("model %s/%s answered %d: %s", svc.key[0], svc.key[1], resp.status, text[:500])
+    if 400 <= resp.status < 500 and svc.llm and t.MODEL_ERROR_TAG in text:
+        try:
+            return t.model_error(json.loads(text).get("error"))   # the llm model's own words
+        except (ValueError, AttributeError):
+            pass
     if 400 <= resp.status < 500:
         return t.OpenAIError(400, f"model {svc.key[1]} refused the request (HTTP {resp.status})",
                              code="model_error")

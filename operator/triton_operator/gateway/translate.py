@@ -2,16 +2,24 @@
 
 Triton's generate endpoints (server docs/protocol/extension_generate.md) take one JSON object
 whose top-level fields are the model's input tensors and answer with its outputs by name;
-generate_stream sends each response as a server-sent event. The TensorRT-LLM ensemble
-(tensorrtllm_backend all_models/inflight_batcher_llm/ensemble, and runtime/triton_runtime/
-repository.py here) names its inputs text_input, max_tokens, stream, exclude_input_in_output,
-temperature, top_p, ... and its output text_output; those are the names used below, and only
-inputs the client set are sent (the model declares the others optional).
+generate_stream sends each response as a server-sent event. Two model interfaces are spoken:
 
-Chat messages become one prompt through a chat template: the service's spec.openai.chatTemplate,
-else the `chat_template` parameter of the Triton model's config (where the model repository
-carries the tokenizer's), else a plain "role: content" layout. Templates are Jinja, rendered in
-Jinja's immutable sandbox as Hugging Face's transformers does (apply_chat_template).
+- `llm`: the model LLM services run (runtime/triton_runtime/serving/contract.py). The gateway
+  sends the chat as `messages` (the model renders its own chat template, so user text never
+  becomes special tokens) or the prompt as `text_input`, every sampling field the client set with
+  OpenAI's defaults made explicit (temperature 1, top_p 1; temperature 0 is greedy), `stop`,
+  `seed`, the penalties, `guided_json` for response_format, and reads back `text_output` (new text
+  per streamed response), `finish_reason` and the token counts that become `usage`.
+- `text`: any other generate-capable model (spec.openai on a python or triton format): inputs
+  text_input, max_tokens, stream, exclude_input_in_output, temperature, top_p, output
+  text_output. The gateway renders the chat template (spec.openai.chatTemplate, else the model
+  config's chat_template parameter, else a plain "role: content" layout) and cuts at stop
+  sequences itself; such a model reports no token counts, so no usage is given for it.
+
+Requests are checked against what can be honoured: a field this gateway cannot serve for real
+(tools, logprobs, logit_bias, n > 1, audio, ...) is refused with a 400 that names it, never
+silently ignored; fields that only label a request (user, metadata, store, service_tier) are
+accepted; unknown fields are refused as OpenAI's API refuses them.
 """
 
 from __future__ import annotations
@@ -19,17 +27,21 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from jinja2 import TemplateError
 from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 DEFAULT_CHAT_TEMPLATE = (
     "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}assistant:{% endif %}")
+# The tag the llm model puts before errors a request caused (its own words, safe to pass on:
+# runtime/triton_runtime/serving/triton_model.py ERROR_TAG).
+MODEL_ERROR_TAG = "[llm] "
+MAX_STOP_LENGTH = 256
 
 
 class OpenAIError(Exception):
@@ -49,18 +61,89 @@ class OpenAIError(Exception):
 
 # -- requests -------------------------------------------------------------------------------------
 
+# Fields this gateway cannot honour for real, with why (refused with a 400 naming them unless they
+# hold their "off" value, which clients often send by default).
+UNSUPPORTED: dict[str, tuple[Any, str]] = {
+    "tools": ([], "tool calling is not supported"),
+    "tool_choice": ("none", "tool calling is not supported"),
+    "functions": ([], "function calling is not supported"),
+    "function_call": ("none", "function calling is not supported"),
+    "logprobs": (False, "log probabilities are not returned"),
+    "top_logprobs": (0, "log probabilities are not returned"),
+    "logit_bias": ({}, "logit_bias is not supported"),
+    "audio": (None, "audio output is not supported"),
+    "modalities": (["text"], "only text output is supported"),
+    "prediction": (None, "predicted outputs are not supported"),
+    "reasoning_effort": (None, "reasoning_effort is not supported"),
+    "web_search_options": (None, "web search is not supported"),
+    "echo": (False, "echo is not supported"),
+    "suffix": (None, "suffix (insertion) is not supported"),
+    "best_of": (1, "best_of is not supported"),
+}
+GATEWAY_REFUSES = " by this gateway"
+UNRECOGNIZED = "unrecognized request argument"
+# Fields that label or route a request and change nothing in the answer.
+LABELS = {"user", "metadata", "store", "service_tier", "parallel_tool_calls"}
+
+
+class ResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _schema(self) -> ResponseFormat:
+        if self.type == "json_schema":
+            schema = (self.json_schema or {}).get("schema")
+            if not isinstance(schema, dict):
+                raise ValueError("json_schema.schema must be a JSON schema object")
+        return self
+
+    def guided_json(self) -> str | None:
+        if self.type == "json_object":
+            return "{}"
+        if self.type == "json_schema":
+            return json.dumps((self.json_schema or {})["schema"])
+        return None
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    include_usage: bool = False
+
+
 class _Request(BaseModel):
-    # Unknown OpenAI fields (user, seed, logit_bias, ...) are accepted and ignored, as vLLM and
-    # TensorRT-LLM's own OpenAI server do: clients send them by default.
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="allow")
 
     model: str = Field(..., min_length=1, max_length=253)
     max_tokens: int | None = Field(None, ge=1, le=1_000_000)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=0, le=1_000_000)
     n: int = Field(1, ge=1)
     stream: bool = False
+    stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
+    seed: int | None = Field(None, ge=0, le=2**63 - 1)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    repetition_penalty: float | None = Field(None, gt=0, le=2)
+    response_format: ResponseFormat | None = None
+
+    @model_validator(mode="after")
+    def _honourable(self) -> _Request:
+        for name, value in (self.model_extra or {}).items():
+            if name in LABELS:
+                continue
+            if name in UNSUPPORTED:
+                off, why = UNSUPPORTED[name]
+                if value is None or value == off:
+                    continue
+                raise ValueError(f"{name}: {why}{GATEWAY_REFUSES}")
+            raise ValueError(f"{name}: {UNRECOGNIZED}")
+        return self
 
     @field_validator("n")
     @classmethod
@@ -72,14 +155,19 @@ class _Request(BaseModel):
     @field_validator("stop")
     @classmethod
     def _stops(cls, v: str | list[str] | None) -> str | list[str] | None:
-        if isinstance(v, list) and (len(v) > 4 or not all(v)):
-            raise ValueError("at most 4 non-empty stop sequences")
+        stops = [v] if isinstance(v, str) else list(v or [])
+        if len(stops) > 4 or not all(stops) or any(len(s) > MAX_STOP_LENGTH for s in stops):
+            raise ValueError(f"at most 4 non-empty stop sequences of at most {MAX_STOP_LENGTH} characters")
         return v
 
     def stops(self) -> list[str]:
         if self.stop is None:
             return []
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
 
 
 class ChatMessage(BaseModel):
@@ -133,10 +221,16 @@ def parse_body(raw: bytes | bytearray, kind: type[_Request]) -> _Request:
         first = e.errors()[0]
         param = ".".join(str(p) for p in first["loc"]) or None
         message = first["msg"].removeprefix("Value error, ")
-        raise OpenAIError(400, f"{param}: {message}" if param else message, param=param) from None
+        if not param and ": " in message:     # a field named by _honourable
+            param, text = message.split(": ", 1)[0], message
+        else:
+            text = f"{param}: {message}" if param else message
+        raise OpenAIError(400, text, param=param,
+                          code="unsupported_parameter" if message.endswith((GATEWAY_REFUSES, UNRECOGNIZED))
+                          else None) from None
 
 
-# -- chat templates --------------------------------------------------------------------------------
+# -- chat templates (text models; llm models render their own) --------------------------------------
 
 def _raise(message: str) -> None:
     raise TemplateError(message)
@@ -166,6 +260,14 @@ def render_chat(template: str | None, messages: list[ChatMessage], bos_token: st
         raise OpenAIError(400, f"the model's chat template refused the messages: {e}", param="messages") from None
 
 
+def chat_messages(req: ChatRequest) -> str:
+    """The `messages` input of the llm model: the chat as JSON, contents as plain text."""
+    try:
+        return json.dumps([{"role": m.role, "content": m.text()} for m in req.messages], ensure_ascii=False)
+    except ValueError as e:
+        raise OpenAIError(400, f"messages: {e}", param="messages") from None
+
+
 # -- generate ----------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -175,9 +277,11 @@ class Generate:
     body: dict[str, Any]
     stream: bool
     max_tokens: int
-    stops: tuple[str, ...]
-    model: str              # the model id the client asked for (echoed back)
+    stops: tuple[str, ...]          # cut here by the gateway (text models; the llm model cuts itself)
+    model: str                      # the model id the client asked for (echoed back)
     chat: bool
+    llm: bool                       # the llm model interface (token counts, finish reasons)
+    include_usage: bool = False
 
 
 def max_tokens_asked(req: _Request) -> int | None:
@@ -187,32 +291,81 @@ def max_tokens_asked(req: _Request) -> int | None:
     return req.max_tokens
 
 
-def to_generate(req: _Request, prompt: str, default_max_tokens: int) -> Generate:
-    max_tokens = req.max_tokens
-    if isinstance(req, ChatRequest) and req.max_completion_tokens is not None:
-        max_tokens = req.max_completion_tokens
-    max_tokens = max_tokens or default_max_tokens
-    body: dict[str, Any] = {"text_input": prompt, "max_tokens": max_tokens, "stream": req.stream,
-                            "exclude_input_in_output": True}
-    if req.temperature is not None:
-        body["temperature"] = req.temperature
-    if req.top_p is not None:
-        body["top_p"] = req.top_p
-    return Generate(body, req.stream, max_tokens, tuple(req.stops()), req.model, isinstance(req, ChatRequest))
+def to_generate(req: _Request, default_max_tokens: int, llm: bool, prompt: str | None = None) -> Generate:
+    """The generate call for `req`: for the llm model from the request itself; for a text model
+    from `prompt` (the rendered chat or the completion prompt)."""
+    max_tokens = max_tokens_asked(req) or default_max_tokens
+    chat = isinstance(req, ChatRequest)
+    if not llm:
+        if req.response_format is not None and req.response_format.type != "text":
+            raise OpenAIError(400, "response_format: JSON output needs a model served with format tensorrt-llm",
+                              param="response_format", code="unsupported_parameter")
+        body: dict[str, Any] = {"text_input": prompt, "max_tokens": max_tokens, "stream": req.stream,
+                                "exclude_input_in_output": True}
+        if req.temperature is not None:
+            body["temperature"] = req.temperature
+        if req.top_p is not None:
+            body["top_p"] = req.top_p
+        return Generate(body, req.stream, max_tokens, tuple(req.stops()), req.model, chat, False)
+    body = {"max_tokens": max_tokens, "stream": req.stream,
+            "temperature": 1.0 if req.temperature is None else req.temperature,
+            "top_p": 1.0 if req.top_p is None else req.top_p}
+    if chat:
+        body["messages"] = chat_messages(req)  # type: ignore[arg-type]
+    else:
+        body["text_input"] = req.text()  # type: ignore[attr-defined]
+    for name in ("top_k", "seed", "presence_penalty", "frequency_penalty", "repetition_penalty"):
+        value = getattr(req, name)
+        if value is not None:
+            body[name] = value
+    if req.stops():
+        body["stop"] = req.stops()
+    if req.response_format is not None and (schema := req.response_format.guided_json()) is not None:
+        body["guided_json"] = schema
+    return Generate(body, req.stream, max_tokens, (), req.model, chat, True, req.include_usage)
 
 
-def output_text(response: dict[str, Any]) -> str:
-    """text_output of one generate response (a string, or a list of strings for a [-1] tensor)."""
+@dataclass
+class Answer:
+    """What one generate response holds."""
+
+    text: str
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+def answer_of(response: dict[str, Any]) -> Answer:
+    """The parts of one generate (or generate_stream event) response."""
     if "error" in response:
-        # A fixed text: what the model said stays with the operator (see server._upstream_error).
-        raise OpenAIError(502, "the model answered with an error", "upstream_error", code="upstream_failed")
+        raise model_error(response["error"])
     out = response.get("text_output")
     if isinstance(out, list):
-        return "".join(str(x) for x in out)
+        out = "".join(str(x) for x in out)
     if out is None:
         raise OpenAIError(502, "the model's response has no text_output: is it a generate-capable LLM model?",
-                          "upstream_error")
-    return str(out)
+                          "upstream_error", code="upstream_failed")
+    reason = response.get("finish_reason")
+    if isinstance(reason, list):
+        reason = reason[0] if reason else None
+    return Answer(str(out), reason or None, _int(response.get("prompt_tokens")),
+                  _int(response.get("completion_tokens")))
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, list):
+        value = value[0] if value else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def model_error(error: Any) -> OpenAIError:
+    """A model's error: the llm model's own words (tagged) as a 400, anything else as a fixed text
+    (what Triton or another model says stays with the operator: server._upstream_error)."""
+    text = str(error)
+    at = text.find(MODEL_ERROR_TAG)
+    if at >= 0:
+        return OpenAIError(400, text[at + len(MODEL_ERROR_TAG):][:500], code="model_refused")
+    return OpenAIError(502, "the model answered with an error", "upstream_error", code="upstream_failed")
 
 
 def cut_at_stop(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
@@ -226,29 +379,54 @@ def _ids(gen: Generate) -> tuple[str, str, int]:
     return f"{prefix}-{uuid.uuid4().hex}", obj, int(time.time())
 
 
-def completion(gen: Generate, text: str, finish_reason: str) -> dict[str, Any]:
-    """A whole (non-streamed) answer."""
+def usage(answer: Answer) -> dict[str, int] | None:
+    if answer.prompt_tokens is None or answer.completion_tokens is None:
+        return None
+    return {"prompt_tokens": answer.prompt_tokens, "completion_tokens": answer.completion_tokens,
+            "total_tokens": answer.prompt_tokens + answer.completion_tokens}
+
+
+def completion(gen: Generate, answer: Answer) -> dict[str, Any]:
+    """A whole (non-streamed) answer. A text model's answer has no finish reason of its own: cut
+    at a stop sequence it is "stop", else "stop" too (it cannot be told apart from max_tokens)."""
+    text, reason = answer.text, answer.finish_reason
+    if not gen.llm:
+        text, _ = cut_at_stop(text, gen.stops)
+        reason = reason or "stop"
     ident, obj, created = _ids(gen)
     if gen.chat:
         choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
-                                  "finish_reason": finish_reason, "logprobs": None}
+                                  "finish_reason": reason, "logprobs": None}
     else:
-        choice = {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}
-    return {"id": ident, "object": obj, "created": created, "model": gen.model, "choices": [choice]}
+        choice = {"index": 0, "text": text, "finish_reason": reason, "logprobs": None}
+    out: dict[str, Any] = {"id": ident, "object": obj, "created": created, "model": gen.model, "choices": [choice]}
+    counts = usage(answer)
+    if counts is not None:
+        out["usage"] = counts
+    return out
 
 
+@dataclass
 class Stream:
-    """Turns generate_stream events into OpenAI chunks: `delta(text)` per event, then `end()`."""
+    """Turns generate_stream events into OpenAI chunks: `delta(answer)` per event, then `end()`.
+    For a text model each event is one token's text, and stop sequences are cut here (only the
+    tail that could still begin one is held back, and only it is searched)."""
 
-    def __init__(self, gen: Generate):
-        self.gen = gen
-        self.id, obj, self.created = _ids(gen)
-        self.object = obj + ".chunk" if gen.chat else obj
-        self.tokens = 0
-        self.text = ""
-        self.stopped = False
-        self._sent = 0      # characters of self.text already sent
-        self._started = False
+    gen: Generate
+    id: str = ""
+    object: str = ""
+    created: int = 0
+    tokens: int = 0                  # text model: events with text; llm: the model's count
+    prompt_tokens: int | None = None
+    finish_reason: str | None = None
+    stopped: bool = False
+    _pending: str = ""
+    _started: bool = False
+    _held_max: int = field(default=0)
+
+    def __post_init__(self) -> None:
+        self.id, obj, self.created = _ids(self.gen)
+        self.object = obj + ".chunk" if self.gen.chat else obj
 
     def _chunk(self, content: str | None, finish: str | None, role: bool = False) -> bytes:
         if self.gen.chat:
@@ -262,51 +440,73 @@ class Stream:
             choice = {"index": 0, "text": content or "", "finish_reason": finish, "logprobs": None}
         payload = {"id": self.id, "object": self.object, "created": self.created, "model": self.gen.model,
                    "choices": [choice]}
-        return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+        return _event(payload)
 
-    def delta(self, piece: str) -> bytes:
-        """The chunk(s) for one streamed response ("" when nothing is due yet). A stop sequence
-        may span responses, so text that could begin one is held back until it cannot."""
-        out = b""
-        if not self._started:
-            self._started = True
-            if self.gen.chat:
-                out += self._chunk("", None, role=True)
-        if self.stopped or not piece:
+    def _start(self) -> bytes:
+        if self._started:
+            return b""
+        self._started = True
+        return self._chunk("", None, role=True) if self.gen.chat else b""
+
+    def delta(self, answer: Answer) -> bytes:
+        """The chunk(s) for one streamed response ("" when nothing is due yet)."""
+        out = self._start()
+        if self.stopped:
+            return out
+        if self.gen.llm:
+            self.tokens = answer.completion_tokens if answer.completion_tokens is not None else self.tokens
+            self.prompt_tokens = answer.prompt_tokens if answer.prompt_tokens is not None else self.prompt_tokens
+            if answer.finish_reason:
+                self.finish_reason = answer.finish_reason
+                self.stopped = True
+            return out + (self._chunk(answer.text, None) if answer.text else b"")
+        if not answer.text:
             return out
         self.tokens += 1
-        self.text += piece
-        text, hit = cut_at_stop(self.text, self.gen.stops)
+        text = self._pending + answer.text
+        cut, hit = cut_at_stop(text, self.gen.stops)
         if hit:
-            self.stopped = True
-            self.text = text
-            ready = len(text)
-        else:
-            hold = max((len(s) - 1 for s in self.gen.stops), default=0)
-            ready = max(self._sent, len(text) - hold)
-        if ready > self._sent:
-            out += self._chunk(self.text[self._sent:ready], None)
-            self._sent = ready
-        return out
+            self.stopped, self.finish_reason, self._pending = True, "stop", ""
+            return out + (self._chunk(cut, None) if cut else b"")
+        hold = _held(text, self.gen.stops)
+        self._pending = text[len(text) - hold:] if hold else ""
+        ready = text[:len(text) - hold]
+        return out + (self._chunk(ready, None) if ready else b"")
 
     def end(self) -> bytes:
-        """The rest of the text, the finish reason and the terminating [DONE]."""
-        out = b""
-        if not self._started:
-            out += self.delta("")
-        if len(self.text) > self._sent:
-            out += self._chunk(self.text[self._sent:], None)
-            self._sent = len(self.text)
-        out += self._chunk(None if self.gen.chat else "", self.finish_reason())
+        """The rest of the text, the finish reason, the usage when asked for, and [DONE]."""
+        out = self._start()
+        if self._pending:
+            out += self._chunk(self._pending, None)
+            self._pending = ""
+        reason = self.finish_reason or ("length" if self.tokens >= self.gen.max_tokens else "stop")
+        out += self._chunk(None if self.gen.chat else "", reason)
+        if self.gen.include_usage and self.prompt_tokens is not None:
+            out += _event({"id": self.id, "object": self.object, "created": self.created, "model": self.gen.model,
+                           "choices": [], "usage": {"prompt_tokens": self.prompt_tokens,
+                                                    "completion_tokens": self.tokens,
+                                                    "total_tokens": self.prompt_tokens + self.tokens}})
         return out + b"data: [DONE]\n\n"
-
-    def finish_reason(self) -> str:
-        return "length" if not self.stopped and self.tokens >= self.gen.max_tokens else "stop"
 
     def error(self, err: OpenAIError) -> bytes:
         """An error after the 200 and the first chunks: OpenAI's clients raise on an event
         carrying an `error` object."""
-        return b"data: " + json.dumps(err.body()).encode() + b"\n\n"
+        return _event(err.body())
+
+
+def _event(payload: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
+
+
+def _held(text: str, stops: tuple[str, ...]) -> int:
+    """Length of the longest tail of `text` that is a proper prefix of a stop sequence."""
+    best = 0
+    for s in stops:
+        for k in range(min(len(s) - 1, len(text)), best, -1):
+            if text.endswith(s[:k]):
+                best = k
+                break
+    return best
 
 
 def sse_events(buffer: bytearray) -> list[dict[str, Any]]:
