@@ -1,15 +1,16 @@
 """The autoscaler's one combined PromQL query, evaluated by a real Prometheus over metrics in the
-exact shape a Triton + TensorRT-LLM pod exposes, and read back through the operator's own source
+exact shape an LLM pod exposes, and read back through the operator's own source
 (autoscaling/prometheus.PrometheusSource).
 
-Mocked, because no GPU runs here: the TensorRT-LLM pods' /metrics. A small loopback HTTP server
-serves text in the format of the TensorRT-LLM backend's custom metrics reporter
-(nv_trt_llm_request_metrics{request_type=...}, nv_llm_input_token_len / nv_llm_output_token_len
-histograms; NVIDIA/TensorRT-LLM triton_backend/inflight_batcher_llm/src/custom_metrics_reporter)
-and Triton's per-model counters for the runtime's ensemble (ensemble, preprocessing, tensorrt_llm,
-postprocessing), with counters that grow at known rates. The gateway's series are the real
-gateway's gauges (triton_operator.gateway.metrics) exposed by prometheus_client, scraped as the
-chart's ServiceMonitor does (its namespace and inferenceservice labels kept). No cluster is needed.
+Mocked, so that the figures are known exactly: the LLM pods' /metrics. A small loopback HTTP
+server serves text in the shape of the llm model's custom metrics (runtime/triton_runtime/serving/
+triton_model.py: triton_llm_queued_requests, triton_llm_active_requests, triton_llm_requests_total
+{finish_reason}, triton_llm_prompt_tokens_total, triton_llm_generation_tokens_total,
+triton_llm_request_duration_seconds; e2e/test_llm.py reads the same series from the real model on
+the real Triton) beside Triton's own counters for it (which stay at 0 pending: the model is
+decoupled), with counters that grow at known rates. The gateway's series are the real gateway's
+gauges (triton_operator.gateway.metrics) exposed by prometheus_client, scraped as the chart's
+ServiceMonitor does (its namespace and inferenceservice labels kept). No cluster is needed.
 """
 
 from __future__ import annotations
@@ -35,45 +36,39 @@ from triton_operator.settings import Settings
 from .cluster import wait_for
 from .harness.prometheus import Prometheus, Target
 
-MODELS = ("ensemble", "preprocessing", "tensorrt_llm", "postprocessing")
+DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320)   # triton_model.DURATION_BUCKETS
+LABELS = 'engine="trtllm",model="llm"'
 
 
 class Pod:
-    """One TensorRT-LLM pod's figures: `backlog` requests past preprocessing beyond the batch,
-    `active` in the batch, completing `rate` requests/s of `prompt`/`output` tokens."""
+    """One LLM pod's figures: `queued` requests in the engine's queue, `active` generating,
+    completing `rate` requests/s (and `failed` errors) of `prompt`/`output` tokens, every one in
+    the request-duration bucket (2.5, 5] s."""
 
-    def __init__(self, active: int, backlog: int, rate: float, failed: int = 0, pending: int = 0):
-        self.active, self.backlog, self.rate, self.failed, self.pending = active, backlog, rate, failed, pending
+    def __init__(self, active: int, queued: int, rate: float, failed: int = 0):
+        self.active, self.queued, self.rate, self.failed = active, queued, rate, failed
         self.started = time.monotonic()
 
     def text(self, prompt: float = 1000.0, output: float = 200.0) -> str:
         done = 1000 + int(self.rate * (time.monotonic() - self.started))
-        lines = ["# TYPE nv_inference_request_success counter", "# TYPE nv_inference_request_failure counter",
-                 "# TYPE nv_inference_pending_request_count gauge"]
-        for model in MODELS:
-            # what preprocessing finished and tensorrt_llm has not (failures included) is in the engine
-            success = done + (self.active + self.backlog + self.failed if model == "preprocessing" else 0)
-            lines.append(f'nv_inference_request_success{{model="{model}",version="1"}} {success}')
-            for reason in ("REJECTED", "CANCELED", "BACKEND", "OTHER"):
-                failed = self.failed if (model, reason) == ("tensorrt_llm", "BACKEND") else 0
-                lines.append(f'nv_inference_request_failure{{model="{model}",reason="{reason}",version="1"}} {failed}')
-            pending = self.pending if model == "preprocessing" else 0
-            lines.append(f'nv_inference_pending_request_count{{model="{model}",version="1"}} {pending}')
-        lines += ["# TYPE nv_inference_request_summary_us summary",
-                  'nv_inference_request_summary_us{model="ensemble",version="1",quantile="0.99"} 2500000',
-                  'nv_inference_request_summary_us_sum{model="ensemble",version="1"} 1',
-                  'nv_inference_request_summary_us_count{model="ensemble",version="1"} 1',
-                  "# TYPE nv_trt_llm_request_metrics gauge"]
-        for kind, value in (("active", self.active), ("max", 64), ("scheduled", self.active), ("context", 1),
-                            ("waiting", 0)):
-            lines.append(f'nv_trt_llm_request_metrics{{model="tensorrt_llm",request_type="{kind}",version="1"}} {value}')
-        for name, mean, label in (("nv_llm_input_token_len", prompt, "total_input_tokens"),
-                                  ("nv_llm_output_token_len", output, "total_output_tokens")):
-            lines.append(f"# TYPE {name} histogram")
-            labels = f'model="tensorrt_llm",response_metric_type="{label}",version="1"'
-            lines.append(f'{name}_bucket{{{labels},le="+Inf"}} {done}')
-            lines.append(f"{name}_sum{{{labels}}} {done * mean}")
-            lines.append(f"{name}_count{{{labels}}} {done}")
+        lines = ['# TYPE nv_inference_pending_request_count gauge',
+                 'nv_inference_pending_request_count{model="llm",version="1"} 0',
+                 '# TYPE nv_inference_request_success counter',
+                 f'nv_inference_request_success{{model="llm",version="1"}} {done * 7}',   # not a throughput
+                 "# TYPE triton_llm_queued_requests gauge", f"triton_llm_queued_requests{{{LABELS}}} {self.queued}",
+                 "# TYPE triton_llm_active_requests gauge", f"triton_llm_active_requests{{{LABELS}}} {self.active}",
+                 "# TYPE triton_llm_requests_total counter"]
+        for reason, n in (("stop", done), ("length", 0), ("cancelled", 0), ("error", self.failed)):
+            lines.append(f'triton_llm_requests_total{{{LABELS},finish_reason="{reason}"}} {n}')
+        lines += ["# TYPE triton_llm_prompt_tokens_total counter", f"triton_llm_prompt_tokens_total{{{LABELS}}} {done * prompt}",
+                  "# TYPE triton_llm_generation_tokens_total counter",
+                  f"triton_llm_generation_tokens_total{{{LABELS}}} {done * output}",
+                  "# TYPE triton_llm_request_duration_seconds histogram"]
+        for le in DURATION_BUCKETS:
+            lines.append(f'triton_llm_request_duration_seconds_bucket{{{LABELS},le="{le}"}} {done if le >= 5 else 0}')
+        lines += [f'triton_llm_request_duration_seconds_bucket{{{LABELS},le="+Inf"}} {done}',
+                  f"triton_llm_request_duration_seconds_sum{{{LABELS}}} {done * 4}",
+                  f"triton_llm_request_duration_seconds_count{{{LABELS}}} {done}"]
         return "\n".join(lines) + "\n"
 
 
@@ -125,8 +120,8 @@ def serve(pod: Pod | PlainPod | Gateway) -> ThreadingHTTPServer:
 @pytest.fixture(scope="module")
 def prometheus() -> Iterator[Prometheus]:
     pods: dict[str, Pod | PlainPod] = {
-        "chat-a": Pod(active=64, backlog=26, rate=20, failed=10, pending=2),
-        "chat-b": Pod(active=40, backlog=0, rate=10),
+        "chat-a": Pod(active=64, queued=26, rate=20, failed=10),
+        "chat-b": Pod(active=40, queued=2, rate=10),
         "vision-a": PlainPod(pending=5),
     }
     servers = {name: serve(pod) for name, pod in pods.items()}
@@ -150,7 +145,7 @@ def prometheus() -> Iterator[Prometheus]:
             server.server_close()
 
 
-def test_one_query_reads_every_signal_of_a_tensorrt_llm_service_and_a_plain_one(prometheus: Prometheus):
+def test_one_query_reads_every_signal_of_an_llm_service_and_a_plain_one(prometheus: Prometheus):
     source = PrometheusSource(Settings(prometheus_url=prometheus.url))
     chat, vision = ("prod", "chat"), ("prod", "vision")
 
@@ -163,14 +158,15 @@ def test_one_query_reads_every_signal_of_a_tensorrt_llm_service_and_a_plain_one(
 
     snap = wait_for("a minute of rates in Prometheus", complete, timeout=150, interval=2)
     assert snap.queries == 1
-    # Waiting: Triton's pending (2 in preprocessing) plus what each engine holds beyond its batch
-    # (pod a: 26; pod b: none). Failed requests (10) are not waiting.
-    assert snap.get("queue", chat) == 2 + 26
+    # Waiting: the engines' queues (26 + 2); Triton's pending is 0 for the decoupled model.
+    assert snap.get("queue", chat) == 26 + 2
     assert snap.get("in_flight", chat) == 64 + 40
+    # Answers finished by the engines (errors and Triton's own request counter left out).
     assert snap.get("throughput", chat) == pytest.approx(30, rel=0.15)
     assert snap.get("prompt_tokens", chat) == pytest.approx(1000) and snap.get("output_tokens", chat) == pytest.approx(200)
-    assert snap.get("p99", chat) == 2500 and snap.get("reporting", chat) == 2
-    # A plain model: its pending requests alone, no TensorRT-LLM signal invented as 0.
+    # p99 of request to last token from the histogram: all in (2.5, 5] s -> 2.5 + 0.99 x 2.5 s.
+    assert snap.get("p99", chat) == pytest.approx(4975) and snap.get("reporting", chat) == 2
+    # A plain model: its pending requests alone, no LLM signal invented as 0.
     assert snap.get("queue", vision) == 5 and snap.get("reporting", vision) == 1
     assert snap.get("in_flight", vision) is None and snap.get("prompt_tokens", vision) is None
 

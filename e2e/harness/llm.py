@@ -9,6 +9,7 @@ hack/install-llm.sh (run once per process here) builds llama-cpp-python once and
 
 from __future__ import annotations
 
+import atexit
 import os
 import subprocess
 import tempfile
@@ -72,6 +73,7 @@ def tokenize(text: str, special: bool) -> list[int]:
     global _vocab
     if _vocab is None:
         _vocab = Llama(model_path=ensure_llm(), vocab_only=True, verbose=False)
+        atexit.register(_vocab.close)   # before the interpreter tears llama_cpp's module down
     return _vocab.tokenize(text.encode(), add_bos=False, special=special)
 
 
