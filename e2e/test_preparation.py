@@ -77,10 +77,12 @@ def test_one_preparation_then_serving_on_the_stock_image(operator: Operator, ns:
         (pod,) = c.get("pods", namespace=ns, selector=f"job-name={job['metadata']['name']}")
         node = c.get("node", pod["spec"]["nodeName"])
         assert node["metadata"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
-        install, doctor = pod["spec"]["initContainers"]
+        install, doctor, download = pod["spec"]["initContainers"]
         assert install["command"] == ["triton-runtime"] and install["args"][0] == "install"
         assert doctor["args"][:6] == ["python3", "-m", "triton_runtime.cli", "doctor", "--for", "prepare"]
         assert "command" not in doctor and doctor["resources"]["limits"]["nvidia.com/gpu"] == "1"
+        assert download["command"] == ["triton-runtime"] and "--download-to" in download["args"]
+        assert "nvidia.com/gpu" not in download["resources"]["requests"]
         rules = job["spec"]["podFailurePolicy"]["rules"]  # kept by the API server as rendered
         assert rules[0]["action"] == "FailJob" and rules[0]["onExitCodes"]["values"] == [2, 3]
         status = c.get("infsvc", "llm", ns)["status"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from triton_runtime import doctor
-from triton_runtime.fetch import FetchError, SourceUnavailable
+from triton_runtime.fetch import FetchError, MissingLibrary, SourceUnavailable
 from triton_runtime.prepare import Request as Preparation
 
 GIB = 1024**3
@@ -145,3 +145,15 @@ def test_the_operator_and_the_runtime_name_the_same_cache_variables():
     home = "/home/triton-server"
     assert {e["name"]: e["value"] for e in rendered.cache_environment(home)} == image.cache_environment(home)
     assert Path(rendered.BUILD_HOME).parent == Path(rendered.SCRATCH_ROOT)
+
+
+def test_an_image_without_the_sources_client_leaves_the_disk_to_the_download_step(tmp_path):
+    """NVIDIA's image has no boto3: its doctor says the download step (the operator's image) checks the disk."""
+    def listing(*_):
+        raise MissingLibrary("s3:// needs the boto3 package in this image")
+
+    report = doctor.run(_request(tmp_path), _environ(tmp_path), gpu_probe=lambda env: (1, ""),
+                        list_source=listing, driver_probe=lambda: None)
+    assert report.problems == []
+    assert report.warnings == ["disk not checked here (s3:// needs the boto3 package in this image): the download "
+                               "step, in the operator's image, checks it"]

@@ -150,3 +150,58 @@ def test_a_quantizing_preparation_in_an_image_of_another_version_stops_at_once(p
     assert out.returncode == 3 and "TensorRT-LLM is not installed" in out.stderr
     plain = run(pod, "doctor", "--for", "prepare", *model_args(pod), "--gpus", "0", "--scratch", str(pod["scratch"]))
     assert plain.returncode == 0, plain.stderr
+
+
+def test_a_quantizing_job_downloads_in_one_step_and_quantizes_from_it_in_the_next(pod):
+    """The Job's download init container (the operator's image) and its prepare container
+    (NVIDIA's image) share the scratch volume: the second reads what the first fetched. A
+    checkpoint already quantized as asked stands in for the quantization (no GPU here)."""
+    (pod["model"] / "hf_quant_config.json").write_text(json.dumps({"quantization": {"quant_algo": "FP8"}}))
+    dl = pod["scratch"] / "download"
+    first = run(pod, "prepare", *model_args(pod, precision="fp8"), "--scratch", str(pod["scratch"]),
+                "--download-to", str(dl), "--scratch-size", "10Gi")
+    assert first.returncode == 0, first.stderr
+    assert "download: ok: disk: 0.0 GiB scratch" in first.stdout
+    found = json.loads((dl / "download.json").read_text())
+    assert found["checkpoint"] == str(pod["model"]) and found["calibration"] is None   # a claim is read in place
+    second = run(pod, "prepare", *model_args(pod, precision="fp8"), "--scratch", str(pod["scratch"]),
+                 "--downloaded", str(dl))
+    assert second.returncode == 0, second.stderr
+    (published,) = [p for p in pod["cache"].iterdir() if p.name.startswith("llama-fp8-")]
+    assert json.loads((published / "manifest.json").read_text())["action"] == "use"
+    again = run(pod, "prepare", *model_args(pod, precision="fp8"), "--scratch", str(pod["scratch"]),
+                "--download-to", str(pod["scratch"] / "other"))
+    assert again.returncode == 0 and "is in the cache: nothing to download" in again.stdout
+    assert not (pod["scratch"] / "other").exists()
+
+
+def test_the_quantize_step_refuses_a_download_of_another_model_or_none(pod):
+    dl = pod["scratch"] / "download"
+    out = run(pod, "prepare", *model_args(pod, precision="fp8"), "--downloaded", str(dl))
+    assert out.returncode == 2 and "the download step has not run" in out.stderr and "Traceback" not in out.stderr
+    run(pod, "prepare", *model_args(pod, precision="bf16"), "--download-to", str(dl))
+    out = run(pod, "prepare", *model_args(pod, precision="fp8"), "--downloaded", str(dl))
+    assert out.returncode == 2 and "is of another preparation (llama-bf16-" in out.stderr
+
+
+def test_the_download_step_refuses_a_checkpoint_quantized_otherwise_before_the_calibration_set(pod):
+    (pod["model"] / "hf_quant_config.json").write_text(json.dumps({"quantization": {"quant_algo": "NVFP4"}}))
+    out = run(pod, "prepare", *model_args(pod, "pvc://models/llama", "fp8", "--calibration-dataset",
+                                          "pvc://missing/texts"), "--download-to", str(pod["scratch"] / "dl"))
+    assert out.returncode == 2 and "already quantized to nvfp4" in out.stderr, out.stderr
+
+
+def test_the_download_step_checks_the_disk_first(pod, monkeypatch, capsys):
+    """In process, with the source's listing and the free space as a 70B checkpoint on a small
+    disk would give them: exit 3 (the Job fails without retries), one line, nothing fetched."""
+    from triton_runtime import cli, doctor
+
+    monkeypatch.setattr(cli, "fetch_listing", lambda *a: {"config.json": 1, "model.safetensors": 140 * doctor.GIB})
+    monkeypatch.setattr(doctor, "free_bytes", lambda path: 500 * doctor.GIB)
+    monkeypatch.setattr(doctor, "TERMINATION_LOG", pod["tmp"] / "termination-log")
+    monkeypatch.setattr(cli.prepare, "download_inputs", lambda *a: pytest.fail("downloaded despite the problem"))
+    code = cli.main(["prepare", "--source", "s3://bucket/llama-70b", "--precision", "fp8", "--cache",
+                     str(pod["cache"]), "--download-to", str(pod["scratch"] / "dl"), "--scratch-size", "100Gi"])
+    err = capsys.readouterr().err
+    assert code == 3 and err.startswith("download: scratch ") and "140.0 GiB needed" in err
+    assert "(volume limit 100.0 GiB)" in err and "Traceback" not in err

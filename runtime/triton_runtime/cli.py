@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from . import cache, doctor, image, prepare, repository
-from .fetch import FetchError
+from .fetch import FetchError, listing as fetch_listing
 from .stage import StageError, stage
 
 EXIT_SPEC = 2  # a request that cannot be done as asked: retrying cannot help (the Job fails at once)
@@ -43,15 +43,51 @@ def _prepare_home() -> None:
 
 def cmd_prepare(a: argparse.Namespace) -> int:
     req = _preparation(a)
+    if a.download_to:
+        return _download(req, a)
     if req.precision in prepare.QUANTIZED:
         installed = image.trtllm_version()
         if installed is not None and req.trtllm_version and installed != req.trtllm_version:
             raise prepare.PrepareError(f"this image has TensorRT-LLM {installed}, the service expects "
                                        f"{req.trtllm_version}: set the operator's trtllmVersion to match its llmImage")
     _prepare_home()
-    path = prepare.run(req, Path(a.cache), Path(a.scratch) if a.scratch else None)
+    path = prepare.run(req, Path(a.cache), Path(a.scratch) if a.scratch else None,
+                       Path(a.downloaded) if a.downloaded else None)
     print(f"model prepared: {path}")
     return 0
+
+
+def _download(req: prepare.Request, a: argparse.Namespace) -> int:
+    """The download step of a Job that quantizes: fetch here (every scheme's client is installed),
+    after the same disk check as the doctor's; nothing when the model is already prepared."""
+    found = cache.lookup(Path(a.cache), req.key())
+    if found:
+        print(f"{found} is in the cache: nothing to download")
+        return 0
+    dest = Path(a.download_to)
+    disk = doctor.check_disk(req, dest, _quantity(a.scratch_size), Path(a.cache), fetch_listing, doctor.free_bytes)
+    for line in disk.passed:
+        print(f"download: ok: {line}")
+    for line in disk.warnings:
+        print(f"download: warning: {line}", file=sys.stderr)
+    if disk.problems:
+        for line in disk.problems:
+            print(f"download: {line}", file=sys.stderr)
+        doctor.write_termination_message(disk.problems)
+        return doctor.PROBLEMS_EXIT
+    _prepare_home()
+    checkpoint, calibration = prepare.download_inputs(req, dest)
+    print(f"downloaded: {checkpoint}" + (f" and the calibration set {calibration}" if calibration else ""))
+    return 0
+
+
+def _quantity(text: str | None) -> int | None:
+    if not text:
+        return None
+    try:
+        return doctor.parse_quantity(text)
+    except ValueError as e:
+        raise prepare.PrepareError(f"--scratch-size: {e}") from None
 
 
 def cmd_make_repository(a: argparse.Namespace) -> int:
@@ -93,12 +129,7 @@ def cmd_install(a: argparse.Namespace) -> int:
 
 
 def cmd_doctor(a: argparse.Namespace) -> int:
-    limit = None
-    if a.scratch_size:
-        try:
-            limit = doctor.parse_quantity(a.scratch_size)
-        except ValueError as e:
-            raise prepare.PrepareError(f"--scratch-size: {e}") from None
+    limit = _quantity(a.scratch_size)
     req = doctor.Request(mode=a.mode, preparation=_preparation(a), cache_dir=Path(a.cache), gpus=a.gpus,
                          scratch=Path(a.scratch) if a.scratch else None, scratch_limit=limit,
                          trtllm_version=a.installed_trtllm_version, min_driver=a.min_driver)
@@ -139,6 +170,10 @@ def parser() -> argparse.ArgumentParser:
     b = sub.add_parser("prepare", help="fetch (and quantize) a checkpoint into the model cache, once per key")
     _model_args(b)
     b.add_argument("--scratch", default=None, help="where the checkpoint is downloaded and quantized")
+    steps = b.add_mutually_exclusive_group()
+    steps.add_argument("--download-to", help="only download the checkpoint (and calibration set) into this folder")
+    steps.add_argument("--downloaded", help="use what --download-to fetched into this folder")
+    b.add_argument("--scratch-size", help="--download-to: the folder's volume size limit, e.g. 40Gi")
     b.set_defaults(func=cmd_prepare)
     m = sub.add_parser("make-repository", help="write the Triton repository that serves an LLM")
     m.add_argument("--engine", choices=("trtllm", "llamacpp"), default="trtllm")

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from . import cache, image
-from .fetch import FetchError, SourceUnavailable, checkpoint_files, listing
+from .fetch import FetchError, MissingLibrary, SourceUnavailable, checkpoint_files, listing
 from .prepare import QUANTIZED, Request as Preparation
 
 PROBLEMS_EXIT = 3  # the build Job's podFailurePolicy fails the Job on it (no retries)
@@ -249,6 +249,31 @@ class Request:
     min_driver: str = image.MIN_DRIVER
 
 
+def check_disk(prep: Preparation, scratch: Path, scratch_limit: float | None, cache_dir: Path,
+               list_source: Callable[..., dict[str, int]], free_space: Callable[[Path], float]) -> Report:
+    """Room in scratch for the download (and calibration set) and in the cache for the prepared
+    checkpoint, from the source's file listing. The preparation Job's download step runs it too,
+    in the operator's image, which can list every scheme."""
+    report = Report()
+    try:
+        remote = not prep.source.startswith("pvc://")
+        s = sizes(list_source(prep.source, prep.revision), remote)
+        calibration = 0
+        if prep.calibration_dataset and not prep.calibration_dataset.startswith("pvc://"):
+            calibration = sum(list_source(prep.calibration_dataset, None, "dataset").values())
+        scratch_need, cache_need = needs(s, prep.precision, calibration)
+        report.extend(check_space("scratch", scratch, scratch_need, free_space(scratch), SCRATCH_ADVICE, scratch_limit)
+                      + check_space("model cache", cache_dir, cache_need, free_space(cache_dir), CACHE_ADVICE),
+                      f"disk: {_gib(scratch_need)} scratch, {_gib(cache_need)} cache needed")
+    except MissingLibrary as e:  # NVIDIA's image and s3:// or gs://: the download step checks it
+        report.warnings.append(f"disk not checked here ({e}): the download step, in the operator's image, checks it")
+    except SourceUnavailable as e:  # the network or the server: the Job retries it, so only warn
+        report.warnings.append(f"could not size the checkpoint, disk not checked: {e}")
+    except FetchError as e:  # a wrong name, no access, no weights: the preparation would fail the same way
+        report.problems.append(str(e))
+    return report
+
+
 def run(req: Request, environ: Mapping[str, str] | None = None,
         gpu_probe: Callable[[Mapping[str, str]], tuple[int, str]] = visible_gpus,
         list_source: Callable[..., dict[str, int]] = listing,
@@ -272,22 +297,10 @@ def run(req: Request, environ: Mapping[str, str] | None = None,
                       "model cache writable")
         scratch = req.scratch or Path("/tmp")
         report.extend(check_writable({"scratch": scratch}), "scratch writable")
-        try:
-            remote = not prep.source.startswith("pvc://")
-            s = sizes(list_source(prep.source, prep.revision), remote)
-            calibration = 0
-            if prep.calibration_dataset and not prep.calibration_dataset.startswith("pvc://"):
-                calibration = sum(list_source(prep.calibration_dataset, None, "dataset").values())
-            scratch_need, cache_need = needs(s, prep.precision, calibration)
-            report.extend(check_space("scratch", scratch, scratch_need, free_space(scratch), SCRATCH_ADVICE,
-                                      req.scratch_limit)
-                          + check_space("model cache", req.cache_dir, cache_need, free_space(req.cache_dir),
-                                        CACHE_ADVICE),
-                          f"disk: {_gib(scratch_need)} scratch, {_gib(cache_need)} cache needed")
-        except SourceUnavailable as e:  # the network or the server: the Job retries it, so only warn
-            report.warnings.append(f"could not size the checkpoint, disk not checked: {e}")
-        except FetchError as e:  # a wrong name, no access, no weights: the preparation would fail the same way
-            report.problems.append(str(e))
+        disk = check_disk(prep, scratch, req.scratch_limit, req.cache_dir, list_source, free_space)
+        report.problems.extend(disk.problems)
+        report.warnings.extend(disk.warnings)
+        report.passed.extend(disk.passed)
     else:
         report.extend(check_prepared(req.cache_dir, prep, version), "model prepared for this version")
 

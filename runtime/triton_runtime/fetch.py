@@ -36,6 +36,11 @@ class SourceUnavailable(FetchError):
     """The source could not be reached (network, server error): worth retrying."""
 
 
+class MissingLibrary(FetchError):
+    """This image lacks the client library of the source's scheme (NVIDIA's image has
+    huggingface_hub but neither boto3 nor google-cloud-storage; the operator's image has all)."""
+
+
 def _http_status(e: Exception) -> int | None:
     """The HTTP status behind a client error: requests/huggingface_hub, botocore, google-api-core."""
     response = getattr(e, "response", None)
@@ -95,7 +100,7 @@ def _hf_api():
     try:
         from huggingface_hub import HfApi
     except ImportError:
-        raise FetchError("hf:// needs the huggingface_hub package in this image") from None
+        raise MissingLibrary("hf:// needs the huggingface_hub package in this image") from None
     return HfApi(token=os.environ.get("HF_TOKEN") or None)
 
 
@@ -132,7 +137,7 @@ def _s3_bucket(name: str):
     try:
         import boto3
     except ImportError:
-        raise FetchError("s3:// needs the boto3 package in this image") from None
+        raise MissingLibrary("s3:// needs the boto3 package in this image") from None
     return boto3.resource("s3", endpoint_url=os.environ.get("AWS_ENDPOINT_URL") or None).Bucket(name)
 
 
@@ -140,7 +145,7 @@ def _gcs_blobs(bucket: str, prefix: str) -> list:
     try:
         from google.cloud import storage
     except ImportError:
-        raise FetchError("gs:// needs the google-cloud-storage package in this image") from None
+        raise MissingLibrary("gs:// needs the google-cloud-storage package in this image") from None
     return [b for b in storage.Client().list_blobs(bucket, prefix=prefix) if not b.name.endswith("/")]
 
 
@@ -166,7 +171,7 @@ def _fetch(source: str, dest: Path, revision: str | None, select: Selector | Non
         try:
             from huggingface_hub import snapshot_download
         except ImportError:
-            raise FetchError("hf:// needs the huggingface_hub package in this image") from None
+            raise MissingLibrary("hf:// needs the huggingface_hub package in this image") from None
         wanted = None
         if select is not None:
             # Exact names, escaped so that fnmatch (which snapshot_download applies) matches only them.

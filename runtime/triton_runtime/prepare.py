@@ -173,19 +173,49 @@ def calibration_texts(folder: Path | None, samples: int) -> list[str]:
     return [row[column] for row in data.select(range(min(samples, len(data))))]
 
 
-def run(request: Request, cache_dir: Path, scratch: Path | None = None) -> Path:
-    """Prepare (or find) the model for `request` in the cache; its folder."""
+DOWNLOADED = "download.json"   # what a download step fetched, for the step that quantizes
+
+
+def download_inputs(request: Request, dest: Path) -> tuple[Path, Path | None]:
+    """Fetch the checkpoint (and the calibration set) under dest, or find them on their claims;
+    the paths are also written to dest/download.json for a later step in another image."""
+    dest.mkdir(parents=True, exist_ok=True)
+    checkpoint = download(request.source, request.revision, dest / "checkpoint")
+    calibration = None
+    # plan() refuses a checkpoint quantized otherwise here already, before the calibration download.
+    if request.calibration_dataset and plan(request.precision, quantized_as(checkpoint)) == "quantize":
+        calibration = fetch(request.calibration_dataset, dest / "calibration", repo_type="dataset")
+    (dest / DOWNLOADED).write_text(json.dumps({"request": request.key(), "checkpoint": str(checkpoint),
+                                               "calibration": str(calibration) if calibration else None}))
+    return checkpoint, calibration
+
+
+def downloaded_inputs(request: Request, dest: Path) -> tuple[Path, Path | None]:
+    """What a download step left under dest for this request."""
+    try:
+        found = json.loads((dest / DOWNLOADED).read_text())
+    except (OSError, ValueError) as e:
+        raise PrepareError(f"no download of this model under {dest} ({e}): the download step has not run") from None
+    if found.get("request") != request.key():
+        raise PrepareError(f"the download under {dest} is of another preparation ({found.get('request')})")
+    return Path(found["checkpoint"]), Path(found["calibration"]) if found.get("calibration") else None
+
+
+def run(request: Request, cache_dir: Path, scratch: Path | None = None, downloaded: Path | None = None) -> Path:
+    """Prepare (or find) the model for `request` in the cache; its folder. With `downloaded`, the
+    inputs a download step fetched there (the Job downloads in the operator's image, which has
+    every scheme's client, and quantizes in NVIDIA's, which has Model Optimizer)."""
     if request.precision not in PRECISIONS:
         raise PrepareError(f"precision {request.precision!r} is not one of {', '.join(PRECISIONS)}")
 
     def build(out: Path) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(dir=scratch) as tmp:
-            checkpoint = download(request.source, request.revision, Path(tmp) / "hf")
+            if downloaded is not None:
+                checkpoint, calibration = downloaded_inputs(request, downloaded)
+            else:
+                checkpoint, calibration = download_inputs(request, Path(tmp))
             action = plan(request.precision, quantized_as(checkpoint))
             if action == "quantize":
-                calibration = None
-                if request.calibration_dataset:
-                    calibration = fetch(request.calibration_dataset, Path(tmp) / "calibration", repo_type="dataset")
                 quantize(checkpoint, request.precision, out, calibration)
             else:
                 for f in checkpoint.iterdir():
@@ -197,4 +227,5 @@ def run(request: Request, cache_dir: Path, scratch: Path | None = None) -> Path:
     return cache.publish(cache_dir, request.key(), build)
 
 
-__all__ = ["FetchError", "PrepareError", "Request", "plan", "quantized_as", "run", "weight_files"]
+__all__ = ["FetchError", "PrepareError", "Request", "download_inputs", "downloaded_inputs", "plan", "quantized_as",
+           "run", "weight_files"]

@@ -12,8 +12,9 @@ pod's GPUs.
 The model is prepared once per (source, revision, precision, TensorRT-LLM version) by a Job:
 download only what the checkpoint needs, quantize with NVIDIA Model Optimizer when the precision
 asks for it, publish into the shared cache (runtime/triton_runtime/prepare.py). Only a
-quantization needs a GPU: that Job runs the stock image on a node of the service's preferred
-class; a download runs the operator's image on any node.
+quantization needs a GPU: that Job downloads in the operator's image (an init container: every
+source scheme's client) and quantizes in the stock image on a node of the service's preferred
+class; a Job that only downloads runs the operator's image on any node.
 """
 
 from __future__ import annotations
@@ -109,9 +110,16 @@ def preparation_job(isvc: InferenceService, classes: Mapping[str, GPUClass], usa
     if scratch_limit:
         doctor += ["--scratch-size", scratch_limit]
     work = ["prepare", *margs, "--scratch", runtime.SCRATCH_ROOT]
+    download = None
+    if cls is not None:
+        folder = f"{runtime.SCRATCH_ROOT}/download"
+        download = container(settings.runtime_image, [], [*work, "--download-to", folder,
+                                                          *(["--scratch-size", scratch_limit] if scratch_limit else [])],
+                             settings)
+        work = [*work, "--downloaded", folder]
     m = isvc.spec.model
     claims = sorted({c for c in (_claim(m.source), _claim(engine(isvc).calibration_dataset)) if c})
-    identity = json.dumps([image, settings.runtime_image, gpu_class, work, doctor, resources,
+    identity = json.dumps([image, settings.runtime_image, gpu_class, work, doctor, download, resources,
                            pull_secrets(isvc, settings), isvc.spec.service_account_name])
     name = f"{isvc.name}-{hashlib.sha256(identity.encode()).hexdigest()[:10]}"  # 63 characters at most
     context = {
@@ -119,6 +127,10 @@ def preparation_job(isvc: InferenceService, classes: Mapping[str, GPUClass], usa
         "install": container(settings.runtime_image, [], ["install", "--into", RUNTIME_ROOT], settings),
         "doctor": container(image, PYTHON_MODULE, doctor, settings),
         "work": container(image, PYTHON_MODULE, work, settings),
+        "download": download,
+        # The download step's own share: no GPU, the Job's CPU and memory requests.
+        "download_resources": {k: kept for k, v in resources.items()
+                               if (kept := {r: q for r, q in v.items() if not cls or r != cls.resource_name})},
         "env": [*runtime.cache_environment(runtime.BUILD_HOME), RUNTIME_ENV],
         "resources": resources, "scratch_limit": scratch_limit,
         "no_retry_exit_codes": runtime.NO_RETRY_EXIT_CODES,
