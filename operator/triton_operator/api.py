@@ -118,12 +118,11 @@ MIN_COMPUTE_CAPABILITY: dict[str, tuple[int, int]] = {"fp8": (8, 9), "nvfp4": (1
 CALIBRATED_PRECISIONS = ("fp8", "nvfp4", "int4-awq")
 # What TensorRT-LLM's PyTorch backend serves (runtime/triton_runtime/prepare.py PRECISIONS).
 LLM_PRECISIONS = ("fp32", "fp16", "bf16", "fp8", "nvfp4", "int4-awq")
-# Checkpoint families format tensorrt-llm refuses by name (the runtime refuses them again by
-# config.json model_type, runtime/triton_runtime/trtllm.py UNSUPPORTED): NVIDIA/TensorRT-LLM
-# v0.17.0 examples/gemma/convert_checkpoint.py takes other flags (--ckpt-type --model-dir
-# --output-model-dir --world-size), and ChatGLM/GLM-4 and Baichuan tokenizers are Python code in
-# the checkpoint (trust_remote_code), which the tokenizer models refuse to run. RE2 and Python
-# agree on this pattern (CEL's matches() searches like re.search).
+# Checkpoint families format tensorrt-llm refuses by name: ChatGLM/GLM-4 and Baichuan tokenizers
+# are Python code in the checkpoint, which runs only with trust_remote_code, and the llm model
+# leaves the LLM API's trust_remote_code at its default, off (runtime/triton_runtime/serving/
+# trtllm.py): refused here rather than failing every serving pod at load. RE2 and Python agree on
+# this pattern (CEL's matches() searches like re.search).
 UNBUILT_LLM_FAMILIES = r"(?i)(chatglm|glm-4|baichuan)"
 UNBUILT_LLM_MESSAGE = (
     "model.source names a ChatGLM/GLM-4 or Baichuan checkpoint, whose tokenizer is Python code in the "

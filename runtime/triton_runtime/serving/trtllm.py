@@ -2,7 +2,7 @@
 26.07 trtllm-python-py3 image).
 
 Every name used here is the LLM API's, as documented for 1.2.1 (nvidia.github.io/TensorRT-LLM/
-1.2.1/llm-api/reference.html) and tested against those names in tests/test_serving.py:
+1.2.1/llm-api/reference.html) and driven through those names in tests/test_trtllm_engine.py:
 - `LLM(model=<checkpoint folder>, backend="pytorch", tensor_parallel_size=..., ...)`, its other
   arguments from model.yaml's `llm_args` (TorchLlmArgs: max_batch_size, max_num_tokens,
   max_seq_len, kv_cache_config, enable_iter_perf_stats, guided_decoding_backend, ...);
@@ -44,7 +44,8 @@ class TrtllmEngine:
         args = dict(llm_args)
         if isinstance(args.get("kv_cache_config"), dict):
             args["kv_cache_config"] = KvCacheConfig(**args["kv_cache_config"])
-        self.llm = LLM(model=model_dir, **args)
+        # Never code from the checkpoint (the API refuses ChatGLM/Baichuan sources by name for it).
+        self.llm = LLM(model=model_dir, **{**args, "trust_remote_code": False})
         self.hf_tokenizer = getattr(self.llm.tokenizer, "tokenizer", self.llm.tokenizer)
         self.stop_token_ids = list(stop_token_ids or [])
         self.received = Counter()   # submitted, not yet seen by the engine's statistics

@@ -1,0 +1,158 @@
+"""A stand-in for TensorRT-LLM 1.2.1's LLM API (tests/standins/README.md): the signatures are the
+documented ones (nvidia.github.io/TensorRT-LLM/1.2.1/llm-api/reference.html; research notes in
+the commit that added it); generation is scripted by the test through `LLM.script`."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from .llmapi import GuidedDecodingParams, KvCacheConfig
+
+__version__ = "1.2.1"
+
+# TorchLlmArgs fields the operator's model.yaml may pass (a subset of the documented ones).
+TORCH_LLM_ARGS = frozenset({
+    "backend", "max_batch_size", "max_num_tokens", "max_seq_len", "max_beam_width", "kv_cache_config",
+    "enable_iter_perf_stats", "guided_decoding_backend", "enable_chunked_prefill", "pipeline_parallel_size",
+    "gpus_per_node", "enable_attention_dp",
+})
+
+
+class SamplingParams:
+    def __init__(self, *, end_id=None, pad_id=None, max_tokens=32, bad=None, bad_token_ids=None, stop=None,
+                 stop_token_ids=None, include_stop_str_in_output=False, embedding_bias=None, logits_processor=None,
+                 n=1, best_of=None, use_beam_search=False, top_k=None, top_p=None, top_p_min=None,
+                 top_p_reset_ids=None, top_p_decay=None, seed=None, temperature=None, min_tokens=None,
+                 beam_search_diversity_rate=None, repetition_penalty=None, presence_penalty=None,
+                 frequency_penalty=None, length_penalty=None, early_stopping=None, no_repeat_ngram_size=None,
+                 min_p=None, beam_width_array=None, logprobs=None, prompt_logprobs=None,
+                 return_context_logits=False, return_generation_logits=False, exclude_input_from_output=True,
+                 return_encoder_output=False, return_perf_metrics=False, additional_model_outputs=None,
+                 lookahead_config=None, guided_decoding: GuidedDecodingParams | None = None, ignore_eos=False,
+                 detokenize=True, add_special_tokens=True, truncate_prompt_tokens=None, skip_special_tokens=True,
+                 spaces_between_special_tokens=True):
+        given = dict(locals())
+        given.pop("self")
+        self.__dict__.update(given)
+        if guided_decoding is not None and not isinstance(guided_decoding, GuidedDecodingParams):
+            raise TypeError("guided_decoding must be a GuidedDecodingParams")
+
+
+@dataclass
+class CompletionOutput:
+    index: int = 0
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+    text_diff: str = ""
+
+
+@dataclass
+class RequestOutput:
+    request_id: int
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput]
+    finished: bool
+
+
+class GenerationResult:
+    """What generate_async returns: an async iterator of RequestOutput, with abort()."""
+
+    def __init__(self, llm: "LLM", request_id: int, ids: list[int], params: SamplingParams, pieces: list[str]):
+        self.llm, self.request_id, self.ids, self.params, self.pieces = llm, request_id, ids, params, pieces
+        self.aborted = False
+
+    def abort(self) -> None:
+        self.aborted = True
+        self.llm.aborted.append(self.request_id)
+
+    def __aiter__(self):
+        return self._outputs()
+
+    async def _outputs(self):
+        text, tokens = "", []
+        limit = self.params.max_tokens
+        for i, piece in enumerate(self.pieces):
+            await asyncio.sleep(self.llm.token_seconds)
+            if self.aborted:
+                yield RequestOutput(self.request_id, self.ids,
+                                    [CompletionOutput(0, text, list(tokens), "cancelled", "")], True)
+                return
+            tokens.append(1000 + i)
+            text += piece
+            last = i == len(self.pieces) - 1 or len(tokens) >= limit
+            reason = ("length" if len(tokens) >= limit and i < len(self.pieces) - 1 else "stop") if last else None
+            yield RequestOutput(self.request_id, self.ids,
+                                [CompletionOutput(0, text, list(tokens), reason, piece)], last)
+            if last:
+                return
+
+
+class _Tokenizer:
+    """Hugging Face's tokenizer as TransformersTokenizer.tokenizer: one id per character, and
+    '<|eot|>' one special id unless split_special_tokens."""
+
+    def encode(self, text: str, *, add_special_tokens: bool = True, split_special_tokens: bool = False) -> list[int]:
+        ids: list[int] = []
+        while text:
+            if not split_special_tokens and text.startswith("<|eot|>"):
+                ids.append(2)
+                text = text[len("<|eot|>"):]
+            else:
+                ids.append(ord(text[0]))
+                text = text[1:]
+        return ids
+
+
+class _TransformersTokenizer:
+    def __init__(self) -> None:
+        self.tokenizer = _Tokenizer()
+
+
+class LLM:
+    instances: list["LLM"] = []
+    script: list[str] = ["Paris", " is", " the", " capital", "."]   # the pieces every request generates
+    refuse_longer_than: int | None = None                              # prompt tokens past it: ValueError
+
+    def __init__(self, model: str, tokenizer=None, tokenizer_mode="auto", skip_tokenizer_init=False,
+                 trust_remote_code=False, tensor_parallel_size=1, dtype="auto", revision=None,
+                 tokenizer_revision=None, **kwargs: Any):
+        unknown = set(kwargs) - TORCH_LLM_ARGS
+        if unknown:
+            raise TypeError(f"unexpected TorchLlmArgs {sorted(unknown)}")
+        if "kv_cache_config" in kwargs and not isinstance(kwargs["kv_cache_config"], KvCacheConfig):
+            raise TypeError("kv_cache_config must be a KvCacheConfig")
+        self.model, self.trust_remote_code, self.tensor_parallel_size, self.dtype = \
+            model, trust_remote_code, tensor_parallel_size, dtype
+        self.kwargs = kwargs
+        self.tokenizer = _TransformersTokenizer()
+        self.requests: list[tuple[list[int], SamplingParams, bool]] = []
+        self.aborted: list[int] = []
+        self.stats: list[dict] = []
+        self.token_seconds = 0.001
+        self.shut = False
+        LLM.instances.append(self)
+
+    def generate_async(self, inputs, sampling_params: SamplingParams | None = None, lora_request=None,
+                       prompt_adapter_request=None, streaming: bool = False, kv_cache_retention_config=None,
+                       disaggregated_params=None, postproc_params=None, scheduling_params=None,
+                       cache_salt=None, trace_headers=None) -> GenerationResult:
+        if not isinstance(sampling_params, SamplingParams):
+            raise TypeError("sampling_params must be a SamplingParams")
+        if self.refuse_longer_than is not None and len(inputs) > self.refuse_longer_than:
+            raise ValueError(f"The sum of prompt length ({len(inputs)}) and query length (0) should not exceed "
+                             f"max_num_tokens ({self.refuse_longer_than})")
+        self.requests.append((list(inputs), sampling_params, streaming))
+        return GenerationResult(self, len(self.requests), list(inputs), sampling_params, list(self.script))
+
+    def get_stats(self, timeout: float | None = 2) -> list[dict]:
+        out, self.stats = self.stats, []
+        return out
+
+    def shutdown(self) -> None:
+        self.shut = True
+
+
+__all__ = ["LLM", "SamplingParams", "GuidedDecodingParams", "KvCacheConfig"]

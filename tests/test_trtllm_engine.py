@@ -1,0 +1,147 @@
+"""The GPU engine (runtime/triton_runtime/serving/trtllm.py) through the calls it makes to
+TensorRT-LLM's LLM API.
+
+A stand-in, because the LLM API needs an NVIDIA GPU: tests/standins/tensorrt_llm accepts exactly
+the keyword names TensorRT-LLM 1.2.1 documents for LLM, SamplingParams, GuidedDecodingParams and
+KvCacheConfig (a wrong name is a TypeError here as on a GPU) and generates scripted text. What it
+cannot prove (real generation, real statistics, load on a GPU) is the GPU smoke procedure's
+(runtime/README.md)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from triton_runtime import repository
+from triton_runtime.serving.chat import Piece
+from triton_runtime.serving.engine import Job, RequestError, Sampling, Step
+
+STANDINS = Path(__file__).parent / "standins"
+
+
+@pytest.fixture
+def trtllm(monkeypatch):
+    monkeypatch.syspath_prepend(str(STANDINS))
+    import tensorrt_llm
+
+    from triton_runtime.serving import trtllm as engine_module
+
+    monkeypatch.setattr(tensorrt_llm.LLM, "script", ["Paris", " is", " the", " capital", "."])
+    monkeypatch.setattr(tensorrt_llm.LLM, "refuse_longer_than", None)
+    monkeypatch.setattr(engine_module, "STATS_PERIOD_S", 0.05)
+    engines = []
+
+    def make(**overrides):
+        spec = repository.Spec(engine="trtllm", model="/models/cache/llama", tensor_parallelism=2,
+                               max_batch_size=64, max_num_tokens=8192, max_seq_len=4096,
+                               kv_cache_free_gpu_memory_fraction=0.85, dtype="bfloat16")
+        # model.yaml's llm_args as the repository writes them (no checkpoint files: no chat fields)
+        args = {**repository.model_yaml(spec)["llm_args"], **overrides}
+        e = engine_module.TrtllmEngine("/models/cache/llama", args, stop_token_ids=[128009])
+        engines.append(e)
+        return e
+
+    yield make
+    for e in engines:
+        e.shutdown()
+
+
+def run(engine, prompt, sampling, stops=(), cancel_after: int | None = None, timeout: float = 10.0):
+    steps: list[Step] = []
+    errors: list[Exception] = []
+    done = threading.Event()
+
+    def emit(step: Step) -> None:
+        steps.append(step)
+        if step.finish_reason is not None:
+            done.set()
+
+    def fail(e: Exception) -> None:
+        errors.append(e)
+        done.set()
+
+    job = Job(prompt=prompt, sampling=sampling, stops=stops, emit=emit, fail=fail,
+              cancelled=lambda: cancel_after is not None and len(steps) >= cancel_after)
+    engine.submit(job)
+    assert done.wait(timeout), "the engine never finished the job"
+    return steps, errors
+
+
+def test_the_llm_is_built_with_model_yamls_arguments_and_never_runs_checkpoint_code(trtllm):
+    import tensorrt_llm
+
+    engine = trtllm()
+    llm = engine.llm
+    assert llm.model == "/models/cache/llama" and llm.tensor_parallel_size == 2 and llm.dtype == "bfloat16"
+    assert llm.trust_remote_code is False
+    assert llm.kwargs["backend"] == "pytorch" and llm.kwargs["enable_iter_perf_stats"] is True
+    assert llm.kwargs["guided_decoding_backend"] == "xgrammar"
+    assert isinstance(llm.kwargs["kv_cache_config"], tensorrt_llm.llmapi.KvCacheConfig)
+    assert llm.kwargs["kv_cache_config"].free_gpu_memory_fraction == 0.85
+    with pytest.raises(TypeError, match="unexpected TorchLlmArgs"):
+        trtllm(max_input_len=2048)   # a TensorRT-engine-era name the PyTorch backend does not take
+
+
+def test_a_streamed_answer_arrives_in_pieces_with_counts_and_its_finish_reason(trtllm):
+    engine = trtllm()
+    prompt = [Piece("<|begin|>user: ", True), Piece("hi <|eot|>", False), Piece("<|eot|>", True)]
+    steps, errors = run(engine, prompt, Sampling(max_tokens=64, temperature=0))
+    assert errors == []
+    assert [s.text for s in steps] == ["Paris", " is", " the", " capital", "."]
+    assert [s.completion_tokens for s in steps] == [1, 2, 3, 4, 5]
+    assert [s.finish_reason for s in steps] == [None, None, None, None, "stop"]
+    ids, params, streaming = engine.llm.requests[0]
+    # user text is split into plain characters; the template's own special token stays one id
+    assert ids.count(2) == 1 and ids[-1] == 2 and steps[0].prompt_tokens == len(ids)
+    assert streaming is True
+
+
+def test_sampling_reaches_the_llm_api_by_its_names(trtllm):
+    engine = trtllm()
+    run(engine, [Piece("x", False)], Sampling(max_tokens=3, temperature=0))
+    run(engine, [Piece("x", False)], Sampling(max_tokens=64, temperature=0.7, top_p=0.9, top_k=40, seed=7,
+                                              presence_penalty=0.5, frequency_penalty=0.25, repetition_penalty=1.1,
+                                              guided_json='{"type": "object"}'), stops=["\n\n"])
+    run(engine, [Piece("x", False)], Sampling(max_tokens=64, guided_json="{}"))
+    greedy, sampled, any_json = (r[1] for r in engine.llm.requests)
+    assert (greedy.top_k, greedy.temperature, greedy.max_tokens) == (1, None, 3)
+    assert greedy.stop_token_ids == [128009] and greedy.include_stop_str_in_output is False
+    assert (sampled.temperature, sampled.top_p, sampled.top_k, sampled.seed) == (0.7, 0.9, 40, 7)
+    assert (sampled.presence_penalty, sampled.frequency_penalty, sampled.repetition_penalty) == (0.5, 0.25, 1.1)
+    assert sampled.stop == ["\n\n"] and sampled.guided_decoding.json == {"type": "object"}
+    assert any_json.guided_decoding.json_object is True and any_json.guided_decoding.json is None
+
+
+def test_length_and_cancellation(trtllm):
+    engine = trtllm()
+    steps, _ = run(engine, [Piece("x", False)], Sampling(max_tokens=2, temperature=0))
+    assert [s.finish_reason for s in steps] == [None, "length"]
+    steps, _ = run(engine, [Piece("x", False)], Sampling(max_tokens=64, temperature=0), cancel_after=2)
+    assert steps[-1].finish_reason == "cancelled" and len(steps) == 3
+    assert engine.llm.aborted == [2], "the client went away: the request was aborted in the engine"
+
+
+def test_what_the_llm_api_refuses_is_the_requests_error_not_the_servers(trtllm):
+    import tensorrt_llm
+
+    tensorrt_llm.LLM.refuse_longer_than = 4
+    engine = trtllm()
+    steps, errors = run(engine, [Piece("a long prompt", False)], Sampling(max_tokens=8))
+    assert steps == [] and len(errors) == 1 and isinstance(errors[0], RequestError)
+    assert "should not exceed max_num_tokens (4)" in str(errors[0])
+    assert engine.received.value == 0
+
+
+def test_statistics_become_queue_active_and_kv_cache_figures(trtllm):
+    engine = trtllm()
+    engine.llm.stats = [{"numQueuedRequests": 9, "numActiveRequests": 1},
+                        {"numQueuedRequests": 3, "numActiveRequests": 5,
+                         "kvCacheStats": {"usedNumBlocks": 30, "maxNumBlocks": 120}}]
+    deadline = time.monotonic() + 5
+    while engine.stats().active != 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    s = engine.stats()
+    assert (s.queued, s.active, s.kv_cache_utilization) == (3, 5, 0.25), "the latest iteration counts"
