@@ -9,6 +9,7 @@ cannot prove (real generation, real statistics, load on a GPU) is the GPU smoke 
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from pathlib import Path
@@ -47,6 +48,8 @@ def trtllm(monkeypatch):
     yield make
     for e in engines:
         e.shutdown()
+    for name in [m for m in sys.modules if m == "tensorrt_llm" or m.startswith("tensorrt_llm.")]:
+        monkeypatch.delitem(sys.modules, name)   # no other test imports the stand-in by accident
 
 
 def run(engine, prompt, sampling, stops=(), cancel_after: int | None = None, timeout: float = 10.0):
