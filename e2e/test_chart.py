@@ -98,6 +98,23 @@ def test_catalog_classes_can_be_switched_off_and_overridden(tools):
         changed["spec"]["template"]["metadata"]["annotations"][key], "a catalog change rolls the operator"
 
 
+def test_gpu_class_label_presets_match_the_clouds_node_labels(tools):
+    """gfd keeps GPU Feature Discovery's nvidia.com/gpu.product; gke and eks swap each class's
+    label and values for the cloud's own, except where a class sets its productLabel."""
+    assert _catalog(template(tools, "--set", "gpuClassLabels=gfd")) == _catalog(template(tools))
+    gke = _catalog(template(tools, "--set", "gpuClassLabels=gke"))
+    assert gke["h100"]["productLabel"] == "cloud.google.com/gke-accelerator"
+    assert gke["h100"]["productNames"] == ["nvidia-h100-80gb", "nvidia-h100-mega-80gb"]
+    assert gke["l4"]["productNames"] == ["nvidia-l4"] and gke["h100"]["memoryGiB"] == 80
+    eks = _catalog(template(tools, "--set", "gpuClassLabels=eks"))
+    assert eks["b200"] == {**_catalog(template(tools))["b200"], "productLabel": "node.kubernetes.io/instance-type",
+                           "productNames": ["p6-b200.48xlarge"]}
+    assert "productLabel" not in eks["gb200"], "no EKS instance type is known for gb200: it keeps GFD's label"
+    own = _catalog(template(tools, "--set", "gpuClassLabels=gke", "--set", "gpuClasses.l4.productLabel=example.com/gpu",
+                            "--set-json", 'gpuClasses.l4.productNames=["l4"]'))
+    assert (own["l4"]["productLabel"], own["l4"]["productNames"]) == ("example.com/gpu", ["l4"])
+
+
 @pytest.mark.parametrize("args, words", [
     (["--set", "unknownKey=1"], "additional properties 'unknownKey' not allowed"),
     (["--set", "image.pullPolicy=Sometimes"], "/image/pullPolicy"),
@@ -108,6 +125,7 @@ def test_catalog_classes_can_be_switched_off_and_overridden(tools):
     (["--set", "gateway.typo=1"], "additional properties 'typo' not allowed"),
     (["--set", "gateway.httpRoute.enabled=true"], "/gateway/httpRoute/parentRefs"),
     (["--set", "gateway.url=llm.example.com"], "/gateway/url"),
+    (["--set", "gpuClassLabels=aks"], "/gpuClassLabels"),
 ])
 def test_bad_values_are_refused_with_a_reason(tools, args, words):
     out = helm(tools, "template", "x", str(CHART), "--kube-version", KUBE_VERSION, *args, check=False)

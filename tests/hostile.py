@@ -88,7 +88,7 @@ def _strategies(hostile: bool) -> dict[str, st.SearchStrategy[Any]]:
                       st.one_of(st.sampled_from(EDGE_FLOATS), st.floats(allow_nan=False)))
 
 
-    class_names = mostly(st.sampled_from(["h100", "h200", "a100-80gb", "l4", "b200"]),
+    class_names = mostly(st.sampled_from(["h100", "h200", "a100-80gb", "l4", "x100"]),
                          st.sampled_from(["H100", "h100!", "x" * 64, "h100\n"]))
 
 

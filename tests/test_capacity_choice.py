@@ -63,7 +63,8 @@ def test_auto_picks_the_cheapest_class_and_count_that_fit(classes):
     ranking = choice.rank(auto(), classes)
     top = [(o.gpu_class, o.count, o.cost_per_hour) for o in ranking if o.usable]
     # 70B at FP8 = 65 GiB: one H100 (72 GiB usable) at 4.0/h beats one H200 at 5.5/h; L4 needs 4 x 24 GiB.
-    assert top == [("l4", 4, 3.2), ("h100", 1, 4.0), ("h200", 1, 5.5)]
+    # A class without a price (gb200 in the example catalog) ranks after every priced one.
+    assert top == [("l4", 4, 3.2), ("h100", 1, 4.0), ("h200", 1, 5.5), ("b200", 1, 14.0), ("gb200", 1, None)]
     a100 = next(o for o in ranking if o.gpu_class == "a100-80gb")
     assert a100.reason == "PrecisionUnsupported"
 
@@ -71,13 +72,14 @@ def test_auto_picks_the_cheapest_class_and_count_that_fit(classes):
 def test_auto_honours_the_latency_target_and_the_price_cap(classes):
     # L4: 4 x 0.3 TB/s / 70 GB = 17.1 tokens/s -> 58 ms a token; H100: 21 ms.
     ranking = choice.rank(auto(maxTimePerOutputTokenMs=30), classes)
-    assert [o.gpu_class for o in ranking if o.usable] == ["h100", "h200"]
+    assert [o.gpu_class for o in ranking if o.usable] == ["h100", "h200", "b200", "gb200"]
     l4 = next(o for o in ranking if o.gpu_class == "l4")
     assert l4.reason == "TooSlow" and "at least 58.48 ms per token" in l4.message
     capped = choice.candidates(auto(maxTimePerOutputTokenMs=30, maxPricePerHour=5, spill={}), classes)
     assert capped.preferred.gpu_class == "h100" and capped.spill == ()
-    h200 = next(o for o in capped.skipped if o.gpu_class == "h200")
-    assert h200.reason == "OverPriceCap"
+    assert {o.gpu_class: o.reason for o in capped.skipped} == {
+        "h200": "OverPriceCap", "b200": "OverPriceCap", "gb200": "NoPrice", "l4": "TooSlow",
+        "a100-80gb": "PrecisionUnsupported"}
     nothing = choice.candidates(auto(maxPricePerHour=1), classes)
     assert nothing.preferred is None and nothing.error.reason == "NoGPUClassQualifies"
     assert "l4:" in nothing.error.message
@@ -93,11 +95,11 @@ def test_a_fixed_count_with_auto_only_chooses_the_class(classes):
 
 def test_spill_targets_skip_classes_that_cannot_serve_the_model(classes):
     spec = isvc(model={"source": "hf://o/m", "format": "tensorrt-llm", "parameters": "8B", "precision": "fp8"},
-                gpu={"class": "h100", "fallbackClasses": ["h200", "a100-80gb", "b200", "l4"], "spill": {}}).spec
+                gpu={"class": "h100", "fallbackClasses": ["h200", "a100-80gb", "x100", "l4"], "spill": {}}).spec
     c = choice.candidates(spec, classes)
     assert c.preferred.gpu_class == "h100"
     assert [o.gpu_class for o in c.spill] == ["h200", "l4"]
-    assert {o.gpu_class: o.reason for o in c.skipped} == {"a100-80gb": "PrecisionUnsupported", "b200": "GPUClassNotFound"}
+    assert {o.gpu_class: o.reason for o in c.skipped} == {"a100-80gb": "PrecisionUnsupported", "x100": "GPUClassNotFound"}
     no_spill = choice.candidates(isvc(gpu={"class": "h100", "fallbackClasses": ["h200"]}).spec, classes)
     assert no_spill.spill == () and no_spill.skipped == ()
 

@@ -42,8 +42,8 @@ BAD = {
                 "spec.gpu.count: gpu.count 0 (let the planner choose) needs gpu.class auto"),
     "min > max": ("spec: {model: {source: 'hf://a/b', format: onnx}, gpu: {class: h100},"
                   " autoscaling: {minReplicas: 4, maxReplicas: 2}}", "minReplicas must be less than or equal"),
-    "missing class": ("spec: {model: {source: 'hf://a/b', format: onnx}, gpu: {class: b200}}",
-                      "GPUClassNotFound: GPUClass b200 does not exist"),
+    "missing class": ("spec: {model: {source: 'hf://a/b', format: onnx}, gpu: {class: x100}}",
+                      "GPUClassNotFound: GPUClass x100 does not exist"),
     "int8 llm": ("spec: {model: {source: 'hf://a/b', format: tensorrt-llm, precision: int8}, gpu: {class: h100}}",
                  "precision int8 is not served by TensorRT-LLM's PyTorch backend"),
     "chatglm llm": ("spec: {model: {source: 'hf://THUDM/chatglm3-6b', format: tensorrt-llm}, gpu: {class: h100}}",
@@ -115,10 +115,12 @@ spec:
 def test_plan_shows_the_ranking_of_class_auto_and_why():
     out = run("plan", "-f", "-", stdin=AUTO)
     assert out.returncode == 0, out.stderr
-    rows = {line.split()[1]: line.split() for line in out.stdout.splitlines()[1:5]}
+    rows = {line.split()[1]: line.split() for line in out.stdout.splitlines()[1:7]}
     assert rows["h100"][-1] == "chosen" and rows["h100"][2] == "1"
     assert rows["h200"][-3:] == ["5.5", "spill", "#1"]
     assert rows["l4"][5] == "TooSlow" and rows["a100-80gb"][5] == "PrecisionUnsupported"
+    assert rows["b200"][5] == "OverPriceCap" and rows["gb200"][5] == "NoPrice" and rows["gb200"][-2] == "-"
+    assert "gb200: GPUClass gb200 has no pricePerHour, so maxPricePerHour 10 cannot be checked" in out.stdout
     assert "class auto chooses 1 x h100: the cheapest where the model fits within 10.0/h and at most 30.0 ms" in out.stdout
     assert "l4: decode on 4 x l4 takes at least 58.48 ms per token" in out.stdout
 

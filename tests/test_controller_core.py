@@ -238,7 +238,7 @@ def test_only_what_drifted_is_written(classes):
 
 
 def test_a_spec_that_cannot_render_is_an_error_not_an_exception(classes):
-    p = plan(isvc(gpu={"class": "b200"}), classes, Settings(), Children(), replicas=1)
+    p = plan(isvc(gpu={"class": "x100"}), classes, Settings(), Children(), replicas=1)
     assert p.error[0] == "GPUClassNotFound" and p.apply == ()
 
 

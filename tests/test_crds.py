@@ -81,7 +81,7 @@ def test_builtin_catalog_is_the_example_catalog():
     packaged = ROOT / "operator" / "triton_operator" / "catalog" / "gpuclasses.yaml"
     assert packaged.read_text() == (ROOT / "examples" / "gpuclasses.yaml").read_text()
     assert [d["metadata"]["name"] for d in yaml.safe_load_all(packaged.read_text())] == \
-        ["h100", "h200", "a100-80gb", "l4"]
+        ["h100", "h200", "a100-80gb", "l4", "b200", "gb200"]
 
 
 def test_bounds_are_integers_the_api_server_can_read():

@@ -20,7 +20,7 @@ from .conftest import isvc
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
 LLM = {"model": {"source": "hf://meta/llama", "format": "tensorrt-llm", "parameters": "8B", "precision": "bf16"},
        "gpu": {"class": "h100", "count": 2, "fallbackClasses": ["a100-80gb"]}}
-FP8 = {**LLM, "model": {**LLM["model"], "precision": "fp8"}}
+FP8 = {**LLM, "model": {**LLM["model"], "precision": "fp8", "credentialsSecret": "hf-token"}}
 
 
 def job(name: str, cond: str | None = None, reason: str = "", message: str = "", active: int = 0) -> dict:
@@ -59,11 +59,20 @@ def test_a_quantization_runs_the_stock_image_on_the_preferred_class_with_its_gpu
     assert work["args"][:4] == ["python3", "-m", "triton_runtime.cli", "prepare"]
     assert {"name": "PYTHONPATH", "value": "/opt/triton-runtime"} in work["env"]
     assert work["resources"]["limits"]["nvidia.com/gpu"] == "2"
-    install, doctor = pod["initContainers"]
+    install, doctor, download = pod["initContainers"]
     assert install["command"] == ["triton-runtime"] and install["args"] == ["install", "--into", "/opt/triton-runtime"]
     assert doctor["args"][3:6] == ["doctor", "--for", "prepare"]
     assert doctor["args"][doctor["args"].index("--gpus") + 1] == "2"
     assert work["args"][work["args"].index("--trtllm-version") + 1] == "1.2.1"
+    # The download runs in the operator's image (NVIDIA's has no boto3 or google-cloud-storage),
+    # with the model's credentials and without the GPUs; the quantization reads what it fetched.
+    assert download["image"] == Settings().runtime_image and download["command"] == ["triton-runtime"]
+    assert download["args"][:1] + download["args"][-4:] == [
+        "prepare", "--download-to", "/scratch/download", "--scratch-size", download["args"][-1]]
+    assert "nvidia.com/gpu" not in download["resources"]["requests"] and "limits" not in download["resources"]
+    assert download["envFrom"] == work["envFrom"] == [{"secretRef": {"name": "hf-token"}}]
+    assert work["args"][-2:] == ["--downloaded", "/scratch/download"]
+    assert download["volumeMounts"] == work["volumeMounts"]
 
 
 def test_job_names_change_with_what_the_job_does_and_are_never_edited(classes):
@@ -167,7 +176,7 @@ def test_onnx_services_have_no_model_condition():
 def test_jobs_run_the_doctor_first_and_fail_at_once_on_what_retries_cannot_fix(classes):
     j = _job(isvc(**FP8), classes)
     pod = j["spec"]["template"]["spec"]
-    _, doctor = pod["initContainers"]
+    _, doctor, _ = pod["initContainers"]
     (work,) = pod["containers"]
     assert doctor["resources"] == work["resources"] and doctor["volumeMounts"] == work["volumeMounts"]
     assert doctor["env"] == work["env"] and doctor.get("envFrom") == work.get("envFrom")  # it sizes the source
@@ -236,3 +245,53 @@ def test_image_pull_secrets_and_service_account_reach_pods_and_jobs(classes, whe
     for pod in (dep, j):
         assert pod["imagePullSecrets"] == [{"name": s} for s in secrets]
         assert pod["serviceAccountName"] == "llm" and pod["automountServiceAccountToken"] is False
+
+
+@pytest.mark.parametrize("gpu_class, precision, count, quantized_on", [
+    ("h100", "fp8", 1, "h100"),       # Hopper FP8, quantized on the class (a pre-quantized checkpoint is copied)
+    ("a100-80gb", "bf16", 2, None),   # Ampere: BF16, downloaded only
+    ("l4", "fp8", 4, "l4"),           # Ada: FP8 from compute capability 8.9
+    ("b200", "nvfp4", 1, "b200"),     # Blackwell: NVFP4
+])
+def test_the_llm_path_renders_for_each_gpu_generation(classes, gpu_class, precision, count, quantized_on):
+    """H100 FP8, A100 BF16, L4 and B200 NVFP4 (issue 18's "done when"): the stock image with our
+    prepared model folder, the LLM API path, nothing that builds engines."""
+    obj = isvc(model={"source": "hf://meta-llama/Llama-3.1-8B-Instruct", "format": "tensorrt-llm", "parameters": "8B",
+                      "precision": precision}, gpu={"class": gpu_class, "count": count})
+    r = render(obj, classes, Settings())
+    pod = r.by_kind("Deployment")["spec"]["template"]["spec"]
+    triton = pod["containers"][0]
+    assert triton["image"] == "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3"
+    assert triton["args"][:2] == ["tritonserver", "--model-repository=/models/repository"]
+    repo = pod["initContainers"][0]["args"]
+    assert repo[repo.index("--precision") + 1] == precision and repo[repo.index("--tensor-parallelism") + 1] == str(count)
+    assert triton["resources"]["limits"]["nvidia.com/gpu"] == str(count)
+    (j,) = [m for m in r.manifests if m["kind"] == "Job"]
+    assert j["metadata"]["labels"].get("serving.triton-operator.io/gpu-class") == quantized_on
+    text = str(r.manifests)
+    assert not any(w in text for w in ("trtllm-build", "convert_checkpoint", "quantize.py", "inflight_batcher"))
+
+
+@pytest.mark.parametrize("gpu_class, precision, reason", [
+    ("a100-80gb", "fp8", "PrecisionUnsupported"),
+    ("h100", "nvfp4", "PrecisionUnsupported"),
+])
+def test_precisions_a_generation_lacks_are_refused_naming_why(classes, gpu_class, precision, reason):
+    from triton_operator.render import RenderError
+    obj = isvc(model={"source": "hf://a/b", "format": "tensorrt-llm", "parameters": "8B", "precision": precision},
+               gpu={"class": gpu_class})
+    with pytest.raises(RenderError) as e:
+        render(obj, classes, Settings())
+    assert e.value.reason == reason and "compute capability" in e.value.message
+
+
+def test_mig_slices_are_not_combined(classes):
+    from triton_operator import planning
+    from triton_operator.api import GPUClassSpec
+    mig = GPUClassSpec.model_validate({"productNames": ["NVIDIA-A100-SXM4-80GB"], "memoryGiB": 10,
+                                       "memoryBandwidthTBps": 0.3, "computeCapability": "8.0",
+                                       "resourceName": "nvidia.com/mig-1g.10gb"})
+    model = isvc(model={"source": "hf://a/b", "format": "onnx"}).spec.model
+    (problem,) = planning.problems(model, "a100-1g", mig, 2)
+    assert problem.reason == "MIGSlicesCannotCombine" and "nvidia.com/mig-1g.10gb" in problem.message
+    assert planning.problems(model, "a100-1g", mig, 1) == []

@@ -154,7 +154,7 @@ def test_fallback_class_is_used_when_the_class_is_missing(classes):
 
 
 @pytest.mark.parametrize("changes, reason, words", [
-    ({"gpu": {"class": "b200"}}, "GPUClassNotFound", "GPUClass b200 does not exist"),
+    ({"gpu": {"class": "x100"}}, "GPUClassNotFound", "GPUClass x100 does not exist"),
     ({"gpu": {"class": "a100-80gb"}, "model": {"source": "hf://a/b", "format": "onnx", "precision": "fp8"}},
      "PrecisionUnsupported", "compute capability 8.9"),
     ({"gpu": {"class": "l4", "count": 8}}, "GPUCountExceedsNode", "4 GPUs on one l4 node"),

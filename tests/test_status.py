@@ -92,6 +92,30 @@ def test_unschedulable_for_another_reason_claims_no_gpu_shortfall():
     assert "more nvidia.com/gpu" not in msg and 'persistentvolumeclaim "trtllm-engines" not found' in msg
 
 
+def test_a_class_no_node_matches_names_the_label_it_looked_for():
+    """No GPU Feature Discovery, a cloud's own labels, or MIG's single strategy renaming the
+    product: the scheduler says only that no node matched; the operator, which watches the nodes,
+    says which label and values it looked for and where to fix it."""
+    from triton_operator.api import GPUClassSpec
+    spec = GPUClassSpec.model_validate({"productNames": ["NVIDIA-H100-80GB-HBM3"], "memoryGiB": 80,
+                                        "memoryBandwidthTBps": 3.35, "computeCapability": "9.0"})
+    pending = pending_pod(message="0/9 nodes are available: 9 node(s) didn't match Pod's node affinity/selector.")
+    status, events = compute(isvc(), obs(deployment=deployment(ready=0, available=0), pods=[pending],
+                                         gpu_class_spec=spec, class_nodes=0), NOW)
+    degraded = c.find(status["conditions"], "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "NoNodeMatchesGPUClass")
+    assert degraded["message"].startswith("no ready node matches GPU class h100: it asks for label "
+                                          "nvidia.com/gpu.product in [NVIDIA-H100-80GB-HBM3]. Check "
+                                          "`kubectl get nodes -L nvidia.com/gpu.product`")
+    assert "cloud.google.com/gke-accelerator" in degraded["message"]
+    assert any(e.reason == "NoNodeMatchesGPUClass" for e in events)
+    # nodes of the class exist (or are not watched): the scheduler's own reason, as before
+    for known in (3, None):
+        status, _ = compute(isvc(), obs(deployment=deployment(ready=0, available=0), pods=[pending],
+                                        gpu_class_spec=spec, class_nodes=known), NOW)
+        assert c.find(status["conditions"], "Degraded")["reason"] == "Unschedulable"
+
+
 def test_spec_error_keeps_reporting_the_running_deployment():
     status, _ = compute(isvc(), obs(error=("PrecisionUnsupported", "fp8 needs 8.9")), NOW)
     ready = c.find(status["conditions"], "Ready")

@@ -36,17 +36,45 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- end -}}
 
-{{/* The enabled GPUClasses as a YAML stream. */}}
+{{/* The node labels each catalog class matches per gpuClassLabels preset: GKE's accelerator
+values (GKE docs, AI-Hypercomputer/xpk system_characteristics) and EKS's instance types. */}}
+{{- define "triton-operator.gpuClassPresets" -}}
+gke:
+  label: cloud.google.com/gke-accelerator
+  values:
+    h100: [nvidia-h100-80gb, nvidia-h100-mega-80gb]
+    h200: [nvidia-h200-141gb]
+    a100-80gb: [nvidia-a100-80gb]
+    l4: [nvidia-l4]
+    b200: [nvidia-b200]
+    gb200: [nvidia-gb200]
+eks:
+  label: node.kubernetes.io/instance-type
+  values:
+    h100: [p5.48xlarge, p5.4xlarge]
+    h200: [p5e.48xlarge, p5en.48xlarge]
+    a100-80gb: [p4de.24xlarge]
+    l4: [g6.xlarge, g6.2xlarge, g6.4xlarge, g6.8xlarge, g6.12xlarge, g6.16xlarge, g6.24xlarge, g6.48xlarge]
+    b200: [p6-b200.48xlarge]
+{{- end -}}
+
+{{/* The enabled GPUClasses as a YAML stream, with the gpuClassLabels preset's node labels. */}}
 {{- define "triton-operator.catalog" -}}
+{{- $presets := include "triton-operator.gpuClassPresets" . | fromYaml -}}
+{{- $preset := get $presets .Values.gpuClassLabels -}}
 {{- range $name, $class := .Values.gpuClasses }}
 {{- if $class.enabled }}
+{{- $spec := omit $class "enabled" }}
+{{- if and $preset (not (hasKey $class "productLabel")) (hasKey $preset.values $name) }}
+{{- $spec = merge (dict "productLabel" $preset.label "productNames" (get $preset.values $name)) (omit $spec "productNames") }}
+{{- end }}
 ---
 apiVersion: serving.triton-operator.io/v1alpha1
 kind: GPUClass
 metadata:
   name: {{ $name }}
 spec:
-  {{- toYaml (omit $class "enabled") | nindent 2 }}
+  {{- toYaml $spec | nindent 2 }}
 {{- end }}
 {{- end }}
 {{- end -}}

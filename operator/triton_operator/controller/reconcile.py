@@ -255,7 +255,8 @@ class Reconciler:
         inputs = (raw["metadata"].get("uid"), raw["metadata"].get("generation"), replicas,
                   self.store.version("GPUClass"), self._settings_digest,
                   _preparation_digest(isvc) if isvc.spec.model.format == "tensorrt-llm" else None)
-        free = self.views.free_gpus(classes) if spill else None
+        free_known = self.views.free_gpus(classes)
+        free = free_known if spill else None
         plan = self._converge(key, isvc, classes, children, replicas, inputs, free, now, always=spill)
         self._follow_placement(key, plan.placement)
 
@@ -271,7 +272,8 @@ class Reconciler:
             endpoints=endpoints(key[1], key[0], self.settings, isvc.spec.serves_openai()),
             selector=",".join(f"{k}={v}" for k, v in selector_labels(key[1]).items()),
             preparation=None if plan.preparation is None else list(plan.preparation),
-            deployments=deployments, deployment_names=names, placement=plan.placement, options=list(plan.options))
+            deployments=deployments, deployment_names=names, placement=plan.placement, options=list(plan.options),
+            class_nodes=None if free_known is None or plan.gpu_class is None else len(free_known.get(plan.gpu_class) or []))
         self._count_gpus(key, plan, children, isvc.spec.gpu.count)
         new_status, events = status_core.compute(isvc, observed, now)
         new_status = _with_autoscaling(new_status, raw.get("status") or {}, report, isvc, self.now())

@@ -44,6 +44,7 @@ class Observed:
     endpoints: dict[str, str] | None = None
     selector: str | None = None
     preparation: list[dict[str, Any]] | None = None  # TensorRT-LLM only: the model's preparation
+    class_nodes: int | None = None                # nodes of gpu_class in the cluster (None: not watched)
     deployments: list[dict[str, Any]] | None = None  # every class's Deployment (None: just `deployment`)
     deployment_names: dict[str, str] = field(default_factory=dict)  # GPU class -> Deployment name
     placement: placing.Placement | None = None    # gpu.spill: replicas per class and why
@@ -104,6 +105,18 @@ def _degraded(obs: Observed, trouble: PodTrouble) -> tuple[bool, str, str]:
         spec = obs.gpu_class_spec
         resource = spec.resource_name if spec else "nvidia.com/gpu"
         scheduler = trouble.unschedulable[0][1]
+        if obs.class_nodes == 0 and spec is not None:
+            # Nothing the scheduler can do: no node has the class's labels at all (no GPU Feature
+            # Discovery, a cloud's own labels, MIG's single strategy renaming the product).
+            looked = (f"label {spec.product_label} in [{', '.join(spec.product_names)}]" if spec.product_names
+                      else "")
+            selector = ", ".join(f"{k}={v}" for k, v in spec.node_selector.items())
+            wanted = " and ".join(x for x in (looked, f"labels {selector}" if selector else "") if x)
+            return True, "NoNodeMatchesGPUClass", (
+                f"no ready node matches GPU class {obs.gpu_class}: it asks for {wanted}. Check "
+                f"`kubectl get nodes -L {spec.product_label}`; on GKE set the class's productLabel to "
+                f"cloud.google.com/gke-accelerator, on EKS to node.kubernetes.io/instance-type (the chart's "
+                f"gpuClassLabels preset), and list the values your nodes carry")
         if f"Insufficient {resource}" in scheduler:
             why = (f"{n * obs.gpu_count} more {resource} needed ({obs.gpu_count} per pod) on nodes of that "
                    f"class")

@@ -38,6 +38,9 @@ class Problem:
     message: str
 
 
+# A MIG slice as its own resource (the device plugin's mixed strategy): nvidia.com/mig-<g>g.<mem>gb.
+MIG_PREFIX = "nvidia.com/mig-"
+
 def plan(model: ModelSpec, gpu_class: GPUClassSpec, count: int) -> Plan:
     params = model.parameter_count()
     per_gpu = gpu_class.memory_gib * WEIGHTS_SHARE
@@ -65,6 +68,12 @@ def problems(model: ModelSpec, class_name: str, gpu_class: GPUClassSpec, count: 
             f"precision {model.precision} needs compute capability {need[0]}.{need[1]} or higher; "
             f"GPU class {class_name} has {gpu_class.compute_capability}. "
             f"Choose fp16/int8/int4-awq or a newer GPU class."))
+    if gpu_class.resource_name.startswith(MIG_PREFIX) and count > 1:
+        found.append(Problem(
+            "MIGSlicesCannotCombine",
+            f"gpu.count {count} on GPU class {class_name}, whose resource {gpu_class.resource_name} is one MIG "
+            f"slice: slices cannot be combined for tensor parallelism. Use gpu.count 1 with a slice that holds "
+            f"the model, or a class of whole GPUs."))
     if count > gpu_class.gpus_per_node:
         found.append(Problem(
             "GPUCountExceedsNode",
