@@ -24,22 +24,19 @@ import json
 import os
 import secrets
 import signal
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 import uuid
-from pathlib import Path
 from typing import Any, Iterator
 
 import openai
 import pytest
 
-from .cluster import ROOT, ChildProcess, Cluster, Operator, wait_for
+from .cluster import Cluster, Operator, wait_for
 from .conftest import GATEWAY_SERVICE_ACCOUNT, service_account_kubeconfig
-from .harness import free_port
+from .harness.gateway import GatewayProcess, SliceMirror
 from .harness.prometheus import Prometheus, Target
 from .harness.textgen import TextGenTriton
 
@@ -51,94 +48,7 @@ IDLE_S = 30   # sleepy's scaleToZeroAfterSeconds (the API's minimum)
 KEY_A = "sk-e2e-a-" + secrets.token_urlsafe(32)      # namespace NS
 KEY_B = "sk-e2e-b-" + secrets.token_urlsafe(32)      # only other/thing
 KEY_SLOW = "sk-e2e-s-" + secrets.token_urlsafe(32)   # namespace NS, 6 requests a minute
-SLICE_MANAGER = "e2e.triton-operator.io"
-TRITON_HOST = "triton.e2e.invalid"   # the local Triton's name in the EndpointSlices (see the module)
 SLEEPY_TEMPLATE = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }} {% endfor %}[assistant]"
-
-
-class GatewayProcess(ChildProcess):
-    """`triton-operator gateway` as a child process, as a user would run it."""
-
-    name = "gateway"
-
-    def __init__(self, kubeconfig: str, keys: Path, log_dir: Path):
-        self.kubeconfig, self.keys = kubeconfig, keys
-        self.port, self.metrics_port = free_port(), free_port()
-        self.log_path = Path(os.environ.get("E2E_LOG_DIR") or log_dir) / f"gateway-{self.port}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "triton_operator", "gateway", "--kubeconfig", self.kubeconfig,
-             "--address", "127.0.0.1", "--port", str(self.port), "--metrics-port", str(self.metrics_port),
-             "--key-file", str(self.keys), "--namespace", NS, "--resolve", f"{TRITON_HOST}=127.0.0.1", "--hold-timeout", "90", "--shutdown-timeout", "2",
-             "--endpoint-slice-selector", f"endpointslice.kubernetes.io/managed-by={SLICE_MANAGER}"],
-            stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-        try:
-            wait_for("gateway ready", self.ready, timeout=60)
-        except AssertionError as e:
-            self.stop()  # never leave a process behind
-            raise AssertionError(f"{e}; gateway log:\n{self.log_tail()}") from None
-
-    def ready(self) -> bool:
-        return self.answers(f"http://127.0.0.1:{self.metrics_port}/readyz")
-
-    def signal(self, sig: int) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(sig)
-
-    def wait(self, timeout: float) -> int:
-        assert self.proc is not None
-        return self.proc.wait(timeout=timeout)
-
-    def metric(self, name: str, **labels: str) -> float:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
-            text = r.read().decode()
-        total = 0.0
-        for line in text.splitlines():
-            if line.startswith(name + "{") or line.startswith(name + " "):
-                if all(f'{k}="{v}"' in line for k, v in labels.items()):
-                    total += float(line.rsplit(" ", 1)[1])
-        return total
-
-
-class SliceMirror:
-    """Stands in for the endpoint controller with pods that could serve (see the module): one
-    EndpointSlice per service, one endpoint per ready replica, at that service's local Triton."""
-
-    def __init__(self, cluster: Cluster, ports: dict[str, int]):
-        self.cluster, self.ports = cluster, ports
-        self.stop_flag = threading.Event()
-        self.applied: dict[str, int] = {}
-        self.errors: list[str] = []
-        self.thread = threading.Thread(target=self.run, daemon=True)
-
-    def run(self) -> None:
-        while not self.stop_flag.wait(0.3):
-            try:
-                self.sync()
-            except (AssertionError, subprocess.TimeoutExpired) as e:  # the API server was busy: next round
-                self.errors.append(str(e))
-
-    def sync(self) -> None:
-        for name, port in self.ports.items():
-            dep = self.cluster.get("deployment", name, NS)
-            ready = int(((dep or {}).get("status") or {}).get("readyReplicas") or 0)
-            if self.applied.get(name) == ready:
-                continue
-            self.cluster.apply({
-                "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-                "metadata": {"name": f"{name}-e2e", "namespace": NS, "labels": {
-                    "kubernetes.io/service-name": name, "endpointslice.kubernetes.io/managed-by": SLICE_MANAGER}},
-                "addressType": "FQDN",
-                "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
-                "endpoints": [{"addresses": [TRITON_HOST], "conditions": {"ready": True}}] if ready else []})
-            self.applied[name] = ready
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +74,7 @@ def gateway(installed: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Ite
         {"name": "slow", "key": KEY_SLOW, "namespaces": [NS], "requestsPerMinute": 6}]}))
     installed.kubectl("create", "namespace", NS)
     installed.kubectl("label", "namespace", NS, "pod-security.kubernetes.io/enforce=restricted")
-    gw = GatewayProcess(service_account_kubeconfig(installed, work, GATEWAY_SERVICE_ACCOUNT), keys, work)
+    gw = GatewayProcess(service_account_kubeconfig(installed, work, GATEWAY_SERVICE_ACCOUNT), keys, work, NS)
     gw.start()
     try:
         yield gw
@@ -211,7 +121,7 @@ def services(operator: Operator, prometheus: Prometheus, gateway: GatewayProcess
          "spec": {"model": model, "gpu": {"class": "l4"}, "openai": {"chatTemplate": SLEEPY_TEMPLATE},
                   "autoscaling": {"minReplicas": 0, "maxReplicas": 2, "targetQueueDepth": 4,
                                   "scaleToZeroAfterSeconds": IDLE_S, "scaleDownStabilizationSeconds": 5}}}])
-    mirror = SliceMirror(c, {name: t.http_port for name, t in tritons.items()})
+    mirror = SliceMirror(c, {name: t.http_port for name, t in tritons.items()}, NS)
     mirror.thread.start()
     try:
         c.kubectl("wait", "--for=condition=Ready", f"infsvc/{CHAT}", "-n", NS, "--timeout=60s")

@@ -1,9 +1,10 @@
 """`make dev`'s serving stand-in: a real Triton (CPU build, nvidia-pytriton wheel) serving the
-textgen demo model (e2e/harness/textgen.py: it echoes its prompt's words), and the EndpointSlice
-that points the `demo` InferenceService at it while its (kwok-simulated) Deployment has a ready
-replica. kwok pods cannot serve and the API server refuses loopback IPs in EndpointSlices, so the
-slice names the host triton.dev.invalid, which hack/dev.sh tells the gateway is 127.0.0.1
-(--resolve), and carries the label the gateway is told to route by (--endpoint-slice-selector).
+`llm` model that LLM services run, with its llama.cpp engine on SmolLM2-135M-Instruct
+(e2e/harness/llm.py), and the EndpointSlice that points the InferenceService at it while its
+(kwok-simulated) Deployment has a ready replica. kwok pods cannot serve and the API server
+refuses loopback IPs in EndpointSlices, so the slice names the host triton.dev.invalid, which
+hack/dev.sh tells the gateway is 127.0.0.1 (--resolve), and carries the label the gateway is
+told to route by (--endpoint-slice-selector).
 
     python hack/dev-triton.py STATE_DIR NAMESPACE SERVICE    # runs until SIGTERM
 """
@@ -20,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from e2e.harness.textgen import TextGenTriton  # noqa: E402
+from e2e.harness.llm import LLMTriton  # noqa: E402
 
 HOST = "triton.dev.invalid"
 MANAGER = "dev.triton-operator.io"
@@ -35,7 +36,7 @@ def main() -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    triton = TextGenTriton(state / "triton", token_ms=30, log_dir=state)
+    triton = LLMTriton(log_dir=state)
     triton.start()
     (state / "triton.port").write_text(str(triton.http_port))
     applied = None

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `make dev`: a local cluster with simulated GPU nodes, the CRDs and GPU classes, the operator
-# running from this checkout, and two example TensorRT-LLM InferenceServices: their engine-build
-# Jobs and serving pods placed on nodes of their GPU classes (kwok simulates the containers).
+# running from this checkout, two example TensorRT-LLM InferenceServices (their preparation Jobs
+# and serving pods placed on nodes of their GPU classes; kwok simulates the containers), and the
+# gateway in front of `smol`, which a real small LLM answers (SmolLM2-135M-Instruct on a local CPU
+# Triton, through the same model LLM services run).
 #   hack/dev.sh up | down
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -32,6 +34,7 @@ case "${1:-up}" in
   *) echo "usage: $0 up|down" >&2; exit 2 ;;
 esac
 
+"$HERE/install-llm.sh" >/dev/null   # llama-cpp-python (built once, cached) and the model file
 export KUBECONFIG
 KUBECONFIG=$("$HERE/cluster.sh" up "$NAME")
 BIN=$("$HERE/install-tools.sh")
@@ -56,25 +59,25 @@ kubectl apply -f examples/llama3-8b.yaml -f examples/llama3-70b.yaml >/dev/null
 kubectl apply -f hack/dev-demo.yaml >/dev/null
 kubectl wait --for=condition=Ready infsvc --all -n ml --timeout=120s >/dev/null
 
-# The gateway, with one API key, and a local CPU Triton standing in for the demo's replica.
+# The gateway, with one API key, and a local CPU Triton answering for smol's replica.
 KEYS="$STATE/gateway-keys.yaml"
 if [ ! -f "$KEYS" ]; then
   printf 'keys:\n  - {name: dev, key: sk-dev-%s, namespaces: [ml]}\n' "$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$KEYS"
   chmod 600 "$KEYS"
 fi
 API_KEY=$(sed -n 's/.*key: \(sk-dev-[0-9a-f]*\).*/\1/p' "$KEYS")
-nohup .venv/bin/python hack/dev-triton.py "$STATE" ml demo >"$STATE/dev-triton.log" 2>&1 &
+nohup .venv/bin/python hack/dev-triton.py "$STATE" ml smol >"$STATE/dev-triton.log" 2>&1 &
 echo $! >"$STATE/dev-triton.pid"
 nohup .venv/bin/triton-operator gateway --kubeconfig "$KUBECONFIG" --address 127.0.0.1 --port "$GATEWAY_PORT" \
   --metrics-port $((GATEWAY_PORT + 1)) --key-file "$KEYS" --resolve triton.dev.invalid=127.0.0.1 \
   --endpoint-slice-selector endpointslice.kubernetes.io/managed-by=dev.triton-operator.io >"$STATE/gateway.log" 2>&1 &
 echo $! >"$STATE/gateway.pid"
 for _ in $(seq 1 240); do
-  curl -fsS -m 60 -H "Authorization: Bearer $API_KEY" "http://127.0.0.1:$GATEWAY_PORT/v2/models/demo/ready" >/dev/null 2>&1 && break
+  curl -fsS -m 60 -H "Authorization: Bearer $API_KEY" "http://127.0.0.1:$GATEWAY_PORT/v2/models/smol/ready" >/dev/null 2>&1 && break
   sleep 0.5
 done
-curl -fsS -H "Authorization: Bearer $API_KEY" "http://127.0.0.1:$GATEWAY_PORT/v2/models/demo/ready" >/dev/null || {
-  echo "the demo model is not reachable through the gateway; see $STATE/gateway.log and $STATE/dev-triton.log" >&2; exit 1; }
+curl -fsS -H "Authorization: Bearer $API_KEY" "http://127.0.0.1:$GATEWAY_PORT/v2/models/smol/ready" >/dev/null || {
+  echo "the smol model is not reachable through the gateway; see $STATE/gateway.log and $STATE/dev-triton.log" >&2; exit 1; }
 echo
 kubectl get infsvc,jobs,pods -n ml -o wide
 cat <<MSG
@@ -86,9 +89,9 @@ Point kubectl at the cluster:
   kubectl get infsvc -A
 
 The gateway (OpenAI-compatible) listens on http://127.0.0.1:$GATEWAY_PORT with the API key $API_KEY
-(log: $STATE/gateway.log). The demo model answers for real (a local CPU Triton; it echoes your words):
+(log: $STATE/gateway.log). smol answers for real (SmolLM2-135M-Instruct on a local CPU Triton):
   .venv/bin/python -c 'import openai; c = openai.OpenAI(base_url="http://127.0.0.1:$GATEWAY_PORT/v1", api_key="$API_KEY")
-for chunk in c.chat.completions.create(model="demo", messages=[{"role": "user", "content": "hello gateway"}], stream=True):
+for chunk in c.chat.completions.create(model="smol", messages=[{"role": "user", "content": "What is the capital of France?"}], stream=True):
     print(chunk.choices[0].delta.content or "", end="", flush=True)
 print()'
 Stop everything: make dev-down

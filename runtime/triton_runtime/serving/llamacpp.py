@@ -127,6 +127,11 @@ class LlamaCppEngine:
         limit = min(s.max_tokens, room)
         grammar = self._grammar(s.guided_json)
         self.llm.set_seed(s.seed if s.seed is not None else random.getrandbits(31))
+        # Every request from an empty context: llama-cpp-python would reuse the KV cache of a prefix
+        # shared with the last request, evaluating the rest in other batch splits, and greedy
+        # decoding could then tie-break another way. Repeatable answers matter more here than the
+        # prompt time saved (this engine serves tests and make dev).
+        self.llm.reset()
         # min_p 0 and typical_p 1: no sampling OpenAI does not do; top_k <= 0 is off in llama.cpp.
         tokens = self.llm.generate(ids, top_k=s.top_k if s.top_k > 0 else 0, top_p=s.top_p, min_p=0.0, typical_p=1.0,
                                    temp=s.temperature, repeat_penalty=s.repetition_penalty,

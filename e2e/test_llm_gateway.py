@@ -1,0 +1,220 @@
+"""A real LLM answering the real `openai` client through the gateway, and autoscaled on the LLM's
+own signals: an InferenceService of format tensorrt-llm on the local cluster (the operator renders
+its preparation Job and serving pods on NVIDIA's stock image; kwok completes the Job and runs the
+pods), routed by the gateway (a local process with the chart's ServiceAccount token) to the
+`llm` model on the real CPU Triton (e2e/harness/llm.py: SmolLM2-135M-Instruct through llama.cpp),
+scraped by a real Prometheus whose figures the real operator reads.
+
+Stand-ins, as in e2e/test_gateway.py: the kwok pods cannot serve, so an EndpointSlice points the
+service at the local Triton (which speaks for every simulated replica), and Prometheus attaches to
+its series the labels the chart's PodMonitor would.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+import uuid
+from typing import Any, Iterator
+
+import openai
+import pytest
+
+from .cluster import Cluster, Operator, wait_for
+from .conftest import GATEWAY_SERVICE_ACCOUNT, service_account_kubeconfig
+from .harness.gateway import GatewayProcess, SliceMirror
+from .harness.llm import LLMTriton, tokenize
+from .harness.prometheus import Prometheus, Target
+
+NS = f"llm-e2e-{uuid.uuid4().hex[:5]}"
+GROUP = "serving.triton-operator.io"
+NAME = "smol"
+KEY = "sk-e2e-llm-" + secrets.token_urlsafe(32)
+TICK = 1.0
+QUESTION = "What is the capital of France? Answer with one word."
+
+
+@pytest.fixture(scope="module")
+def llm() -> Iterator[LLMTriton]:
+    with LLMTriton() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def gateway(installed: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    work = tmp_path_factory.mktemp("llm-gateway")
+    keys = work / "keys.yaml"
+    keys.write_text(json.dumps({"keys": [{"name": "llm-team", "key": KEY, "namespaces": [NS]}]}))
+    installed.kubectl("create", "namespace", NS)
+    installed.kubectl("label", "namespace", NS, "pod-security.kubernetes.io/enforce=restricted")
+    gw = GatewayProcess(service_account_kubeconfig(installed, work, GATEWAY_SERVICE_ACCOUNT), keys, work, NS)
+    gw.start()
+    try:
+        yield gw
+    finally:
+        gw.stop()
+
+
+@pytest.fixture(scope="module")
+def service(operator: Operator, gateway: GatewayProcess, llm: LLMTriton) -> Iterator[Cluster]:
+    """The operator restarted with Prometheus (scraping the LLM's Triton and the gateway) and a
+    1 s tick; the service `smol` (tensorrt-llm, 1-3 replicas on the queue); the slice mirror."""
+    prom = Prometheus([Target(llm.metrics_address, {"namespace": NS, "inferenceservice": NAME, "pod": f"{NAME}-0"}),
+                       Target(f"127.0.0.1:{gateway.metrics_port}", {})], scrape_interval="1s")
+    prom.start()
+    saved = dict(operator.extra_env)
+    operator.extra_env.update({"TRITON_OPERATOR_PROMETHEUS_URL": prom.url,
+                               "TRITON_OPERATOR_AUTOSCALE_INTERVAL_SECONDS": str(TICK),
+                               "TRITON_OPERATOR_GATEWAY_URL": gateway.url,
+                               # one Triton speaks for every simulated replica (see the module)
+                               "TRITON_OPERATOR_REPORTING_QUERY":
+                                   'count by ($namespace, $service) (triton_llm_active_requests{$service!=""}) * 1000'})
+    operator.stop()
+    operator.start()
+    c = operator.cluster
+    mirror = SliceMirror(c, {NAME: llm.http_port}, NS)
+    try:
+        c.apply([
+            {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"models-{NS}"},
+             "spec": {"capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "",
+                      "hostPath": {"path": f"/tmp/{NS}"}, "claimRef": {"namespace": NS, "name": "triton-models"}}},
+            {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "triton-models", "namespace": NS},
+             "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": f"models-{NS}",
+                      "resources": {"requests": {"storage": "10Gi"}}}},
+            # No model.parameters: the planner cannot size a replica, so the queue rule scales it
+            # (queue / targetQueueDepth replicas): this CPU model is far slower than an L4's plan.
+            {"apiVersion": f"{GROUP}/v1alpha1", "kind": "InferenceService", "metadata": {"name": NAME, "namespace": NS},
+             "spec": {"model": {"source": "hf://HuggingFaceTB/SmolLM2-135M-Instruct", "format": "tensorrt-llm",
+                                "precision": "bf16"}, "gpu": {"class": "l4"},
+                      "autoscaling": {"minReplicas": 1, "maxReplicas": 3, "targetQueueDepth": 1,
+                                      "scaleDownStabilizationSeconds": 5}}}])
+        c.kubectl("wait", "--for=condition=Ready", f"infsvc/{NAME}", "-n", NS, "--timeout=120s", timeout=150)
+        mirror.thread.start()
+        wait_for("smol routed", lambda: mirror.applied.get(NAME) == 1, timeout=30)
+        yield c
+    finally:
+        mirror.stop_flag.set()
+        if mirror.thread.is_alive():
+            mirror.thread.join(10)
+        c.kubectl("delete", "namespace", NS, "--wait=false", check=False)
+        c.kubectl("delete", "pv", f"models-{NS}", "--wait=false", check=False)
+        operator.extra_env.clear()
+        operator.extra_env.update(saved)
+        operator.stop()
+        operator.start()
+        prom.close()
+
+
+def client(gw: GatewayProcess, **kw: Any) -> openai.OpenAI:
+    kw.setdefault("timeout", 120)
+    return openai.OpenAI(base_url=f"{gw.url}/v1", api_key=KEY, max_retries=0, **kw)
+
+
+def test_chat_answers_a_simple_question_with_exact_usage(service: Cluster, gateway: GatewayProcess):
+    answer = client(gateway).chat.completions.create(model=NAME, messages=[{"role": "user", "content": QUESTION}],
+                                                     temperature=0, max_tokens=32)
+    (choice,) = answer.choices
+    assert "Paris" in choice.message.content and choice.finish_reason == "stop"
+    assert answer.usage.completion_tokens == len(tokenize(choice.message.content, special=False))
+    assert answer.usage.total_tokens == answer.usage.prompt_tokens + answer.usage.completion_tokens > 20
+    again = client(gateway).chat.completions.create(model=NAME, messages=[{"role": "user", "content": QUESTION}],
+                                                    temperature=0, max_tokens=32)
+    assert again.choices[0].message.content == choice.message.content, "temperature 0 repeats"
+
+
+def test_chat_streams_the_same_answer_and_its_usage_when_asked(service: Cluster, gateway: GatewayProcess):
+    whole = client(gateway).chat.completions.create(
+        model=NAME, messages=[{"role": "user", "content": "Name three colours."}], temperature=0, max_tokens=40)
+    chunks = list(client(gateway).chat.completions.create(
+        model=NAME, messages=[{"role": "user", "content": "Name three colours."}], temperature=0, max_tokens=40,
+        stream=True, stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finish == [whole.choices[0].finish_reason]
+    usage = chunks[-1].usage
+    assert chunks[-1].choices == [] and (usage.prompt_tokens, usage.completion_tokens) == (
+        whole.usage.prompt_tokens, whole.usage.completion_tokens)
+    plain = list(client(gateway).chat.completions.create(
+        model=NAME, messages=[{"role": "user", "content": "Hi"}], max_tokens=5, stream=True))
+    assert all(c.usage is None for c in plain), "usage only with stream_options.include_usage"
+
+
+def test_completions_end_with_length_and_at_stop_sequences(service: Cluster, gateway: GatewayProcess):
+    c = client(gateway)
+    cut = c.completions.create(model=NAME, prompt="Count: 1, 2, 3,", max_tokens=4, temperature=0)
+    assert (cut.choices[0].finish_reason, cut.usage.completion_tokens) == ("length", 4)
+    free = c.completions.create(model=NAME, prompt="Count: 1, 2, 3,", max_tokens=24, temperature=0).choices[0].text
+    stopped = c.completions.create(model=NAME, prompt="Count: 1, 2, 3,", max_tokens=24, temperature=0, stop=[" 6"])
+    assert stopped.choices[0].finish_reason == "stop" and stopped.choices[0].text == free[:free.index(" 6")]
+    streamed = list(c.completions.create(model=NAME, prompt="Count: 1, 2, 3,", max_tokens=24, temperature=0,
+                                         stop=[" 6"], stream=True))
+    assert "".join(x.choices[0].text for x in streamed) == stopped.choices[0].text
+    assert streamed[-1].choices[0].finish_reason == "stop"
+
+
+def test_json_output_and_what_cannot_be_honoured(service: Cluster, gateway: GatewayProcess):
+    c = client(gateway)
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    out = c.chat.completions.create(model=NAME, messages=[{"role": "user", "content": QUESTION + " Reply in JSON."}],
+                                    temperature=0, max_tokens=60, response_format={
+                                        "type": "json_schema", "json_schema": {"name": "city", "schema": schema}})
+    assert out.choices[0].finish_reason == "stop" and isinstance(json.loads(out.choices[0].message.content)["city"], str)
+    out = c.chat.completions.create(model=NAME, messages=[{"role": "user", "content": QUESTION + " Reply in JSON."}],
+                                    temperature=0, max_tokens=300, response_format={"type": "json_object"})
+    if out.choices[0].finish_reason == "stop":   # a whole object (cut by max_tokens it could not be)
+        assert isinstance(json.loads(out.choices[0].message.content), dict)
+    else:
+        assert out.choices[0].finish_reason == "length" and out.choices[0].message.content.lstrip().startswith("{")
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "x"}],
+                                  tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}])
+    assert e.value.body["param"] == "tools" and "tool calling is not supported" in e.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "x"}], logprobs=True)
+    assert e.value.body["param"] == "logprobs"
+
+
+def test_a_client_that_goes_away_stops_the_generation(service: Cluster, gateway: GatewayProcess, llm: LLMTriton):
+    def cancelled() -> float:
+        return sum(v for lab, v in llm.metric_samples("triton_llm_requests_total")
+                   if lab.get("finish_reason") == "cancelled")
+
+    before = cancelled()
+    stream = client(gateway).chat.completions.create(
+        model=NAME, messages=[{"role": "user", "content": "Write a very long story about the sea."}],
+        max_tokens=1500, temperature=0, stream=True)
+    for i, _ in enumerate(stream):
+        if i == 3:
+            break
+    stream.close()   # the client goes: the gateway drops its upstream request, Triton cancels it
+    wait_for("the generation cancelled at the model", lambda: cancelled() == before + 1, timeout=60)
+
+
+def test_the_autoscaler_scales_on_the_engines_queue(service: Cluster, gateway: GatewayProcess, llm: LLMTriton):
+    """Six long answers at once: llama.cpp generates one at a time, so five wait in the engine's
+    queue (Triton's own pending count stays 0); the operator reads triton_llm_queued_requests
+    through its one query and asks for queue / targetQueueDepth replicas, up to maxReplicas 3."""
+    c = service
+    results: list[str] = []
+
+    def ask(i: int) -> None:
+        out = client(gateway).chat.completions.create(
+            model=NAME, messages=[{"role": "user", "content": f"Write a story about dragon number {i}."}],
+            max_tokens=150, temperature=0)
+        results.append(out.choices[0].finish_reason)
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    try:
+        status = wait_for("scaled up on the queue", lambda: (s := c.get("infsvc", NAME, NS).get("status") or {})
+                          and (s.get("autoscaling") or {}).get("desiredReplicas", 1) >= 2 and s, timeout=90, interval=0.5)
+        assert "queue" in status["autoscaling"]["lastDecision"], status["autoscaling"]
+        wait_for("the Deployment follows", lambda: (c.get("deployment", NAME, NS) or {}).get("spec", {}).get(
+            "replicas", 1) >= 2, timeout=30)
+    finally:
+        for t in threads:
+            t.join(420)
+    assert len(results) == 6 and set(results) <= {"length", "stop"}, "every held and queued answer came"
