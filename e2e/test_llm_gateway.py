@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import secrets
 import threading
+import time
 import uuid
 from typing import Any, Iterator
 
@@ -31,6 +32,7 @@ NS = f"llm-e2e-{uuid.uuid4().hex[:5]}"
 GROUP = "serving.triton-operator.io"
 NAME = "smol"
 KEY = "sk-e2e-llm-" + secrets.token_urlsafe(32)
+METERED = "sk-e2e-metered-" + secrets.token_urlsafe(32)   # 600 tokens a minute: 10 a second
 TICK = 1.0
 QUESTION = "What is the capital of France? Answer with one word."
 
@@ -45,7 +47,9 @@ def llm() -> Iterator[LLMTriton]:
 def gateway(installed: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     work = tmp_path_factory.mktemp("llm-gateway")
     keys = work / "keys.yaml"
-    keys.write_text(json.dumps({"keys": [{"name": "llm-team", "key": KEY, "namespaces": [NS]}]}))
+    keys.write_text(json.dumps({"keys": [{"name": "llm-team", "key": KEY, "namespaces": [NS]},
+                                         {"name": "metered", "key": METERED, "namespaces": [NS],
+                                          "tokensPerMinute": 600}]}))
     installed.kubectl("create", "namespace", NS)
     installed.kubectl("label", "namespace", NS, "pod-security.kubernetes.io/enforce=restricted")
     gw = GatewayProcess(service_account_kubeconfig(installed, work, GATEWAY_SERVICE_ACCOUNT), keys, work, NS)
@@ -108,7 +112,8 @@ def service(operator: Operator, gateway: GatewayProcess, llm: LLMTriton) -> Iter
 
 def client(gw: GatewayProcess, **kw: Any) -> openai.OpenAI:
     kw.setdefault("timeout", 120)
-    return openai.OpenAI(base_url=f"{gw.url}/v1", api_key=KEY, max_retries=0, **kw)
+    kw.setdefault("api_key", KEY)
+    return openai.OpenAI(base_url=f"{gw.url}/v1", max_retries=0, **kw)
 
 
 def test_chat_answers_a_simple_question_with_exact_usage(service: Cluster, gateway: GatewayProcess):
@@ -174,6 +179,35 @@ def test_json_output_and_what_cannot_be_honoured(service: Cluster, gateway: Gate
     with pytest.raises(openai.BadRequestError) as e:
         c.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "x"}], logprobs=True)
     assert e.value.body["param"] == "logprobs"
+
+
+def test_a_keys_tokens_per_minute_are_the_models_own_counts(service: Cluster, gateway: GatewayProcess):
+    """A metered key spends what the model counted (prompt and completion); once its minute's
+    tokens are spent it gets 429 with Retry-After for as long as the refill takes, and the
+    gateway's usage counter for the key holds the same figures."""
+    def used(kind: str) -> float:
+        return gateway.metric("triton_gateway_key_tokens_total", key="metered", kind=kind)
+
+    c = client(gateway, api_key=METERED)
+    spent, start, largest = 0, time.monotonic(), 0
+    while True:   # 600 tokens: a few answers of about 60 + 150
+        try:
+            out = c.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "Tell me about the sea."}],
+                                            temperature=0, max_tokens=150)
+        except openai.RateLimitError as e:
+            retry_after = float(e.response.headers["retry-after"])
+            break
+        used_now = out.usage.prompt_tokens + out.usage.completion_tokens
+        spent, largest = spent + used_now, max(largest, used_now)
+        # the bucket refills 10 tokens a second; the last request may overdraw it by its own use
+        assert spent <= 600 + 10 * (time.monotonic() - start) + largest, "the key kept going past its tokens"
+    assert spent >= 600, f"refused after {spent} tokens, before the key's 600 were spent"
+    # Retry-After is when the bucket is above zero again: the overdraft at 10 tokens a second.
+    assert 0 < retry_after <= (spent - 600) / 10 + 1
+    assert used("prompt") + used("completion") == spent
+    # the unmetered key is not held back by the metered one
+    assert client(gateway).chat.completions.create(model=NAME, messages=[{"role": "user", "content": "Hi"}],
+                                                   max_tokens=4).usage.completion_tokens <= 4
 
 
 def test_a_client_that_goes_away_stops_the_generation(service: Cluster, gateway: GatewayProcess, llm: LLMTriton):
