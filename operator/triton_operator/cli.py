@@ -7,6 +7,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 import threading
 from importlib import resources
@@ -21,6 +22,8 @@ from .api import API_VERSION, MAX_REPLICAS, GPUClass, InferenceService, first_er
 from .planning import choice
 from .render import RenderError, dump, render
 from .settings import SettingsError, from_env
+
+log = logging.getLogger(__name__)
 
 
 class CliError(Exception):
@@ -224,24 +227,55 @@ def _print_plan(obj: InferenceService, classes: dict[str, GPUClass]) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     import kopf  # the shell only: offline commands need no cluster libraries loaded
 
+    from . import telemetry
     from .controller import handlers  # noqa: F401  (registers the start-up and clean-up)
 
     settings = from_env()
     if args.namespace:
         settings = settings.model_copy(update={"namespaces": list(args.namespace)})
     kopf.configure(verbose=args.verbose)
+    if settings.log_format == "json":
+        from . import logs
+
+        logs.use("json")
     if not args.verbose:
         # The liveness probe's own lines, every few seconds, drown what matters.
         for name in ("aiohttp.access", "kopf.activities.probe"):
             logging.getLogger(name).setLevel(logging.WARNING)
+    # Every replica serves its metrics from the start, leader or not (triton_operator_leader says which).
+    if settings.metrics_port:
+        import prometheus_client
+
+        try:
+            prometheus_client.start_http_server(settings.metrics_port, addr=settings.metrics_address)
+        except OSError as e:
+            raise CliError(f"cannot serve metrics on {settings.metrics_address}:{settings.metrics_port}: "
+                           f"{e.strerror or e} (TRITON_OPERATOR_METRICS_PORT)", code=1) from None
     # kopf stops when this is set: by the clean-up on SIGTERM, or when the lease is lost.
     stop_flag = threading.Event()
     leadership = None
     if args.leader_elect:
-        from .controller.leader import elect
-        leadership = elect(args.leader_elect_namespace or _own_namespace())
+        from .controller.leader import campaign, wait_to_lead
+        from .controller.standby import StandbyHealth
+
+        leadership, leading = campaign(args.leader_elect_namespace or _own_namespace())
+        # Until it leads, the replica answers the chart's probes itself (kopf serves them once it runs).
+        standby = StandbyHealth(args.liveness, lambda: not leadership.lost.is_set()).start()
+        # SIGTERM while waiting (a rollout, a scale-down): exit at once and cleanly, nothing to release.
+        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+        try:
+            wait_to_lead(leadership, leading)
+        except KeyboardInterrupt:
+            log.info("stopped while waiting to lead")
+            return 0
+        finally:
+            standby.stop()
+            signal.signal(signal.SIGTERM, previous)
+        telemetry.LEADER.set(1)
         threading.Thread(target=lambda: leadership.lost.wait() and stop_flag.set(), name="leadership-watch",
                          daemon=True).start()
+    else:
+        telemetry.LEADER.set(1)
     # kopf hosts the process (signals, logging, liveness); it watches nothing itself: the
     # controller's informers do, in the namespaces the settings name.
     kopf.run(standalone=True, clusterwide=True, liveness_endpoint=args.liveness, stop_flag=stop_flag,

@@ -22,8 +22,9 @@ DECISION_CPU_SECONDS = Gauge(
     "triton_operator_autoscaler_last_decision_cpu_seconds", "CPU time of the decisions in the last autoscaler tick.")
 REPORTS_CHANGED = Gauge(
     "triton_operator_autoscaler_reports_changed", "Services whose autoscaling report changed in the last tick.")
-API_REQUESTS = Gauge(
-    "triton_operator_api_requests", "API requests made since start (watches included).")
+API_REQUESTS = Counter(
+    "triton_operator_api_requests", "API requests made (watches included), counted when the operator's health "
+                                    "or the periodic check looks.")
 QUEUE_DEPTH = Gauge(
     "triton_operator_workqueue_depth", "InferenceServices waiting to be reconciled.")
 RECONCILES = Counter(
@@ -42,3 +43,5 @@ CACHE_OBJECTS = Gauge(
 TICKS = Counter("triton_operator_autoscaler_ticks_total", "Autoscaler ticks that found services to scale.")
 DECISION_CPU_SECONDS_TOTAL = Counter(
     "triton_operator_autoscaler_decision_cpu_seconds_total", "CPU time spent on autoscaling decisions.")
+LEADER = Gauge(
+    "triton_operator_leader", "1 when this replica leads (acts), 0 while it waits for the lease.")

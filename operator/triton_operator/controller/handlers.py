@@ -9,7 +9,6 @@ import logging
 from typing import Any
 
 import kopf
-import prometheus_client
 
 from ..settings import Settings, from_env
 from . import catalog
@@ -34,8 +33,6 @@ def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
             log.error("GPUClass catalog not applied: %s", e)
         except Exception as e:  # noqa: BLE001 - the API server may be down: the rest still starts
             log.error("GPUClass catalog not applied: %s", describe(e))
-    if ours.metrics_port:
-        prometheus_client.start_http_server(ours.metrics_port, addr=ours.metrics_address)
     memo.manager = Manager(ours, kube)
     memo.manager.start()
     log.info("triton-operator started (%s)", ", ".join(ours.namespaces) or "all namespaces")

@@ -49,8 +49,10 @@ class Leadership:
             log.warning("could not release the lease %s/%s: %s", self.namespace, self.name, describe(e))
 
 
-def elect(namespace: str, name: str = "triton-operator") -> Leadership:
-    """Block until this process leads; the returned Leadership's `lost` is set when it stops leading."""
+def campaign(namespace: str, name: str = "triton-operator") -> tuple[Leadership, threading.Event]:
+    """Start campaigning for the lease (in a thread); returns the Leadership and the event set once
+    this process leads. `lost` is set when it stops leading, or when the campaign ends before it
+    could lead (its thread died)."""
     load_config()
     identity = f"{os.environ.get('HOSTNAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
     leadership = Leadership(namespace, name, identity)
@@ -60,16 +62,26 @@ def elect(namespace: str, name: str = "triton-operator") -> Leadership:
         retry_period=RETRY_SECONDS, onstarted_leading=leading.set, onstopped_leading=leadership.lost.set)
     election = leaderelection.LeaderElection(config)
 
-    def campaign() -> None:
+    def run() -> None:
         try:
             election.run()
         finally:
             leadership.lost.set()
 
-    threading.Thread(target=campaign, name="leader-election", daemon=True).start()
+    threading.Thread(target=run, name="leader-election", daemon=True).start()
     log.info("waiting to lead (lease %s/%s, identity %s)", namespace, name, identity)
+    return leadership, leading
+
+
+def wait_to_lead(leadership: Leadership, leading: threading.Event) -> Leadership:
+    """Block until this process leads."""
     while not leading.wait(1):
         if leadership.lost.is_set():
             raise RuntimeError("leader election stopped before this process could lead")
-    log.info("leading as %s", identity)
+    log.info("leading as %s", leadership.identity)
     return leadership
+
+
+def elect(namespace: str, name: str = "triton-operator") -> Leadership:
+    """Block until this process leads; the returned Leadership's `lost` is set when it stops leading."""
+    return wait_to_lead(*campaign(namespace, name))
