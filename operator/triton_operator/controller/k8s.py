@@ -167,6 +167,7 @@ class Kube:
         self.bucket = TokenBucket(qps, burst)
         self.timeout = timeout
         self.requests = 0  # every request made, for the operator's own metrics
+        self.events = EventSeries()
 
     # -- plumbing -------------------------------------------------------------------------------
 
@@ -297,26 +298,82 @@ class Kube:
                 raise
 
     def post_event(self, obj: dict[str, Any], event: Event) -> None:
-        """A core/v1 Event on `obj`. Failures are logged, never raised: events are best effort."""
+        """A core/v1 Event on `obj`, aggregated as client-go's recorder does: the same event again
+        on the same object (type, reason and message) within EVENT_SERIES_SECONDS raises the count
+        and lastTimestamp of the one already posted (a PATCH) instead of a new object; kubectl
+        describe then shows "(x5 over 3m)". Failures are logged, never raised: events are best
+        effort."""
         meta = obj["metadata"]
         namespace = meta.get("namespace") or "default"
-        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        body = {
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": namespace},
-            "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "name": meta["name"],
-                               "namespace": meta.get("namespace"), "uid": meta.get("uid"),
-                               "resourceVersion": meta.get("resourceVersion")},
-            "type": event.type, "reason": event.reason, "message": event.message[:1024],
-            "firstTimestamp": now[:19] + "Z", "lastTimestamp": now[:19] + "Z", "eventTime": None, "count": 1,
-            "source": {"component": self.field_manager},
-            "reportingComponent": self.field_manager, "reportingInstance": self.field_manager,
-        }
+        now_dt = datetime.now(timezone.utc)
+        now = now_dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+        message = event.message[:1024]
+        # Every Event is also a log line, with the service and reason as fields in JSON logs.
+        log.info("%s %s %s/%s: %s", event.type, event.reason, namespace, meta["name"], message,
+                 extra={"namespace": namespace, "inferenceservice": meta["name"], "reason": event.reason,
+                        "type": event.type})
+        key = (namespace, meta.get("uid") or meta["name"], event.type, event.reason, message)
         try:
-            self.request("POST", EVENT.path(namespace), body=body)
+            seen = self.events.seen(key, now_dt.timestamp())
+            if seen is not None:
+                name, count = seen
+                try:
+                    self.request("PATCH", EVENT.path(namespace, name), body={"count": count, "lastTimestamp": now},
+                                 content_type="application/merge-patch+json")
+                    return
+                except ApiError as e:
+                    if e.status != 404:   # gone (events live an hour): post it anew below
+                        raise
+            body = {
+                "apiVersion": "v1", "kind": "Event",
+                "metadata": {"generateName": f"{meta['name']}.", "namespace": namespace},
+                "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "name": meta["name"],
+                                   "namespace": meta.get("namespace"), "uid": meta.get("uid"),
+                                   "resourceVersion": meta.get("resourceVersion")},
+                "type": event.type, "reason": event.reason, "message": message,
+                "firstTimestamp": now, "lastTimestamp": now, "eventTime": None, "count": 1,
+                "source": {"component": self.field_manager},
+                "reportingComponent": self.field_manager, "reportingInstance": self.field_manager,
+            }
+            posted = self.request("POST", EVENT.path(namespace), body=body)
+            if isinstance(posted, dict) and posted.get("metadata", {}).get("name"):
+                self.events.posted(key, posted["metadata"]["name"], now_dt.timestamp())
         except ApiError as e:
             level = logging.DEBUG if namespace_terminating(e) or e.transient else logging.WARNING
             log.log(level, "could not post event %s on %s: %s", event.reason, meta["name"], describe(e))
+
+
+# An event repeated within this window raises the count of the one posted (client-go's
+# EventCorrelator keeps such a series while the event lives; the API server keeps events an hour).
+EVENT_SERIES_SECONDS = 600.0
+EVENT_SERIES_MAX = 4096    # events remembered (client-go's LRU holds 4096)
+
+
+class EventSeries:
+    """The events posted recently, by (namespace, object, type, reason, message): their names and
+    counts, so a repeat patches the count instead of adding an object. Thread-safe, bounded."""
+
+    def __init__(self, window: float = EVENT_SERIES_SECONDS, capacity: int = EVENT_SERIES_MAX):
+        self.window, self.capacity = window, capacity
+        self._lock = threading.Lock()
+        self._series: dict[tuple[str, ...], tuple[str, int, float]] = {}   # key -> (name, count, last)
+
+    def seen(self, key: tuple[str, ...], now: float) -> tuple[str, int] | None:
+        """(event name, its new count) when `key` was posted within the window, counting this one."""
+        with self._lock:
+            found = self._series.pop(key, None)
+            if found is None or now - found[2] > self.window:
+                return None
+            name, count, _ = found
+            self._series[key] = (name, count + 1, now)    # re-inserted: the most recent last
+            return name, count + 1
+
+    def posted(self, key: tuple[str, ...], name: str, now: float) -> None:
+        with self._lock:
+            self._series.pop(key, None)
+            self._series[key] = (name, 1, now)
+            while len(self._series) > self.capacity:
+                self._series.pop(next(iter(self._series)))
 
 
 def _retry_after(resp: Any) -> float:

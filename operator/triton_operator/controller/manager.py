@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 from .. import telemetry
@@ -41,6 +42,7 @@ class Manager:
             i.synced.is_set() for i in self.capacity_informers))
         self.queue = WorkQueue()
         self.failures = FailureLog(log)
+        self._observe_lock, self._requests_counted = threading.Lock(), 0
         self.autoscaler = Autoscaler(self.views, self.queue.add, self.kube, settings, source_for(settings))
         self.reconciler = Reconciler(self.kube, self.store, self.views, settings, self.autoscaler.report,
                                      self.queue.add_after)
@@ -135,26 +137,31 @@ class Manager:
                 self.queue.done(key)
 
     def _reconcile_one(self, key: Key) -> None:
+        started = time.perf_counter()
+        outcome = self._outcome(key)
+        telemetry.RECONCILES.labels(outcome).inc()
+        telemetry.RECONCILE_SECONDS.labels(outcome).observe(time.perf_counter() - started)
+
+    def _outcome(self, key: Key) -> str:
+        """One pass for `key`, and how it ended: ok, retry (the API server), error (a bug) or
+        namespace_terminating."""
         try:
             self.reconciler.reconcile(key)
         except ApiError as e:
             if namespace_terminating(e):
                 self.queue.forget(key)
-                telemetry.RECONCILES.labels("namespace_terminating").inc()
-                return
+                return "namespace_terminating"
             delay = self.queue.add_rate_limited(key)
-            telemetry.RECONCILES.labels("retry").inc()
             self.failures.failure("reconcile", f"{key[0]}/{key[1]}: {describe(e)} (retrying in {delay:.0f}s)")
-            return
+            return "retry"
         except Exception as e:  # noqa: BLE001 - a bug in one object's pass must not stop the others
             delay = self.queue.add_rate_limited(key)
-            telemetry.RECONCILES.labels("error").inc()
             log.debug("reconcile of %s/%s failed", key[0], key[1], exc_info=True)
             self.failures.failure("reconcile", f"{key[0]}/{key[1]}: {type(e).__name__}: {e} (retrying in {delay:.0f}s)")
-            return
+            return "error"
         self.queue.forget(key)
         self.reconciles += 1
-        telemetry.RECONCILES.labels("ok").inc()
+        return "ok"
 
     def _resync(self) -> None:
         while not self._stop.wait(self.settings.resync_seconds):
@@ -164,7 +171,10 @@ class Manager:
 
     def observe(self) -> None:
         """Refresh the operator's own gauges."""
-        telemetry.API_REQUESTS.set(self.kube.requests)
+        with self._observe_lock:   # health() and the resync both call this
+            made = self.kube.requests
+            telemetry.API_REQUESTS.inc(max(0, made - self._requests_counted))
+            self._requests_counted = made
         telemetry.QUEUE_DEPTH.set(len(self.queue))
         for kind in ("InferenceService", "GPUClass", "Deployment", "Service", "PodDisruptionBudget", "Job", "Pod",
                      "NetworkPolicy", "Node", GPU_POD_KIND):
