@@ -22,8 +22,8 @@ class GatewayProcess(ChildProcess):
 
     name = "gateway"
 
-    def __init__(self, kubeconfig: str, keys: Path, log_dir: Path, namespace: str):
-        self.kubeconfig, self.keys, self.namespace = kubeconfig, keys, namespace
+    def __init__(self, kubeconfig: str, keys: Path, log_dir: Path, namespace: str, args: list[str] | None = None):
+        self.kubeconfig, self.keys, self.namespace, self.args = kubeconfig, keys, namespace, list(args or [])
         self.port, self.metrics_port = free_port(), free_port()
         self.log_path = Path(os.environ.get("E2E_LOG_DIR") or log_dir) / f"gateway-{self.port}.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -38,7 +38,7 @@ class GatewayProcess(ChildProcess):
             [sys.executable, "-m", "triton_operator", "gateway", "--kubeconfig", self.kubeconfig,
              "--address", "127.0.0.1", "--port", str(self.port), "--metrics-port", str(self.metrics_port),
              "--key-file", str(self.keys), "--namespace", self.namespace, "--resolve", f"{TRITON_HOST}=127.0.0.1", "--hold-timeout", "90", "--shutdown-timeout", "2",
-             "--endpoint-slice-selector", f"endpointslice.kubernetes.io/managed-by={SLICE_MANAGER}"],
+             "--endpoint-slice-selector", f"endpointslice.kubernetes.io/managed-by={SLICE_MANAGER}", *self.args],
             stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
         try:
             wait_for("gateway ready", self.ready, timeout=60)

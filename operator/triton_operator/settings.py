@@ -135,6 +135,9 @@ class Settings(BaseModel):
     network_policy: NetworkPolicySettings = Field(
         default_factory=NetworkPolicySettings,
         description="NetworkPolicies for the Triton pods, as JSON (the chart builds it from networkPolicy.*).")
+    log_format: str = Field("text", pattern=r"^(text|json)$",
+                            description="Log lines as text or as JSON objects (with namespace, inferenceservice "
+                                        "and reason fields where a line is about one service).")
     metrics_port: int = Field(8081, ge=0, le=65535, description="Port of the operator's own /metrics; 0 disables it.")
     metrics_address: str = Field("0.0.0.0", description="Address the operator's /metrics listens on.")
 

@@ -203,7 +203,8 @@ class Autoscaler:
             if new is not previous:
                 changed.append(key)
                 if new.desired != (previous.desired if previous else current):
-                    log.info("%s/%s: %s", key[0], key[1], decision.reason)
+                    log.info("%s/%s: %s", key[0], key[1], decision.reason,
+                             extra={"namespace": key[0], "inferenceservice": key[1], "reason": "Autoscaled"})
             events.extend((raw, Event(t, r, m)) for t, r, m in evs)
         with self._lock:
             self._histories, self._reports = histories, reports

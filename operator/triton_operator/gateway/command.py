@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the server (and its metrics) load only when the gateway runs, not with every command
     from .server import Gateway
 
+from .. import logs
+
 log = logging.getLogger(__name__)
 
 
@@ -36,6 +38,7 @@ def add_parser(sub: Any, handler: Any) -> None:
     g.add_argument("--hold-timeout", type=float, help="seconds a request waits for a replica (default 300)")
     g.add_argument("--shutdown-timeout", type=float, help="seconds answers may finish after SIGTERM (default 10)")
     g.add_argument("--check-keys", action="store_true", help="validate the key files, print their digests, exit")
+    g.add_argument("--log-format", choices=logs.FORMATS, help="text (default) or json")
     g.add_argument("-v", "--verbose", action="store_true")
     g.set_defaults(func=handler)
 
@@ -56,7 +59,8 @@ def run(args: argparse.Namespace, cli_error: type[Exception]) -> int:
         settings = from_env(resolve=pins,
             address=args.address, port=args.port, metrics_port=args.metrics_port, namespaces=args.namespace,
             key_files=args.key_file, endpoint_slice_selector=args.endpoint_slice_selector,
-            hold_timeout_seconds=args.hold_timeout, shutdown_timeout_seconds=args.shutdown_timeout)
+            hold_timeout_seconds=args.hold_timeout, shutdown_timeout_seconds=args.shutdown_timeout,
+            log_format=args.log_format)
     except GatewaySettingsError as e:
         raise cli_error(str(e)) from None
     gateway = Gateway(settings, None)
@@ -75,6 +79,7 @@ def run(args: argparse.Namespace, cli_error: type[Exception]) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # one line per request is too many
+    logs.use(settings.log_format)
     try:
         configuration = load_configuration(args.kubeconfig)
     except Exception as e:  # noqa: BLE001 - the kubernetes loaders raise many kinds

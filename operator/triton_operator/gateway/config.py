@@ -56,6 +56,7 @@ class GatewaySettings(BaseModel):
     upstream_connect_timeout_seconds: float = Field(5.0, gt=0, description="Connect timeout to a replica.")
     upstream_timeout_seconds: float = Field(
         900.0, gt=0, description="Longest a replica may take to answer (to finish a stream).")
+    log_format: str = Field("text", pattern=r"^(text|json)$", description="Log lines as text or JSON objects.")
     shutdown_timeout_seconds: float = Field(
         10.0, ge=0, description="On SIGTERM, how long answers in progress may finish before they are cut.")
     upstream_port_name: str = Field(
