@@ -144,20 +144,20 @@ def test_not_enough_gpus_names_the_class_and_shortfall(operator: Operator, ns: s
 
 def test_missing_gpu_class_is_reported_then_picked_up(operator: Operator, ns: str):
     c = operator.cluster
-    c.apply(service("lost", ns, gpu={"class": "b200"}))
+    c.apply(service("lost", ns, gpu={"class": "x100"}))
     ready = wait_for("Ready=False GPUClassNotFound", lambda: (r := c.condition("infsvc", "lost", ns, "Ready"))
                      and r["reason"] == "GPUClassNotFound" and r)
-    assert "GPUClass b200 does not exist" in ready["message"] and "h100" in ready["message"]
+    assert "GPUClass x100 does not exist" in ready["message"] and "h100" in ready["message"]
     assert c.get("deployment", "lost", ns) is None
-    b200 = {"apiVersion": f"{GROUP}/v1alpha1", "kind": "GPUClass", "metadata": {"name": "b200"},
+    x100 = {"apiVersion": f"{GROUP}/v1alpha1", "kind": "GPUClass", "metadata": {"name": "x100"},
             "spec": {"productNames": ["NVIDIA-H100-80GB-HBM3"], "memoryGiB": 180, "memoryBandwidthTBps": 8,
                      "computeCapability": "10.0"}}
-    c.apply(b200)
+    c.apply(x100)
     try:
         wait_ready(c, "lost", ns, timeout=60)
-        assert c.get("infsvc", "lost", ns)["status"]["gpuClass"] == "b200"
+        assert c.get("infsvc", "lost", ns)["status"]["gpuClass"] == "x100"
     finally:
-        c.kubectl("delete", "gpuclass", "b200", check=False)
+        c.kubectl("delete", "gpuclass", "x100", check=False)
 
 
 INVALID = [
@@ -356,7 +356,8 @@ def test_a_model_on_a_missing_claim_names_the_claim(operator: Operator, ns: str)
     assert claims == {"model-source": {"claimName": "models", "readOnly": True}}
     (init,) = [i for i in pod["initContainers"] if i["name"] == "stage-model"]
     assert {"name": "model-source", "mountPath": "/mnt/pvc/models", "readOnly": True} in init["volumeMounts"]
-    assert init["args"][:4] == ["triton-runtime", "stage", "--source", "pvc://models/resnet50"]
+    assert [*init.get("command", []), *init["args"]][:4] == ["triton-runtime", "stage", "--source",
+                                                             "pvc://models/resnet50"]
     degraded = wait_for("Degraded naming the claim", lambda: (d := c.condition("infsvc", "from-pvc", ns, "Degraded"))
                         and d["status"] == "True" and d, timeout=60)
     assert degraded["reason"] == "Unschedulable" and '"models" not found' in degraded["message"], degraded

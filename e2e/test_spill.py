@@ -70,9 +70,16 @@ def ready_by_product(c: Cluster, name: str, ns: str, nodes: dict[str, str]) -> d
 
 
 def events(c: Cluster, name: str, ns: str, reason: str) -> list[str]:
+    """One message per occurrence: a repeat within 10 minutes raises the count of the Event posted
+    first (as client-go's recorder does) instead of adding an object."""
     out = c.kubectl("get", "events", "-n", ns, "--field-selector", f"involvedObject.name={name},reason={reason}",
-                    "-o", "jsonpath={range .items[*]}{.message}{'\\n'}{end}").stdout
-    return [line for line in out.splitlines() if line.strip()]
+                    "-o", "jsonpath={range .items[*]}{.count}{'\\t'}{.message}{'\\n'}{end}").stdout
+    found: list[str] = []
+    for line in out.splitlines():
+        count, _, message = line.partition("\t")
+        if message.strip():
+            found += [message] * int(count or 1)
+    return found
 
 
 def placement(c: Cluster, name: str, ns: str) -> dict[str, tuple[int, int, str]]:

@@ -112,7 +112,7 @@ spec:
   verbs: [list, watch]
 - apiGroups: [""]
   resources: [events]
-  verbs: [create]
+  verbs: [create, patch]
 {{- end }}
 
 {{/* The operator's NetworkPolicy setting (JSON): who may reach the Triton pods it runs. */}}
