@@ -176,7 +176,7 @@ def test_model_yaml_holds_llm_api_arguments_and_the_checkpoints_chat(tmp_path):
     # tensor_parallel_size, max_batch_size, max_num_tokens, max_seq_len, kv_cache_config
     # (KvCacheConfig.free_gpu_memory_fraction, enable_block_reuse), enable_iter_perf_stats,
     # guided_decoding_backend 'xgrammar'|'llguidance').
-    assert doc["llm_args"] == {"backend": "pytorch", "enable_iter_perf_stats": True, "guided_decoding_backend": "xgrammar",
+    assert doc["llm_args"] == {"enable_iter_perf_stats": True, "guided_decoding_backend": "xgrammar",
                                "tensor_parallel_size": 2, "max_batch_size": 64, "max_num_tokens": 8192,
                                "max_seq_len": 4096, "kv_cache_config": {"free_gpu_memory_fraction": 0.9,
                                                                         "enable_block_reuse": True}}

@@ -80,7 +80,7 @@ def test_the_llm_is_built_with_model_yamls_arguments_and_never_runs_checkpoint_c
     llm = engine.llm
     assert llm.model == "/models/cache/llama" and llm.tensor_parallel_size == 2 and llm.dtype == "bfloat16"
     assert llm.trust_remote_code is False
-    assert llm.kwargs["backend"] == "pytorch" and llm.kwargs["enable_iter_perf_stats"] is True
+    assert "backend" not in llm.kwargs and llm.kwargs["enable_iter_perf_stats"] is True
     assert llm.kwargs["guided_decoding_backend"] == "xgrammar"
     assert isinstance(llm.kwargs["kv_cache_config"], tensorrt_llm.llmapi.KvCacheConfig)
     assert llm.kwargs["kv_cache_config"].free_gpu_memory_fraction == 0.85
@@ -105,17 +105,42 @@ def test_a_streamed_answer_arrives_in_pieces_with_counts_and_its_finish_reason(t
 def test_sampling_reaches_the_llm_api_by_its_names(trtllm):
     engine = trtllm()
     run(engine, [Piece("x", False)], Sampling(max_tokens=3, temperature=0))
-    run(engine, [Piece("x", False)], Sampling(max_tokens=64, temperature=0.7, top_p=0.9, top_k=40, seed=7,
-                                              presence_penalty=0.5, frequency_penalty=0.25, repetition_penalty=1.1,
+    run(engine, [Piece("x", False)], Sampling(max_tokens=64, temperature=0.7, top_p=0.9, top_k=40,
                                               guided_json='{"type": "object"}'), stops=["\n\n"])
     run(engine, [Piece("x", False)], Sampling(max_tokens=64, guided_json="{}"))
     greedy, sampled, any_json = (r[1] for r in engine.llm.requests)
     assert (greedy.top_k, greedy.temperature, greedy.max_tokens) == (1, None, 3)
     assert greedy.stop_token_ids == [128009] and greedy.include_stop_str_in_output is False
-    assert (sampled.temperature, sampled.top_p, sampled.top_k, sampled.seed) == (0.7, 0.9, 40, 7)
-    assert (sampled.presence_penalty, sampled.frequency_penalty, sampled.repetition_penalty) == (0.5, 0.25, 1.1)
+    assert (sampled.temperature, sampled.top_p, sampled.top_k) == (0.7, 0.9, 40)
     assert sampled.stop == ["\n\n"] and sampled.guided_decoding.json == {"type": "object"}
     assert any_json.guided_decoding.json_object is True and any_json.guided_decoding.json is None
+    assert all(r[1].seed is None and r[1].presence_penalty is None for r in engine.llm.requests)
+
+
+@pytest.mark.parametrize("sampling, words", [
+    (Sampling(max_tokens=8, seed=7), "seed: TensorRT-LLM 1.2's sampler has one seed for the whole engine"),
+    (Sampling(max_tokens=8, presence_penalty=0.5), "presence_penalty: TensorRT-LLM 1.2's sampler does not apply it"),
+    (Sampling(max_tokens=8, frequency_penalty=-1.0), "frequency_penalty"),
+    (Sampling(max_tokens=8, repetition_penalty=1.1), "repetition_penalty"),
+])
+def test_what_the_engines_sampler_would_silently_ignore_is_refused(trtllm, sampling, words):
+    """TensorRT-LLM 1.2's default sampler has one engine-wide seed and no penalties: a request
+    asking for them gets a 400 saying so (the model's words), not an answer without them."""
+    engine = trtllm()
+    steps, errors = run(engine, [Piece("x", False)], sampling)
+    assert steps == [] and isinstance(errors[0], RequestError) and words in str(errors[0])
+    assert engine.llm.requests == [] and engine.outstanding.value == 0
+    assert engine.refusal(Sampling(max_tokens=8, presence_penalty=0.0, repetition_penalty=1.0)) is None
+
+
+def test_a_stop_string_split_over_pieces_never_reaches_the_client(trtllm):
+    """The LLM API cuts its text at a stop string, but a part of it already sent as text_diff
+    stays sent: here ' capital' then '.' with the stop ' capital.' would leak ' capital'."""
+    engine = trtllm()
+    steps, _ = run(engine, [Piece("x", False)], Sampling(max_tokens=64, temperature=0), stops=[" capital."])
+    assert "".join(s.text for s in steps) == "Paris is the" and steps[-1].finish_reason == "stop"
+    steps, _ = run(engine, [Piece("x", False)], Sampling(max_tokens=64, temperature=0), stops=[" capitol"])
+    assert "".join(s.text for s in steps) == "Paris is the capital.", "a prefix that was not a stop is sent at the end"
 
 
 def test_length_and_cancellation(trtllm):

@@ -45,11 +45,11 @@ from triton_runtime.serving.triton_model import TritonPythonModel  # noqa: E402,
 '''
 
 # The LLM API arguments set for every service (TorchLlmArgs; nvidia.github.io/TensorRT-LLM/1.2.1/
-# llm-api/reference.html): the PyTorch backend, iteration statistics on (LLM.get_stats, which the
-# model turns into its queue and KV-cache metrics), and a guided-decoding backend so that
-# response_format (JSON) can be honoured.
+# llm-api/reference.html): iteration statistics on (LLM.get_stats, which the model turns into its
+# queue and KV-cache metrics), and a guided-decoding backend so that response_format (JSON) can be
+# honoured. (`backend` is left out: tensorrt_llm.LLM is the PyTorch backend, and the argument is
+# deprecated.)
 BASE_LLM_ARGS: dict[str, Any] = {
-    "backend": "pytorch",
     "enable_iter_perf_stats": True,
     "guided_decoding_backend": "xgrammar",
 }

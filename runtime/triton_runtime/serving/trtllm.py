@@ -3,7 +3,7 @@
 
 Every name used here is the LLM API's, as documented for 1.2.1 (nvidia.github.io/TensorRT-LLM/
 1.2.1/llm-api/reference.html) and driven through those names in tests/test_trtllm_engine.py:
-- `LLM(model=<checkpoint folder>, backend="pytorch", tensor_parallel_size=..., ...)`, its other
+- `LLM(model=<checkpoint folder>, tensor_parallel_size=..., ...)` (the PyTorch backend), its other
   arguments from model.yaml's `llm_args` (TorchLlmArgs: max_batch_size, max_num_tokens,
   max_seq_len, kv_cache_config, enable_iter_perf_stats, guided_decoding_backend, ...);
   a pre-quantized ModelOpt checkpoint (FP8, NVFP4, INT4-AWQ) is recognised from its own config;
@@ -12,11 +12,25 @@ Every name used here is the LLM API's, as documented for 1.2.1 (nvidia.github.io
 - `LLM.generate_async(prompt_token_ids, SamplingParams(...), streaming=True)` -> an async
   iterator of RequestOutput (`finished`, `outputs[0]` a CompletionOutput: `text_diff`,
   `token_ids`, `finish_reason` in stop | length | timeout | cancelled), `.abort()`;
-- `SamplingParams(max_tokens, temperature, top_p, top_k, seed, stop, stop_token_ids,
-  include_stop_str_in_output, presence_penalty, frequency_penalty, repetition_penalty,
-  guided_decoding=GuidedDecodingParams(json=..., json_object=...))`;
+- `SamplingParams(max_tokens, temperature, top_p, top_k, stop, stop_token_ids,
+  include_stop_str_in_output, detokenize, guided_decoding=GuidedDecodingParams(json=...) or
+  GuidedDecodingParams(json_object=True))` (one guide only: two raise);
 - `LLM.get_stats(timeout)`: iteration statistics (with `enable_iter_perf_stats`): dicts with
   numQueuedRequests, numActiveRequests and kvCacheStats {usedNumBlocks, maxNumBlocks}.
+
+What the names do not say, read from NVIDIA/TensorRT-LLM's sources of the 1.1-1.3 series
+(tensorrt_llm/executor/result.py, executor.py, sampling_params.py; the v1.2.1 tag itself could
+not be read here):
+- `get_stats` drains a queue until it has been quiet for `timeout` seconds, then returns [] until
+  the next `generate_async`: it is polled with a short timeout, and an empty answer while
+  requests are in flight keeps the last figures instead of reading as idle;
+- a stop string found while streaming cuts `text` back, but characters of it already sent as
+  `text_diff` stay sent: the stop strings are also held back here (text.StopScanner), and a
+  held tail is dropped when `stop_reason` says a stop string ended the answer;
+- the default sampler of 1.2.x has one seed for the whole engine and applies no presence,
+  frequency or repetition penalty (per-request seeds and penalties came in later releases):
+  requests asking for them are refused with a reason rather than silently answered without them;
+- token ids must be plain `int`s and a prompt may not be empty.
 """
 
 from __future__ import annotations
@@ -27,11 +41,13 @@ import logging
 import threading
 from typing import Any
 
-from .engine import Counter, Job, RequestError, Stats, Step
+from .engine import Counter, Job, RequestError, Sampling, Stats, Step
+from .text import StopScanner
 
 log = logging.getLogger(__name__)
 
-STATS_PERIOD_S = 1.0
+STATS_PERIOD_S = 0.5    # how often the statistics are read
+STATS_QUIET_S = 0.05    # get_stats returns once no new iteration arrived for this long
 
 
 class TrtllmEngine:
@@ -49,6 +65,7 @@ class TrtllmEngine:
         self.hf_tokenizer = getattr(self.llm.tokenizer, "tokenizer", self.llm.tokenizer)
         self.stop_token_ids = list(stop_token_ids or [])
         self.received = Counter()   # submitted, not yet seen by the engine's statistics
+        self.outstanding = Counter()  # submitted, not finished
         self._stats = Stats(0, 0, 0.0)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="trtllm", daemon=True)
@@ -64,6 +81,20 @@ class TrtllmEngine:
                                             split_special_tokens=not piece.trusted)
         return ids
 
+    @staticmethod
+    def refusal(sampling: Sampling) -> str | None:
+        """Why this engine cannot honour a request's sampling as asked (None: it can)."""
+        s = sampling
+        if s.seed is not None:
+            return ("seed: TensorRT-LLM 1.2's sampler has one seed for the whole engine, so a request's seed would "
+                    "not be honoured; omit it (temperature 0 gives repeatable answers)")
+        for name, value, neutral in (("presence_penalty", s.presence_penalty, 0.0),
+                                     ("frequency_penalty", s.frequency_penalty, 0.0),
+                                     ("repetition_penalty", s.repetition_penalty, 1.0)):
+            if value != neutral:
+                return f"{name}: TensorRT-LLM 1.2's sampler does not apply it; omit it"
+        return None
+
     def sampling_params(self, job: Job) -> Any:
         from tensorrt_llm import SamplingParams
         from tensorrt_llm.llmapi import GuidedDecodingParams
@@ -72,8 +103,7 @@ class TrtllmEngine:
         kwargs: dict[str, Any] = {
             "max_tokens": s.max_tokens, "stop": list(job.stops) or None,
             "stop_token_ids": self.stop_token_ids or None, "include_stop_str_in_output": False,
-            "presence_penalty": s.presence_penalty, "frequency_penalty": s.frequency_penalty,
-            "repetition_penalty": s.repetition_penalty, "seed": s.seed, "detokenize": True,
+            "detokenize": True,
         }
         if s.greedy:
             kwargs["top_k"] = 1          # greedy: the one most likely token
@@ -89,6 +119,7 @@ class TrtllmEngine:
 
     def submit(self, job: Job) -> None:
         self.received.add(1)
+        self.outstanding.add(1)
         asyncio.run_coroutine_threadsafe(self._run(job), self._loop)
 
     def stats(self) -> Stats:
@@ -104,41 +135,68 @@ class TrtllmEngine:
     async def _run(self, job: Job) -> None:
         counted = True
         try:
-            ids = self.tokenize(job.prompt)
+            why = self.refusal(job.sampling)
+            if why:
+                raise RequestError(why)
+            ids = [int(t) for t in self.tokenize(job.prompt)]
+            if not ids:
+                raise RequestError("the prompt is empty")
             params = self.sampling_params(job)
             result = self.llm.generate_async(ids, params, streaming=True)
             self.received.add(-1)
             counted = False
+            scanner = StopScanner(job.stops)
             async for out in result:
                 if job.cancelled() and not out.finished:
                     result.abort()
                     continue
                 o = out.outputs[0]
-                reason = None
+                text = scanner.push(o.text_diff or "")
+                if scanner.stopped and not out.finished:   # ours saw the stop first: end it here
+                    result.abort()
+                    job.emit(Step(text, len(o.token_ids), len(ids), "stop"))
+                    return
                 if out.finished:
                     reason = {"stop": "stop", "length": "length"}.get(o.finish_reason or "", "cancelled")
-                if o.text_diff or reason is not None:
-                    job.emit(Step(o.text_diff, len(o.token_ids), len(ids), reason))
+                    # A stop string ended it: what is held back is the start of that string.
+                    held = "" if scanner.stopped or isinstance(getattr(o, "stop_reason", None), str) else scanner.flush()
+                    job.emit(Step(text + held, len(o.token_ids), len(ids), reason))
+                    return
+                if text:
+                    job.emit(Step(text, len(o.token_ids), len(ids)))
         except ValueError as e:   # the LLM API refuses what it cannot do (a prompt past max_seq_len, ...)
-            job.fail(RequestError(str(e)))
+            job.fail(e if isinstance(e, RequestError) else RequestError(str(e)))
         except Exception as e:  # noqa: BLE001 - reported to the request
             job.fail(e)
         finally:
+            self.outstanding.add(-1)
             if counted:
                 self.received.add(-1)
 
     def _poll_stats(self) -> None:
         while not self._stopping.wait(STATS_PERIOD_S):
             try:
-                entries = self.llm.get_stats(timeout=STATS_PERIOD_S)
+                # Drains what is queued, returning once the queue has been quiet for the timeout.
+                entries = self.llm.get_stats(timeout=STATS_QUIET_S)
             except Exception as e:  # noqa: BLE001 - statistics are best effort
                 log.debug("get_stats failed: %s", e)
                 continue
-            if not entries:
-                continue
-            last = entries[-1] if isinstance(entries[-1], dict) else json.loads(entries[-1])
-            kv = last.get("kvCacheStats") or {}
-            used, total = kv.get("usedNumBlocks") or 0, kv.get("maxNumBlocks") or 0
-            self._stats = Stats(queued=int(last.get("numQueuedRequests") or 0) + self.received.value,
-                                active=int(last.get("numActiveRequests") or 0),
-                                kv_cache_utilization=used / total if total else 0.0)
+            self._stats = self.figures(entries, self._stats, self.received.value, self.outstanding.value)
+
+    @staticmethod
+    def figures(entries: list[Any], last: Stats, received: int, outstanding: int) -> Stats:
+        """Queue, batch and KV-cache figures from one drain of iteration statistics. Nothing new
+        while requests are in flight (get_stats answers [] between submissions): the last batch
+        figure stands and the queue is what of ours is not in it; nothing in flight: idle."""
+        if not entries:
+            if outstanding <= 0:
+                return Stats(0, 0, 0.0)
+            active = min(last.active, outstanding)
+            return Stats(queued=max(0, outstanding - active), active=active,
+                         kv_cache_utilization=last.kv_cache_utilization)
+        latest = entries[-1] if isinstance(entries[-1], dict) else json.loads(entries[-1])
+        kv = latest.get("kvCacheStats") or {}
+        used, total = kv.get("usedNumBlocks") or 0, kv.get("maxNumBlocks") or 0
+        return Stats(queued=int(latest.get("numQueuedRequests") or 0) + received,
+                     active=int(latest.get("numActiveRequests") or 0),
+                     kv_cache_utilization=used / total if total else 0.0)

@@ -47,6 +47,7 @@ class CompletionOutput:
     token_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None
     text_diff: str = ""
+    stop_reason: int | str | None = None
 
 
 @dataclass
@@ -72,8 +73,12 @@ class GenerationResult:
         return self._outputs()
 
     async def _outputs(self):
+        """As the detokenizing result does: text grows by each piece; a stop string found cuts the
+        text back to before it (what was already sent as text_diff stays sent) and ends the
+        request with finish_reason 'stop' and stop_reason the string."""
         text, tokens = "", []
         limit = self.params.max_tokens
+        stops = [self.params.stop] if isinstance(self.params.stop, str) else list(self.params.stop or [])
         for i, piece in enumerate(self.pieces):
             await asyncio.sleep(self.llm.token_seconds)
             if self.aborted:
@@ -81,11 +86,19 @@ class GenerationResult:
                                     [CompletionOutput(0, text, list(tokens), "cancelled", "")], True)
                 return
             tokens.append(1000 + i)
-            text += piece
+            grown = text + piece
+            found = min(((grown.find(s), s) for s in stops if grown.find(s) >= 0), default=None)
+            if found is not None:
+                cut = grown[:found[0]]
+                yield RequestOutput(self.request_id, self.ids, [CompletionOutput(
+                    0, cut, list(tokens), "stop", cut[len(text):], found[1])], True)
+                return
+            diff, text = piece, grown
             last = i == len(self.pieces) - 1 or len(tokens) >= limit
             reason = ("length" if len(tokens) >= limit and i < len(self.pieces) - 1 else "stop") if last else None
             yield RequestOutput(self.request_id, self.ids,
-                                [CompletionOutput(0, text, list(tokens), reason, piece)], last)
+                                [CompletionOutput(0, text, list(tokens), reason, diff,
+                                                  2 if reason == "stop" else None)], last)
             if last:
                 return
 
