@@ -89,9 +89,10 @@ Point kubectl at the cluster:
   kubectl get infsvc -A
 
 The gateway (OpenAI-compatible) listens on http://127.0.0.1:$GATEWAY_PORT with the API key $API_KEY
-(log: $STATE/gateway.log). smol answers for real (SmolLM2-135M-Instruct on a local CPU Triton):
+(log: $STATE/gateway.log). smol answers for real (SmolLM2-135M-Instruct on a local CPU Triton; a
+model this small wanders at OpenAI's default temperature 1, so the example asks for greedy):
   .venv/bin/python -c 'import openai; c = openai.OpenAI(base_url="http://127.0.0.1:$GATEWAY_PORT/v1", api_key="$API_KEY")
-for chunk in c.chat.completions.create(model="smol", messages=[{"role": "user", "content": "What is the capital of France?"}], stream=True):
+for chunk in c.chat.completions.create(model="smol", messages=[{"role": "user", "content": "What is the capital of France?"}], temperature=0, max_tokens=64, stream=True):
     print(chunk.choices[0].delta.content or "", end="", flush=True)
 print()'
 Stop everything: make dev-down
