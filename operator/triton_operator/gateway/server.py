@@ -481,16 +481,23 @@ class Gateway:
             return hit[1]
         address = await self.endpoint(svc, caller)
         template: str | None = None
+        path = f"/v2/models/{svc.generate_model}/config"
+        headers: dict[str, str] = {}
+        span = self.tracing.upstream("GET", address[0], address[1], path, headers)
         try:
-            async with self.session().get(yarl.URL(f"{url(address, self.scheme)}/v2/models/{svc.generate_model}/config",
-                                                   encoded=True), server_hostname=self.tls_name(svc),
+            async with self.session().get(yarl.URL(f"{url(address, self.scheme)}{path}", encoded=True),
+                                          headers=headers, server_hostname=self.tls_name(svc),
                                           timeout=aiohttp.ClientTimeout(total=10)) as resp:
+                span.status_code(resp.status)
                 if resp.status == 200:
                     params = (await resp.json(content_type=None)).get("parameters") or {}
                     value = (params.get("chat_template") or {}).get("string_value")
                     template = value if isinstance(value, str) and value.strip() else None
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError):
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError) as e:
+            span.fail(e)
             return None  # not cached: the next request asks again
+        finally:
+            span.end()
         self._model_templates[cache_key] = (self.clock(), template)
         return template
 
