@@ -320,3 +320,21 @@ def test_the_gateway_command_refuses_bad_tracing_settings_without_a_traceback(tm
         "triton-operator: OTEL_EXPORTER_OTLP_ENDPOINT: expected an http:// or https:// URL of an OTLP receiver, "
         "e.g. http://otel-collector.monitoring:4318")
     assert "Traceback" not in out.stderr
+
+
+def test_a_collector_that_is_down_does_not_hold_up_the_gateways_stop(caplog):
+    """A real OTLP exporter pointed at a closed loopback port, with a span buffered: the stop
+    gives up after its bound instead of waiting out the exporter's retries (6.1 s unbounded, here)."""
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    on = tracing.from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{closed}"})
+    assert isinstance(on, tracing.On)
+    with on.span("gateway.hold"):
+        pass
+    started = time.monotonic()
+    on.shutdown(timeout=1.0)
+    assert time.monotonic() - started < 2.5

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import urllib.parse
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator, Mapping
 
@@ -204,13 +205,21 @@ class On:
         self.propagator.inject(headers, context=self._trace.set_span_in_context(span))
         return _Span(span)
 
-    def shutdown(self) -> None:
-        """Send what is buffered (bounded) and stop the exporter."""
-        try:
-            self.provider.force_flush(2000)
-            self.provider.shutdown()
-        except Exception as e:  # noqa: BLE001 - an exporter that fails must not stop the shutdown
-            log.warning("tracing: could not flush the last spans: %s", type(e).__name__)
+    def shutdown(self, timeout: float = 3.0) -> None:
+        """Send what is buffered and stop the exporter, within `timeout` seconds: the SDK's own
+        shutdown may wait out the exporter's retries (10 s and more) when the collector is down,
+        so it runs on a thread of its own that the gateway stops waiting for."""
+        def stop() -> None:
+            try:
+                self.provider.shutdown()
+            except Exception as e:  # noqa: BLE001 - an exporter that fails must not stop the shutdown
+                log.warning("tracing: could not flush the last spans: %s", type(e).__name__)
+
+        worker = threading.Thread(target=stop, name="tracing shutdown", daemon=True)
+        worker.start()
+        worker.join(timeout)
+        if worker.is_alive():
+            log.warning("tracing: the last spans were not sent within %.0fs (is the collector reachable?)", timeout)
 
 
 def _route(request: web.Request) -> str:
