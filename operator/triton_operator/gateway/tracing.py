@@ -16,6 +16,8 @@ The spans of one API request, all in the client's trace when it sent a W3C `trac
     ├── gateway.route           INTERNAL  which InferenceService serves the model
     ├── gateway.hold            INTERNAL  waiting for a ready replica (scale from zero, capacity);
     │                                     only when the request had to wait
+    ├── GET                     CLIENT  reading a text model's chat template from its config
+    │                                   (when it is not cached)
     └── POST                    CLIENT  the call to Triton, to the end of its answer (a stream's
                                         last byte); one per attempt. Its context goes to Triton as
                                         `traceparent` (and `tracestate`), so Triton's own spans
