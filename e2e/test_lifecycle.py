@@ -361,3 +361,45 @@ def test_a_model_on_a_missing_claim_names_the_claim(operator: Operator, ns: str)
     degraded = wait_for("Degraded naming the claim", lambda: (d := c.condition("infsvc", "from-pvc", ns, "Degraded"))
                         and d["status"] == "True" and d, timeout=60)
     assert degraded["reason"] == "Unschedulable" and '"models" not found' in degraded["message"], degraded
+
+
+def test_ours_is_told_apart_from_kserves_inferenceservice(operator: Operator, ns: str):
+    """Where KServe is installed too, two kinds are called InferenceService. KServe's CRD is
+    reduced here to its names (group serving.kserve.io, plural inferenceservices, short name isvc,
+    no category; its controller does not run): what the README tells users to type is checked."""
+    c = operator.cluster
+    kserve = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+              "metadata": {"name": "inferenceservices.serving.kserve.io"},
+              "spec": {"group": "serving.kserve.io", "scope": "Namespaced",
+                       "names": {"kind": "InferenceService", "listKind": "InferenceServiceList",
+                                 "plural": "inferenceservices", "singular": "inferenceservice",
+                                 "shortNames": ["isvc"]},
+                       "versions": [{"name": "v1beta1", "served": True, "storage": True,
+                                     "schema": {"openAPIV3Schema": {
+                                         "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+    c.apply(kserve)
+    try:
+        c.kubectl("wait", "--for=condition=Established", "crd/inferenceservices.serving.kserve.io", "--timeout=30s")
+        c.apply(service("ours", ns))
+        c.apply({"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
+                 "metadata": {"name": "theirs", "namespace": ns}, "spec": {"predictor": {}}})
+
+        def names(*resource: str) -> list[str]:
+            out = c.kubectl("get", *resource, "-n", ns, "-o", "name", check=False)
+            return sorted(out.stdout.split()) if out.returncode == 0 else [f"error: {out.stderr.strip()}"]
+
+        theirs = ["inferenceservice.serving.kserve.io/theirs"]
+        ours = ["inferenceservice.serving.triton-operator.io/ours"]
+        assert wait_for("ours by short name", lambda: names("infsvc") == ours, timeout=30)
+        assert names("inferenceservices.serving.triton-operator.io") == ours
+        assert names("isvc") == theirs
+        assert names("inferenceservices.serving.kserve.io") == theirs
+        category = names("inference")  # ours and the (cluster-scoped) GPUClasses, never KServe's
+        assert [n for n in category if n.startswith("inferenceservice")] == ours, category
+        assert "gpuclass.serving.triton-operator.io/h100" in category, category
+        plain = names("inferenceservices")
+        assert plain in (ours, theirs), plain  # one of the two, never both: hence the README's advice
+        print(f"'kubectl get inferenceservices' with both installed lists {plain}")
+    finally:
+        c.kubectl("delete", "crd", "inferenceservices.serving.kserve.io", "--ignore-not-found", "--timeout=60s",
+                  check=False)

@@ -117,7 +117,7 @@ def test_a_cache_without_file_locks_builds_without_one(tmp_path, monkeypatch):
 def test_failed_build_leaves_nothing_behind(tmp_path):
     def build(out: Path) -> dict:
         (out / "partial").write_text("half")
-        raise RuntimeError("trtllm-build exited with 1")
+        raise RuntimeError("quantization exited with 1")
 
     with pytest.raises(RuntimeError):
         cache.publish(tmp_path, "k", build, log=lambda _: None)

@@ -173,3 +173,22 @@ def test_statistics_become_queue_active_and_kv_cache_figures(trtllm):
         time.sleep(0.01)
     s = engine.stats()
     assert (s.queued, s.active, s.kv_cache_utilization) == (3, 5, 0.25), "the latest iteration counts"
+
+
+def test_an_empty_drain_keeps_the_figures_while_requests_are_in_flight():
+    """get_stats answers [] between submissions: that is not idleness while requests are out."""
+    from triton_runtime.serving.engine import Stats
+    from triton_runtime.serving.trtllm import TrtllmEngine
+
+    busy = Stats(queued=2, active=6, kv_cache_utilization=0.5)
+    # In flight: the last batch figure stands, capped by what is out; the rest of ours is queued.
+    assert TrtllmEngine.figures([], busy, received=0, outstanding=9) == Stats(3, 6, 0.5)
+    assert TrtllmEngine.figures([], busy, received=0, outstanding=4) == Stats(0, 4, 0.5)
+    # Nothing out: idle, whatever came before.
+    assert TrtllmEngine.figures([], busy, received=0, outstanding=0) == Stats(0, 0, 0.0)
+    # A drain: its latest entry (dicts or JSON strings), plus ours not yet handed to the engine.
+    entries = [{"numQueuedRequests": 7, "numActiveRequests": 1},
+               '{"numQueuedRequests": 1, "numActiveRequests": 3, "kvCacheStats": {"usedNumBlocks": 9, "maxNumBlocks": 36}}']
+    assert TrtllmEngine.figures(entries, busy, received=2, outstanding=6) == Stats(3, 3, 0.25)
+    # No KV figures in the entry: 0, not a division by zero.
+    assert TrtllmEngine.figures([{"numActiveRequests": 2}], busy, received=0, outstanding=2) == Stats(0, 2, 0.0)
