@@ -164,6 +164,12 @@ def test_failures_mark_the_spans_with_codes_not_texts():
             [refused] = exporter.get_finished_spans()
             assert refused.name == "GET /v1/models" and refused.attributes["http.response.status_code"] == 401
             assert "sk-wrong-" not in every_attribute_value(exporter)
+            exporter.clear()
+            # a path no route matches: named by its method alone (no scanner's path as a span name)
+            assert (await rig.call("GET", "/wp-admin/setup.php")).status == 404
+            [unmatched] = exporter.get_finished_spans()
+            assert unmatched.name == "GET" and "http.route" not in unmatched.attributes
+            assert unmatched.attributes["url.path"] == "/wp-admin/setup.php"
     run(scenario)
 
 

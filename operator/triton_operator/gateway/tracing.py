@@ -165,11 +165,12 @@ class On:
                 return await handler(request)
             route = _route(request)
             parent = self.propagator.extract(request.headers)
+            attributes = {"http.request.method": request.method, "url.path": request.path, "url.scheme": request.scheme}
+            if route:
+                attributes["http.route"] = route
             with self.tracer.start_as_current_span(
-                    f"{request.method} {route}", context=parent, kind=self._kind.SERVER,
-                    record_exception=False, set_status_on_exception=False,
-                    attributes={"http.request.method": request.method, "http.route": route,
-                                "url.path": request.path, "url.scheme": request.scheme}) as span:
+                    f"{request.method} {route}" if route else request.method, context=parent, kind=self._kind.SERVER,
+                    record_exception=False, set_status_on_exception=False, attributes=attributes) as span:
                 try:
                     response = await handler(request)
                 except BaseException as e:   # a cancelled request (the client went away)
@@ -224,12 +225,12 @@ class On:
             log.warning("tracing: the last spans were not sent within %.0fs (is the collector reachable?)", timeout)
 
 
-def _route(request: web.Request) -> str:
-    """The matched route as the app declares it ("/v1/models/{model}"); the KServe v2 catch-all as
-    /v2/{path}."""
-    info = request.match_info.route.resource
-    canonical = info.canonical if info is not None else request.path
-    return canonical.replace("{tail}", "/{path}")
+def _route(request: web.Request) -> str | None:
+    """The matched route as the app declares it ("/v1/models/{model}"; the KServe v2 catch-all as
+    /v2/{path}), or None for a path no route matches (the span is then named by the method alone,
+    so that scanners' paths do not become span names)."""
+    resource = request.match_info.route.resource
+    return resource.canonical.replace("{tail}", "/{path}") if resource is not None else None
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> Off | On:
