@@ -344,3 +344,27 @@ def test_a_collector_that_is_down_does_not_hold_up_the_gateways_stop(caplog):
     started = time.monotonic()
     on.shutdown(timeout=1.0)
     assert time.monotonic() - started < 2.5
+
+
+def test_a_stream_that_breaks_marks_the_upstream_span_failed():
+    async def scenario():
+        rig, exporter = traced_rig()
+
+        async def breaks(request):
+            from aiohttp import web
+            out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            out.enable_chunked_encoding()
+            await out.prepare(request)
+            await out.write(b'data: {"text_output": "hel"}\n\n')
+            request.transport.close()   # the replica goes away mid-answer
+            return out
+
+        rig.upstream.answer = breaks
+        async with rig:
+            reply = await rig.call("POST", "/v1/chat/completions", body={**CHAT, "stream": True})
+            assert reply.status == 200 and b"upstream_failed" in reply.body
+        upstream = by_name(exporter)["POST"]
+        assert upstream.attributes["http.response.status_code"] == 200
+        assert upstream.status.status_code == StatusCode.ERROR
+        assert upstream.attributes["error.type"] == upstream.status.description == "ClientPayloadError"
+    run(scenario)

@@ -567,7 +567,7 @@ class Gateway:
                 if resp.status != 200:
                     raise await _upstream_error(resp, svc)
                 if gen.stream:
-                    answer = await self._stream(request, resp, gen, svc, started, caller)
+                    answer = await self._stream(request, resp, gen, svc, started, caller, span)
                 else:
                     whole = t.answer_of(await resp.json(content_type=None))
                     self._spend(caller, svc, whole.prompt_tokens, whole.completion_tokens)
@@ -610,7 +610,7 @@ class Gateway:
         self.child(m.KEY_REQUEST_SECONDS, caller.grant.name, *svc.key).inc(max(0.0, self.clock() - sent))
 
     async def _stream(self, request: web.Request, resp: aiohttp.ClientResponse, gen: t.Generate,
-                      svc: Service, started: float, caller: Caller) -> web.StreamResponse:
+                      svc: Service, started: float, caller: Caller, span: Any = tr.NO_SPAN) -> web.StreamResponse:
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
                                           "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         await out.prepare(request)
@@ -634,8 +634,10 @@ class Gateway:
                     break
             await out.write(stream.end())
         except t.OpenAIError as e:
+            span.fail(e)
             await out.write(stream.error(e))
         except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+            span.fail(e)   # the answer began (200) and broke: the upstream span says so
             await out.write(stream.error(t.OpenAIError(502, f"the replica failed mid-stream: {type(e).__name__}",
                                                        "upstream_error", code="upstream_failed")))
         finally:
