@@ -47,9 +47,9 @@ UV_VERSION := 0.13.9
 UV := $(VENV)-uv/bin/uv
 lock:
 	test -x $(UV) || { $(PYTHON) -m venv $(VENV)-uv && $(VENV)-uv/bin/pip install --quiet "uv==$(UV_VERSION)"; }
-	$(UV) pip compile pyproject.toml runtime/pyproject.toml --extra test --universal --python-version 3.11 \
+	$(UV) pip compile pyproject.toml runtime/pyproject.toml --extra test --extra tracing --universal --python-version 3.11 \
 	  --generate-hashes --no-header --quiet -o requirements/dev.lock
-	$(UV) pip compile pyproject.toml --universal --python-version 3.13 \
+	$(UV) pip compile pyproject.toml --extra tracing --universal --python-version 3.13 \
 	  --generate-hashes --no-header --quiet -o requirements/operator-image.lock
 	$(UV) pip compile runtime/pyproject.toml --extra hf --extra s3 --extra gs --universal --python-version 3.13 \
 	  --generate-hashes --no-header --quiet -o requirements/runtime-image.lock

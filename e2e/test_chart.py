@@ -4,6 +4,7 @@ API server; the Argo CD health script against status the real operator wrote."""
 from __future__ import annotations
 
 import json
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -323,3 +324,146 @@ def test_reapplying_after_status_is_written_shows_no_diff(operator: Operator, ns
     dep = json.loads(c.kubectl("get", "deployment", "gitops", "-n", ns, "-o", "json", "--show-managed-fields").stdout)
     appliers = {f["manager"] for f in dep["metadata"]["managedFields"] if f["operation"] == "Apply"}
     assert appliers == {"triton-operator"}
+
+
+# -- helm test ---------------------------------------------------------------------------------------
+
+def _hooks(docs: list[dict]) -> dict[tuple[str, str], dict]:
+    return {(d["kind"], d["metadata"]["name"]): d for d in docs
+            if (d["metadata"].get("annotations") or {}).get("helm.sh/hook") == "test"}
+
+
+CRD_NAMES = sorted(c["metadata"]["name"] for c in crdgen.all_crds().values())
+
+
+def test_helm_test_hook_renders_exactly(tools):
+    """The `helm test` hook: its objects, the pod's exact command, and RBAC that reads only the
+    chart's CRDs by name and lists pods in the release's namespace."""
+    hooks = _hooks(template(tools, "-f", str(CHART / "ci" / "gateway-values.yaml")))
+    name = "triton-operator-test"
+    assert set(hooks) == {("ServiceAccount", name), ("ClusterRole", name), ("ClusterRoleBinding", name),
+                          ("Role", name), ("RoleBinding", name), ("NetworkPolicy", f"{name}-op"),
+                          ("NetworkPolicy", f"{name}-gw"), ("Pod", name)}
+    for (kind, _), doc in hooks.items():
+        weight = "-1" if kind != "Pod" else None
+        assert doc["metadata"]["annotations"].get("helm.sh/hook-weight") == weight
+        assert doc["metadata"]["annotations"]["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+    assert hooks[("ClusterRole", name)]["rules"] == [{"apiGroups": ["apiextensions.k8s.io"],
+                                                      "resources": ["customresourcedefinitions"],
+                                                      "resourceNames": CRD_NAMES, "verbs": ["get"]}]
+    assert hooks[("Role", name)]["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+    assert hooks[("Role", name)]["metadata"]["namespace"] == "triton-system"
+    for binding in ("ClusterRoleBinding", "RoleBinding"):
+        assert hooks[(binding, name)]["subjects"] == [{"kind": "ServiceAccount", "name": name,
+                                                       "namespace": "triton-system"}]
+    pod = hooks[("Pod", name)]
+    spec = pod["spec"]
+    [container] = spec["containers"]
+    assert (spec["restartPolicy"], spec["serviceAccountName"]) == ("Never", name)
+    assert container["image"] == "ghcr.io/triton-operator/triton-operator:0.1.0"
+    assert container["args"] == [
+        "check-install", *(f"--crd={c}" for c in CRD_NAMES), "--namespace=triton-system",
+        "--operator-selector=app.kubernetes.io/name=triton-operator,app.kubernetes.io/instance=triton-operator",
+        "--operator-port=8080", "--operator-path=/healthz",
+        "--url=http://triton-operator-gateway-metrics.triton-system.svc.cluster.local:9090/healthz", "--wait=60"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True and spec["securityContext"]["runAsNonRoot"]
+    # the pod is none of the operator's (its ReplicaSet would adopt it) and the policies let it in
+    docs = template(tools, "-f", str(CHART / "ci" / "gateway-values.yaml"))
+    operator = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "triton-operator")
+    selector = operator["spec"]["selector"]["matchLabels"]
+    assert not all(pod["metadata"]["labels"].get(k) == v for k, v in selector.items())
+    for policy, port in ((f"{name}-op", "health"), (f"{name}-gw", "metrics")):
+        [rule] = hooks[("NetworkPolicy", policy)]["spec"]["ingress"]
+        assert rule == {"from": [{"podSelector": {"matchLabels": pod["metadata"]["labels"]}}],
+                        "ports": [{"port": port, "protocol": "TCP"}]}
+    # without the gateway, no gateway check; off, no hook at all
+    plain = _hooks(template(tools))
+    assert not [a for a in plain[("Pod", name)]["spec"]["containers"][0]["args"] if a.startswith("--url")]
+    assert ("NetworkPolicy", f"{name}-gw") not in plain
+    assert not _hooks(template(tools, "--set", "helmTest.enabled=false"))
+
+
+def test_tracing_values_set_the_gateways_otel_variables(tools):
+    def gateway_env(*args: str) -> dict[str, str]:
+        docs = template(tools, "--set", "gateway.enabled=true", *args)
+        dep = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "triton-operator-gateway")
+        return {e["name"]: e.get("value", e.get("valueFrom")) for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+    assert not [n for n in gateway_env() if n.startswith("OTEL_")]
+    env = gateway_env("--set", "tracing.enabled=true", "--set", "tracing.endpoint=http://otel.monitoring:4318",
+                      "--set", "tracing.sampler=parentbased_traceidratio", "--set", "tracing.samplerArg=0.1")
+    assert {n: v for n, v in env.items() if n.startswith("OTEL_")} == {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel.monitoring:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        "OTEL_SERVICE_NAME": "triton-gateway", "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+        "OTEL_TRACES_SAMPLER_ARG": "0.1", "OTEL_K8S_POD_NAME": {"fieldRef": {"fieldPath": "metadata.name"}},
+        "OTEL_RESOURCE_ATTRIBUTES": "k8s.namespace.name=triton-system,k8s.pod.name=$(OTEL_K8S_POD_NAME)"}
+    # what the chart sets is what the gateway accepts
+    from triton_operator.gateway import tracing
+    on = tracing.from_env({n: v for n, v in env.items() if isinstance(v, str)})
+    assert isinstance(on, tracing.On)
+    on.shutdown()
+    for args, words in ((["--set", "tracing.enabled=true"], "/tracing/endpoint"),
+                        (["--set", "tracing.endpoint=otel:4318"], "/tracing/endpoint"),
+                        (["--set", "tracing.sampler=sometimes"], "/tracing/sampler")):
+        out = helm(tools, "template", "x", str(CHART), "--kube-version", KUBE_VERSION, *args, check=False)
+        assert out.returncode != 0 and words in out.stderr, out.stderr
+
+
+def test_helm_test_checks_against_the_cluster_as_the_test_pod(tools, operator: Operator, tmp_path: Path):
+    """`helm test` cannot run here: kwok simulates pods and never runs a container, so the test pod
+    would stay Running and never complete. Instead the hook's objects are applied from the chart,
+    and the pod's exact command (its args from the rendered manifest) runs from this process with
+    a token of the hook's ServiceAccount, so every API read goes through the hook's RBAC. The
+    operator's pod and the gateway are simulated too; --resolve sends the checks for the operator
+    pod's IP to the operator process of this suite and for the gateway's metrics Service to a
+    gateway process."""
+    from .conftest import GATEWAY_SERVICE_ACCOUNT, RELEASE_NS, service_account_kubeconfig
+    from .harness.gateway import GatewayProcess
+
+    c = operator.cluster
+    hooks = _hooks(template(tools, "--set", "gateway.enabled=true"))   # the release the suite installed
+    name = "triton-operator-test"
+    c.apply([d for (kind, _), d in hooks.items() if kind != "Pod"])
+    args = hooks[("Pod", name)]["spec"]["containers"][0]["args"]
+    kubeconfig = service_account_kubeconfig(c, tmp_path, name)
+    keys = tmp_path / "keys.yaml"
+    keys.write_text(json.dumps({"keys": [{"name": "probe", "key": "sk-" + secrets.token_urlsafe(32),
+                                          "namespaces": [RELEASE_NS]}]}))
+    gw = GatewayProcess(service_account_kubeconfig(c, tmp_path, GATEWAY_SERVICE_ACCOUNT), keys, tmp_path, RELEASE_NS)
+    gw.start()
+    try:
+        pods = json.loads(c.kubectl("get", "pods", "-n", RELEASE_NS, "-l",
+                                    "app.kubernetes.io/name=triton-operator,app.kubernetes.io/instance=triton-operator",
+                                    "-o", "json").stdout)["items"]
+        assert pods and all(p["status"].get("podIP") for p in pods)
+        resolve = [f"--resolve={p['status']['podIP']}=127.0.0.1:{operator.port}" for p in pods]
+        gateway_host = "triton-operator-gateway-metrics.triton-system.svc.cluster.local"
+
+        def check(*extra: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", "triton_operator", *args, "--kubeconfig", kubeconfig,
+                                   *resolve, *extra], capture_output=True, text=True, timeout=120)
+
+        out = check(f"--resolve={gateway_host}=127.0.0.1:{gw.metrics_port}")
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert out.stdout.splitlines() == [
+            *(f"ok: CRD {n}: Established" for n in CRD_NAMES),
+            *(f"ok: operator pod {p['metadata']['name']} /healthz: HTTP 200" for p in pods),
+            f"ok: http://{gateway_host}:9090/healthz: HTTP 200"]
+        # a gateway that does not answer fails the test, in one line
+        gw.stop()
+        out = check(f"--resolve={gateway_host}=127.0.0.1:{gw.metrics_port}", "--wait=0")
+        assert out.returncode == 1
+        assert out.stdout.splitlines()[-1].startswith(f"FAILED: http://{gateway_host}:9090/healthz: no answer")
+        # the hook's account reads nothing but the chart's CRDs by name and pods in its namespace
+        out = subprocess.run([sys.executable, "-m", "triton_operator", "check-install", "--kubeconfig", kubeconfig,
+                              "--crd=leases.coordination.k8s.io", "--namespace=default",
+                              "--operator-selector=app=x", "--wait=0"], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 1
+        assert out.stdout.splitlines() == ["FAILED: CRD leases.coordination.k8s.io: cannot read it (HTTP 403)",
+                                           "FAILED: operator pods app=x in default: cannot list them (HTTP 403)"]
+    finally:
+        gw.stop()
+        for (kind, hook_name), d in hooks.items():
+            if kind != "Pod":
+                c.kubectl("delete", kind.lower(), hook_name, *(["-n", RELEASE_NS] if "namespace" in d["metadata"]
+                                                                 else []), "--ignore-not-found", check=False)

@@ -47,8 +47,8 @@ def requirements(pyproject: Path, *extras: str) -> list[Requirement]:
 
 
 @pytest.mark.parametrize("lock, wanted", [
-    ("dev.lock", [(ROOT / "pyproject.toml", ("test",)), (ROOT / "runtime" / "pyproject.toml", ())]),
-    ("operator-image.lock", [(ROOT / "pyproject.toml", ())]),
+    ("dev.lock", [(ROOT / "pyproject.toml", ("test", "tracing")), (ROOT / "runtime" / "pyproject.toml", ())]),
+    ("operator-image.lock", [(ROOT / "pyproject.toml", ("tracing",))]),
     ("runtime-image.lock", [(ROOT / "runtime" / "pyproject.toml", ("hf", "s3", "gs"))]),
 ])
 def test_each_lock_pins_what_the_metadata_asks_for_with_hashes(lock, wanted):

@@ -22,8 +22,10 @@ class GatewayProcess(ChildProcess):
 
     name = "gateway"
 
-    def __init__(self, kubeconfig: str, keys: Path, log_dir: Path, namespace: str, args: list[str] | None = None):
+    def __init__(self, kubeconfig: str, keys: Path, log_dir: Path, namespace: str, args: list[str] | None = None,
+                 env: dict[str, str] | None = None):
         self.kubeconfig, self.keys, self.namespace, self.args = kubeconfig, keys, namespace, list(args or [])
+        self.env = env   # added to this process's environment (OTEL_* for the tracing test)
         self.port, self.metrics_port = free_port(), free_port()
         self.log_path = Path(os.environ.get("E2E_LOG_DIR") or log_dir) / f"gateway-{self.port}.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -39,7 +41,7 @@ class GatewayProcess(ChildProcess):
              "--address", "127.0.0.1", "--port", str(self.port), "--metrics-port", str(self.metrics_port),
              "--key-file", str(self.keys), "--namespace", self.namespace, "--resolve", f"{TRITON_HOST}=127.0.0.1", "--hold-timeout", "90", "--shutdown-timeout", "2",
              "--endpoint-slice-selector", f"endpointslice.kubernetes.io/managed-by={SLICE_MANAGER}", *self.args],
-            stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+            stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, **self.env} if self.env else None)
         try:
             wait_for("gateway ready", self.ready, timeout=60)
         except AssertionError as e:

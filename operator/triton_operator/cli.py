@@ -310,6 +310,12 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     return command.run(args, CliError)
 
 
+def cmd_check_install(args: argparse.Namespace) -> int:
+    from . import checkinstall
+
+    return checkinstall.run(args, CliError)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="triton-operator", description=__doc__)
     p.add_argument("--version", action="version", version=f"triton-operator {__version__}")
@@ -339,6 +345,9 @@ def parser() -> argparse.ArgumentParser:
 
     from .gateway.command import add_parser as add_gateway
     add_gateway(sub, cmd_gateway)
+
+    from .checkinstall import add_parser as add_check_install
+    add_check_install(sub, cmd_check_install)
 
     run = sub.add_parser("run", help="run the operator")
     run.add_argument("-n", "--namespace", action="append", help="watch only this namespace (repeatable)")

@@ -80,6 +80,11 @@ def run(args: argparse.Namespace, cli_error: type[Exception]) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # one line per request is too many
     logs.use(settings.log_format)
+    from . import tracing
+    try:
+        gateway.tracing = tracing.from_env()   # off without OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT
+    except tracing.TracingError as e:
+        raise cli_error(str(e)) from None
     try:
         configuration = load_configuration(args.kubeconfig)
     except Exception as e:  # noqa: BLE001 - the kubernetes loaders raise many kinds

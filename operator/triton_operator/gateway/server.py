@@ -30,6 +30,7 @@ from . import keys as keys_core
 from . import limits
 from . import metrics as m
 from . import passthrough
+from . import tracing as tr
 from . import translate as t
 from .config import GatewaySettings
 from .discovery import ENDPOINT_SLICES, INFERENCE_SERVICES, ApiServer, Watch
@@ -68,8 +69,9 @@ class Caller:
 
 class Gateway:
     def __init__(self, settings: GatewaySettings, api: ApiServer | None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, tracing: tr.Off | tr.On = tr.OFF):
         self.settings = settings
+        self.tracing = tracing   # OpenTelemetry spans (tracing.py); off by default
         self.api = api
         self.clock = clock
         self.router = Router(port_name=settings.upstream_port_name)
@@ -231,6 +233,7 @@ class Gateway:
             m.REJECTED.labels("rate_limited").inc()
             raise t.OpenAIError(429, f"rate limit of API key {grant.name} reached; retry in {wait:.1f}s",
                                 "rate_limit_error", code="rate_limit_exceeded", retry_after=wait)
+        self.tracing.annotate(tr.KEY_NAME, grant.name)   # the key's name, never the key
         return Caller(d, grant)
 
     @contextlib.asynccontextmanager
@@ -284,7 +287,17 @@ class Gateway:
     def resolve(self, model: str, grant: keys_core.Grant, namespace: str | None = None,
                 openai: bool = True) -> Service:
         """The service a model id names, for this key: "NAME" (among the services the key may
-        use) or "NAMESPACE/NAME". 403 for what the key may not use, existing or not."""
+        use) or "NAMESPACE/NAME". 403 for what the key may not use, existing or not. Traced as
+        the span gateway.route."""
+        with self.tracing.span("gateway.route") as span:
+            svc = self._resolve(model, grant, namespace, openai)
+            span.set(tr.NAMESPACE, svc.key[0])
+            span.set(tr.NAME, svc.key[1])
+        self.tracing.annotate(tr.NAMESPACE, svc.key[0])
+        self.tracing.annotate(tr.NAME, svc.key[1])
+        return svc
+
+    def _resolve(self, model: str, grant: keys_core.Grant, namespace: str | None, openai: bool) -> Service:
         ns, sep, name = model.partition("/")
         if sep:
             namespace = ns
@@ -347,30 +360,36 @@ class Gateway:
         started = self.clock()
         deadline = started + self.settings.hold_timeout_seconds
         try:
-            while True:
-                event = self._wake.setdefault(svc.key, asyncio.Event())
-                remaining = deadline - self.clock()
-                if remaining <= 0:
-                    m.REJECTED.labels("hold_timeout").inc()
-                    raise t.OpenAIError(
-                        503, f"model {svc.key[1]} has no ready replica after "
-                             f"{self.settings.hold_timeout_seconds:.0f}s; it may still be starting: retry later",
-                        "service_unavailable", code="model_starting", retry_after=self.settings.retry_after_seconds)
-                try:
-                    await asyncio.wait_for(event.wait(), remaining)
-                except asyncio.TimeoutError:
-                    continue
-                current = self.router.services.get(svc.key)
-                if current is None:
-                    raise t.OpenAIError(404, f"model {svc.key[1]} was deleted", code="model_not_found")
-                self._check_servable(current)
-                address = self.router.pick(svc.key)
-                if address is not None:
-                    m.HOLD_SECONDS.labels(*svc.key).observe(self.clock() - started)
-                    return address
+            with self.tracing.span("gateway.hold", {tr.NAMESPACE: svc.key[0], tr.NAME: svc.key[1]}):
+                return await self._wait_for_replica(svc, started, deadline)
         finally:
             self.holds.leave(svc.key, caller.digest)
             gauge.dec()
+
+    async def _wait_for_replica(self, svc: Service, started: float, deadline: float) -> Address:
+        """The wait of endpoint(): until a replica is ready, the service goes away or fails, or the
+        deadline passes."""
+        while True:
+            event = self._wake.setdefault(svc.key, asyncio.Event())
+            remaining = deadline - self.clock()
+            if remaining <= 0:
+                m.REJECTED.labels("hold_timeout").inc()
+                raise t.OpenAIError(
+                    503, f"model {svc.key[1]} has no ready replica after "
+                         f"{self.settings.hold_timeout_seconds:.0f}s; it may still be starting: retry later",
+                    "service_unavailable", code="model_starting", retry_after=self.settings.retry_after_seconds)
+            try:
+                await asyncio.wait_for(event.wait(), remaining)
+            except asyncio.TimeoutError:
+                continue
+            current = self.router.services.get(svc.key)
+            if current is None:
+                raise t.OpenAIError(404, f"model {svc.key[1]} was deleted", code="model_not_found")
+            self._check_servable(current)
+            address = self.router.pick(svc.key)
+            if address is not None:
+                m.HOLD_SECONDS.labels(*svc.key).observe(self.clock() - started)
+                return address
 
     def _check_servable(self, svc: Service) -> None:
         if self.draining:
@@ -416,10 +435,11 @@ class Gateway:
         return f"{svc.key[1]}.{svc.key[0]}.svc" if self.scheme == "https" else None
 
     async def _send(self, svc: Service, caller: Caller, method: str, path: str, body: bytes | None,
-                    headers: dict[str, str]) -> tuple[Address, aiohttp.ClientResponse, float]:
+                    headers: dict[str, str]) -> tuple[Address, aiohttp.ClientResponse, float, Any]:
         """A request to a ready replica; a replica that refuses the connection is tried once more
         on another (nothing reached the first one). Two refusals end it, on two replicas or on the
-        only one. Returns the replica, its answer (headers read) and when the request was sent."""
+        only one. Returns the replica, its answer (headers read), when the request was sent, and
+        the attempt's upstream span (tracing.py), which the caller ends when the answer is over."""
         tried: set[Address] = set()
         attempts = 0
         while True:
@@ -428,6 +448,7 @@ class Gateway:
                 address = next((a for a in self.router.endpoints(svc.key) if a not in tried), address)
             attempts += 1
             self.router.acquire(address)
+            span = self.tracing.upstream(method, address[0], address[1], path, headers)
             try:
                 # Already encoded: the path is built from checked names only, and must reach the
                 # replica exactly as built (a plain string would be re-normalised by yarl).
@@ -435,14 +456,19 @@ class Gateway:
                 sent = self.clock()
                 resp = await self.session().request(method, target, data=body, headers=headers,
                                                     server_hostname=self.tls_name(svc))
-                return address, resp, sent
-            except aiohttp.ClientConnectorError:
+                span.status_code(resp.status)
+                return address, resp, sent, span
+            except aiohttp.ClientConnectorError as e:
+                span.fail(e)
+                span.end()
                 self.router.release(address)
                 tried.add(address)
                 if attempts >= 2:
                     raise t.OpenAIError(502, f"model {svc.key[1]}: its replicas refused the connection",
                                         "upstream_error", code="upstream_unreachable") from None
-            except BaseException:
+            except BaseException as e:
+                span.fail(e)
+                span.end()
                 self.router.release(address)
                 raise
 
@@ -455,16 +481,23 @@ class Gateway:
             return hit[1]
         address = await self.endpoint(svc, caller)
         template: str | None = None
+        path = f"/v2/models/{svc.generate_model}/config"
+        headers: dict[str, str] = {}
+        span = self.tracing.upstream("GET", address[0], address[1], path, headers)
         try:
-            async with self.session().get(yarl.URL(f"{url(address, self.scheme)}/v2/models/{svc.generate_model}/config",
-                                                   encoded=True), server_hostname=self.tls_name(svc),
+            async with self.session().get(yarl.URL(f"{url(address, self.scheme)}{path}", encoded=True),
+                                          headers=headers, server_hostname=self.tls_name(svc),
                                           timeout=aiohttp.ClientTimeout(total=10)) as resp:
+                span.status_code(resp.status)
                 if resp.status == 200:
                     params = (await resp.json(content_type=None)).get("parameters") or {}
                     value = (params.get("chat_template") or {}).get("string_value")
                     template = value if isinstance(value, str) and value.strip() else None
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError):
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError) as e:
+            span.fail(e)
             return None  # not cached: the next request asks again
+        finally:
+            span.end()
         self._model_templates[cache_key] = (self.clock(), template)
         return template
 
@@ -526,21 +559,26 @@ class Gateway:
         in_flight = self.child(m.IN_FLIGHT, *svc.key)
         try:
             path = f"/v2/models/{svc.generate_model}/" + ("generate_stream" if gen.stream else "generate")
-            address, resp, sent = await self._send(svc, caller, "POST", path, json.dumps(gen.body).encode(),
-                                             {"Content-Type": "application/json", "Accept-Encoding": "identity"})
+            address, resp, sent, span = await self._send(
+                svc, caller, "POST", path, json.dumps(gen.body).encode(),
+                {"Content-Type": "application/json", "Accept-Encoding": "identity"})
             in_flight.inc()
             try:
                 if resp.status != 200:
                     raise await _upstream_error(resp, svc)
                 if gen.stream:
-                    answer = await self._stream(request, resp, gen, svc, started, caller)
+                    answer = await self._stream(request, resp, gen, svc, started, caller, span)
                 else:
                     whole = t.answer_of(await resp.json(content_type=None))
                     self._spend(caller, svc, whole.prompt_tokens, whole.completion_tokens)
                     answer = web.json_response(t.completion(gen, whole))
                 code = answer.status
                 return answer
+            except BaseException as e:   # the answer failed on its way (a broken stream, a cancel)
+                span.fail(e)
+                raise
             finally:
+                span.end()
                 resp.release()
                 self.router.release(address)
                 in_flight.dec()
@@ -572,7 +610,7 @@ class Gateway:
         self.child(m.KEY_REQUEST_SECONDS, caller.grant.name, *svc.key).inc(max(0.0, self.clock() - sent))
 
     async def _stream(self, request: web.Request, resp: aiohttp.ClientResponse, gen: t.Generate,
-                      svc: Service, started: float, caller: Caller) -> web.StreamResponse:
+                      svc: Service, started: float, caller: Caller, span: Any = tr.NO_SPAN) -> web.StreamResponse:
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
                                           "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         await out.prepare(request)
@@ -596,8 +634,10 @@ class Gateway:
                     break
             await out.write(stream.end())
         except t.OpenAIError as e:
+            span.fail(e)
             await out.write(stream.error(e))
         except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+            span.fail(e)   # the answer began (200) and broke: the upstream span says so
             await out.write(stream.error(t.OpenAIError(502, f"the replica failed mid-stream: {type(e).__name__}",
                                                        "upstream_error", code="upstream_failed")))
         finally:
@@ -633,7 +673,7 @@ class Gateway:
         code = 500
         in_flight = self.child(m.IN_FLIGHT, *svc.key)
         try:
-            address, resp, sent = await self._send(svc, caller, request.method, path, body or None, headers)
+            address, resp, sent, span = await self._send(svc, caller, request.method, path, body or None, headers)
             in_flight.inc()
             try:
                 if resp.status >= 400:
@@ -654,7 +694,11 @@ class Gateway:
                 await out.write_eof()
                 code = resp.status
                 return out
+            except BaseException as e:   # the answer failed on its way (a broken stream, a cancel)
+                span.fail(e)
+                raise
             finally:
+                span.end()
                 resp.release()
                 self.router.release(address)
                 in_flight.dec()
@@ -688,8 +732,9 @@ class Gateway:
     # -- wiring ----------------------------------------------------------------------------------------
 
     def api_app(self, with_health: bool) -> web.Application:
+        traced = self.tracing.middleware()   # None while tracing is off
         app = web.Application(client_max_size=self.settings.max_body_bytes,
-                              middlewares=[self.connections.middleware, errors])
+                              middlewares=[self.connections.middleware, *([traced] if traced else []), errors])
         app.router.add_get("/v1/models", self.list_models)
         app.router.add_get("/v1/models/{model:.+}", self.get_model)
         app.router.add_post("/v1/chat/completions", self.chat_completions)
@@ -745,6 +790,7 @@ class Gateway:
             await self.upstream.close()
         if self.api is not None:
             await self.api.close()
+        self.tracing.shutdown()
 
 
 class PinnedResolver(aiohttp.abc.AbstractResolver):
