@@ -67,7 +67,7 @@ GRAFANA = {"$__rate_interval": "5m", "$__range": "15m"}
 MAY_BE_EMPTY = {
     ("fleet", "Reconcile errors", "A"): "no reconcile pass fails in this scenario: the retry and error outcomes "
                                         "have no series until one does",
-    ("fleet", "Prometheus queries", "B"): "the autoscaler's query never fails here: "
+    ("fleet", "Prometheus query errors", "A"): "the autoscaler's query never fails here: "
                                           "triton_operator_prometheus_query_errors_total has no series until one does",
 }
 
@@ -326,6 +326,10 @@ def test_every_dashboard_query_returns_real_data(scenario: Prometheus, chart):
     except AssertionError:
         raise AssertionError("queries without data or failing:\n" + "\n".join(
             f"{k}: {v}" for k, v in missing.items())) from None
+    # The control: the same check fails on a query whose metric does not exist.
+    expr = every[("service", "Queue", "A")][0]
+    assert "triton_llm_queued_requests" in expr and finite(scenario.query(expr))
+    assert not finite(scenario.query(expr.replace("triton_llm_queued_requests", "triton_llm_queued_request")))
     print(f"{len(every)} panel queries evaluated ({sum(map(len, every.values()))} with the variables substituted), "
           f"{len(every) - len(MAY_BE_EMPTY)} with data; may be empty here: {sorted(MAY_BE_EMPTY)}")
 

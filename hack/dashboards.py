@@ -169,9 +169,12 @@ def fleet() -> dict[str, Any]:
     lay.panel("timeseries", "Autoscaled services", "Services with autoscaling in the last tick, and those whose report changed.",
               [("max(triton_operator_autoscaled_services)", "autoscaled"),
                ("max(triton_operator_autoscaler_reports_changed)", "reports changed")])
-    lay.panel("timeseries", "Prometheus queries", "The autoscaler's query latency (one query per tick) and failed queries.",
-              [(f"histogram_quantile(0.99, sum by (le) (rate(triton_operator_prometheus_query_seconds_bucket[{ri}])))", "p99 latency"),
-               (f"sum(rate(triton_operator_prometheus_query_errors_total[{ri}]))", "errors/s")], unit="s")
+    lay.panel("timeseries", "Prometheus query latency", "The autoscaler's query latency (one query per tick).",
+              [(f"histogram_quantile(0.99, sum by (le) (rate(triton_operator_prometheus_query_seconds_bucket[{ri}])))", "p99")],
+              unit="s", w=4)
+    lay.panel("timeseries", "Prometheus query errors", "The autoscaler's failed queries per second: while they fail it "
+              "holds replicas (MetricsAvailable=False).",
+              [(f"sum(rate(triton_operator_prometheus_query_errors_total[{ri}]))", "errors")], unit="ops", w=4)
     lay.panel("timeseries", "Decision CPU", "CPU time of the autoscaler's decisions per tick.",
               [("max(triton_operator_autoscaler_last_decision_cpu_seconds)", "last tick"),
                (f"sum(rate(triton_operator_autoscaler_decision_cpu_seconds_total[{ri}])) / sum(rate(triton_operator_autoscaler_ticks_total[{ri}]))", "mean per tick")], unit="s")
