@@ -16,7 +16,7 @@ define covered_pytest
 	  $(COVERAGE) combine --quiet && $(COVERAGE) report; exit $$status
 endef
 
-.PHONY: help venv test unit unit-coverage e2e crds golden check-generated dev dev-down tools lint lock bench-autoscaling bench-scale bench-spill bench-robustness bench-gateway
+.PHONY: help venv test unit unit-coverage e2e crds golden dashboards check-generated dev dev-down tools lint lock bench-autoscaling bench-scale bench-spill bench-robustness bench-gateway
 
 help:
 	@echo "make dev       local cluster with simulated GPU nodes + operator + an example service"
@@ -27,6 +27,7 @@ help:
 	@echo "make e2e       end-to-end tests on a local cluster (E2E_USE_EXISTING_CLUSTER=1 uses $$KUBECONFIG)"
 	@echo "make crds      regenerate crds/ from the API models"
 	@echo "make golden    rewrite tests/golden after an intended rendering change"
+	@echo "make dashboards rewrite the chart's Grafana dashboards from hack/dashboards.py"
 	@echo "make lock      rewrite requirements/*.lock from pyproject.toml's ranges (hashes included)"
 	@echo "make bench-autoscaling  every autoscaling policy on four workloads -> bench/results/autoscaling.md"
 	@echo "make bench-scale        the control plane at N=1000 services: bulk, idle, autoscaler -> bench/results/scale.md"
@@ -79,6 +80,9 @@ crds: $(STAMP)
 
 golden: $(STAMP)
 	$(PY) -m tests.generated write golden
+
+dashboards: $(STAMP)
+	$(PY) -m tests.generated write dashboards
 
 # Regenerates golden files and CRDs into a temporary folder and compares them with the tree.
 check-generated: $(STAMP)

@@ -47,7 +47,7 @@ def test_lint_and_template_every_scenario(tools, values):
     helm(tools, "lint", "--strict", str(CHART), "-f", str(values), "--kube-version", KUBE_VERSION)
     docs = template(tools, "-f", str(values))
     for doc in docs:
-        if doc["kind"] in ("CustomResourceDefinition", "ServiceMonitor", "PodMonitor", "HTTPRoute"):
+        if doc["kind"] in ("CustomResourceDefinition", "ServiceMonitor", "PodMonitor", "PrometheusRule", "HTTPRoute"):
             continue  # not in the built-in schemas
         kubernetes_validate.validate(doc, "1.34", strict=True)
     for dep in (d for d in docs if d["kind"] == "Deployment"):  # the operator's, and the gateway's

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Makes a real Prometheus binary available to the e2e harness without a system install: downloads
 # Debian's `prometheus` package with apt-get download, unpacks it with dpkg -x and keeps only the
-# binary, cached outside the work tree in a folder keyed by the package version:
-#   ${TRITON_OPERATOR_CACHE:-$HOME/.cache/triton-operator}/prometheus/<version>/prometheus
+# binaries (prometheus, and promtool for the alert rules' unit tests), cached outside the work tree
+# in a folder keyed by the package version:
+#   ${TRITON_OPERATOR_CACHE:-$HOME/.cache/triton-operator}/prometheus/<version>/{prometheus,promtool}
 # A cached binary is reused without downloading anything. Prints the binary's path on stdout
 # (progress goes to stderr). Needs apt-get and dpkg (Debian/Ubuntu); apt-get update is run only
 # when the download fails (e.g. a fresh machine with no package lists).
@@ -19,7 +20,7 @@ candidate_version() {
   apt-cache policy "$PKG" 2>/dev/null | awk '/Candidate:/ {print $2; exit}' | grep -v '^(none)$' || true
 }
 
-usable() { [ -x "$1" ] && "$1" --version >/dev/null 2>&1; }
+usable() { [ -x "$1" ] && "$1" --version >/dev/null 2>&1 && [ -x "$(dirname "$1")/promtool" ]; }
 
 version=$(candidate_version)
 if [ -n "$version" ] && usable "$CACHE_DIR/$version/prometheus"; then
@@ -60,16 +61,17 @@ fi
 
 log "unpacking $(basename "$deb")"
 dpkg -x "$deb" "$work/root"
-bin="$work/root/usr/bin/prometheus"
-[ -x "$bin" ] || { log "no usr/bin/prometheus in $(basename "$deb")"; exit 1; }
-
-# Copy to a temporary name and rename, so that a concurrent or interrupted run never leaves a
-# half-written binary where the cache check looks.
 mkdir -p "$dest"
-tmp=$(mktemp "$dest/.prometheus.XXXXXX")
-cp "$bin" "$tmp"
-chmod 0755 "$tmp"
-mv -f "$tmp" "$dest/prometheus"
+# promtool first: the cache check looks for prometheus, then for promtool beside it. Each is copied
+# to a temporary name and renamed, so a concurrent or interrupted run never leaves half a binary.
+for name in promtool prometheus; do
+  bin="$work/root/usr/bin/$name"
+  [ -x "$bin" ] || { log "no usr/bin/$name in $(basename "$deb")"; exit 1; }
+  tmp=$(mktemp "$dest/.$name.XXXXXX")
+  cp "$bin" "$tmp"
+  chmod 0755 "$tmp"
+  mv -f "$tmp" "$dest/$name"
+done
 usable "$dest/prometheus" || { log "$dest/prometheus does not run"; exit 1; }
 log "installed $("$dest/prometheus" --version 2>&1 | head -n1)"
 echo "$dest/prometheus"

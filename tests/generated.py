@@ -4,10 +4,12 @@
   ``examples/`` (uid fixed), reviewed by a human. ``make golden`` rewrites them.
 - ``crds/*.yaml`` and the chart's copy in ``charts/triton-operator/files/crds/``, from the API
   models through ``triton-operator crds``. ``make crds`` rewrites them.
+- ``charts/triton-operator/dashboards/*.json``: the Grafana dashboards, from ``hack/dashboards.py``.
+  ``make dashboards`` rewrites them.
 
 Usage (from the repository root)::
 
-    python -m tests.generated write golden|crds   rewrite one group; refused when CI is set
+    python -m tests.generated write golden|crds|dashboards   rewrite one group; refused when CI is set
     python -m tests.generated check               write every group into a temporary folder and
                                                   compare it with the work tree; exit 1 naming
                                                   each stale, missing or extra file
@@ -36,6 +38,7 @@ FIXED_UID = "00000000-0000-0000-0000-000000000000"
 GROUPS: dict[str, tuple[str, ...]] = {
     "golden": ("tests/golden",),
     "crds": ("crds", "charts/triton-operator/files/crds"),
+    "dashboards": ("charts/triton-operator/dashboards",),
 }
 
 
@@ -79,6 +82,14 @@ def _generate(group: str, root: Path) -> dict[str, str]:
                 raise RuntimeError("triton-operator crds failed")
             texts = {p.name: p.read_text() for p in sorted(Path(tmp).glob("*.yaml"))}
         return {f"{folder}/{name}": text for folder in GROUPS["crds"] for name, text in texts.items()}
+    if group == "dashboards":
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("dashboards", root / "hack" / "dashboards.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return {f"{GROUPS['dashboards'][0]}/{name}": text for name, text in module.render().items()}
     raise KeyError(f"unknown group {group!r}; one of {', '.join(GROUPS)}")
 
 
@@ -139,7 +150,7 @@ def check(root: Path = ROOT) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    usage = "usage: python -m tests.generated write golden|crds | check"
+    usage = "usage: python -m tests.generated write golden|crds|dashboards | check"
     try:
         if argv[:1] == ["check"] and len(argv) == 1:
             problems = check()
@@ -148,7 +159,7 @@ def main(argv: list[str]) -> int:
             if problems:
                 print(f"generated files: {len(problems)} out of date", file=sys.stderr)
                 return 1
-            print("generated files: golden and CRDs are current")
+            print("generated files: golden, CRDs and dashboards are current")
             return 0
         if argv[:1] == ["write"] and len(argv) == 2 and argv[1] in GROUPS:
             for rel in write(argv[1]):

@@ -23,8 +23,10 @@ CORRUPTED = "tests/golden/resnet50-onnx.yaml"
 def tree(tmp_path: Path) -> Path:
     """A copy of what the golden test and the generator read and write."""
     ignore = shutil.ignore_patterns("__pycache__", ".pytest_cache")
-    for rel in ("tests", "examples", "crds", "charts/triton-operator/files/crds"):
+    for rel in ("tests", "examples", "crds", "charts/triton-operator/files/crds", "charts/triton-operator/dashboards"):
         shutil.copytree(ROOT / rel, tmp_path / rel, ignore=ignore)
+    (tmp_path / "hack").mkdir()
+    shutil.copy(ROOT / "hack" / "dashboards.py", tmp_path / "hack" / "dashboards.py")
     return tmp_path
 
 

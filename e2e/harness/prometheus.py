@@ -73,7 +73,9 @@ class Prometheus:
     ...     prom.query('nv_inference_pending_request_count{service="slow"}')
 
     ``targets`` are :class:`Target` objects, dicts with ``address`` and ``labels`` keys, or plain
-    ``host:port`` strings. ``recording_rules`` maps a record name to its PromQL expression.
+    ``host:port`` strings. ``recording_rules`` maps a record name to its PromQL expression;
+    ``rule_groups`` are further rule groups in Prometheus's own format (e.g. a PrometheusRule's
+    ``spec.groups``: recording and alerting rules), kept as given.
     ``scrape_configs`` are further scrape configs in Prometheus's own format (dicts), kept as
     given, e.g. one with ``relabel_configs`` from :mod:`.podmonitor`.
     """
@@ -85,6 +87,7 @@ class Prometheus:
         scrape_interval: str = "1s",
         evaluation_interval: str = "1s",
         recording_rules: Mapping[str, str] | None = None,
+        rule_groups: Iterable[Mapping[str, Any]] = (),
         scrape_configs: Iterable[Mapping[str, Any]] = (),
         job_name: str = "triton",
         log_dir: str | Path | None = None,
@@ -94,6 +97,7 @@ class Prometheus:
         self.scrape_interval = scrape_interval
         self.evaluation_interval = evaluation_interval
         self.recording_rules = dict(recording_rules or {})
+        self.rule_groups = [dict(g) for g in rule_groups]
         self.extra_scrape_configs = [dict(c) for c in scrape_configs]
         self.job_name = job_name
         self.startup_timeout = startup_timeout
@@ -165,17 +169,18 @@ class Prometheus:
             for i, sc in enumerate(config["scrape_configs"]):
                 sc["job_name"] = f"{self.job_name}-{i}"
         config["scrape_configs"] += self.extra_scrape_configs
-        if self.recording_rules:
+        if self.recording_rules or self.rule_groups:
             config["rule_files"] = [str(self.rules_path)]
         return json.dumps(config, indent=2) + "\n"
 
     def render_rules(self) -> str:
         rules = [{"record": name, "expr": expr} for name, expr in self.recording_rules.items()]
-        return json.dumps({"groups": [{"name": "e2e", "interval": self.evaluation_interval, "rules": rules}]}, indent=2) + "\n"
+        groups = [{"name": "e2e", "interval": self.evaluation_interval, "rules": rules}] if rules else []
+        return json.dumps({"groups": groups + self.rule_groups}, indent=2) + "\n"
 
     def _write_config(self) -> None:
         assert self.workdir is not None
-        if self.recording_rules:
+        if self.recording_rules or self.rule_groups:
             _atomic_write(self.rules_path, self.render_rules())
         _atomic_write(self.config_path, self.render_config())
 

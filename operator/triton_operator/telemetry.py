@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from prometheus_client import Counter, Gauge, Histogram
 
 DECISIONS = Counter(
@@ -45,3 +47,53 @@ DECISION_CPU_SECONDS_TOTAL = Counter(
     "triton_operator_autoscaler_decision_cpu_seconds_total", "CPU time spent on autoscaling decisions.")
 LEADER = Gauge(
     "triton_operator_leader", "1 when this replica leads (acts), 0 while it waits for the lease.")
+
+# Per InferenceService, from its spec and status (controller/series.py computes them).
+SERVICE = ["namespace", "inferenceservice"]
+SERVICE_CONDITION = Gauge(
+    "triton_operator_service_condition",
+    "1 for each status condition of an InferenceService, with its status and reason.",
+    SERVICE + ["condition", "status", "reason"])
+SERVICE_REPLICAS = Gauge(
+    "triton_operator_service_replicas", "Desired and ready replicas of an InferenceService per GPU class.",
+    SERVICE + ["gpu_class", "state"])
+SERVICE_SPILLED = Gauge(
+    "triton_operator_service_spilled_replicas",
+    "Desired replicas of an InferenceService placed on a fallback GPU class because its preferred class is full.",
+    SERVICE)
+SERVICE_LATENCY_TARGET = Gauge(
+    "triton_operator_service_latency_target_seconds",
+    "spec.autoscaling.targetP99LatencyMs of an InferenceService, in seconds: its latency SLO.", SERVICE)
+_SERVICE_GAUGES = {
+    "triton_operator_service_condition": SERVICE_CONDITION,
+    "triton_operator_service_replicas": SERVICE_REPLICAS,
+    "triton_operator_service_spilled_replicas": SERVICE_SPILLED,
+    "triton_operator_service_latency_target_seconds": SERVICE_LATENCY_TARGET,
+}
+
+
+class ServiceSeries:
+    """Keeps the per-service gauges equal to what controller.series computed for each service:
+    series a service no longer has (a condition's old reason, a class it left) are removed, and
+    every series of a deleted service with it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[tuple[str, str], dict[str, set[tuple[str, ...]]]] = {}
+
+    def set(self, key: tuple[str, str], series: dict[str, dict[tuple[str, ...], float]]) -> None:
+        with self._lock:
+            held = self._held.setdefault(key, {})
+            for metric, values in series.items():
+                gauge = _SERVICE_GAUGES[metric]
+                for gone in held.get(metric, set()) - set(values):
+                    gauge.remove(*key, *gone)
+                for labels, value in values.items():
+                    gauge.labels(*key, *labels).set(value)
+                held[metric] = set(values)
+
+    def forget(self, key: tuple[str, str]) -> None:
+        with self._lock:
+            for metric, labels in self._held.pop(key, {}).items():
+                for extra in labels:
+                    _SERVICE_GAUGES[metric].remove(*key, *extra)

@@ -33,6 +33,7 @@ from ..labels import selector_labels
 from ..render import desired_replicas, endpoints
 from ..settings import Settings
 from . import desired as desired_core
+from . import series as series_core
 from . import status as status_core
 from .cache import Key, Store, token, trim, trim_child, trim_pod
 from .k8s import (DEPLOYMENT, GPU_CLASS, INFERENCE_SERVICE, JOB, KINDS, NETWORK_POLICY, NODE, PDB, POD, SERVICE,
@@ -193,6 +194,7 @@ class Reconciler:
         self._converged: dict[Key, Converged] = {}
         self._gpu_gauges: dict[Key, set[str]] = {}  # GPU classes with a triton_operator_service_gpus series
         self._spill_active: set[Key] = set()
+        self._series = telemetry.ServiceSeries()  # the per-service gauges dashboards and alerts read
         self._wakes: dict[Key, float] = {}
         self._active_lock = threading.Lock()
         self._settings_digest = _settings_digest(settings)
@@ -200,6 +202,7 @@ class Reconciler:
 
     def forget(self, key: Key) -> None:
         self._converged.pop(key, None)
+        self._series.forget(key)
         for gpu_class in self._gpu_gauges.pop(key, ()):
             telemetry.SERVICE_GPUS.remove(key[0], key[1], gpu_class)
         with self._active_lock:
@@ -353,6 +356,9 @@ class Reconciler:
                 self.store.upsert(INFERENCE_SERVICE.kind, _trimmed(INFERENCE_SERVICE.kind, out))
         for event in events:
             self.kube.post_event(raw, event)
+        meta = raw["metadata"]
+        self._series.set((meta.get("namespace") or "", meta["name"]),
+                         series_core.service_series(raw.get("spec"), new_status))
         return new_status
 
     def _drop_legacy_bookkeeping(self, raw: dict[str, Any]) -> dict[str, Any]:
