@@ -16,7 +16,7 @@ define covered_pytest
 	  $(COVERAGE) combine --quiet && $(COVERAGE) report; exit $$status
 endef
 
-.PHONY: help venv test unit unit-coverage e2e crds golden dashboards check-generated dev dev-down tools lint lock bench-autoscaling bench-scale bench-spill bench-robustness bench-gateway
+.PHONY: help venv test unit unit-coverage e2e crds golden dashboards check-generated dev dev-down tools lint lock bench-autoscaling bench-scale bench-spill bench-robustness bench-gateway bench-standby
 
 help:
 	@echo "make dev       local cluster with simulated GPU nodes + operator + an example service"
@@ -34,6 +34,7 @@ help:
 	@echo "make bench-spill        SLO during a GPU shortage with and without spill-over -> bench/results/spill.md"
 	@echo "make bench-robustness   1,000 hostile specs against the API server and the operator -> bench/results/robustness.md"
 	@echo "make bench-gateway  gateway overhead vs Triton direct, and a wake from zero -> bench/results/gateway.md"
+	@echo "make bench-standby  a standby operator probed for 10 minutes, then the leader killed -> bench/results/standby.md"
 
 # The venv installs exactly requirements/dev.lock (hash-checked), then the two packages of this
 # repository without resolving anything more.
@@ -103,6 +104,9 @@ bench-robustness: $(STAMP)
 
 bench-gateway: $(STAMP)
 	$(PY) bench/gateway.py
+
+bench-standby: $(STAMP)
+	$(PY) bench/standby.py
 
 lint: $(STAMP)
 	$(VENV)/bin/lint-imports
