@@ -50,6 +50,9 @@ def add_parser(sub: Any, func: Callable[[argparse.Namespace], int]) -> None:
     s.add_argument("--requests-out", metavar="FILE",
                    help="CSV per request (arrival,start,first_token,finish,replica,gpu_class); "
                         "with several policies, one file per policy (FILE with the policy name added)")
+    s.add_argument("--replicas-out", metavar="FILE",
+                   help="CSV per pod (replica,gpu_class,gpus,created,ready,deleted,stopped), named as --requests-out; "
+                        "bench/recompute.py recomputes GPU-hours, scale events and SLO attainment from the two")
     s.set_defaults(func=func)
 
 
@@ -175,15 +178,18 @@ def _run(args: argparse.Namespace, load_docs: Callable[[str], list[dict]], parse
                f"SLO: latency <= {slo_ms:g} ms; cold start {cold.ready_after():g} s; "
                f"scrape every {args.scrape_interval:g} s; seed {args.seed}"
                + (f"; metrics outage {outage[0]:g}s+{outage[1]:g}s ({args.outage_kind})" if outage else ""))
-    if args.requests_out:
-        base = Path(args.requests_out)
+    for flag, base_name, write in (("--requests-out", args.requests_out, report.write_requests),
+                                   ("--replicas-out", args.replicas_out, report.write_replicas)):
+        if not base_name:
+            continue
+        base = Path(base_name)
         for r in runs:
             path = base if len(runs) == 1 else base.with_name(f"{base.stem}-{_slug(r.policy)}{base.suffix}")
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                report.write_requests(r, path)
+                write(r, path)
             except OSError as e:
-                raise error(f"{path}: {e.strerror}") from None
+                raise error(f"{flag} {path}: {e.strerror}") from None
     if args.json:
         json.dump({"details": details, "policies": [s.as_dict() for s in summaries]}, sys.stdout, indent=2)
         sys.stdout.write("\n")
