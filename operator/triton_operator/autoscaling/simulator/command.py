@@ -42,6 +42,9 @@ def add_parser(sub: Any, func: Callable[[argparse.Namespace], int]) -> None:
     s.add_argument("--outage-kind", choices=["scrape", "prometheus"], default="scrape",
                    help="scrape: targets fail, series go stale (empty results); prometheus: every query errors")
     s.add_argument("--cold-start", metavar="SECONDS", type=float, help="model load time (default: by model size)")
+    s.add_argument("--replica-model", choices=list(replica.REPLICA_MODELS), default="planner",
+                   help="TensorRT-LLM replicas: planner (the planner's step model, what ours is told) or curved "
+                        "(a different shape: decode slower in full batches, slower prefill, less KV cache)")
     s.add_argument("--service-time-ms", type=float, default=20.0, help="non-LLM models: mean service time")
     s.add_argument("--service-time-dist", choices=list(replica.SERVICE_DISTRIBUTIONS), default="exponential")
     s.add_argument("--batch-size", type=int, default=1, help="non-LLM models: requests a replica serves at once")
@@ -130,7 +133,7 @@ def _run(args: argparse.Namespace, load_docs: Callable[[str], list[dict]], parse
     if is_llm:
         if svc.spec.model.parameter_count() is None:
             raise error(f"{args.file}: spec.model.parameters is needed to model a TensorRT-LLM replica")
-        perf: replica.Performance = replica.llm_performance(svc.spec, gpu)
+        perf: replica.Performance = replica.replica_model(args.replica_model, replica.llm_performance(svc.spec, gpu))
     else:
         perf = replica.ServiceTime(args.service_time_ms / 1000.0, args.batch_size, args.service_time_dist)
     cold = replica.default_cold_start(svc.spec)
@@ -175,7 +178,7 @@ def _run(args: argparse.Namespace, load_docs: Callable[[str], list[dict]], parse
     details = (f"{svc.name}: {svc.spec.model.parameters or ''} {svc.spec.model.format} "
                f"{svc.spec.model.precision} on {svc.spec.gpu.count} x {class_name}; workload {source} "
                f"(rate x{args.rate_scale:g}, time x{args.time_scale:g}, {len(requests)} requests); "
-               f"SLO: latency <= {slo_ms:g} ms; cold start {cold.ready_after():g} s; "
+               f"SLO: latency <= {slo_ms:g} ms; replica model {args.replica_model if is_llm else 'service time'}; cold start {cold.ready_after():g} s; "
                f"scrape every {args.scrape_interval:g} s; seed {args.seed}"
                + (f"; metrics outage {outage[0]:g}s+{outage[1]:g}s ({args.outage_kind})" if outage else ""))
     for flag, base_name, write in (("--requests-out", args.requests_out, report.write_requests),
