@@ -143,3 +143,26 @@ def test_knative_scales_to_zero_after_window_and_grace_and_wakes_through_the_act
         # and the grace period (30 s) passes
         assert burst + 60.0 + 30.0 <= t <= burst + 40.0 + 60.0 + 30.0 + 4.0
     assert not any(run.dropped)
+
+
+# -- token mixes for held-out workloads ----------------------------------------------------------
+
+def test_generated_token_mixes_stay_in_their_ranges():
+    code = workload.generate("poisson:rate=20,duration=200,mix=code", seed=3)
+    assert all(2048 <= r.prompt_tokens <= 8192 and 1 <= r.output_tokens <= 256 for r in code)
+    rag = workload.generate("poisson:rate=20,duration=200,mix=rag", seed=3)
+    assert all(4096 <= r.prompt_tokens <= 14000 for r in rag)
+    chat = workload.generate("poisson:rate=20,duration=200,mix=chat", seed=3)
+    assert sum(r.output_tokens for r in chat) > 1.2 * sum(r.prompt_tokens for r in chat)   # decode-heavy
+    both = workload.merge(code, chat)
+    assert len(both) == len(code) + len(chat) and all(a.arrival <= b.arrival for a, b in zip(both, both[1:]))
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("poisson:rate=5,mix=video", "generator poisson: mix must be one of conv, code, rag, chat, got 'video'"),
+    ("poisson:rate=5,mix=code,prompt=10", "generator poisson: give either prompt/output or mix, not both"),
+])
+def test_bad_token_mixes_are_refused(spec, message):
+    with pytest.raises(workload.WorkloadError) as e:
+        workload.generate(spec, 1)
+    assert str(e.value) == message
