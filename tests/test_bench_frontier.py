@@ -59,7 +59,7 @@ def test_the_reduced_bench_writes_a_report_whose_verdict_follows_from_its_figure
 
     assert bench.main(["--fast", "--jobs", "1", "--out", str(tmp_path)]) == 0
     text = (tmp_path / "autoscaling.md").read_text()
-    assert "Command: `python bench/autoscaling.py --fast`" in text and "Machine: " in text
+    assert "Command: `python bench/autoscaling.py --fast --jobs 1 --out " in text and "Machine: " in text
     rows = [line for line in text.splitlines() if line.startswith("| ") and " | " in line]
     configs = [r for r in rows if r.split(" | ")[0].lstrip("| ") in ("**ours**", *bench.FAST_SWEEP)
                or r.startswith("| fixed:")]

@@ -120,7 +120,7 @@ def demand_signals(view: View, perf: Performance | None = None) -> live_policy.S
     newest = max(started, key=lambda p: p.ready_at) if started else None
     return replace(base, throughput=throughput, in_flight=in_flight,
                    capacity_hint=sized.rate if sized else None, solo_latency_s=sized.solo_s if sized else None,
-                   batch_slots=sized.slots if sized else None,
+                   batch_slots=sized.slots if sized else None, prefill_s=sized.prefill_s if sized else None,
                    startup_s=None if newest is None else newest.ready_at - newest.created)
 
 
