@@ -178,12 +178,18 @@ def test_demand_sees_load_an_empty_queue_hides():
 
 
 def test_a_rising_rate_asks_for_capacity_one_start_up_ahead():
+    """A trend over at least half the trend window (60 s) is extrapolated over the start-up; a
+    shorter trail is not trusted with one (it is noise at a restart)."""
     history, current = measured(20.0, 5), 5
-    for i, rate in enumerate([60, 66, 72, 78]):    # +0.6 req/s per s
+    ds = []
+    for i, rate in enumerate([60, 66, 72, 78, 84, 90, 96]):    # +0.6 req/s per s
         d = decide(SPEC.model_copy(update={"max_replicas": 40}), current,
                    rates(0, current, rate, rate, startup=100), history, T0 + timedelta(seconds=10 * (i + 1)))
         history, current = d.history, d.desired
-    assert d.wants["demand"] == math.ceil((78 + 0.6 * 100) / 19)
+        ds.append(d)
+    assert "rising" not in ds[5].reason                         # a 50 s trail
+    band = BAND_Z * math.sqrt(96 / 60)
+    assert d.wants["demand"] == math.ceil((96 + 0.6 * 100 + band) / 19)
     assert "rising over 100s start-up" in d.reason
 
 

@@ -14,9 +14,12 @@ Rules, and the failures they prevent (see shared/reference/autoscaling.md):
   - The arrival rate is the larger of the last minute's (completions plus the growth of what the
     service holds, by conservation of requests) and the last tick's (the same over one tick: a
     minute's average lags a step by up to a minute).
-  - The forecast adds the rate's rising least-squares trend over the start-up time, and the
-    upper band BAND_Z standard deviations: the rate trail's scatter around its trend and a
-    minute's counting noise (rate / 60 s).
+  - The forecast adds the rate's rising least-squares trend over the start-up time (fitted on a
+    trail of at least half of TREND_WINDOW_S: a shorter one is noise), and an
+    upper band: BAND_Z standard deviations of the rate trail's scatter around its trend and of a
+    minute's counting noise (rate / 60 s), or, if larger, the RISE_QUANTILE of how far the rate
+    went over this forecast within a start-up, once a minute over the last RISE_MEMORY_S (bursts
+    the trend cannot see coming: the band learns them; a steady trend does not widen it).
   - The start-up time is learned per service (its Deployment runs one GPU class) from its pods'
     creation-to-Ready as the loop observes them (a running average), DEFAULT_STARTUP_S until then.
   - A replica's capacity starts from the plan (planning/serving.py: the GPU's bandwidth and
@@ -168,8 +171,8 @@ class History:
     ready_since: tuple[int, datetime] | None = None   # the ready count, and since when it holds
     idle_since: datetime | None = None  # first tick of the current run without any use (minReplicas 0)
     startup: float | None = None       # learned seconds from pod creation to Ready (this service's class)
-    minutes: tuple[tuple[datetime, float], ...] = ()   # the arrival rate once a minute (RISE_MEMORY_S)
-    rises: tuple[tuple[datetime, float], ...] = ()     # how much it rose over one start-up, once a minute
+    minutes: tuple[tuple[datetime, float, float], ...] = ()  # once a minute: rate, its forecast a start-up ahead
+    rises: tuple[tuple[datetime, float], ...] = ()     # how far the rate went over that forecast, once a minute
 
     def add(self, now: datetime, replicas: int, window: timedelta, source: str = "") -> History:
         kept = _trail_since(self.recommendations, now - window, keep_equal=False)
@@ -222,20 +225,23 @@ class History:
         return hist
 
     def _rise(self, now: datetime, rate: float) -> History:
-        """Once a minute: log the rate, and how much it rose since one start-up ago (the highest
-        rate logged within the start-up over the one at its start; 0 when it fell)."""
+        """Once a minute: log the rate with what the forecast said it would be one start-up later
+        (the rate plus its rising trend), and for the entry logged one start-up ago, how far the
+        highest rate since then went over that forecast (0 when it stayed under): the forecast's
+        errors, which the upper band covers."""
         memory = now - _RISE_MEMORY
-        minutes = _trail_since(self.minutes, memory) + ((now, rate),)
-        lead = timedelta(seconds=self.startup if self.startup is not None else DEFAULT_STARTUP_S)
+        lead_s = self.startup if self.startup is not None else DEFAULT_STARTUP_S
+        slope, _ = self.forecast()
+        minutes = _trail_since(self.minutes, memory) + ((now, rate, rate + max(0.0, slope) * lead_s),)
         rises = _trail_since(self.rises, memory)
-        start = bisect_left(minutes, now - lead, key=_first)
+        start = bisect_left(minutes, now - timedelta(seconds=lead_s), key=_first)
         if start > 0:
-            base = minutes[start - 1][1]    # the last rate logged before the start-up began
-            rises += ((now, max(0.0, max(r for _, r in minutes[start:]) - base)),)
+            _, _, predicted = minutes[start - 1]   # the last entry logged before the start-up began
+            rises += ((now, max(0.0, max(r for _, r, _ in minutes[start:]) - predicted)),)
         return _evolve(self, minutes=minutes, rises=rises)
 
     def rise(self) -> float:
-        """The RISE_QUANTILE of the rises over one start-up seen within RISE_MEMORY_S (0 without)."""
+        """The RISE_QUANTILE of the forecast's errors seen within RISE_MEMORY_S (0 without)."""
         if not self.rises:
             return 0.0
         values = sorted(r for _, r in self.rises)
@@ -316,8 +322,8 @@ class History:
         """The arrival rate's least-squares slope (requests/s per s) over the trail and the
         standard deviation of the trail around that line (requests/s); (0, 0) below three points."""
         n = len(self.rates)
-        if n < 3:
-            return 0.0, 0.0
+        if n < 3 or self.rates[-1][2] - self.rates[0][2] < TREND_WINDOW_S / 2:
+            return 0.0, 0.0   # too short a trail to tell a trend from noise
         xs = [p[2] for p in self.rates]   # centred below: the epoch's size does not matter
         ys = [p[1] for p in self.rates]
         mx, my = sum(xs) / n, sum(ys) / n
@@ -400,9 +406,10 @@ def _demand(spec: AutoscalingSpec, current: int, queue: float, signals: Signals,
     level = max(rate, recent) if recent is not None else rate
     slope, scatter = history.forecast()
     rising = max(0.0, slope) * lead
-    # The upper band: the scatter around the trend and a minute's counting noise, or how much
-    # the rate has risen within a start-up lately (bursts the trend cannot see coming), the larger.
-    band = max(BAND_Z * math.sqrt(scatter * scatter + level / RATE_WINDOW_S), history.rise() - rising)
+    # The upper band: the scatter around the trend and a minute's counting noise, or how far the
+    # rate went over the forecast within a start-up lately (bursts the trend cannot see coming),
+    # the larger.
+    band = max(BAND_Z * math.sqrt(scatter * scatter + level / RATE_WINDOW_S), history.rise())
     upper = level + rising + band
     usable = capacity * UTILIZATION
     limit = "batch"

@@ -116,7 +116,9 @@ def demand_signals(view: View, perf: Performance | None = None) -> live_policy.S
             now, TOKEN_WINDOW_S, counter="output_tokens")
         if count and prompt is not None and output is not None:
             sized = perf.sizing(prompt / count, output / count)  # type: ignore[union-attr]
-    started = [p for p in view.pods if p.state == "ready" and p.created > 0]
+    # Every ready pod has a creation and a Ready time, those the run starts with too (they were
+    # created one cold start before it).
+    started = [p for p in view.pods if p.state == "ready" and p.ready_at > p.created]
     newest = max(started, key=lambda p: p.ready_at) if started else None
     return replace(base, throughput=throughput, in_flight=in_flight,
                    capacity_hint=sized.rate if sized else None, solo_latency_s=sized.solo_s if sized else None,
