@@ -173,6 +173,7 @@ class History:
     startup: float | None = None       # learned seconds from pod creation to Ready (this service's class)
     minutes: tuple[tuple[datetime, float, float], ...] = ()  # once a minute: rate, its forecast a start-up ahead
     rises: tuple[tuple[datetime, float], ...] = ()     # how far the rate went over that forecast, once a minute
+    rise_band: float = 0.0             # their RISE_QUANTILE, kept with them (the tick reads it, once a minute writes it)
 
     def add(self, now: datetime, replicas: int, window: timedelta, source: str = "") -> History:
         kept = _trail_since(self.recommendations, now - window, keep_equal=False)
@@ -238,14 +239,15 @@ class History:
         if start > 0:
             _, _, predicted = minutes[start - 1]   # the last entry logged before the start-up began
             rises += ((now, max(0.0, max(r for _, r, _ in minutes[start:]) - predicted)),)
-        return _evolve(self, minutes=minutes, rises=rises)
+        band = 0.0
+        if rises:
+            values = sorted(r for _, r in rises)
+            band = values[min(len(values) - 1, math.ceil(RISE_QUANTILE * len(values)) - 1)]
+        return _evolve(self, minutes=minutes, rises=rises, rise_band=band)
 
     def rise(self) -> float:
         """The RISE_QUANTILE of the forecast's errors seen within RISE_MEMORY_S (0 without)."""
-        if not self.rises:
-            return 0.0
-        values = sorted(r for _, r in self.rises)
-        return values[min(len(values) - 1, math.ceil(RISE_QUANTILE * len(values)) - 1)]
+        return self.rise_band
 
     def _sample(self, now: datetime, signals: Signals) -> History:
         """One capacity sample per tick, when the last rate window was run by the same ready
@@ -328,9 +330,12 @@ class History:
         ys = [p[1] for p in self.rates]
         mx, my = sum(xs) / n, sum(ys) / n
         dx = [x - mx for x in xs]
+        dy = [y - my for y in ys]
         var = sum(map(mul, dx, dx))
-        slope = 0.0 if var == 0 else sum(map(mul, dx, [y - my for y in ys])) / var
-        residual = sum((y - my - slope * d) ** 2 for y, d in zip(ys, dx)) / (n - 2) if n > 2 else 0.0
+        cov = sum(map(mul, dx, dy))
+        slope = 0.0 if var == 0 else cov / var
+        # residual sum of squares of the fit: syy - slope x sxy
+        residual = (sum(map(mul, dy, dy)) - slope * cov) / (n - 2)
         return slope, math.sqrt(max(0.0, residual))
 
     def recent_arrivals(self, signals: Signals) -> float | None:
