@@ -29,7 +29,7 @@ help:
 	@echo "make golden    rewrite tests/golden after an intended rendering change"
 	@echo "make dashboards rewrite the chart's Grafana dashboards from hack/dashboards.py"
 	@echo "make lock      rewrite requirements/*.lock from pyproject.toml's ranges (hashes included)"
-	@echo "make bench-autoscaling  every autoscaling policy on four workloads -> bench/results/autoscaling.md"
+	@echo "make bench-autoscaling  ours vs the frontier of swept HPA/KEDA/Knative/fixed pools, 7 workloads, 4 conditions -> bench/results/autoscaling.md"
 	@echo "make bench-scale        the control plane at N=1000 services: bulk, idle, autoscaler -> bench/results/scale.md"
 	@echo "make bench-spill        SLO during a GPU shortage with and without spill-over -> bench/results/spill.md"
 	@echo "make bench-robustness   1,000 hostile specs against the API server and the operator -> bench/results/robustness.md"

@@ -9,8 +9,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from triton_operator.api import AutoscalingSpec
-from triton_operator.autoscaling.policy import (DEMAND_HOLD_S, DRAIN_S, UTILIZATION, Decision, History, Signals,
-                                               decide, seed)
+from triton_operator.autoscaling.policy import (BAND_Z, DRAIN_S, MIN_HOLD_S, UTILIZATION, Decision, History,
+                                               Signals, decide, seed)
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
 SPEC = AutoscalingSpec(min_replicas=1, max_replicas=10, target_queue_depth=4, target_p99_latency_ms=800,
@@ -173,26 +173,37 @@ def test_demand_sees_load_an_empty_queue_hides():
         d = decide(SPEC, current, rates(0, 8, 150, 150), history, T0 + timedelta(seconds=s))
         history, current = d.history, d.desired
         out.append(d)
-    assert {d.desired for d in out} == {8}           # 150 / 19 = 7.9 -> 8
+    # 150 req/s plus the upper band (a minute's counting noise: 1.65 x sqrt(150 / 60)) / 19 -> 8.03 -> 9
+    assert {d.desired for d in out} == {math.ceil((150 + BAND_Z * math.sqrt(150 / 60)) / 19)} == {9}
 
 
 def test_a_rising_rate_asks_for_capacity_one_start_up_ahead():
+    """A trend over at least half the trend window (60 s) is extrapolated over the start-up; a
+    shorter trail is not trusted with one (it is noise at a restart)."""
     history, current = measured(20.0, 5), 5
-    for i, rate in enumerate([60, 66, 72, 78]):    # +0.6 req/s per s
+    ds = []
+    for i, rate in enumerate([60, 66, 72, 78, 84, 90, 96]):    # +0.6 req/s per s
         d = decide(SPEC.model_copy(update={"max_replicas": 40}), current,
                    rates(0, current, rate, rate, startup=100), history, T0 + timedelta(seconds=10 * (i + 1)))
         history, current = d.history, d.desired
-    assert d.wants["demand"] == math.ceil((78 + 0.6 * 100) / 19)
+        ds.append(d)
+    assert "rising" not in ds[5].reason                         # a 50 s trail
+    band = BAND_Z * math.sqrt(96 / 60)
+    assert d.wants["demand"] == math.ceil((96 + 0.6 * 100 + band) / 19)
     assert "rising over 100s start-up" in d.reason
 
 
 def test_a_growing_queue_is_drained_as_it_will_be_when_new_pods_are_up():
     """A step: the queue grows by 100 req/s. Sized for the queue alone (300 / 1200 s) the rule
-    would add a fraction of a replica; by the time new pods are up (60 s) it holds 6,300."""
+    would add a fraction of a replica; by the time new pods are up (60 s) it holds 7,000. The
+    arrivals are what the last tick took on (80 completed + 100 queued per second), not the last
+    minute's 80."""
     spec = SPEC.model_copy(update={"max_replicas": 40})
     ds = run(spec, 4, [(10, rates(0, 4, 80, 80, startup=60)), (20, rates(1000, 4, 80, 80, startup=60))],
              measured(20.0, 4))
-    assert ds[1].wants["demand"] == math.ceil(80 / 19 + (1000 + 100 * 60) / 1200)
+    upper = 180 + BAND_Z * math.sqrt(180 / 60)
+    assert ds[1].wants["demand"] == math.ceil(upper / 19 + (1000 + 100 * 60) / 1200)
+    assert "demand 180 req/s" in ds[1].reason
     assert "queue growing 100/s until pods start" in ds[1].reason
 
 
@@ -254,16 +265,17 @@ def test_no_capacity_sample_while_the_ready_replicas_changed_within_the_minute()
 # -- scale-down hold ------------------------------------------------------------------------------
 
 def test_a_measured_drop_scales_down_after_the_short_hold():
-    """Every recommendation for two minutes came from demand: the hold is DEMAND_HOLD_S, not
-    the 300 s window."""
+    """Every recommendation for a start-up time came from demand: the hold is the start-up time
+    (at least MIN_HOLD_S; 60 s assumed here), not the 300 s window: demand forecasts one start-up
+    ahead, so what it no longer asks for is not needed before a new pod could be up."""
     history, current, out = measured(20.0, 10), 10, []
     for s in range(10, 400, 10):
         d = decide(SPEC, current, rates(0, current, 60, 60), history, T0 + timedelta(seconds=s))
         history, current = d.history, d.desired
         out.append((s, d))
     first = next(s for s, d in out if d.desired < 10)
-    assert DEMAND_HOLD_S <= first < 300 and current == math.ceil(60 / 19)
-    assert f"within the last {int(DEMAND_HOLD_S)}s" in next(d.reason for s, d in out if s == first)
+    assert MIN_HOLD_S <= first < 300 and current == math.ceil((60 + BAND_Z * math.sqrt(60 / 60)) / 19)
+    assert f"within the last {int(MIN_HOLD_S)}s" in next(d.reason for s, d in out if s == first)
 
 
 def test_queue_recommendations_keep_the_full_window():
@@ -328,3 +340,119 @@ def test_a_batch_figure_that_comes_or_goes_does_not_fake_arrivals():
         (s, planned(0, 4, 80, 200)) for s in range(20, 80, 10)]
     ds = run(SPEC.model_copy(update={"max_replicas": 40}), 4, ticks)
     assert ds[-1].history.rates[-1][1] == pytest.approx(80)
+
+
+# -- the forecast: start pods a start-up early, on the upper band ------------------------------------
+
+def test_prefill_binds_before_the_batch_for_long_prompts():
+    """Code completion: 4k-token prompts stall the batch ~60 ms each. At 95 % of the full-batch
+    rate (15.5 req/s) prefill would stall it 93 % of the time and requests wait behind each
+    other's prompts; demand plans PREFILL_UTILIZATION of the prefill time instead."""
+    from triton_operator.autoscaling.policy import PREFILL_UTILIZATION
+    sig = Signals(queue_depth=0, ready=4, throughput=40.0, in_flight=60, capacity_hint=15.5, solo_latency_s=0.2,
+                  batch_slots=64, prefill_s=0.06)
+    spec = SPEC.model_copy(update={"max_replicas": 40, "target_p99_latency_ms": 8000})
+    d = decide(spec, 4, sig, seed(T0, 4), T0 + timedelta(seconds=10))
+    usable = PREFILL_UTILIZATION / 0.06
+    assert d.wants["demand"] == math.ceil((40 + BAND_Z * math.sqrt(40 / 60)) / usable) == 4
+    assert "prefill (60ms a request) at 70% binds before the batch" in d.reason
+    short = replace(sig, prefill_s=0.01)       # chat prompts: the batch binds first
+    d = decide(spec, 4, short, seed(T0, 4), T0 + timedelta(seconds=10))
+    assert d.wants["demand"] == math.ceil((40 + BAND_Z * math.sqrt(40 / 60)) / (15.5 * UTILIZATION))
+    assert "at 95%" in d.reason and "binds" not in d.reason
+
+
+def test_the_start_up_time_is_learned_and_sets_the_lead_and_the_hold():
+    """Pods that take 240 s to be ready: the policy learns it from their creation-to-Ready, asks
+    for the rising rate one start-up ahead, and holds what demand no longer asks for a start-up."""
+    history, current = measured(20.0, 5), 5
+    for s, rate in zip(range(10, 130, 10), range(60, 180, 10)):
+        d = decide(SPEC.model_copy(update={"max_replicas": 40}), current,
+                   rates(0, current, float(rate), float(rate), startup=240.0), history, T0 + timedelta(seconds=s))
+        history, current = d.history, d.desired
+    assert history.startup == pytest.approx(240.0)
+    assert "rising over 240s start-up" in d.reason
+    slope, scatter = history.forecast()
+    assert slope == pytest.approx(1.0) and scatter == pytest.approx(0.0, abs=1e-9)
+    assert d.wants["demand"] == math.ceil((170 + 240 + BAND_Z * math.sqrt(170 / 60)) / 19)
+    # the load falls to 60 req/s: demand asks for 4 at once, but replicas go only after 240 s
+    spec = SPEC.model_copy(update={"max_replicas": 40})
+    peak, out = current, []
+    for s in range(130, 600, 10):
+        d = decide(spec, current, rates(0, current, 60.0, 60.0, startup=240.0), history, T0 + timedelta(seconds=s))
+        history, current = d.history, d.desired
+        out.append((s, d))
+    first = next(s for s, d in out if d.desired < peak)
+    assert 120 + 240 <= first < 120 + 300 and "within the last 240s" in next(d.reason for s, d in out if s == first)
+
+
+def test_the_upper_band_widens_with_the_rates_scatter():
+    """Rates jumping around their trend ask for more than a steady rate of the same mean."""
+    def last(values):
+        history, current = measured(20.0, 5), 5
+        for s, rate in zip(range(10, 10 + 10 * len(values), 10), values):
+            d = decide(SPEC.model_copy(update={"max_replicas": 40}), current, rates(0, current, rate, rate),
+                       history, T0 + timedelta(seconds=s))
+            history, current = d.history, d.desired
+        return d
+
+    steady = last([100.0] * 12)
+    jumpy = last([70.0, 130.0] * 6)
+    assert jumpy.history.forecast()[1] > 25 and steady.history.forecast()[1] == 0
+    assert jumpy.wants["demand"] > steady.wants["demand"]
+
+
+def test_p99_is_reported_not_chased_while_demand_sizes_the_service():
+    """A draining backlog keeps p99 high after demand has sized it: ready x p99 / target would
+    compound into max replicas."""
+    d = decide(SPEC.model_copy(update={"max_replicas": 40}), 6, rates(300, 6, 100, 110, p99=9000),
+               measured(20.0, 6), T0 + timedelta(seconds=10))
+    assert "p99" not in d.wants and "p99 9000ms (target 800ms)" in d.reason
+    assert d.desired == d.wants["demand"]
+
+
+def test_bursts_seen_within_a_start_up_widen_the_band_for_half_an_hour():
+    """A rate that keeps jumping by 60 req/s within one start-up: the upper band keeps room for
+    such a rise (RISE_QUANTILE of the rises seen within RISE_MEMORY_S, one a minute) while the
+    trail is calm again; a single jump, rarer than that, does not."""
+    from triton_operator.autoscaling.policy import RISE_MEMORY_S
+    history, current = measured(20.0, 4), 4
+    spec = SPEC.model_copy(update={"max_replicas": 40})
+    pattern = ([60.0] * 2 + [120.0] * 2) * 4 + [60.0] * 6     # one minute a point
+    ds = []
+    for i, rate in enumerate(pattern):
+        for k in range(6):                                    # ticks of 10 s within the minute
+            t = T0 + timedelta(seconds=60 * i + 10 * k + 10)
+            d = decide(spec, current, rates(0, current, rate, rate), history, t)
+            history, current = d.history, d.desired
+        ds.append(d)
+    assert history.rise() == pytest.approx(60.0)
+    calm = ds[-1]                                             # 6 min after the last burst, at 60 req/s
+    assert "upper band +60" in calm.reason
+    assert calm.wants["demand"] == math.ceil(120 / 19)
+    assert RISE_MEMORY_S == 1800
+    once = measured(20.0, 4)
+    for i, rate in enumerate([60.0] * 2 + [120.0] * 2 + [60.0] * 20):
+        for k in range(6):
+            d = decide(spec, 4, rates(0, 4, rate, rate), once, T0 + timedelta(seconds=60 * i + 10 * k + 10))
+            once = d.history
+    assert once.rise() == 0.0
+
+
+def test_long_prompts_keep_batches_to_half_the_latency_target():
+    """Long-context requests: a full batch of 64 takes 64 / 4 = 16 s a request, over a 10 s
+    target. The plan's line (1.3 s alone, +0.23 s a busy slot) keeps batches to 16 requests
+    (5 s, half the target): 3.2 req/s a replica rather than 95 % of 4."""
+    spec = SPEC.model_copy(update={"max_replicas": 40, "target_p99_latency_ms": 10000})
+    sig = Signals(queue_depth=0, ready=4, throughput=12.0, in_flight=40, capacity_hint=4.0, solo_latency_s=1.3,
+                  batch_slots=64)
+    d = decide(spec, 4, sig, seed(T0, 4), T0 + timedelta(seconds=10))
+    per_slot = (64 / 4.0 - 1.3) / 64
+    fill = (5.0 - 1.3) / per_slot
+    usable = fill / (1.3 + per_slot * fill)
+    assert usable == pytest.approx(fill / 5.0) and 3.0 < usable < 3.3
+    assert d.wants["demand"] == math.ceil((12 + BAND_Z * math.sqrt(12 / 60)) / usable)
+    assert "batches kept to 50% of the latency target" in d.reason
+    loose = decide(spec.model_copy(update={"target_p99_latency_ms": 60000}), 4, sig, seed(T0, 4),
+                   T0 + timedelta(seconds=10))
+    assert "at 95%" in loose.reason                            # a full batch is within half of 60 s

@@ -334,6 +334,8 @@ def test_simulate_prints_a_table_and_json(capsys, tmp_path):
     (["--trace", "nope.csv"], "nope.csv: No such file"),
     (["--generate", "poisson:rate=5", "--policy", "magic"], "unknown policy 'magic'"),
     (["--generate", "poisson:rate=5", "--policy", "fixed:x"], "fixed:N needs a whole number"),
+    (["--generate", "poisson:rate=5", "--policy", "hpa:metric=gpu,target=4"], "metric must be one of"),
+    (["--generate", "poisson:rate=5", "--policy", "kpa", "--policy", "kpa"], "--policy kpa is given twice"),
     (["--generate", "poisson:rate=5", "--rate-scale", "-1"], "--rate-scale must be a number > 0"),
     (["--generate", "poisson:rate=5", "--rate-scale", "nan"], "--rate-scale must be a number > 0"),
     (["--generate", "poisson:rate=five"], "rate='five' is not a number"),
@@ -409,15 +411,17 @@ def test_a_prometheus_outage_at_zero_holds_zero_and_the_held_requests_wait_for_i
     assert not any(run.dropped)
 
 
-def test_simulate_refuses_baselines_whose_scale_to_zero_is_not_modelled(capsys, tmp_path):
+def test_simulate_refuses_the_hpa_at_min_replicas_zero(capsys, tmp_path):
     spec = tmp_path / "zero.yaml"
     spec.write_text(Path(EXAMPLE).read_text().replace("minReplicas: 1", "minReplicas: 0"))
     code = cli.main(["simulate", "-f", str(spec), "--generate", "poisson:rate=1,duration=60", "--policy", "ours",
-                     "--policy", "keda"])
+                     "--policy", "hpa:metric=inflight,target=40"])
     err = capsys.readouterr().err
-    assert code == 2 and "minReplicas 0" in err and "keda" in err and err.count("\n") == 1
+    assert code == 2 and err.count("\n") == 1
+    assert ("minReplicas 0: hpa:metric=inflight,target=40 cannot scale to zero (an HPA on a Pods metric never goes "
+            "below one replica); simulate it with minReplicas 1, or use keda or kpa") in err
     assert cli.main(["simulate", "-f", str(spec), "--generate", "poisson:rate=1,duration=120", "--policy", "ours",
-                     "--policy", "fixed:1", "--slo-ms", "5000"]) == 0
+                     "--policy", "fixed:1", "--policy", "keda", "--policy", "kpa", "--slo-ms", "5000"]) == 0
 
 
 def test_a_shortage_with_spill_over_serves_what_waiting_cannot(classes):

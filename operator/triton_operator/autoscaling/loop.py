@@ -82,7 +82,7 @@ def signals_for(key: Key, snapshot: Snapshot, ready: int, sizing: Sizing | None 
         queue_depth=queue, p99_ms=snapshot.get("p99", key), ready=ready, throughput=finite("throughput"),
         in_flight=finite("in_flight"), startup_s=startup_s, reporting=None if reporting is None else int(reporting),
         capacity_hint=sizing.rate if sizing else None, solo_latency_s=sizing.solo_s if sizing else None,
-        batch_slots=sizing.slots if sizing else None, **gateway)
+        batch_slots=sizing.slots if sizing else None, prefill_s=sizing.prefill_s if sizing else None, **gateway)
 
 
 def startup_seconds(pods: Any) -> float | None:

@@ -7,12 +7,21 @@ Rules, and the failures they prevent (see shared/reference/autoscaling.md):
   (kubernetes#99394, keda#3065: an outage read as "no load" dropped services to minimum). Figures
   from fewer pods than are ready never scale down (scale-up still works: aibrix#1032, one failed
   scrape must not block all scaling) and teach nothing about capacity.
-- Demand, whenever a replica's capacity is known: replicas = (arrival rate + its rising trend x
-  the pod start-up time) / (capacity x UTILIZATION), plus what drains the backlog within
-  DRAIN_S, the backlog being the queue as it will be when new pods are up (it grows by its last
-  tick's growth for one start-up time).
-  - The arrival rate is what the service received over the last minute: completions plus the
-    growth of what it holds (queued + inside the engines' batches), by conservation of requests.
+- Demand, whenever a replica's capacity is known, forecast one start-up ahead (pods asked for
+  now serve only then): replicas = upper band of the arrival rate at now + start-up / usable
+  capacity per replica, plus what drains the backlog within DRAIN_S, the backlog being the queue
+  as it will be when new pods are up (it grows by its last tick's growth for one start-up time).
+  - The arrival rate is the larger of the last minute's (completions plus the growth of what the
+    service holds, by conservation of requests) and the last tick's (the same over one tick: a
+    minute's average lags a step by up to a minute).
+  - The forecast adds the rate's rising least-squares trend over the start-up time (fitted on a
+    trail of at least half of TREND_WINDOW_S: a shorter one is noise), and an
+    upper band: BAND_Z standard deviations of the rate trail's scatter around its trend and of a
+    minute's counting noise (rate / 60 s), or, if larger, the RISE_QUANTILE of how far the rate
+    went over this forecast within a start-up, once a minute over the last RISE_MEMORY_S (bursts
+    the trend cannot see coming: the band learns them; a steady trend does not widen it).
+  - The start-up time is learned per service (its Deployment runs one GPU class) from its pods'
+    creation-to-Ready as the loop observes them (a running average), DEFAULT_STARTUP_S until then.
   - A replica's capacity starts from the plan (planning/serving.py: the GPU's bandwidth and
     compute, the engine's batch, the measured token mix) and is calibrated on the live figures,
     as a running average of measured / planned: a minute spent saturated (requests waiting, so
@@ -20,8 +29,17 @@ Rules, and the failures they prevent (see shared/reference/autoscaling.md):
     gives, by Little's law, the time a request spent in the batch at the observed occupancy,
     which the plan's line (alone in the batch .. full batch) turns into a full-batch rate. Both
     need the same ready replicas for the whole minute. Without a plan, saturated minutes alone.
-  - UTILIZATION is high (95 %) because an in-flight batch has many slots: near its saturated
-    rate a replica queues little, and the p99 rule and the saturated samples catch the rest.
+  - Usable capacity is UTILIZATION (95 %) of the full-batch rate (an in-flight batch has many
+    slots: near its saturated rate a replica queues little), unless prefill binds first: each
+    request's prefill stalls the whole batch, one prompt after another, a serial server whose
+    wait grows as rho / (1 - rho); demand keeps it busy at most PREFILL_UTILIZATION (70 %) of
+    the time. With prompts of a few thousand tokens (code completion, long-context RAG) that,
+    not the batch, sets latency: sized on the batch alone the policy ran replicas at 85-95 % of
+    their prefill time, latency went over target with nothing queued, and the p99 rule then
+    over-asked (the cause of losing to a fixed pool on prefill-heavy traffic).
+  - Scale down only what the forecast does not need within a start-up: once every
+    recommendation within the start-up time (at least MIN_HOLD_S, at most the spec's window)
+    came from demand, that is the hold.
   Demand replaces the queue rule, which over-asks on a backlog (a queue of 400 is not 100
   replicas of steady load) and under-asks when in-flight batching hides the load (nothing waits
   while every batch slot is busy).
@@ -29,8 +47,9 @@ Rules, and the failures they prevent (see shared/reference/autoscaling.md):
   ceil(total queued / target per replica) replicas, an absolute count, so pods that are still
   loading count as capacity on the way and one burst never compounds into a second burst of
   scale-ups while they start.
-- p99 latency over target asks for ceil(ready x p99 / target), but only while requests wait
-  (under target it may ask for fewer only when demand is not in charge). Latency made of
+- p99 latency over target asks for ceil(ready x p99 / target), but only while requests wait and
+  only when demand is not in charge (demand sizes the backlog already; ready x p99 / target
+  compounds over a draining queue into max replicas). Latency made of
   service time (nothing waited for two summary windows, batches under half full) does not fall
   with more replicas, so a p99 target below it is reported as out of reach (and the report
   posts a Warning) instead of scaling to max. A p99 still high from a queue that has just
@@ -47,8 +66,8 @@ Rules, and the failures they prevent (see shared/reference/autoscaling.md):
 - The largest request wins. A tolerance band ignores small noise (llm-d-autoscaling#1427).
 - Up fast: at once, at most max(2x, +4) per decision. Down slowly: only to the highest
   recommendation seen within the stabilization window, and at most maxStep per decision. Demand
-  recommendations are themselves minute averages sized from a measured capacity, so once every
-  recommendation within the last DEMAND_HOLD_S was demand's, that shorter window is the hold.
+  recommendations forecast a start-up ahead, so once every recommendation within the last
+  start-up time was demand's, that shorter window is the hold (see Demand).
 """
 
 from __future__ import annotations
@@ -70,14 +89,20 @@ DEFAULT_STARTUP_S = 60.0   # pod start-up time assumed when the loop does not me
 RATE_WINDOW_S = 60.0       # the window of the throughput query (and of the arrival rate)
 P99_WINDOW_S = 60.0        # Triton's latency summary covers about the last minute
 FULL_BATCH = 0.5           # batches this full make latency a matter of load, not of service time alone
-DEMAND_HOLD_S = 120.0      # scale-down hold when every recent recommendation came from demand
+MIN_HOLD_S = 60.0          # ... and the shortest (the rate window: one minute of figures)
+PREFILL_UTILIZATION = 0.7  # share of a replica's time the demand rule lets prefill stall its batch
+BAND_Z = 1.65              # the forecast's upper band: this many standard deviations over the forecast
+LATENCY_SHARE = 0.5        # share of targetP99LatencyMs a request may spend in the batch, by the plan's line
+RISE_QUANTILE = 0.9        # the upper band covers this quantile of the rises seen over one start-up
+RISE_MEMORY_S = 1800.0     # how long rises are remembered
+STARTUP_WEIGHT = 0.5       # weight of a new start-up observation in the learned start-up time
 
 _RATE_WINDOW = timedelta(seconds=RATE_WINDOW_S)
 _RATE_WINDOW_SHORT, _RATE_WINDOW_LONG = 0.75 * _RATE_WINDOW, 1.5 * _RATE_WINDOW  # a trail point that can stand for it
 _TWO_RATE_WINDOWS = 2 * _RATE_WINDOW
 _TREND_WINDOW = timedelta(seconds=TREND_WINDOW_S)
 _TWO_P99_WINDOWS = timedelta(seconds=2 * P99_WINDOW_S)
-_DEMAND_HOLD = timedelta(seconds=DEMAND_HOLD_S)
+_RISE_MEMORY = timedelta(seconds=RISE_MEMORY_S)
 
 
 _T = TypeVar("_T")
@@ -116,6 +141,7 @@ class Signals:
     capacity_hint: float | None = None  # planned requests/s of one saturated replica (planning/serving)
     solo_latency_s: float | None = None  # planned seconds one request spends alone in a batch
     batch_slots: float | None = None   # requests one replica's batch holds
+    prefill_s: float | None = None     # planned seconds a replica's batch stalls for one request's prefill
     reporting: int | None = None       # pods whose metrics Prometheus has (fewer than ready: partial figures)
     held: float | None = None          # requests the gateway holds for a ready replica (none is ready)
     gateway_in_flight: float | None = None  # requests the gateway has sent to replicas and not finished
@@ -144,6 +170,10 @@ class History:
     queued_at: datetime | None = None
     ready_since: tuple[int, datetime] | None = None   # the ready count, and since when it holds
     idle_since: datetime | None = None  # first tick of the current run without any use (minReplicas 0)
+    startup: float | None = None       # learned seconds from pod creation to Ready (this service's class)
+    minutes: tuple[tuple[datetime, float, float], ...] = ()  # once a minute: rate, its forecast a start-up ahead
+    rises: tuple[tuple[datetime, float], ...] = ()     # how far the rate went over that forecast, once a minute
+    rise_band: float = 0.0             # their RISE_QUANTILE, kept with them (the tick reads it, once a minute writes it)
 
     def add(self, now: datetime, replicas: int, window: timedelta, source: str = "") -> History:
         kept = _trail_since(self.recommendations, now - window, keep_equal=False)
@@ -180,14 +210,44 @@ class History:
             signals.ready, now)
         cutoff = now - _TWO_RATE_WINDOWS
         contents = _trail_since(self.contents, cutoff) + ((now, queue, signals.in_flight),)
+        startup = self.startup
+        s = signals.startup_s
+        if s is not None and math.isfinite(s) and s > 0:
+            startup = _average(startup, s, STARTUP_WEIGHT)
         hist = _evolve(self, saturated_since=since, contents=contents, ready_since=ready_since,
-                       queued_at=now if queue >= 1 else self.queued_at)
+                       queued_at=now if queue >= 1 else self.queued_at, startup=startup)
         hist = hist._sample(now, signals)
         rate = hist.arrival_rate(now, signals)
         if rate is not None:
             cutoff = now - _TREND_WINDOW
             hist = _evolve(hist, rates=_trail_since(self.rates, cutoff) + ((now, rate, now.timestamp()),))
+            if not self.minutes or now - self.minutes[-1][0] >= _RATE_WINDOW:
+                hist = hist._rise(now, rate)
         return hist
+
+    def _rise(self, now: datetime, rate: float) -> History:
+        """Once a minute: log the rate with what the forecast said it would be one start-up later
+        (the rate plus its rising trend), and for the entry logged one start-up ago, how far the
+        highest rate since then went over that forecast (0 when it stayed under): the forecast's
+        errors, which the upper band covers."""
+        memory = now - _RISE_MEMORY
+        lead_s = self.startup if self.startup is not None else DEFAULT_STARTUP_S
+        slope, _ = self.forecast()
+        minutes = _trail_since(self.minutes, memory) + ((now, rate, rate + max(0.0, slope) * lead_s),)
+        rises = _trail_since(self.rises, memory)
+        start = bisect_left(minutes, now - timedelta(seconds=lead_s), key=_first)
+        if start > 0:
+            _, _, predicted = minutes[start - 1]   # the last entry logged before the start-up began
+            rises += ((now, max(0.0, max(r for _, r, _ in minutes[start:]) - predicted)),)
+        band = 0.0
+        if rises:
+            values = sorted(r for _, r in rises)
+            band = values[min(len(values) - 1, math.ceil(RISE_QUANTILE * len(values)) - 1)]
+        return _evolve(self, minutes=minutes, rises=rises, rise_band=band)
+
+    def rise(self) -> float:
+        """The RISE_QUANTILE of the forecast's errors seen within RISE_MEMORY_S (0 without)."""
+        return self.rise_band
 
     def _sample(self, now: datetime, signals: Signals) -> History:
         """One capacity sample per tick, when the last rate window was run by the same ready
@@ -258,15 +318,37 @@ class History:
     def trend(self) -> float:
         """Least-squares slope of the arrival rate (requests/s per s) over the trail; 0 below
         three points."""
+        return self.forecast()[0]
+
+    def forecast(self) -> tuple[float, float]:
+        """The arrival rate's least-squares slope (requests/s per s) over the trail and the
+        standard deviation of the trail around that line (requests/s); (0, 0) below three points."""
         n = len(self.rates)
-        if n < 3:
-            return 0.0
+        if n < 3 or self.rates[-1][2] - self.rates[0][2] < TREND_WINDOW_S / 2:
+            return 0.0, 0.0   # too short a trail to tell a trend from noise
         xs = [p[2] for p in self.rates]   # centred below: the epoch's size does not matter
         ys = [p[1] for p in self.rates]
         mx, my = sum(xs) / n, sum(ys) / n
         dx = [x - mx for x in xs]
+        dy = [y - my for y in ys]
         var = sum(map(mul, dx, dx))
-        return 0.0 if var == 0 else sum(map(mul, dx, [y - my for y in ys])) / var
+        cov = sum(map(mul, dx, dy))
+        slope = 0.0 if var == 0 else cov / var
+        # residual sum of squares of the fit: syy - slope x sxy
+        residual = (sum(map(mul, dy, dy)) - slope * cov) / (n - 2)
+        return slope, math.sqrt(max(0.0, residual))
+
+    def recent_arrivals(self, signals: Signals) -> float | None:
+        """Requests/s arriving now: completions plus what the service took on since the previous
+        tick (a minute's rate lags a step by up to a minute)."""
+        x = signals.throughput
+        if x is None or not math.isfinite(x) or len(self.contents) < 2:
+            return None
+        (t0, q0, b0), (t1, q1, b1) = self.contents[-2], self.contents[-1]
+        span = (t1 - t0).total_seconds()
+        if span <= 0 or (b0 is None) != (b1 is None):
+            return None
+        return max(0.0, x + (q1 - q0 + (b1 or 0.0) - (b0 or 0.0)) / span)
 
 
 def _trail_since(trail: tuple[_E, ...], cutoff: datetime, keep_equal: bool = True) -> tuple[_E, ...]:
@@ -304,26 +386,77 @@ def _fmt(x: float) -> str:
     return f"{x:.1f}".rstrip("0").rstrip(".")
 
 
+def startup_of(signals: Signals, history: History) -> float:
+    """The start-up time the policy plans with: learned from the pods' creation-to-Ready, else
+    the last observed, else DEFAULT_STARTUP_S."""
+    if history.startup is not None:
+        return history.startup
+    return signals.startup_s if signals.startup_s is not None else DEFAULT_STARTUP_S
+
+
 def _demand(spec: AutoscalingSpec, current: int, queue: float, signals: Signals,
             history: History, now: datetime) -> tuple[int, str] | None:
+    """Replicas for the arrivals forecast one start-up ahead (pods asked for now serve then):
+    the rate (the larger of the last minute's and the last tick's), plus its rising trend over
+    the start-up, plus BAND_Z standard deviations (the trail's scatter around its trend and a
+    minute's counting noise), at UTILIZATION of a replica's batch capacity or PREFILL_UTILIZATION
+    of its prefill time, whichever binds first; plus what drains the backlog within DRAIN_S."""
     known = history.capacity_for(signals)
     rate = history.rates[-1][1] if history.rates and history.rates[-1][0] == now else None
     if known is None or rate is None:
         return None
     capacity, source = known
-    lead = signals.startup_s if signals.startup_s is not None else DEFAULT_STARTUP_S
-    rising = max(0.0, history.trend()) * lead
-    # A growing queue keeps growing until new pods are up: drain what it will be by then.
+    lead = startup_of(signals, history)
+    recent = history.recent_arrivals(signals)
+    level = max(rate, recent) if recent is not None else rate
+    slope, scatter = history.forecast()
+    rising = max(0.0, slope) * lead
+    # The upper band: the scatter around the trend and a minute's counting noise, or how far the
+    # rate went over the forecast within a start-up lately (bursts the trend cannot see coming),
+    # the larger.
+    band = max(BAND_Z * math.sqrt(scatter * scatter + level / RATE_WINDOW_S), history.rise())
+    upper = level + rising + band
+    usable = capacity * UTILIZATION
+    limit = "batch"
+    target = spec.target_p99_latency_ms
+    hint, solo, slots = signals.capacity_hint, signals.solo_latency_s, signals.batch_slots
+    if target and hint and solo is not None and slots:
+        # The plan's line: a request spends solo + per-slot x B in a batch of B. Keep B where
+        # that is at most LATENCY_SHARE of the target (the rest is for waiting and the tail).
+        efficiency = capacity / hint
+        budget = LATENCY_SHARE * target / 1000.0
+        per_slot = (slots / hint - solo) / slots
+        fill = min(slots, (budget * efficiency - solo) / per_slot) if per_slot > 0 else slots
+        rate_at_fill = fill * efficiency / (solo + per_slot * fill) if fill >= 1 else math.inf
+        if rate_at_fill < usable:
+            usable, limit = rate_at_fill, "latency"
+    prefill = signals.prefill_s
+    if prefill is not None and math.isfinite(prefill) and prefill > 0:
+        # Prefill stalls the whole batch, one request at a time: a serial server in front of the
+        # batch, whose wait grows as rho / (1 - rho). Past PREFILL_UTILIZATION of its time the
+        # wait, not the batch, sets latency (prompts of thousands of tokens).
+        efficiency = capacity / signals.capacity_hint if signals.capacity_hint else 1.0
+        by_prefill = PREFILL_UTILIZATION * efficiency / prefill
+        if by_prefill < usable:
+            usable, limit = by_prefill, "prefill"
     growth = history.queue_growth()
     backlog = queue + growth * lead
-    need = (rate + rising) / (capacity * UTILIZATION) + backlog / (capacity * DRAIN_S)
+    need = upper / usable + backlog / (capacity * DRAIN_S)
     replicas = max(1, math.ceil(need - 1e-9))
     if abs(need / max(current, 1) - 1) <= spec.tolerance and need <= current:
         replicas = current
-    note = f"demand {_fmt(rate)} req/s"
+    note = f"demand {_fmt(level)} req/s"
     if rising > 0:
         note += f" (+{_fmt(rising)} rising over {_fmt(lead)}s start-up)"
-    note += f" / capacity {_fmt(capacity)} req/s/replica ({source}) at {UTILIZATION:.0%}"
+    note += f", upper band +{_fmt(band)}"
+    if limit == "batch":
+        note += f" / capacity {_fmt(capacity)} req/s/replica ({source}) at {UTILIZATION:.0%}"
+    elif limit == "latency":
+        note += (f" / {_fmt(usable)} req/s/replica: batches kept to {LATENCY_SHARE:.0%} of the latency target "
+                 f"({_fmt(capacity)} req/s full, {source})")
+    else:
+        note += (f" / {_fmt(usable)} req/s/replica: prefill ({_fmt(prefill * 1000)}ms a request) at "
+                 f"{PREFILL_UTILIZATION:.0%} binds before the batch ({_fmt(capacity)} req/s, {source})")
     if backlog >= 1:
         note += f", backlog {_fmt(backlog)}"
         if growth > 0:
@@ -424,11 +557,16 @@ def _decide(spec: AutoscalingSpec, current: int, signals: Signals, history: Hist
         waited = history.queued_at is not None and now - history.queued_at < _TWO_P99_WINDOWS
         slots = signals.batch_slots
         full = bool(slots) and signals.in_flight is not None and signals.in_flight >= FULL_BATCH * slots * ready
+        prefill = signals.prefill_s
+        stalled = (prefill is not None and signals.throughput is not None and ready > 0
+                   and signals.throughput / ready * prefill >= FULL_BATCH)
         if ratio > 1 + tol and queue < 1:
             if waited:
                 notes.append("from a queue that has drained")
             elif full:
                 notes.append("with full batches")
+            elif stalled:
+                notes.append("with batches stalled by prefill")
             else:
                 # Nothing waited for the summary's requests and the batches are light: the
                 # latency is service time, which more replicas do not shorten.
@@ -436,7 +574,9 @@ def _decide(spec: AutoscalingSpec, current: int, signals: Signals, history: Hist
                                 f"queue: that is service time, more replicas would not meet it")
         elif abs(ratio - 1) <= tol:
             wants["p99"] = current
-        elif ratio > 1 or demand is None:
+        elif demand is None:
+            # With demand in charge the p99 is reported, not chased: demand already sizes the
+            # backlog, and ready x p99 / target compounds over a draining queue.
             # Based on ready replicas only: pods still loading do not lower latency yet, and since
             # they are part of `current`, a request they already cover adds nothing.
             wants["p99"] = math.ceil(ready * ratio)
@@ -462,8 +602,11 @@ def _decide(spec: AutoscalingSpec, current: int, signals: Signals, history: Hist
                   f"from {signals.reporting} of {ready} ready replicas")
     elif recommendation < current:
         held_s = spec.scale_down_stabilization_seconds
-        if held_s > DEMAND_HOLD_S and history.all_from("demand", now - _DEMAND_HOLD):
-            held_s = int(DEMAND_HOLD_S)
+        # Demand forecasts one start-up ahead: what it no longer asks for is not needed within a
+        # start-up, so its hold is the start-up time (at least a rate window, at most the spec's).
+        hold = min(float(held_s), max(MIN_HOLD_S, startup_of(signals, history)))
+        if held_s > hold and history.all_from("demand", now - timedelta(seconds=hold)):
+            held_s = int(math.ceil(hold))
         stabilized = history.highest(now - timedelta(seconds=held_s)) or recommendation
         if stabilized >= current:
             desired = current

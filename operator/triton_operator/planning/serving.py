@@ -80,6 +80,7 @@ class Sizing:
     rate: float        # requests/s completed with every slot busy
     solo_s: float      # seconds one request spends alone in the batch
     slots: float       # requests the batch holds
+    prefill_s: float = 0.0  # seconds the batch stalls for one request's prefill (serial per replica)
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ class LLMPerformance:
         prefill = self.prefill_s(prompt)
         full = slots * prefill + output * self.decode_step_s(math.ceil(slots), slots * context)
         solo = prefill + output * self.decode_step_s(1, context)
-        return Sizing(rate=slots / full, solo_s=solo, slots=slots)
+        return Sizing(rate=slots / full, solo_s=solo, slots=slots, prefill_s=prefill)
 
     def saturated_rate(self, prompt_tokens: float, output_tokens: float) -> float:
         """Requests/s one replica completes with every batch slot busy (0 if none fits)."""

@@ -25,7 +25,12 @@ def add_parser(sub: Any, func: Callable[[argparse.Namespace], int]) -> None:
                      help="a generated workload, e.g. poisson:rate=5,duration=3600 | step:low=2,high=8,at=900 | "
                           "diurnal:mean=5,amplitude=0.8,period=3600 | spike:base=3,peak=15,at=1200,width=300 | "
                           "mmpp:low=3,high=12,mean_low_s=300,mean_high_s=60")
-    s.add_argument("--policy", action="append", help="ours, hpa, keda, kpa, oracle or fixed:N (repeatable; default: ours)")
+    s.add_argument("--policy", action="append",
+                   help="repeatable (default: ours): ours | oracle | fixed:N | "
+                        "hpa[:metric=M,target=N,stabilization=S] | "
+                        "keda[:metric=M,target=N,activation=A,polling=S,cooldown=S] | "
+                        "kpa[:target=N,utilization=U,window=S]; M: queue|inflight|occupancy|concurrency; "
+                        "keys left out take the upstream defaults")
     s.add_argument("--rate-scale", type=float, default=1.0, help="multiply the request rate, keeping the duration")
     s.add_argument("--time-scale", type=float, default=1.0, help="multiply arrival times (0.5 = twice as fast)")
     s.add_argument("--slo-ms", type=float, help="a request meets the SLO when its latency is at most this "
@@ -37,6 +42,9 @@ def add_parser(sub: Any, func: Callable[[argparse.Namespace], int]) -> None:
     s.add_argument("--outage-kind", choices=["scrape", "prometheus"], default="scrape",
                    help="scrape: targets fail, series go stale (empty results); prometheus: every query errors")
     s.add_argument("--cold-start", metavar="SECONDS", type=float, help="model load time (default: by model size)")
+    s.add_argument("--replica-model", choices=list(replica.REPLICA_MODELS), default="planner",
+                   help="TensorRT-LLM replicas: planner (the planner's step model, what ours is told) or curved "
+                        "(a different shape: decode slower in full batches, slower prefill, less KV cache)")
     s.add_argument("--service-time-ms", type=float, default=20.0, help="non-LLM models: mean service time")
     s.add_argument("--service-time-dist", choices=list(replica.SERVICE_DISTRIBUTIONS), default="exponential")
     s.add_argument("--batch-size", type=int, default=1, help="non-LLM models: requests a replica serves at once")
@@ -45,7 +53,15 @@ def add_parser(sub: Any, func: Callable[[argparse.Namespace], int]) -> None:
     s.add_argument("--requests-out", metavar="FILE",
                    help="CSV per request (arrival,start,first_token,finish,replica,gpu_class); "
                         "with several policies, one file per policy (FILE with the policy name added)")
+    s.add_argument("--replicas-out", metavar="FILE",
+                   help="CSV per pod (replica,gpu_class,gpus,created,ready,deleted,stopped), named as --requests-out; "
+                        "bench/recompute.py recomputes GPU-hours, scale events and SLO attainment from the two")
     s.set_defaults(func=func)
+
+
+def _slug(policy: str) -> str:
+    """A policy's text as part of a file name: hpa:metric=inflight,target=48 -> hpa-metric-inflight-target-48."""
+    return "".join(c if c.isalnum() or c in "._" else "-" for c in policy)
 
 
 def _positive(value: float | None, flag: str, allow_zero: bool = False) -> None:
@@ -77,6 +93,9 @@ def _run(args: argparse.Namespace, load_docs: Callable[[str], list[dict]], parse
     if args.batch_size < 1:
         raise error(f"--batch-size must be 1 or more, got {args.batch_size}")
     names = [policies.parse_policy(p) for p in (args.policy or ["ours"])]
+    repeated = sorted({p.name for p in names if [q.name for q in names].count(p.name) > 1})
+    if repeated:
+        raise error(f"--policy {repeated[0]} is given twice")
     outage = None
     if args.outage:
         start, _, length = args.outage.partition(":")
@@ -114,7 +133,7 @@ def _run(args: argparse.Namespace, load_docs: Callable[[str], list[dict]], parse
     if is_llm:
         if svc.spec.model.parameter_count() is None:
             raise error(f"{args.file}: spec.model.parameters is needed to model a TensorRT-LLM replica")
-        perf: replica.Performance = replica.llm_performance(svc.spec, gpu)
+        perf: replica.Performance = replica.replica_model(args.replica_model, replica.llm_performance(svc.spec, gpu))
     else:
         perf = replica.ServiceTime(args.service_time_ms / 1000.0, args.batch_size, args.service_time_dist)
     cold = replica.default_cold_start(svc.spec)
@@ -149,25 +168,31 @@ def _run(args: argparse.Namespace, load_docs: Callable[[str], list[dict]], parse
                         scrape_interval=args.scrape_interval, outage=outage, outage_kind=args.outage_kind,
                         duration=duration)
     settings = policies.warm_start(requests, perf, settings)
-    runs = [policies.run_policy(n, requests, perf, cold, auto, settings, class_name) for n in names]
+    # What ours is told about a replica: the planner's estimate from the spec and the GPUClass, as
+    # the live loop computes it (the simulated engine is never handed to a policy).
+    planner = replica.llm_performance(svc.spec, gpu) if is_llm else None
+    runs = [policies.run_policy(n, requests, perf, cold, auto, settings, class_name, planner) for n in names]
     summaries = [results.summarize(r) for r in runs]
 
     source = args.trace or f"--generate {args.generate}"
     details = (f"{svc.name}: {svc.spec.model.parameters or ''} {svc.spec.model.format} "
                f"{svc.spec.model.precision} on {svc.spec.gpu.count} x {class_name}; workload {source} "
                f"(rate x{args.rate_scale:g}, time x{args.time_scale:g}, {len(requests)} requests); "
-               f"SLO: latency <= {slo_ms:g} ms; cold start {cold.ready_after():g} s; "
+               f"SLO: latency <= {slo_ms:g} ms; replica model {args.replica_model if is_llm else 'service time'}; cold start {cold.ready_after():g} s; "
                f"scrape every {args.scrape_interval:g} s; seed {args.seed}"
                + (f"; metrics outage {outage[0]:g}s+{outage[1]:g}s ({args.outage_kind})" if outage else ""))
-    if args.requests_out:
-        base = Path(args.requests_out)
+    for flag, base_name, write in (("--requests-out", args.requests_out, report.write_requests),
+                                   ("--replicas-out", args.replicas_out, report.write_replicas)):
+        if not base_name:
+            continue
+        base = Path(base_name)
         for r in runs:
-            path = base if len(runs) == 1 else base.with_name(f"{base.stem}-{r.policy.replace(':', '-')}{base.suffix}")
+            path = base if len(runs) == 1 else base.with_name(f"{base.stem}-{_slug(r.policy)}{base.suffix}")
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                report.write_requests(r, path)
+                write(r, path)
             except OSError as e:
-                raise error(f"{path}: {e.strerror}") from None
+                raise error(f"{flag} {path}: {e.strerror}") from None
     if args.json:
         json.dump({"details": details, "policies": [s.as_dict() for s in summaries]}, sys.stdout, indent=2)
         sys.stdout.write("\n")

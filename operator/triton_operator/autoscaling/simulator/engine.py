@@ -95,12 +95,13 @@ class Run:
     replica: list[int]
     dropped: list[bool]
     timeline: list[tuple[float, int, int, int, int]]   # (t, desired, loading, ready, draining)
-    pods: list[tuple[int, float, float, float]]        # (rid, created, ready_at, gone_at)
+    pods: list[tuple[int, float, float, float, float]]  # (rid, created, ready_at, gone_at, deleted_at)
     decisions: list[tuple[float, int, int, str]]      # (t, from, to, reason) for every change
     reasons: list[tuple[float, str]]                  # the last reason of every tick (sampled)
     end: float
     settings: Settings
     gpu_class: str = ""
+    pod_classes: dict[int, str] = field(default_factory=dict)   # rid -> GPU class (a shortage spreads them)
 
 
 # event kinds, in the order they run when simultaneous
@@ -155,10 +156,11 @@ class Simulation:
         else:
             rep = ServiceReplica(rid, self.perf, now, ready_at)
         self.replicas[rid] = rep
-        self.pods_log[rid] = [now, math.inf, math.inf]
+        self.pods_log[rid] = [now, math.inf, math.inf, math.inf]   # created, ready, gone, deleted
         self._push(ready_at, _READY, rid)
 
     def _remove(self, rep: LLMReplica | ServiceReplica, now: float) -> None:
+        self.pods_log[rep.rid][3] = now
         if rep.state == "loading" or rep.active() == 0:
             rep.state = "gone"
             self.pods_log[rep.rid][2] = now
@@ -274,7 +276,7 @@ class Simulation:
         for rid, rep in self.replicas.items():
             rep.state, rep.ready_at = "ready", 0.0
             self.summaries[rid] = WindowQuantiles(0.0)
-            self.pods_log[rid] = [0.0, 0.0, math.inf]
+            self.pods_log[rid] = [0.0, 0.0, math.inf, math.inf]
         self._record(0.0)
         if hasattr(policy, "start"):
             policy.start(self)  # type: ignore[attr-defined]
@@ -347,7 +349,11 @@ class Simulation:
         self._record(end)
         return Run(policy.name, reqs, self.start, self.first, self.finish, self.where, self.dropped,
                    self.timeline, [(rid, *log) for rid, log in sorted(self.pods_log.items())],  # type: ignore[misc]
-                   self.decisions, self.reasons, end, cfg, self.gpu_class)
+                   self.decisions, self.reasons, end, cfg, self.gpu_class,
+                   {rid: self.class_of_pod(rid) for rid in self.pods_log})
+
+    def class_of_pod(self, rid: int) -> str:
+        return self.gpu_class
 
     def _finished(self, nxt: int, n: int, now: float, duration: float) -> bool:
         return nxt >= n and self.done >= n and now >= duration

@@ -6,23 +6,22 @@
   batches, completions per second, the token mix, pods reporting, the gateway's held and
   in-flight requests) and the planner's sizing. With minReplicas 0 that is decide's scale-to-zero
   path: the service goes to zero after scaleToZeroAfterSeconds idle and wakes on the requests the
-  gateway holds (hpa, keda and kpa are refused there: their own scale to zero is not modelled).
-- `hpa`: Kubernetes autoscaling/v2 on a Pods metric (Triton's pending requests per pod through
-  prometheus-adapter), AverageValue target = targetQueueDepth. Replica calculation follows
-  pkg/controller/podautoscaler/replica_calculator.go (calcPlainMetricReplicas, groupPods), the
-  behaviour follows horizontal.go (stabilizeRecommendationWithBehaviors,
-  calculateScaleUpLimitWithScalingRules / ...ScaleDownLimit...) with the API defaults: scale up
-  window 0 s, max(100 %, 4 pods) per 15 s; scale down window 300 s, 100 % per 15 s; tolerance
-  0.1; sync every 15 s.
-- `keda`: KEDA's Prometheus scaler (pkg/scalers/prometheus_scaler.go) with the query
-  sum(pending) and threshold = targetQueueDepth, AverageValue: an External metric the HPA turns
-  into ceil(value / threshold) (GetExternalPerPodMetricReplicas, over spec replicas). An empty
-  or NaN result reads as 0 (ignoreNullValues defaults to true); a query error leaves the HPA
-  unable to compute, so replicas hold (no fallback configured, the default).
-- `kpa`: Knative's autoscaler (pkg/autoscaler/scaling/autoscaler.go) on concurrency reported
-  by the queue-proxies every second: stable window 60 s, panic window 6 s (10 %), panic
-  threshold 200 %, target = engine max batch size x target utilization 0.7, max scale up rate
-  1000, max scale down rate 2, tick 2 s. It does not read Prometheus.
+  gateway holds. It is told about a replica what the live loop is told: the planner's estimate
+  from the InferenceService and its GPUClass (`planner`), never the simulated engine.
+- Baselines configured as a user configures them (`--policy`, parse_policy), each with the
+  upstream defaults for the keys left out (cited on the classes):
+  - `hpa[:metric=M,target=N,stabilization=S]`: Kubernetes autoscaling/v2 on a Pods metric
+    through prometheus-adapter, AverageValue target. Replica calculation follows
+    pkg/controller/podautoscaler/replica_calculator.go (calcPlainMetricReplicas, groupPods), the
+    behaviour horizontal.go (stabilizeRecommendationWithBehaviors, calculateScaleUpLimit...):
+    scale up window 0 s, max(100 %, 4 pods) per 15 s; scale down window S (300 s), 100 % per
+    15 s; tolerance 0.1; sync every 15 s.
+  - `keda[:metric=M,target=N,activation=A,polling=S,cooldown=S]`: KEDA's Prometheus scaler
+    feeding the HPA an External metric; scales to zero and back with minReplicas 0.
+  - `kpa[:target=N,utilization=U,window=S]`: Knative's autoscaler on the queue-proxies'
+    concurrency, stable and panic windows; scales to zero and back with minReplicas 0.
+  M is one of queue, inflight, occupancy, concurrency (pod_metric). Bare `hpa` and `keda` scale
+  on the queue per pod with targetQueueDepth.
 - `fixed:N`: N replicas, never changed.
 - `oracle`: knows every future arrival. Per 60 s bucket it provisions the fewest replicas whose
   saturated throughput (measured on this workload's own request mix) covers the bucket's
@@ -42,14 +41,22 @@ from typing import Callable, Sequence
 from ...api import AutoscalingSpec
 from .. import policy as live_policy
 from .engine import Run, Settings, View, simulate
+from .metrics import Sample
 from .replica import ColdStart, LLMPerformance, Performance
 from .workload import Request
 
 EPOCH = datetime(2023, 11, 16, 18, 0, tzinfo=timezone.utc)
 LIVE_TICK_S = 10.0        # settings.autoscale_interval_seconds default
 HPA_SYNC_S = 15.0         # --horizontal-pod-autoscaler-sync-period default
-HPA_TOLERANCE = 0.1
+HPA_TOLERANCE = 0.1       # --horizontal-pod-autoscaler-tolerance default
+HPA_DOWN_WINDOW_S = 300.0 # behavior.scaleDown.stabilizationWindowSeconds default
 ADAPTER_RELIST_S = 60.0   # prometheus-adapter --metrics-relist-interval as kube-prometheus sets it
+KEDA_POLLING_S = 30.0     # ScaledObject pollingInterval default
+KEDA_COOLDOWN_S = 300.0   # ScaledObject cooldownPeriod default
+KPA_TARGET = 100.0        # config-autoscaler container-concurrency-target-default
+KPA_UTILIZATION = 0.7     # container-concurrency-target-percentage (70)
+KPA_WINDOW_S = 60.0       # stable-window
+KPA_GRACE_S = 30.0        # scale-to-zero-grace-period
 
 
 class PolicyError(ValueError):
@@ -89,7 +96,8 @@ TOKEN_WINDOW_S = 300.0    # the token-mix query: rate(..._sum[5m]) / rate(..._co
 
 
 def demand_signals(view: View, perf: Performance | None = None) -> live_policy.Signals:
-    """live_signals plus the inputs of the demand rule, as the live loop feeds them: throughput =
+    """live_signals plus the inputs of the demand rule, as the live loop feeds them (`perf` is the
+    planner's estimate of a replica, as loop.sizing_for computes it): throughput =
     sum(rate(nv_inference_request_success[1m])); in_flight = sum(nv_trt_llm_request_metrics
     {request_type="active"}) (TensorRT-LLM only); startup_s = creation-to-Ready of the newest
     ready pod; capacity_hint = planning/serving's saturated rate for the token mix measured from
@@ -108,18 +116,20 @@ def demand_signals(view: View, perf: Performance | None = None) -> live_policy.S
             now, TOKEN_WINDOW_S, counter="output_tokens")
         if count and prompt is not None and output is not None:
             sized = perf.sizing(prompt / count, output / count)  # type: ignore[union-attr]
-    started = [p for p in view.pods if p.state == "ready" and p.created > 0]
+    # Every ready pod has a creation and a Ready time, those the run starts with too (they were
+    # created one cold start before it).
+    started = [p for p in view.pods if p.state == "ready" and p.ready_at > p.created]
     newest = max(started, key=lambda p: p.ready_at) if started else None
     return replace(base, throughput=throughput, in_flight=in_flight,
                    capacity_hint=sized.rate if sized else None, solo_latency_s=sized.solo_s if sized else None,
-                   batch_slots=sized.slots if sized else None,
+                   batch_slots=sized.slots if sized else None, prefill_s=sized.prefill_s if sized else None,
                    startup_s=None if newest is None else newest.ready_at - newest.created)
 
 
 @dataclass
 class Ours:
     spec: AutoscalingSpec
-    perf: Performance | None = None
+    planner: Performance | None = None   # the planner's estimate (planning/serving), not the engine
     signals: Callable[[View, Performance | None], live_policy.Signals] = demand_signals
     name: str = "ours"
     interval: float = LIVE_TICK_S
@@ -130,7 +140,7 @@ class Ours:
         now = EPOCH + timedelta(seconds=view.now)
         if self.history is None:
             self.history = live_policy.seed(now, view.desired)
-        d = live_policy.decide(self.spec, view.desired, self.signals(view, self.perf), self.history, now)
+        d = live_policy.decide(self.spec, view.desired, self.signals(view, self.planner), self.history, now)
         self.history = d.history
         return d.desired, d.reason
 
@@ -142,17 +152,48 @@ class Ours:
 # Kubernetes HPA (autoscaling/v2) and KEDA on top of it
 # ------------------------------------------------------------------------------------------------
 
+# The per-pod figures a user can scale on (each a Prometheus series of the llm model, through
+# prometheus-adapter for the HPA or a KEDA Prometheus trigger):
+# - queue: requests waiting (triton_llm_queued_requests); 0 until a replica's batch is full;
+# - inflight: requests inside the engine's batch (triton_llm_active_requests);
+# - concurrency: both (what waits plus what runs: Knative's notion of concurrency);
+# - occupancy: the batch's busy share in percent (inflight / maxBatchSize x 100), the way a
+#   Utilization target reads.
+METRICS = ("queue", "inflight", "occupancy", "concurrency")
+
+
+def pod_metric(sample: Sample, metric: str, slots: float) -> float:
+    if metric == "queue":
+        return sample.pending
+    if metric == "inflight":
+        return float(sample.active)
+    if metric == "concurrency":
+        return sample.pending + sample.active
+    return 100.0 * sample.active / slots
+
+
 @dataclass
 class HPABehavior:
-    """horizontal.go's normalizeDesiredReplicasWithBehaviors with the API defaults."""
+    """horizontal.go's normalizeDesiredReplicasWithBehaviors: scale up without a window, by
+    max(100 %, 4 pods) per 15 s; scale down to the highest recommendation within `down_window`
+    (scaleDown.stabilizationWindowSeconds, 300 s by default), by up to 100 % per 15 s."""
 
     min_replicas: int
     max_replicas: int
     up_window: float = 0.0
-    down_window: float = 300.0
+    down_window: float = HPA_DOWN_WINDOW_S
     recommendations: list[tuple[float, int]] = field(default_factory=list)
     up_events: list[tuple[float, int]] = field(default_factory=list)
     down_events: list[tuple[float, int]] = field(default_factory=list)
+
+    seeded: bool = False
+
+    def seed(self, now: float, current: int) -> None:
+        """The same start as ours (policy.seed): on its first decision the controller counts as
+        having recommended the current replicas just now, as one that had been running would."""
+        if not self.seeded:
+            self.seeded = True
+            self.recommendations.append((now, current))
 
     def _changed_within(self, events: list[tuple[float, int]], now: float, period: float) -> int:
         return sum(n for t, n in events if t > now - period)
@@ -171,7 +212,7 @@ class HPABehavior:
         self.recommendations.append((now, desired))
         why = ""
         if stabilized != desired:
-            why = (" (ScaleDownStabilized: highest recommendation in 300s)" if desired < current
+            why = (f" (ScaleDownStabilized: highest recommendation in {self.down_window:g}s)" if desired < current
                    else " (ScaleUpStabilized)")
         result = stabilized
         if stabilized > current:
@@ -239,8 +280,19 @@ def hpa_pods_metric(values: dict[int, float], pods: list[tuple[int, str]], curre
 
 @dataclass
 class HPA:
+    """An HPA (autoscaling/v2) on a Pods metric with an AverageValue target: `metric` per pod
+    through prometheus-adapter (relisted every 60 s), `target` per pod, scale-down stabilization
+    `stabilization` seconds. Defaults (Kubernetes API reference, HorizontalPodAutoscalerBehavior;
+    kube-controller-manager flags): stabilization 300 s, tolerance 0.1, sync every 15 s; it
+    cannot scale to zero (that needs the HPAScaleToZero feature gate and an Object or External
+    metric)."""
+
     spec: AutoscalingSpec
     cold: ColdStart
+    metric: str = "queue"
+    target: float | None = None          # None: the InferenceService's targetQueueDepth
+    stabilization: float = HPA_DOWN_WINDOW_S
+    slots: float = 64.0                  # the engine's maxBatchSize (occupancy)
     name: str = "hpa"
     interval: float = HPA_SYNC_S
     sample_interval: float = 0.0
@@ -248,27 +300,31 @@ class HPA:
     last_relist: float = 0.0
 
     def __post_init__(self) -> None:
-        self.behavior = HPABehavior(self.spec.min_replicas, self.spec.max_replicas)
+        if self.target is None:
+            self.target = self.spec.target_queue_depth
+        self.behavior = HPABehavior(self.spec.min_replicas, self.spec.max_replicas, down_window=self.stabilization)
 
     def decide(self, view: View) -> tuple[int, str]:
-        assert self.behavior is not None
+        assert self.behavior is not None and self.target is not None
         current = view.desired
+        self.behavior.seed(view.now, current)
         if view.prometheus.query_error(view.now):
             return current, "hpa: unable to get metric (adapter: Prometheus unreachable): holding"
         while self.last_relist + ADAPTER_RELIST_S <= view.now:
             self.last_relist += ADAPTER_RELIST_S
         fresh = view.prometheus.fresh(view.now)
-        listed = {rid: s.pending for rid, s in fresh.items()
+        listed = {rid: pod_metric(s, self.metric, self.slots) for rid, s in fresh.items()
                   if view.prometheus.first_seen.get(rid, math.inf) <= self.last_relist}
         started = self.cold.schedule_s + self.cold.pull_s
         pods = [(p.rid, "Pending" if p.state == "loading" and view.now - p.created < started else "Running")
                 for p in view.pods if p.state in ("loading", "ready")]
-        desired = hpa_pods_metric(listed, pods, current, self.spec.target_queue_depth)
+        desired = hpa_pods_metric(listed, pods, current, self.target)
         if desired is None:
             return current, "hpa: did not receive metrics for any ready pods: holding"
         desired = max(self.spec.min_replicas, min(self.spec.max_replicas, desired))
         result, why = self.behavior.normalize(view.now, current, desired)
-        return result, f"hpa: queue/pod {sum(listed.values()) / max(1, len(listed)):.1f} -> {desired}{why}"
+        return result, (f"hpa: {self.metric}/pod {sum(listed.values()) / max(1, len(listed)):.1f} "
+                        f"(target {self.target:g}) -> {desired}{why}")
 
     def sample(self, view: View) -> None:  # pragma: no cover
         pass
@@ -276,34 +332,77 @@ class HPA:
 
 @dataclass
 class KEDA:
+    """KEDA's Prometheus scaler (pkg/scalers/prometheus_scaler.go): the query sums `metric` over
+    the service's pods plus the requests the gateway holds (so it sees demand at zero replicas),
+    an External metric with an AverageValue `target` that the HPA turns into
+    ceil(value / target) (GetExternalPerPodMetricReplicas, over spec replicas). An empty or NaN
+    result reads as 0 (ignoreNullValues defaults to true); a query error leaves the HPA unable to
+    compute, so replicas hold (no fallback configured, the default).
+
+    Scale to zero (minReplicas 0, KEDA's own default minReplicaCount): every `polling` seconds
+    the operator checks activity (value > `activation`); inactive for `cooldown` seconds it scales
+    to zero, active at zero it scales to one and the HPA takes over. Defaults
+    (keda.sh/docs/2.22/reference/scaledobject-spec, /scalers/prometheus): pollingInterval 30 s,
+    cooldownPeriod 300 s, activationThreshold 0; the HPA's behaviour defaults otherwise."""
+
     spec: AutoscalingSpec
+    metric: str = "queue"
+    target: float | None = None
+    activation: float = 0.0
+    polling: float = KEDA_POLLING_S
+    cooldown: float = KEDA_COOLDOWN_S
+    stabilization: float = HPA_DOWN_WINDOW_S
+    slots: float = 64.0
     name: str = "keda"
     interval: float = HPA_SYNC_S
     sample_interval: float = 0.0
     ignore_null_values: bool = True
     behavior: HPABehavior | None = None
+    last_poll: float = -math.inf
+    last_active: float = 0.0
 
     def __post_init__(self) -> None:
-        self.behavior = HPABehavior(self.spec.min_replicas, self.spec.max_replicas)
+        if self.target is None:
+            self.target = self.spec.target_queue_depth
+        self.behavior = HPABehavior(max(1, self.spec.min_replicas), self.spec.max_replicas,
+                                    down_window=self.stabilization)
+        self.interval = min(HPA_SYNC_S, self.polling)
+
+    def _value(self, view: View) -> tuple[float, str] | None:
+        fresh = view.prometheus.fresh(view.now)
+        gw = view.prometheus.gateway_at(view.now)
+        held = gw.held if gw is not None and self.metric in ("queue", "concurrency") else 0.0
+        if not fresh and not held:
+            if not self.ignore_null_values:
+                return None
+            return 0.0, " (empty result read as 0)"
+        return sum(pod_metric(s, self.metric, self.slots) for s in fresh.values()) + held, ""
 
     def decide(self, view: View) -> tuple[int, str]:
-        assert self.behavior is not None
+        assert self.behavior is not None and self.target is not None
         current = view.desired
+        self.behavior.seed(view.now, current)
         if view.prometheus.query_error(view.now):
             return current, "keda: scaler error (Prometheus unreachable), no fallback: holding"
-        fresh = view.prometheus.fresh(view.now)
-        if not fresh:
-            if not self.ignore_null_values:
-                return current, "keda: empty result is an error: holding"
-            value, note = 0.0, " (empty result read as 0)"
-        else:
-            value, note = sum(s.pending for s in fresh.values()), ""
-        target = self.spec.target_queue_depth
-        ratio = value / (target * current)
-        desired = current if abs(1.0 - ratio) <= HPA_TOLERANCE else math.ceil(value / target)
-        desired = max(self.spec.min_replicas, min(self.spec.max_replicas, desired))
+        got = self._value(view)
+        if got is None:
+            return current, "keda: empty result is an error: holding"
+        value, note = got
+        if self.spec.min_replicas == 0 and view.now - self.last_poll >= self.polling - 1e-9:
+            self.last_poll = view.now
+            if value > self.activation:
+                self.last_active = view.now
+                if current == 0:
+                    return 1, f"keda: {self.metric} {value:.1f} > activation {self.activation:g}: 0 -> 1"
+            elif current > 0 and view.now - self.last_active >= self.cooldown:
+                return 0, f"keda: inactive for {self.cooldown:g}s (cooldownPeriod): -> 0"
+        if current == 0:
+            return 0, f"keda: {self.metric} {value:.1f}{note}, not active: at zero"
+        ratio = value / (self.target * current)
+        desired = current if abs(1.0 - ratio) <= HPA_TOLERANCE else math.ceil(value / self.target)
+        desired = max(max(1, self.spec.min_replicas), min(self.spec.max_replicas, desired))
         result, why = self.behavior.normalize(view.now, current, desired)
-        return result, f"keda: queue {value:.1f}{note} -> {desired}{why}"
+        return result, f"keda: {self.metric} {value:.1f}{note} (target {self.target:g}) -> {desired}{why}"
 
     def sample(self, view: View) -> None:  # pragma: no cover
         pass
@@ -315,20 +414,29 @@ class KEDA:
 
 @dataclass
 class KPA:
+    """Knative's autoscaler (pkg/autoscaler/scaling/autoscaler.go) on the concurrency the
+    queue-proxies (and, at zero, the activator) report every second. Defaults (config-autoscaler,
+    knative.dev/docs/serving/autoscaling/): container-concurrency-target-default 100, target
+    utilization 70 %, stable window 60 s, panic window 10 % of it, panic threshold 200 %, max
+    scale up rate 1000, max scale down rate 2, tick 2 s, scale-to-zero-grace-period 30 s (with
+    minReplicas 0). It does not read Prometheus."""
+
     spec: AutoscalingSpec
-    target_per_pod: float
-    utilization: float = 0.7
-    stable_window: float = 60.0
+    target_per_pod: float = KPA_TARGET
+    utilization: float = KPA_UTILIZATION
+    stable_window: float = KPA_WINDOW_S
     panic_window_pct: float = 10.0
     panic_threshold: float = 2.0
     max_scale_up_rate: float = 1000.0
     max_scale_down_rate: float = 2.0
+    grace_s: float = KPA_GRACE_S
     name: str = "kpa"
     interval: float = 2.0
     sample_interval: float = 1.0
     samples: deque[tuple[float, float]] = field(default_factory=deque)
     panic_time: float | None = None
     max_panic_pods: int = 0
+    last_busy: float = -math.inf
 
     def sample(self, view: View) -> None:
         self.samples.append((view.now, view.concurrency))
@@ -366,6 +474,12 @@ class KPA:
             desired = max(desired, panic_pods)
             self.max_panic_pods = max(self.max_panic_pods, desired)
             desired = self.max_panic_pods
+        if view.concurrency > 0 or desired > 0:
+            self.last_busy = now
+        if self.spec.min_replicas == 0 and view.concurrency > 0:
+            desired = max(desired, 1)       # the activator holds a request: wake
+        if desired == 0 and view.desired > 0 and now - self.last_busy < self.grace_s:
+            desired = 1                     # scale-to-zero-grace-period
         desired = max(self.spec.min_replicas, min(self.spec.max_replicas, desired))
         return desired, f"kpa ({mode}): concurrency {stable:.1f} stable / {panic:.1f} panic, target {target:.1f}/pod"
 
@@ -472,35 +586,107 @@ def run_oracle(requests: Sequence[Request], perf: Performance, cold: ColdStart, 
     return best
 
 
+# ------------------------------------------------------------------------------------------------
+# policies as users write them: ours | oracle | fixed:N | hpa:... | keda:... | kpa:...
+# ------------------------------------------------------------------------------------------------
+
+POLICY_KEYS: dict[str, tuple[str, ...]] = {
+    "hpa": ("metric", "target", "stabilization"),
+    "keda": ("metric", "target", "activation", "polling", "cooldown", "stabilization"),
+    "kpa": ("target", "utilization", "window"),
+}
+USAGE = ("ours, oracle, fixed:N, hpa[:metric=M,target=N,stabilization=S], "
+         "keda[:metric=M,target=N,activation=A,polling=S,cooldown=S], kpa[:target=N,utilization=U,window=S] "
+         f"(M: {'|'.join(METRICS)})")
 POLICY_NAMES = ("ours", "hpa", "keda", "kpa", "oracle", "fixed:N")
+# key -> (lowest allowed, whether the lowest itself is allowed, what to say)
+_RANGES = {
+    "target": (0.0, False, "a number > 0"),
+    "stabilization": (0.0, True, "a number of seconds >= 0"),
+    "activation": (0.0, True, "a number >= 0"),
+    "polling": (0.0, False, "a number of seconds > 0"),
+    "cooldown": (0.0, True, "a number of seconds >= 0"),
+    "utilization": (0.0, False, "a percentage in (0, 100]"),
+    "window": (6.0, True, "a number of seconds >= 6 (Knative's minimum)"),
+}
 
 
-def parse_policy(name: str) -> str:
-    if name in POLICY_NAMES[:-1]:
-        return name
-    if name.startswith("fixed:"):
-        raw = name.split(":", 1)[1]
-        if raw.isdigit() and int(raw) >= 1:
-            return name
-        raise PolicyError(f"policy {name!r}: fixed:N needs a whole number N >= 1")
-    raise PolicyError(f"unknown policy {name!r}; choose from {', '.join(POLICY_NAMES)}")
+@dataclass(frozen=True)
+class PolicySpec:
+    """A parsed --policy: the family and its settings; `name` is the text as given (the run's name)."""
+
+    family: str
+    settings: tuple[tuple[str, float | str], ...] = ()
+    name: str = ""
+
+    def get(self, key: str, default: float | str | None = None) -> float | str | None:
+        return dict(self.settings).get(key, default)
 
 
-# Baselines whose own scale to zero and back the simulator does not model: the HPA does not scale
-# from zero on a Pods metric (the HPAScaleToZero gate and an Object/External metric), KEDA wakes
-# through its activation threshold and sleeps after cooldownPeriod, Knative through its activator
-# and scale-to-zero grace period.
-NO_SCALE_TO_ZERO = ("hpa", "keda", "kpa")
+def parse_policy(text: str | PolicySpec) -> PolicySpec:
+    """`ours`, `oracle`, `fixed:N`, or a baseline with its settings as a user configures it.
+    Keys left out take the upstream defaults (see HPA, KEDA and KPA). Bare `hpa` and `keda` scale
+    on the queue per pod with the InferenceService's targetQueueDepth as the target (a metric and
+    its target have no upstream default, so they are given together or not at all); bare `kpa` is
+    Knative with its defaults (target 100, utilization 70 %)."""
+    if isinstance(text, PolicySpec):
+        return text
+    raw = text.strip()
+    family, sep, rest = raw.partition(":")
+    if family in ("ours", "oracle"):
+        if sep:
+            raise PolicyError(f"policy {text!r}: {family} takes no settings")
+        return PolicySpec(family, (), family)
+    if family == "fixed":
+        if rest.isdigit() and int(rest) >= 1:
+            return PolicySpec("fixed", (("replicas", float(int(rest))),), f"fixed:{int(rest)}")
+        raise PolicyError(f"policy {text!r}: fixed:N needs a whole number N >= 1")
+    keys = POLICY_KEYS.get(family)
+    if keys is None:
+        raise PolicyError(f"unknown policy {text!r}; choose from {USAGE}")
+    values: dict[str, float | str] = {}
+    for item in rest.split(",") if sep else []:
+        key, eq, value = (x.strip() for x in item.partition("="))
+        if not eq or not key or not value:
+            raise PolicyError(f"policy {text!r}: expected key=value, got {item.strip()!r}")
+        if key not in keys:
+            raise PolicyError(f"policy {text!r}: unknown key {key!r}; {family} takes {', '.join(keys)}")
+        if key in values:
+            raise PolicyError(f"policy {text!r}: {key} is given twice")
+        if key == "metric":
+            if value not in METRICS:
+                raise PolicyError(f"policy {text!r}: metric must be one of {', '.join(METRICS)}, got {value!r}")
+            values[key] = value
+            continue
+        lowest, inclusive, what = _RANGES[key]
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if (not math.isfinite(number) or number < lowest or (number == lowest and not inclusive)
+                or (key == "utilization" and number > 100)):
+            raise PolicyError(f"policy {text!r}: {key} must be {what}, got {value!r}")
+        values[key] = number
+    if family in ("hpa", "keda") and ("metric" in values) != ("target" in values):
+        raise PolicyError(f"policy {text!r}: metric and target go together (neither has an upstream default), "
+                          f"e.g. {family}:metric=concurrency,target=48")
+    return PolicySpec(family, tuple(sorted(values.items())), raw)
 
 
-def check_min_replicas(names: Sequence[str], spec: AutoscalingSpec) -> None:
+# The HPA does not scale to zero on a Pods metric (the HPAScaleToZero gate and an Object/External
+# metric are needed); KEDA (activation, cooldownPeriod) and Knative (activator, grace period) do,
+# and are modelled.
+NO_SCALE_TO_ZERO = ("hpa",)
+
+
+def check_min_replicas(names: Sequence[str | PolicySpec], spec: AutoscalingSpec) -> None:
     """minReplicas 0 runs only with policies whose scale to zero is modelled."""
     if spec.min_replicas > 0:
         return
-    bad = [n for n in names if n in NO_SCALE_TO_ZERO]
+    bad = [p.name for p in map(parse_policy, names) if p.family in NO_SCALE_TO_ZERO]
     if bad:
-        raise PolicyError(f"minReplicas 0: the simulator does not model how {', '.join(bad)} scale to zero and "
-                          "back; simulate it with ours, oracle or fixed:N (or set minReplicas 1 to compare them)")
+        raise PolicyError(f"minReplicas 0: {', '.join(bad)} cannot scale to zero (an HPA on a Pods metric "
+                          "never goes below one replica); simulate it with minReplicas 1, or use keda or kpa")
 
 
 def warm_start(requests: Sequence[Request], perf: Performance, settings: Settings) -> Settings:
@@ -515,25 +701,49 @@ def warm_start(requests: Sequence[Request], perf: Performance, settings: Setting
     return Settings(**{**settings.__dict__, "initial_replicas": initial})
 
 
-def run_policy(name: str, requests: Sequence[Request], perf: Performance, cold: ColdStart,
-               spec: AutoscalingSpec, settings: Settings, gpu_class: str = "") -> Run:
-    name = parse_policy(name)
-    check_min_replicas([name], spec)
+def build_policy(p: PolicySpec, spec: AutoscalingSpec, cold: ColdStart, slots: float,
+                 planner: LLMPerformance | None = None) -> object:
+    """The simulator's policy object for a parsed spec (not the oracle, which is a search)."""
+    get = p.get
+    if p.family == "ours":
+        return Ours(spec, planner)
+    if p.family == "hpa":
+        return HPA(spec, cold, metric=str(get("metric", "queue")), target=_opt(get("target")),
+                   stabilization=float(get("stabilization", HPA_DOWN_WINDOW_S)),  # type: ignore[arg-type]
+                   slots=slots, name=p.name)
+    if p.family == "keda":
+        return KEDA(spec, metric=str(get("metric", "queue")), target=_opt(get("target")),
+                    activation=float(get("activation", 0.0)), polling=float(get("polling", KEDA_POLLING_S)),  # type: ignore[arg-type]
+                    cooldown=float(get("cooldown", KEDA_COOLDOWN_S)),  # type: ignore[arg-type]
+                    stabilization=float(get("stabilization", HPA_DOWN_WINDOW_S)), slots=slots, name=p.name)  # type: ignore[arg-type]
+    if p.family == "kpa":
+        return KPA(spec, target_per_pod=float(get("target", KPA_TARGET)),  # type: ignore[arg-type]
+                   utilization=float(get("utilization", KPA_UTILIZATION * 100)) / 100,  # type: ignore[arg-type]
+                   stable_window=float(get("window", KPA_WINDOW_S)), name=p.name)  # type: ignore[arg-type]
+    if p.family == "fixed":
+        return Fixed(int(get("replicas")), name=p.name)  # type: ignore[arg-type]
+    raise PolicyError(f"policy {p.name!r} cannot be built")
+
+
+def _opt(x: float | str | None) -> float | None:
+    return None if x is None else float(x)
+
+
+def run_policy(name: str | PolicySpec, requests: Sequence[Request], perf: Performance, cold: ColdStart,
+               spec: AutoscalingSpec, settings: Settings, gpu_class: str = "",
+               planner: LLMPerformance | None = None) -> Run:
+    """Run one policy. `perf` is the simulated replica (the engine); `planner` is what ours is
+    told about a replica: the planner's estimate from the InferenceService and its GPUClass
+    (planning/serving.llm_performance), as the live loop computes it, never the engine itself."""
+    p = parse_policy(name)
+    check_min_replicas([p], spec)
     settings = warm_start(requests, perf, settings)
-    if name == "oracle":
+    if p.family == "oracle":
         return run_oracle(requests, perf, cold, settings, gpu_class)
-    if name == "ours":
-        policy: object = Ours(spec, perf)
-    elif name == "hpa":
-        policy = HPA(spec, cold)
-    elif name == "keda":
-        policy = KEDA(spec)
-    elif name == "kpa":
-        per_pod = perf.max_batch if isinstance(perf, LLMPerformance) else perf.slots
-        policy = KPA(spec, target_per_pod=float(per_pod))
-    else:
-        n = int(name.split(":", 1)[1])
-        policy = Fixed(n, name=name)
+    slots = float(perf.max_batch if isinstance(perf, LLMPerformance) else perf.slots)
+    policy = build_policy(p, spec, cold, slots, planner)
+    if p.family == "fixed":
+        n = int(p.get("replicas"))  # type: ignore[arg-type]
         settings = Settings(**{**settings.__dict__, "initial_replicas": n,
                                "max_replicas": max(n, settings.max_replicas),
                                "min_replicas": min(n, settings.min_replicas)})

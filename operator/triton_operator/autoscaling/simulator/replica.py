@@ -21,8 +21,8 @@ from typing import Protocol
 from ...api import BYTES_PER_PARAMETER, InferenceServiceSpec
 from ...planning.serving import LLMPerformance, llm_performance
 
-__all__ = ["ColdStart", "LLMPerformance", "LLMReplica", "Performance", "ServiceReplica", "ServiceTime",
-           "default_cold_start", "llm_performance"]
+__all__ = ["ColdStart", "CurvedLLMPerformance", "LLMPerformance", "LLMReplica", "Performance", "REPLICA_MODELS",
+           "ServiceReplica", "ServiceTime", "default_cold_start", "llm_performance", "replica_model"]
 
 LOAD_BYTES_PER_S = 1.7e9
 LOAD_FIXED_S = 10.0
@@ -53,6 +53,48 @@ class ServiceTime:
 Performance = LLMPerformance | ServiceTime
 
 SERVICE_DISTRIBUTIONS = ("exponential", "deterministic", "lognormal")
+
+
+@dataclass(frozen=True)
+class CurvedLLMPerformance(LLMPerformance):
+    """A replica shaped unlike the planner's line, to check that ours does not depend on the
+    simulated engine matching what its planner assumes (`--replica-model curved`):
+    - the decode step grows super-linearly with the batch: x (1 + curve x (batch / max batch)^2)
+      (sampling, scheduling and attention kernels cost more per sequence in a full batch; the
+      planner's step is flat in the batch while bandwidth bound);
+    - prefill is `prefill_factor` slower than planned, plus a fixed cost per request
+      (tokenization, scheduling);
+    - KV-cache pressure: only `kv_share` of the planned KV cache is there (a smaller
+      kv_cache_free_gpu_mem_fraction, other buffers), so long sequences fill it before the batch.
+    The shape is synthetic (no GPU runs here to measure one); its figures are chosen to be off the
+    plan by 20-50 % in ways that depend on the token mix and the load, which a single efficiency
+    factor cannot describe."""
+
+    curve: float = 0.6
+    prefill_factor: float = 1.3
+    prefill_fixed_s: float = 0.005
+    kv_share: float = 0.35
+
+    def decode_step_s(self, batch: int, kv_tokens: float) -> float:
+        return super().decode_step_s(batch, kv_tokens) * (1 + self.curve * (batch / self.max_batch) ** 2)
+
+    def prefill_s(self, tokens: float) -> float:
+        return super().prefill_s(tokens) * self.prefill_factor + self.prefill_fixed_s
+
+
+REPLICA_MODELS = ("planner", "curved")
+
+
+def replica_model(name: str, planned: LLMPerformance) -> LLMPerformance:
+    """The simulated engine: `planner` runs the planner's own step model; `curved` a different
+    shape (CurvedLLMPerformance)."""
+    if name == "planner":
+        return planned
+    if name == "curved":
+        fields = {k: getattr(planned, k) for k in LLMPerformance.__dataclass_fields__}
+        fields["kv_capacity_tokens"] = planned.kv_capacity_tokens * CurvedLLMPerformance.kv_share
+        return CurvedLLMPerformance(**fields)
+    raise ValueError(f"--replica-model must be one of {', '.join(REPLICA_MODELS)}, got {name!r}")
 
 
 @dataclass(frozen=True)

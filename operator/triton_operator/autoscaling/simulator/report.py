@@ -36,6 +36,25 @@ def write_requests(run: Run, path: Path) -> None:
                           "" if dropped else cell(fin), "" if rep < 0 else rep, run.gpu_class])
 
 
+REPLICA_COLUMNS = ["replica", "gpu_class", "gpus", "created", "ready", "deleted", "stopped"]
+
+
+def write_replicas(run: Run, path: Path) -> None:
+    """One row per pod, seconds from the start: created (the scale-up that made it; 0 for the pods
+    the run starts with, already warm), ready (empty if it never was), deleted (the scale-down
+    that removed it; empty if none did), stopped (its last request done, or the end of the run).
+    GPU time is charged from created to stopped."""
+    def cell(x: float) -> str:
+        return "" if math.isinf(x) or math.isnan(x) else f"{x:.6f}"
+
+    with path.open("w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(REPLICA_COLUMNS)
+        for rid, created, ready, stopped, deleted in run.pods:
+            out.writerow([rid, run.pod_classes.get(rid, run.gpu_class), run.settings.gpus_per_replica,
+                          cell(created), cell(ready), cell(deleted), cell(stopped)])
+
+
 def _arrival_rate(run: Run, bucket: float) -> tuple[list[float], list[float]]:
     if not run.requests:
         return [], []

@@ -44,7 +44,7 @@ class Summary:
 
 def gpu_seconds(run: Run) -> float:
     """Pod lifetimes (creation to termination) x GPUs per replica."""
-    return sum(gone - created for _, created, _, gone in run.pods) * run.settings.gpus_per_replica
+    return sum(pod[3] - pod[1] for pod in run.pods) * run.settings.gpus_per_replica
 
 
 def timeline_gpu_seconds(run: Run) -> float:

@@ -71,6 +71,9 @@ class ShortageSimulation(Simulation):
         self.class_of[rid] = c
         self.peak[c] = max(self.peak[c], len(self._live(c)))
 
+    def class_of_pod(self, rid: int) -> str:
+        return self.class_of.get(rid, self.order[0])
+
     def _bind_pending(self, now: float) -> None:
         still = []
         for c, since in self.pending:

@@ -10,6 +10,16 @@ model of bursty traffic. Token counts of generated requests are drawn from logno
 the Azure LLM inference trace 2023 (conversation): prompt median 1020 / mean 1155 tokens, output
 median 129 / mean 211 tokens (bench/data/azure-llm-trace-2023/, CC-BY 4.0, Patel et al.,
 "Splitwise", ISCA 2024), unless the spec names fixed counts or a token mix is given.
+
+Other token mixes (`mix=NAME` in a generator spec), lognormals clipped to a range, for workloads
+unlike the conversation trace:
+- `code`: code completion, prefill-heavy: prompts of 2-8k tokens (median 3,500), short answers
+  (median 24, at most 256);
+- `rag`: long-context retrieval-augmented answers: prompts of 4-14k tokens (median 9,000),
+  answers of median 180;
+- `chat`: decode-heavy chat: short prompts (median 300), long answers (median 450, at most 1,000).
+Their shapes are chosen, not fitted to a trace (none ships with the project); `merge` overlays
+workloads, e.g. two tenants of different mixes.
 """
 
 from __future__ import annotations
@@ -44,6 +54,28 @@ def azure_like_tokens(rng: random.Random) -> tuple[int, int]:
     prompt = min(MAX_PROMPT, max(1, round(rng.lognormvariate(*PROMPT_LOGNORMAL))))
     output = min(MAX_OUTPUT, max(1, round(rng.lognormvariate(*OUTPUT_LOGNORMAL))))
     return prompt, output
+
+
+def _clipped(median: float, sigma: float, lo: int, hi: int) -> Callable[[random.Random], int]:
+    mu = math.log(median)
+    return lambda rng: min(hi, max(lo, round(rng.lognormvariate(mu, sigma))))
+
+
+def lognormal_mix(prompt: Callable[[random.Random], int], output: Callable[[random.Random], int]) -> TokenSampler:
+    return lambda rng: (prompt(rng), output(rng))
+
+
+TOKEN_MIXES: dict[str, TokenSampler] = {
+    "conv": azure_like_tokens,
+    "code": lognormal_mix(_clipped(3500, 0.35, 2048, 8192), _clipped(24, 0.8, 1, 256)),
+    "rag": lognormal_mix(_clipped(9000, 0.3, 4096, 14000), _clipped(180, 0.5, 16, 800)),
+    "chat": lognormal_mix(_clipped(300, 0.6, 16, 2048), _clipped(450, 0.5, 32, 1000)),
+}
+
+
+def merge(*workloads: Sequence[Request]) -> list[Request]:
+    """Several workloads arriving at the same service (tenants), in arrival order."""
+    return sorted((r for w in workloads for r in w), key=lambda r: r.arrival)
 
 
 def fixed_tokens(prompt: int, output: int) -> TokenSampler:
@@ -124,19 +156,26 @@ GENERATORS: dict[str, tuple[Callable[..., list[Request]], tuple[str, ...], dict[
 
 def generate(spec: str, seed: int, tokens: TokenSampler | None = None) -> list[Request]:
     """A generator spec `NAME:key=value,...`, e.g. `step:low=2,high=8,at=900,duration=3600`.
-    `prompt=N,output=M` fix the token counts of every request."""
+    `prompt=N,output=M` fix the token counts of every request; `mix=conv|code|rag|chat` draws
+    them from a named mix (TOKEN_MIXES)."""
     name, _, rest = spec.partition(":")
     if name not in GENERATORS:
         raise WorkloadError(f"unknown generator {name!r}; choose one of {', '.join(GENERATORS)}")
     func, params, defaults = GENERATORS[name]
     values: dict[str, float] = dict(defaults)
     fixed: dict[str, int] = {}
+    mix: str | None = None
     for item in filter(None, rest.split(",")):
         key, eq, raw = item.partition("=")
         key = key.strip()
-        if not eq or (key not in params and key not in ("prompt", "output")):
+        if not eq or (key not in params and key not in ("prompt", "output", "mix")):
             raise WorkloadError(f"generator {name}: expected key=value with keys "
-                                f"{', '.join(params + ('prompt', 'output'))}, got {item!r}")
+                                f"{', '.join(params + ('prompt', 'output', 'mix'))}, got {item!r}")
+        if key == "mix":
+            if raw.strip() not in TOKEN_MIXES:
+                raise WorkloadError(f"generator {name}: mix must be one of {', '.join(TOKEN_MIXES)}, got {raw.strip()!r}")
+            mix = raw.strip()
+            continue
         try:
             number = float(raw)
         except ValueError:
@@ -159,8 +198,12 @@ def generate(spec: str, seed: int, tokens: TokenSampler | None = None) -> list[R
             raise WorkloadError(f"generator {name}: {key} must be > 0")
     if "amplitude" in values and values["amplitude"] > 1:
         raise WorkloadError(f"generator {name}: amplitude must be between 0 and 1")
+    if fixed and mix:
+        raise WorkloadError(f"generator {name}: give either prompt/output or mix, not both")
     if fixed:
         sampler = fixed_tokens(fixed.get("prompt", 1024), fixed.get("output", 128))
+    elif mix:
+        sampler = TOKEN_MIXES[mix]
     else:
         sampler = tokens or azure_like_tokens
     return func(*(values[p] for p in params), rng=random.Random(seed), tokens=sampler)

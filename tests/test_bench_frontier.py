@@ -1,0 +1,76 @@
+"""The bench's comparison with the frontier (bench/frontier.py) on hand-made points, the fluid
+lower bound on a workload whose answer is known, and the bench's reduced sweep (`--fast`) end
+to end: it writes the report with one row per configuration, and its verdict is what the
+figures in that report give."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+import frontier as fr  # noqa: E402
+
+
+POINTS = [fr.Point("a", 4.0, 1000), fr.Point("b", 5.0, 200), fr.Point("c", 6.0, 200), fr.Point("d", 7.0, 0),
+          fr.Point("e", 5.5, 900)]
+
+
+def test_the_frontier_keeps_only_points_nothing_beats():
+    assert [p.name for p in fr.frontier(POINTS)] == ["a", "b", "d"]
+
+
+def test_equal_attainment_and_equal_gpu_hours_interpolate_on_the_frontier():
+    front = fr.frontier(POINTS)
+    assert fr.gpu_at_violations(front, 600) == pytest.approx(4.5)      # halfway from a to b
+    assert fr.gpu_at_violations(front, 5000) == 4.0                    # worse than the cheapest point
+    assert fr.violations_at_gpu(front, 6.0) == pytest.approx(100)      # halfway from b to d
+    assert fr.violations_at_gpu(front, 3.0) is None
+    assert fr.gpu_at_violations([fr.Point("x", 1.0, 10)], 5) is None   # ours beats every swept point
+
+
+def test_compare_reports_dominance_ratio_fewer_and_the_goal():
+    win = fr.compare(POINTS, fr.Point("ours", 4.5, 200), fluid_gpu_hours=4.2)
+    assert win.ratio == pytest.approx(0.9) and win.fewer == pytest.approx(1 - 200 / 600)
+    assert win.dominated == () and win.goal_met() and win.fluid_ratio == pytest.approx(4.5 / 4.2)
+    lose = fr.compare(POINTS, fr.Point("ours", 5.5, 300), fluid_gpu_hours=5.0)
+    assert lose.dominated == ("b",) and not lose.goal_met()
+    far = fr.compare(POINTS, fr.Point("ours", 4.5, 200), fluid_gpu_hours=3.0)
+    assert not far.goal_met(), "1.5x the fluid bound"
+
+
+def test_fluid_bound_provisions_whole_replicas_per_bucket_with_the_cold_start():
+    # 2 buckets of 60 s: 60 then 180 arrivals at 1 req/s per replica -> 1 then 3 replicas; two
+    # replicas added, each charged a 50 s cold start; one warm replica at the start.
+    arrivals = [i for i in range(60)] + [60 + i / 3 for i in range(180)]
+    full = fr.fluid_bound(arrivals, 1.0, 120.0, 50.0, initial=1, min_replicas=1, allowed_violations=0)
+    assert full == pytest.approx((60 + 180 + 2 * 50) / 3600)
+    # allowed to leave 60 requests unserved: the third replica of bucket 2 goes
+    part = fr.fluid_bound(arrivals, 1.0, 120.0, 50.0, initial=1, min_replicas=1, allowed_violations=60)
+    assert part == pytest.approx((60 + 120 + 50) / 3600)
+
+
+def test_the_reduced_bench_writes_a_report_whose_verdict_follows_from_its_figures(tmp_path):
+    import autoscaling as bench
+
+    assert bench.main(["--fast", "--jobs", "1", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "autoscaling.md").read_text()
+    assert "Command: `python bench/autoscaling.py --fast --jobs 1 --out " in text and "Machine: " in text
+    rows = [line for line in text.splitlines() if line.startswith("| ") and " | " in line]
+    configs = [r for r in rows if r.split(" | ")[0].lstrip("| ") in ("**ours**", *bench.FAST_SWEEP)
+               or r.startswith("| fixed:")]
+    assert len(configs) >= 1 + len(bench.FAST_SWEEP) + 1
+    figures = {}
+    for r in configs:
+        cells = [c.strip() for c in r.strip("|").split("|")]
+        figures[cells[0]] = (float(cells[3]), int(cells[2]))
+    ours = fr.Point("ours", *figures.pop("**ours**"))
+    points = [fr.Point(n, g, v) for n, (g, v) in figures.items()]
+    dominated = bool(fr.dominated_by(points, ours))
+    summary = next(r for r in rows if r.startswith("| spike (fast) | cold start 50 s |"))
+    assert ("not met" in summary) or not dominated
+    assert (tmp_path / "frontier-spike-fast-cold-start-50-s.png").stat().st_size > 1000
