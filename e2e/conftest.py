@@ -7,6 +7,7 @@ instead (kind, a cloud); set E2E_KEEP_CLUSTER=1 to leave the local one running a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -19,6 +20,7 @@ import pytest
 import yaml
 
 from .cluster import ROOT, Cluster, Operator, wait_for
+from .harness.gateway import GatewayProcess
 
 CLUSTER_NAME = os.environ.get("E2E_CLUSTER_NAME", "triton-e2e")
 
@@ -118,3 +120,19 @@ def ns(installed: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
     wait_for("default ServiceAccount", lambda: installed.get("serviceaccount", "default", name), timeout=30)
     yield name
     installed.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@contextlib.contextmanager
+def tenant_gateway(cluster: Cluster, work: Path, keys: list[dict], namespace: str) -> Iterator[GatewayProcess]:
+    """The gateway as a process with a token of the chart's gateway ServiceAccount, serving these
+    keys-file entries, in front of `namespace` (created here, at the restricted pod-security level)."""
+    path = work / "keys.yaml"
+    path.write_text(json.dumps({"keys": keys}))
+    cluster.kubectl("create", "namespace", namespace)
+    cluster.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
+    gw = GatewayProcess(service_account_kubeconfig(cluster, work, GATEWAY_SERVICE_ACCOUNT), path, work, namespace)
+    gw.start()
+    try:
+        yield gw
+    finally:
+        gw.stop()

@@ -47,7 +47,7 @@ import tritonclient.http as httpclient
 import yaml
 
 from .cluster import ROOT, Cluster, Operator, wait_for
-from .conftest import GATEWAY_SERVICE_ACCOUNT, RELEASE_NS, service_account_kubeconfig
+from .conftest import RELEASE_NS, tenant_gateway
 from .harness.gateway import SLICE_MANAGER, TRITON_HOST, GatewayProcess
 from .harness.llm import LLMTriton
 from .harness.prometheus import Prometheus, PrometheusError, Target
@@ -125,16 +125,8 @@ def plain() -> Iterator[TritonServer]:
 @pytest.fixture(scope="module")
 def gateway(installed: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     work = tmp_path_factory.mktemp("dash-gateway")
-    keys = work / "keys.yaml"
-    keys.write_text(json.dumps({"keys": [{"name": "dash-team", "key": KEY, "namespaces": [NS]}]}))
-    installed.kubectl("create", "namespace", NS)
-    installed.kubectl("label", "namespace", NS, "pod-security.kubernetes.io/enforce=restricted")
-    gw = GatewayProcess(service_account_kubeconfig(installed, work, GATEWAY_SERVICE_ACCOUNT), keys, work, NS)
-    gw.start()
-    try:
+    with tenant_gateway(installed, work, [{"name": "dash-team", "key": KEY, "namespaces": [NS]}], NS) as gw:
         yield gw
-    finally:
-        gw.stop()
 
 
 def client(gw: GatewayProcess, key: str = KEY) -> openai.OpenAI:

@@ -35,7 +35,7 @@ import openai
 import pytest
 
 from .cluster import Cluster, Operator, wait_for
-from .conftest import GATEWAY_SERVICE_ACCOUNT, service_account_kubeconfig
+from .conftest import tenant_gateway
 from .harness.gateway import GatewayProcess, SliceMirror
 from .harness.prometheus import Prometheus, Target
 from .harness.textgen import TextGenTriton
@@ -67,19 +67,11 @@ def tritons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Text
 @pytest.fixture(scope="module")
 def gateway(installed: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     work = tmp_path_factory.mktemp("gateway")
-    keys = work / "keys.yaml"
-    keys.write_text(json.dumps({"keys": [
+    with tenant_gateway(installed, work, [
         {"name": "team-a", "key": KEY_A, "namespaces": [NS]},
         {"name": "team-b", "key": KEY_B, "services": ["other/thing"]},
-        {"name": "slow", "key": KEY_SLOW, "namespaces": [NS], "requestsPerMinute": 6}]}))
-    installed.kubectl("create", "namespace", NS)
-    installed.kubectl("label", "namespace", NS, "pod-security.kubernetes.io/enforce=restricted")
-    gw = GatewayProcess(service_account_kubeconfig(installed, work, GATEWAY_SERVICE_ACCOUNT), keys, work, NS)
-    gw.start()
-    try:
+        {"name": "slow", "key": KEY_SLOW, "namespaces": [NS], "requestsPerMinute": 6}], NS) as gw:
         yield gw
-    finally:
-        gw.stop()
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ import openai
 import pytest
 
 from .cluster import Cluster, Operator, wait_for
-from .conftest import GATEWAY_SERVICE_ACCOUNT, service_account_kubeconfig
+from .conftest import tenant_gateway
 from .harness.gateway import GatewayProcess, SliceMirror
 from .harness.llm import LLMTriton, tokenize
 from .harness.prometheus import Prometheus, Target
@@ -46,18 +46,10 @@ def llm() -> Iterator[LLMTriton]:
 @pytest.fixture(scope="module")
 def gateway(installed: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     work = tmp_path_factory.mktemp("llm-gateway")
-    keys = work / "keys.yaml"
-    keys.write_text(json.dumps({"keys": [{"name": "llm-team", "key": KEY, "namespaces": [NS]},
+    with tenant_gateway(installed, work, [{"name": "llm-team", "key": KEY, "namespaces": [NS]},
                                          {"name": "metered", "key": METERED, "namespaces": [NS],
-                                          "tokensPerMinute": 600}]}))
-    installed.kubectl("create", "namespace", NS)
-    installed.kubectl("label", "namespace", NS, "pod-security.kubernetes.io/enforce=restricted")
-    gw = GatewayProcess(service_account_kubeconfig(installed, work, GATEWAY_SERVICE_ACCOUNT), keys, work, NS)
-    gw.start()
-    try:
+                                          "tokensPerMinute": 600}], NS) as gw:
         yield gw
-    finally:
-        gw.stop()
 
 
 @pytest.fixture(scope="module")
