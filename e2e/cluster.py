@@ -134,10 +134,13 @@ class Operator(ChildProcess):
         self.log_path = log_dir / "operator.log"
         self.extra_env = extra_env or {}
         self.proc: subprocess.Popen[bytes] | None = None
+        self.log_offset = 0
 
     def start(self, wait: bool = True) -> None:
-        """Start the process; with `wait`, until its liveness endpoint answers (a follower in a
-        leader election has none until it leads)."""
+        """Start the process; with `wait`, until it works: its liveness endpoint answers and, when
+        it is leader-elected, it leads (a standby answers the probe too, before it leads; a lease
+        left by a process that died unclean is waited out)."""
+        self.log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "triton_operator", "run", "--liveness",
@@ -147,7 +150,20 @@ class Operator(ChildProcess):
                  "TRITON_OPERATOR_METRICS_PORT": str(self.metrics_port), **self.extra_env},
             stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
         if wait:
+            if "--leader-elect" in self.args:
+                wait_for("the operator to lead", self.leads, timeout=90)
             wait_for("operator liveness endpoint", self.healthy, timeout=60)
+
+    def log_since_start(self) -> str:
+        """What the current process wrote (the log file is appended to across restarts)."""
+        with open(self.log_path, "rb") as f:
+            f.seek(self.log_offset)
+            return f.read().decode(errors="replace")
+
+    def leads(self) -> bool:
+        if self.proc is None or self.proc.poll() is not None:
+            raise AssertionError(f"{self.name} exited; log:\n{self.log_tail()}")
+        return "leading as" in self.log_since_start()
 
     def healthy(self) -> bool:
         return self.answers(f"http://127.0.0.1:{self.port}/healthz")

@@ -98,7 +98,7 @@ def metric(op: Operator, name: str) -> float | None:
 
 
 def leading(op: Operator) -> bool:
-    return "leading as" in op.log_path.read_text(errors="replace")
+    return "leading as" in op.log_since_start()
 
 
 @pytest.fixture

@@ -261,16 +261,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         leadership, leading = campaign(args.leader_elect_namespace or _own_namespace())
         # Until it leads, the replica answers the chart's probes itself (kopf serves them once it runs).
         standby = StandbyHealth(args.liveness, lambda: not leadership.lost.is_set()).start()
-        # SIGTERM while waiting (a rollout, a scale-down): exit at once and cleanly, nothing to release.
-        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+        # SIGTERM or SIGINT before kopf installs its own handlers (while waiting, during a rollout or a
+        # scale-down, or in the moment the lease is won): a flag, never an exception, so the hand-over
+        # below cannot be cut in the middle. kopf sees the flag and stops at once.
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stop_flag.set())
         try:
-            wait_to_lead(leadership, leading)
-        except KeyboardInterrupt:
-            log.info("stopped while waiting to lead")
-            return 0
+            leads = wait_to_lead(leadership, leading, stop_flag)
         finally:
             standby.stop()
-            signal.signal(signal.SIGTERM, previous)
+        if not leads:
+            log.info("stopped while waiting to lead")
+            leadership.release()  # in case the lease was won in the same instant
+            return 0
         telemetry.LEADER.set(1)
         threading.Thread(target=lambda: leadership.lost.wait() and stop_flag.set(), name="leadership-watch",
                          daemon=True).start()
