@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from e2e.harness import free_port  # noqa: E402
-from triton_operator.controller.k8s import Kube  # noqa: E402
+from triton_operator.kube.client import Kube  # noqa: E402
 
 RELEASE, RELEASE_NS, SA = "triton-operator", "triton-system", "triton-operator"
 

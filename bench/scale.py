@@ -42,17 +42,29 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import (RELEASE_NS, ROOT, SA, Cluster, OperatorProcess, free_port, log, machine,  # noqa: E402
-                    percentile)
-from e2e.harness.prometheus import Prometheus, Target  # noqa: E402
+from common import (  # noqa: E402
+    RELEASE_NS,
+    ROOT,
+    SA,
+    Cluster,
+    OperatorProcess,
+    free_port,
+    log,
+    machine,
+    percentile,
+)
 from triton_operator.api import GPUClass, InferenceService  # noqa: E402
 from triton_operator.controller import status as status_core  # noqa: E402
-from triton_operator.controller.cache import Store  # noqa: E402
-from triton_operator.controller.informer import Informer  # noqa: E402
-from triton_operator.controller.k8s import DEPLOYMENT, INFERENCE_SERVICE, PDB, SERVICE, Kube  # noqa: E402
-from triton_operator.controller.logsummary import FailureLog  # noqa: E402
+from triton_operator.controller.kinds import INFERENCE_SERVICE  # noqa: E402
+from triton_operator.kube.client import Kube  # noqa: E402
+from triton_operator.kube.kinds import DEPLOYMENT, PDB, SERVICE  # noqa: E402
+from triton_operator.kube.failures import FailureLog  # noqa: E402
+from triton_operator.kube.informer import Informer  # noqa: E402
+from triton_operator.kube.store import Store  # noqa: E402
 from triton_operator.render import endpoints, render  # noqa: E402
 from triton_operator.settings import Settings  # noqa: E402
+
+from e2e.harness.prometheus import Prometheus, Target  # noqa: E402
 
 GROUP = "serving.triton-operator.io"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import yaml
 
-from triton_operator.controller.k8s import Kube
+from triton_operator.kube.client import Kube
 
 from .cluster import Operator
 from .harness import adversarial

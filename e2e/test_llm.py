@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 import urllib.error
 import urllib.request
 from typing import Any, Iterator

@@ -24,7 +24,6 @@ import threading
 import time
 import urllib.request
 import uuid
-from pathlib import Path
 from typing import Any, Iterator
 
 import openai

@@ -12,7 +12,7 @@ from triton_operator.api import GPUClass, InferenceService
 from triton_operator.autoscaling.loop import ASSUMED_OUTPUT_TOKENS, ASSUMED_PROMPT_TOKENS, signals_for, sizing_for, startup_seconds
 from triton_operator.autoscaling.prometheus import SIGNAL_LABEL, SIGNALS, Snapshot, combined_query, parse
 from triton_operator.cli import default_catalog
-from triton_operator.controller.cache import trim_pod
+from triton_operator.controller.trim import trim_pod
 from triton_operator.labels import LABEL_GPU_CLASS
 from triton_operator.planning.serving import llm_performance
 from triton_operator.settings import Settings

@@ -9,11 +9,12 @@ import logging
 import threading
 
 import pytest
-
-from triton_operator.controller.cache import Store, newer, token, trim, trim_pod
-from triton_operator.controller.desired import Children, matches, plan, quantity
-from triton_operator.controller.logsummary import FailureLog
-from triton_operator.controller.queue import WorkQueue
+from triton_operator.controller.desired import Children, matches, plan
+from triton_operator.controller.trim import content_token as token
+from triton_operator.controller.trim import owner_of, trim_pod
+from triton_operator.kube.failures import FailureLog
+from triton_operator.kube.queue import WorkQueue
+from triton_operator.kube.store import Store, newer, trim
 from triton_operator.labels import LABEL_SERVICE
 from triton_operator.render import render
 from triton_operator.settings import Settings
@@ -94,7 +95,7 @@ def obj(name: str, rv: str, owner: str | None = None, ns: str = "ml", **extra):
 
 
 def test_store_keeps_the_newest_version_and_indexes_children_by_owner():
-    s = Store()
+    s = Store(owner=owner_of)
     assert s.upsert("Deployment", trim(obj("a", "10", owner="svc")))[1]
     old, stored = s.upsert("Deployment", trim(obj("a", "9", owner="svc")))
     assert not stored and old["metadata"]["resourceVersion"] == "10", "an older event never replaces a newer write"
@@ -110,7 +111,7 @@ def test_store_keeps_the_newest_version_and_indexes_children_by_owner():
 def test_a_newer_version_with_the_same_stored_content_is_kept_but_is_no_change():
     """A node's heartbeat or a pod status the GPU view trims away: the newer resourceVersion is
     stored (an older event still never wins), nobody is told, derived views keep their memo."""
-    s = Store()
+    s = Store(owner=owner_of)
     assert s.upsert("Node", obj("n", "10", status={"allocatable": {"nvidia.com/gpu": "8"}}))[1]
     v = s.version("Node")
     old, changed = s.upsert("Node", obj("n", "11", status={"allocatable": {"nvidia.com/gpu": "8"}}))
@@ -127,7 +128,7 @@ def test_a_newer_version_with_the_same_stored_content_is_kept_but_is_no_change()
 
 
 def test_replace_reports_additions_changes_and_deletions_in_its_namespace_only():
-    s = Store()
+    s = Store(owner=owner_of)
     s.replace("Pod", None, [trim(obj("a", "1")), trim(obj("b", "1")), trim(obj("c", "1", ns="other"))])
     changes = s.replace("Pod", "ml", [trim(obj("a", "1")), trim(obj("b", "2")), trim(obj("d", "1"))])
     summary = sorted(((o or n)["metadata"]["name"], o is None, n is None) for o, n in changes)
@@ -197,9 +198,15 @@ def test_matches_is_a_subset_comparison(desired, live, same):
     assert matches(desired, live) is same
 
 
-def test_quantities():
-    assert quantity("500m") == quantity("0.5") and quantity("1Ki") == 1024 and quantity("1E") == 10**18
-    assert quantity("1e3") == 1000 and quantity("abc") is None and quantity("1Xi") is None
+def test_quantity_fields_compare_with_the_one_quantity_parser():
+    """`matches` compares requests, limits and sizeLimit as `quantity.parse_quantity` does (the
+    rules Kubernetes uses): exact decimals, nano rounding, binary values capped at 2^63-1."""
+    def same(a: str, b: str) -> bool:
+        return matches({"requests": {"x": a}}, {"requests": {"x": b}})
+    assert same("500m", "0.5") and same("1Ki", "1024") and same("1E", "1000P") and same("1e3", "1k")
+    assert same("0.1n", "1n"), "rounded up to a whole nano, as the API server stores it"
+    assert same("16Ei", "10Ei"), "both capped at 2^63-1"
+    assert not same("1Xi", "1") and not same("abc", "abd") and same("abc", "abc")
 
 
 # -- plan -------------------------------------------------------------------------------------------
@@ -313,7 +320,8 @@ def test_condition_messages_are_bounded():
 
 
 def test_a_cached_child_keeps_its_spec_compact_and_whole_on_demand(classes):
-    from triton_operator.controller.cache import SPEC_JSON, trim_child, whole
+    from triton_operator.controller.trim import SPEC_JSON, trim_child
+    from triton_operator.controller.trim import with_full_spec as whole
     obj = isvc()
     dep = render(obj, classes, Settings(), replicas=2).by_kind("Deployment")
     live = {**dep, "metadata": {**dep["metadata"], "uid": "u", "generation": 1, "managedFields": [{"x": 1}]},

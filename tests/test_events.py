@@ -7,10 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from kubernetes import client
-
-from triton_operator.controller import k8s
-from triton_operator.controller.k8s import ApiError, EventSeries, Kube
-from triton_operator.controller.status import Event
+from triton_operator.kube import events
+from triton_operator.kube.client import ApiError, Kube
+from triton_operator.kube.events import Event, EventSeries
 
 
 class Recording(Kube):
@@ -72,4 +71,4 @@ def test_the_window_and_the_bound():
     series.posted(("b",), "b.1", 1)
     series.posted(("c",), "c.1", 2)
     assert series.seen(("a",), 3) is None and series.seen(("c",), 3) == ("c.1", 2), "the oldest is forgotten"
-    assert k8s.EVENT_SERIES_MAX == 4096
+    assert events.EVENT_SERIES_MAX == 4096

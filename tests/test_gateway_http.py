@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 
-import pytest
 from aiohttp import web
 
 from triton_operator.gateway import metrics as m

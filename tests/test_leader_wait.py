@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from triton_operator.controller.leader import Leadership, wait_to_lead
+from triton_operator.kube.leader import Leadership, wait_to_lead
 
 
 def events() -> tuple[Leadership, threading.Event, threading.Event]:

@@ -10,10 +10,11 @@ from datetime import datetime, timedelta, timezone
 from triton_operator.api import InferenceService
 from triton_operator.conditions import find
 from triton_operator.controller import status as status_core
-from triton_operator.controller.cache import Store, trim, trim_gpu_pod, trim_node
-from triton_operator.controller.desired import Children, class_states, plan, serving_total
-from triton_operator.controller.informer import Informer
-from triton_operator.controller.reconcile import Views
+from triton_operator.controller.desired import  Children, class_states, plan, serving_total
+from triton_operator.controller.trim import owner_of, trim_gpu_pod, trim_node
+from triton_operator.controller.views import Views
+from triton_operator.kube.informer import Informer
+from triton_operator.kube.store import Store, trim
 from triton_operator.labels import LABEL_GPU_CLASS, LABEL_SERVICE
 from triton_operator.planning import placement as pl
 from triton_operator.settings import Settings
@@ -80,7 +81,7 @@ def test_the_free_gpu_view_keeps_gpu_nodes_and_bound_gpu_pods_only():
 
 
 def test_an_informer_drops_what_its_projection_refuses_and_forgets_it_when_it_turns():
-    store, seen = Store(), []
+    store, seen = Store(owner=owner_of), []
     inf = Informer(None, store, type("K", (), {"kind": "Pod", "plural": "pods"})(), None,
                    lambda kind, old, new: seen.append((kind, old is None, new is None)), None,
                    project=trim_gpu_pod, store_kind="GPUPod")
@@ -178,7 +179,7 @@ def test_waiting_for_after_is_progress_not_degradation(classes):
 
 
 def test_the_autoscaler_reads_totals_over_classes():
-    store = Store()
+    store = Store(owner=owner_of)
     doc = isvc_doc(gpu=SPILL, autoscaling={"minReplicas": 1, "maxReplicas": 8})
     doc["metadata"]["resourceVersion"] = "1"
     doc["status"] = {"placement": [{"gpuClass": "h100", "reason": pl.RETURNING, "desired": 2}]}

@@ -8,7 +8,7 @@ import socket
 import urllib.error
 import urllib.request
 
-from triton_operator.controller.standby import StandbyHealth
+from triton_operator.kube.standby import StandbyHealth
 
 
 def free_port() -> int:

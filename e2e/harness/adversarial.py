@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from hypothesis import HealthCheck, given, seed, settings
+from triton_operator.controller.kinds import INFERENCE_SERVICE
+from triton_operator.kube.client import ApiError, Kube
 
 from tests.hostile import inference_services
-from triton_operator.controller.k8s import INFERENCE_SERVICE, ApiError, Kube
 
 # A refusal names the field when the message points into the object ("spec.gpu.count: ...",
 # "metadata.name: ...", `unknown field "spec.x"`).

@@ -99,9 +99,19 @@ def default_catalog() -> list[dict[str, Any]]:
     return list(yaml.safe_load_all(text))
 
 
+def _objects(path: str) -> list[InferenceService | GPUClass]:
+    """The InferenceServices and GPUClasses of a YAML file, validated."""
+    return [_parse(d, path) for d in _load_docs(path)]
+
+
 def _classes(args: argparse.Namespace, objects: list[InferenceService | GPUClass]) -> dict[str, GPUClass]:
-    """The GPUClasses to plan and render against: --gpu-class-file (else the built-in catalog),
-    plus any GPUClass in the input file."""
+    """The GPUClasses to plan, render and simulate against: --gpu-class-file (else the built-in
+    catalog), plus any GPUClass in the input file."""
+    return _catalog(args, objects)[0]
+
+
+def _catalog(args: argparse.Namespace, objects: list[InferenceService | GPUClass]) -> tuple[dict[str, GPUClass], str]:
+    """(the classes as `_classes`, where the catalog came from: for messages)."""
     if args.gpu_class_file:
         catalog_docs, catalog_path = _load_docs(args.gpu_class_file), args.gpu_class_file
     else:
@@ -113,7 +123,7 @@ def _classes(args: argparse.Namespace, objects: list[InferenceService | GPUClass
             raise CliError(f"{catalog_path}: holds a {obj.kind}; only GPUClasses belong there")
         classes[obj.name] = obj
     classes.update({o.name: o for o in objects if isinstance(o, GPUClass)})
-    return classes
+    return classes, catalog_path
 
 
 def _placement(text: str | None) -> dict[str, int] | None:
@@ -134,7 +144,7 @@ def _placement(text: str | None) -> dict[str, int] | None:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    objects = [_parse(d, args.file) for d in _load_docs(args.file)]
+    objects = _objects(args.file)
     classes = _classes(args, objects)
     placement = _placement(args.placement)
     settings = from_env()
@@ -171,7 +181,7 @@ def cmd_crds(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    objects = [_parse(d, args.file) for d in _load_docs(args.file)]
+    objects = _objects(args.file)
     classes = _classes(args, objects)
     services = [o for o in objects if isinstance(o, InferenceService)]
     if not services:
@@ -255,8 +265,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     stop_flag = threading.Event()
     leadership = None
     if args.leader_elect:
-        from .controller.leader import campaign, wait_to_lead
-        from .controller.standby import StandbyHealth
+        from .kube.leader import campaign, wait_to_lead
+        from .kube.standby import StandbyHealth
 
         leadership, leading = campaign(args.leader_elect_namespace or _own_namespace())
         # Until it leads, the replica answers the chart's probes itself (kopf serves them once it runs).
@@ -304,7 +314,7 @@ def _own_namespace() -> str:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from .autoscaling.simulator import command
 
-    return command.run(args, _load_docs, _parse, default_catalog, CliError)
+    return command.run(args, _objects, _catalog, CliError)
 
 
 def cmd_gateway(args: argparse.Namespace) -> int:

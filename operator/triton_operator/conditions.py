@@ -20,6 +20,17 @@ def timestamp(now: datetime) -> str:
     return now.astimezone(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def parse_timestamp(text: Any) -> datetime | None:
+    """A Kubernetes timestamp ("2026-11-26T12:00:00Z", RFC 3339) as an aware datetime; None when
+    absent or not one."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
 def find(conditions: list[dict[str, Any]], type_: str) -> dict[str, Any] | None:
     return next((c for c in conditions if c.get("type") == type_), None)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import json
+from typing import Callable, Iterable, Mapping
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -146,22 +147,37 @@ class SettingsError(ValueError):
     pass
 
 
-def from_env(environ: dict[str, str] | None = None) -> Settings:
+def env_values(fields: Iterable[str], prefix: str, environ: Mapping[str, str] | None = None,
+               lists: Iterable[str] = (), parsers: Mapping[str, Callable[[str], object]] | None = None
+               ) -> dict[str, object]:
+    """The settings given as environment variables (PREFIX + FIELD in upper case; unset or empty:
+    the default): a list field is comma-separated (items stripped, empty ones dropped), a field with
+    a parser is parsed, the rest is left to the model. Shared by the operator and the gateway."""
     env = os.environ if environ is None else environ
     values: dict[str, object] = {}
-    for name in Settings.model_fields:
-        raw = env.get(ENV_PREFIX + name.upper())
+    for name in fields:
+        raw = env.get(prefix + name.upper())
         if raw is None or raw == "":
             continue
-        if name in ("namespaces", "image_pull_secrets"):
+        if parsers and name in parsers:
+            values[name] = parsers[name](raw)
+        elif name in lists:
             values[name] = [n.strip() for n in raw.split(",") if n.strip()]
-        elif name == "network_policy":
-            try:
-                values[name] = json.loads(raw)
-            except ValueError:
-                raise SettingsError(f"{ENV_PREFIX}NETWORK_POLICY: not valid JSON") from None
         else:
             values[name] = raw
+    return values
+
+
+def _json(raw: str) -> object:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise SettingsError(f"{ENV_PREFIX}NETWORK_POLICY: not valid JSON") from None
+
+
+def from_env(environ: Mapping[str, str] | None = None) -> Settings:
+    values = env_values(Settings.model_fields, ENV_PREFIX, environ, lists=("namespaces", "image_pull_secrets"),
+                        parsers={"network_policy": _json})
     try:
         return Settings(**values)
     except ValidationError as e:

@@ -1,7 +1,9 @@
 """The autoscaler tick (shell): one Prometheus query for all services and signals (the gateway's
 held and in-flight requests among them), the pure policy per service over what the cache holds,
-and a work-queue entry for each service whose report changed. It writes nothing itself: the reconcile of that service renders the Deployment with the
-new replica count and writes the report into status, so each object has one writer.
+and a work-queue entry for each service whose report changed. It writes no object itself: the
+reconcile of that service renders the Deployment with the new replica count and writes the report
+into status, so each object has one writer. It only posts Events (ScaledUp/ScaledDown,
+MetricsUnavailable/MetricsAvailable, TargetUnattainable), for `kubectl describe`.
 
 Besides Prometheus, the policy gets from the cache the ready replicas, the pods' start-up time
 (creation to Ready of the newest ready pod) and, for TensorRT-LLM services, the planner's
@@ -19,12 +21,12 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Protocol
 
 from .. import telemetry
-from ..conditions import timestamp
 from ..api import GPUClass, InferenceService
-from ..controller.cache import Key
-from ..controller.k8s import Kube, describe
-from ..controller.logsummary import FailureLog
-from ..controller.status import Event
+from ..conditions import parse_timestamp, timestamp
+from ..kube.client import Kube, describe
+from ..kube.events import Event
+from ..kube.failures import FailureLog
+from ..kube.store import Key
 from ..labels import LABEL_GPU_CLASS
 from ..planning.serving import Sizing, llm_performance
 from ..settings import Settings
@@ -100,17 +102,12 @@ def startup_seconds(pods: Any) -> float | None:
         ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
         if not ready or ready.get("status") != "True":
             continue
-        try:
-            t0, t1 = _time(meta["creationTimestamp"]), _time(ready["lastTransitionTime"])
-        except (KeyError, TypeError, ValueError, AttributeError):
+        t0, t1 = parse_timestamp(meta.get("creationTimestamp")), parse_timestamp(ready.get("lastTransitionTime"))
+        if t0 is None or t1 is None:
             continue
         if t1 >= t0 and (newest is None or t0 > newest[0]):
             newest = (t0, (t1 - t0).total_seconds())
     return None if newest is None else newest[1]
-
-
-def _time(stamp: str) -> datetime:
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
 
 
 def sizing_for(obj: InferenceService, deployment: dict[str, Any], classes: dict[str, GPUClass],

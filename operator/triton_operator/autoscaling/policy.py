@@ -2,7 +2,8 @@
 decision with a reason a human can read. The clock is passed in; the live loop and the simulator
 (autoscaling/simulator, `triton-operator simulate`) call the same function.
 
-Rules, and the failures they prevent (see shared/reference/autoscaling.md):
+Rules, and the failures they prevent (the upstream issue behind each is named; docs/design.md,
+"Autoscaler", has the loop around them):
 - Fail static: a Prometheus error, a missing or NaN queue series holds the current replicas
   (kubernetes#99394, keda#3065: an outage read as "no load" dropped services to minimum). Figures
   from fewer pods than are ready never scale down (scale-up still works: aibrix#1032, one failed

@@ -22,9 +22,9 @@ from requests import RequestException
 from urllib3.util.retry import Retry
 
 from .. import telemetry
+from ..kube.store import Key
 from ..settings import Settings
 
-Key = tuple[str, str]  # (namespace, InferenceService name)
 SIGNAL_LABEL = "triton_operator_signal"
 # signal -> the setting that holds its PromQL
 SIGNALS = {"queue": "queue_query", "p99": "p99_query", "in_flight": "in_flight_query",

@@ -17,7 +17,8 @@ import yaml
 from pydantic import ValidationError
 
 from ..api import GPUClass, first_error
-from .k8s import GPU_CLASS, Kube
+from ..kube.client import Kube
+from .kinds import GPU_CLASS
 
 log = logging.getLogger(__name__)
 CATALOG_LABEL = "serving.triton-operator.io/catalog"

@@ -10,20 +10,20 @@ managers) are theirs. Only manifests that fail it are applied, so a fleet at res
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from datetime import datetime, timezone
 from typing import Any, Mapping
 
-from datetime import datetime, timezone
-
 from ..api import ClassPlacement, GPUClass, InferenceService
+from ..conditions import parse_timestamp
 from ..labels import LABEL_GPU_CLASS
 from ..planning import capacity, choice, preparation
 from ..planning import placement as placing
+from ..quantity import QuantityError, parse_quantity
 from ..render import RenderError, preparation_jobs, render
 from ..settings import Settings
-from .cache import whole
+from .trim import with_full_spec
+
 
 @dataclass(frozen=True)
 class Children:
@@ -121,7 +121,7 @@ def plan(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Sett
                and not d["metadata"].get("deletionTimestamp")]
     return Plan(
         replicas=replicas, gpu_class=rendered.gpu_class, notes=tuple(rendered.notes),
-        apply=tuple(m for m in manifests if not matches(m, whole(children.live(m)))),
+        apply=tuple(m for m in manifests if not matches(m, with_full_spec(children.live(m)))),
         delete=tuple(delete), preparation=None if prep_states is None else tuple(prep_states),
         rendered=len(manifests), deployments=tuple(rendered.deployments.items()), placement=placement,
         options=tuple(cands.usable()) + tuple(cands.skipped))
@@ -172,7 +172,7 @@ def class_states(children: Children) -> dict[str, placing.ClassState]:
                 ready[c] = ready.get(c, 0) + 1
             if (cond.get("type") == "PodScheduled" and cond.get("status") == "False"
                     and cond.get("reason") == "Unschedulable" and placing.capacity_shortage(cond.get("message") or "")):
-                stuck.setdefault(c, []).append(parse_time(cond.get("lastTransitionTime")) or datetime.now(timezone.utc))
+                stuck.setdefault(c, []).append(parse_timestamp(cond.get("lastTransitionTime")) or datetime.now(timezone.utc))
                 message.setdefault(c, cond.get("message") or "")
     return {c: placing.ClassState(replicas.get(c, 0), bound.get(c, 0), ready.get(c, 0), tuple(stuck.get(c, ())),
                                   message.get(c, ""))
@@ -181,16 +181,7 @@ def class_states(children: Children) -> dict[str, placing.ClassState]:
 
 def remembered(isvc: InferenceService) -> dict[str, placing.Remembered]:
     entries: list[ClassPlacement] = (isvc.status.placement or []) if isvc.status else []
-    return {e.gpu_class: placing.Remembered(e.reason, parse_time(e.since)) for e in entries}
-
-
-def parse_time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
+    return {e.gpu_class: placing.Remembered(e.reason, parse_timestamp(e.since)) for e in entries}
 
 
 def serving_total(isvc: InferenceService, children: Children) -> int | None:
@@ -242,23 +233,9 @@ def _is_quantity_path(path: tuple[str, ...]) -> bool:
     return bool(path) and (path[-1] == "sizeLimit" or (len(path) >= 2 and path[-2] in ("requests", "limits")))
 
 
-_SUFFIX = {"": 1, "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": 10**3, "M": 10**6,
-           "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30,
-           "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
-
-
-def quantity(text: str) -> Decimal | None:
-    """The value of a Kubernetes resource quantity ("500m", "8Gi", "1e3"), None if it is not one."""
-    m = _QUANTITY.match(text.strip())
-    if not m or m.group(2) not in _SUFFIX:
-        return None
-    try:
-        return Decimal(m.group(1)) * _SUFFIX[m.group(2)]
-    except InvalidOperation:
-        return None
-
-
 def _same_quantity(a: str, b: str) -> bool:
-    qa, qb = quantity(a), quantity(b)
-    return qa is not None and qa == qb
+    """Equal as Kubernetes compares quantities ("1000m" == "1"; see `quantity`)."""
+    try:
+        return parse_quantity(a) == parse_quantity(b)
+    except QuantityError:
+        return False

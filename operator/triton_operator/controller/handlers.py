@@ -10,9 +10,10 @@ from typing import Any
 
 import kopf
 
+from ..kube.client import Kube, describe
 from ..settings import Settings, from_env
 from . import catalog
-from .k8s import Kube, describe
+from .kinds import OWN_KINDS
 from .manager import Manager
 
 log = logging.getLogger(__name__)
@@ -24,7 +25,7 @@ def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     memo.settings = ours
     settings.posting.level = logging.WARNING
     settings.scanning.disabled = True  # nothing is served by kopf's own watchers
-    kube = Kube(ours.field_manager, qps=ours.api_qps, burst=ours.api_burst)
+    kube = Kube(ours.field_manager, qps=ours.api_qps, burst=ours.api_burst, kinds=OWN_KINDS)
     if ours.catalog_file:
         try:
             log.info("GPUClass catalog applied: %s", ", ".join(catalog.sync(kube, ours.catalog_file)))

@@ -13,16 +13,18 @@ from typing import Any
 from .. import telemetry
 from ..autoscaling.loop import Autoscaler
 from ..autoscaling.prometheus import source_for
+from ..kube.client import ApiError, Kube, describe, namespace_terminating
+from ..kube.failures import FailureLog
+from ..kube.informer import Informer
+from ..kube.kinds import DEPLOYMENT, JOB, NETWORK_POLICY, NODE, PDB, POD, SERVICE
+from ..kube.queue import WorkQueue
+from ..kube.store import Key, Store, key_of
 from ..labels import LABEL_SERVICE, MANAGED_BY, MANAGED_BY_LABEL
 from ..settings import Settings
-from .cache import Key, Store, key_of, owner_of, trim_child, trim_gpu_pod, trim_node, trim_pod
-from .informer import Informer
-from .k8s import (DEPLOYMENT, GPU_CLASS, INFERENCE_SERVICE, JOB, NETWORK_POLICY, NODE, PDB, POD, SERVICE, ApiError,
-                  Kube, describe)
-from .k8s import namespace_terminating
-from .logsummary import FailureLog
-from .queue import WorkQueue
-from .reconcile import GPU_POD_KIND, Reconciler, Views
+from .kinds import GPU_CLASS, INFERENCE_SERVICE, OWN_KINDS
+from .reconcile import Reconciler
+from .trim import owner_of, trim_child, trim_gpu_pod, trim_node, trim_pod
+from .views import GPU_POD_KIND, Views
 
 log = logging.getLogger(__name__)
 CHILDREN_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
@@ -35,8 +37,9 @@ GPU_PODS_FIELDS = "status.phase!=Succeeded,status.phase!=Failed"
 class Manager:
     def __init__(self, settings: Settings, kube: Kube | None = None):
         self.settings = settings
-        self.kube = kube or Kube(settings.field_manager, qps=settings.api_qps, burst=settings.api_burst)
-        self.store = Store()
+        self.kube = kube or Kube(settings.field_manager, qps=settings.api_qps, burst=settings.api_burst,
+                                 kinds=OWN_KINDS)
+        self.store = Store(owner=owner_of)
         self.capacity_informers: list[Informer] = []
         self.views = Views(self.store, capacity_synced=lambda: bool(self.capacity_informers) and all(
             i.synced.is_set() for i in self.capacity_informers))

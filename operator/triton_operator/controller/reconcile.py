@@ -22,22 +22,23 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
-from pydantic import ValidationError
-
 from .. import conditions as c
 from .. import telemetry
-from ..api import GROUP, GPUClass, InferenceService, first_error
+from ..api import GROUP, GPUClass, InferenceService
 from ..autoscaling.report import METRICS_AVAILABLE, Report
-from ..planning import capacity
+from ..kube.client import ApiError, Kube
+from ..kube.events import Event
+from ..kube.kinds import DEPLOYMENT, JOB, NETWORK_POLICY, PDB, SERVICE
+from ..kube.store import Key, Store, trim
 from ..labels import selector_labels
 from ..render import desired_replicas, endpoints
 from ..settings import Settings
 from . import desired as desired_core
 from . import series as series_core
 from . import status as status_core
-from .cache import Key, Store, token, trim, trim_child, trim_pod
-from .k8s import (DEPLOYMENT, GPU_CLASS, INFERENCE_SERVICE, JOB, KINDS, NETWORK_POLICY, NODE, PDB, POD, SERVICE,
-                  ApiError, Kube, kind_of)
+from .kinds import INFERENCE_SERVICE
+from .trim import content_token, trim_child, trim_pod
+from .views import Views
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +46,6 @@ log = logging.getLogger(__name__)
 # a finalizer nobody removes any more, and the whole last-handled spec in an annotation.
 LEGACY_FINALIZER = f"{GROUP}/finalizer"
 LEGACY_ANNOTATION_PREFIX = f"{GROUP}/"
-# The cache's kind for every pod's GPU requests (the Pod kind there holds the serving pods).
-GPU_POD_KIND = "GPUPod"
 # A child the API server refused is tried again after these pauses (doubling), whatever happens.
 REFUSAL_RETRY_BASE, REFUSAL_RETRY_MAX = 30.0, 600.0
 
@@ -62,122 +61,6 @@ class Converged:
     plan: desired_core.Plan
     retry_at: float | None = None
     refusals: int = 0
-
-
-class Views:
-    """Parsed models over the raw cache, memoized by resourceVersion (pydantic runs once per change)."""
-
-    def __init__(self, store: Store, capacity_synced: Callable[[], bool] | None = None):
-        self.store = store
-        self.capacity_synced = capacity_synced
-        self._lock = threading.Lock()
-        self._isvcs: dict[Key, tuple[str, InferenceService | None, str | None]] = {}
-        self._classes: tuple[int, dict[str, GPUClass]] = (-1, {})
-        self._free: tuple[Any, dict[str, list[int]]] = (None, {})
-
-    def inference_service(self, key: Key) -> tuple[dict[str, Any] | None, InferenceService | None, str | None]:
-        """(raw, parsed or None, why it does not parse)."""
-        raw = self.store.get(INFERENCE_SERVICE.kind, key)
-        if raw is None:
-            with self._lock:
-                self._isvcs.pop(key, None)
-            return None, None, None
-        version = raw["metadata"].get("resourceVersion") or ""
-        with self._lock:
-            hit = self._isvcs.get(key)
-        if hit is not None and hit[0] == version:
-            return raw, hit[1], hit[2]
-        try:
-            model, error = InferenceService.model_validate(raw), None
-        except ValidationError as e:
-            model, error = None, first_error(e)
-        with self._lock:
-            self._isvcs[key] = (version, model, error)
-        return raw, model, error
-
-    def gpu_classes(self) -> dict[str, GPUClass]:
-        version = self.store.version(GPU_CLASS.kind)
-        with self._lock:
-            if self._classes[0] == version:
-                return self._classes[1]
-        out: dict[str, GPUClass] = {}
-        for item in self.store.list("GPUClass"):
-            try:
-                cls = GPUClass.model_validate(item)
-            except ValidationError as e:
-                log.warning("ignoring GPUClass %s: %s", item["metadata"].get("name"), first_error(e))
-                continue
-            out[cls.name] = cls
-        telemetry.GPU_CLASS_PRICE.clear()
-        for name, cls in out.items():
-            if cls.spec.price_per_hour is not None:
-                telemetry.GPU_CLASS_PRICE.labels(name).set(cls.spec.price_per_hour)
-        with self._lock:
-            self._classes = (version, out)
-        return out
-
-    def autoscaled(self) -> list[tuple[Key, InferenceService, dict[str, Any]]]:
-        out = []
-        for key in self.store.keys(INFERENCE_SERVICE.kind):
-            raw, obj, _ = self.inference_service(key)
-            if obj is not None and obj.spec.autoscaling is not None and not raw["metadata"].get("deletionTimestamp"):
-                out.append((key, obj, raw))
-        return out
-
-    def deployment(self, key: Key) -> dict[str, Any] | None:
-        """The service's Deployment, as the autoscaler reads it. With replicas spilled over to other
-        GPU classes, replicas and readyReplicas are the totals over every class (less the one
-        being started to move a replica back), so the autoscaler scales the service, not a class."""
-        main = self.store.get(DEPLOYMENT.kind, key)
-        if main is None:
-            return None
-        children = self.children(key)
-        if len(children.all_deployments()) <= 1:
-            return main
-        _, isvc, _ = self.inference_service(key)
-        total = desired_core.serving_total(isvc, children) if isvc is not None else None
-        ready = sum(int((d.get("status") or {}).get("readyReplicas") or 0) for d in children.all_deployments())
-        return {"metadata": main["metadata"], "spec": {**main.get("spec", {}), "replicas": total or 0},
-                "status": {**(main.get("status") or {}), "readyReplicas": ready}}
-
-    def scaling(self, key: Key) -> tuple[dict[str, Any] | None, tuple[dict[str, Any], ...]]:
-        """What the autoscaler reads of one service in one pass over the cache: its Deployment
-        (the totals over every class when spilled, as `deployment`) and its serving pods."""
-        main = self.store.get(DEPLOYMENT.kind, key)
-        if main is None:
-            return None, ()
-        pods = tuple(p for p in self.store.owned(POD.kind, key)
-                     if p["metadata"]["labels"].get("app.kubernetes.io/component") == "server")
-        if len(self.store.owned(DEPLOYMENT.kind, key)) <= 1:
-            return main, pods
-        return self.deployment(key), pods
-
-    def children(self, key: Key) -> desired_core.Children:
-        s = self.store
-        jobs = tuple(sorted(s.owned(JOB.kind, key), key=lambda j: j["metadata"]["name"]))
-        deployments = tuple(sorted(s.owned(DEPLOYMENT.kind, key), key=lambda d: d["metadata"]["name"]))
-        pods = s.owned(POD.kind, key)
-        component = "app.kubernetes.io/component"
-        return desired_core.Children(
-            deployment=s.get(DEPLOYMENT.kind, key), service=s.get(SERVICE.kind, key), pdb=s.get(PDB.kind, key),
-            network_policy=s.get(NETWORK_POLICY.kind, key),
-            jobs=jobs, pods=tuple(p for p in pods if p["metadata"]["labels"].get(component) == "server"),
-            build_pods=tuple(p for p in pods if p["metadata"]["labels"].get(component) == "model-prepare"),
-            deployments=deployments)
-
-    def free_gpus(self, classes: Mapping[str, GPUClass]) -> dict[str, list[int]] | None:
-        """Free GPUs per node of each class, from the Node and GPU-pod caches; None until both
-        have been listed (or when the operator does not watch them). Memoized per change."""
-        if not (self.capacity_synced and self.capacity_synced()):
-            return None
-        version = (self.store.version(NODE.kind), self.store.version(GPU_POD_KIND), self.store.version(GPU_CLASS.kind))
-        with self._lock:
-            if self._free[0] == version:
-                return self._free[1]
-        free = capacity.free_gpus(self.store.list(NODE.kind), self.store.list(GPU_POD_KIND), classes)
-        with self._lock:
-            self._free = (version, free)
-        return free
 
 
 def _settings_digest(settings: Settings) -> str:
@@ -323,7 +206,7 @@ class Reconciler:
                 rejected = (f"{kind}Rejected", f"the API server refused {kind} {name}: {e.message or e.reason}")
                 break
         for api_version, kind, name in plan.delete:
-            self.kube.delete(KINDS[(api_version, kind)], name, key[0], propagation="Background")
+            self.kube.delete(self.kube.kinds[(api_version, kind)], name, key[0], propagation="Background")
             telemetry.WRITES.labels(kind, "delete").inc()
         retry_at, refusals = None, 0
         if rejected is not None:
@@ -339,18 +222,18 @@ class Reconciler:
         return plan
 
     def _write(self, manifest: dict[str, Any]) -> None:
-        kind = kind_of(manifest)
+        kind = self.kube.kinds.of(manifest)
         out = self.kube.apply(manifest)
         telemetry.WRITES.labels(kind.kind, "apply").inc()
         self.store.upsert(kind.kind, _trimmed(kind.kind, out))
 
     def _write_status(self, raw: dict[str, Any], new_status: dict[str, Any],
-                      events: list[status_core.Event]) -> dict[str, Any]:
+                      events: list[Event]) -> dict[str, Any]:
         old = raw.get("status") or {}
         patch = {k: v for k, v in new_status.items() if old.get(k) != v and not (v is None and k not in old)}
         if patch:
             meta = raw["metadata"]
-            out = self.kube.patch_status(meta.get("namespace") or "", meta["name"], patch)
+            out = self.kube.patch_status(INFERENCE_SERVICE, meta.get("namespace") or "", meta["name"], patch)
             telemetry.WRITES.labels("InferenceService", "status").inc()
             if out is not None:
                 self.store.upsert(INFERENCE_SERVICE.kind, _trimmed(INFERENCE_SERVICE.kind, out))
@@ -397,8 +280,9 @@ CHILD_KINDS = {DEPLOYMENT.kind, SERVICE.kind, PDB.kind, JOB.kind, NETWORK_POLICY
 def _tokens(children: desired_core.Children) -> tuple[Any, ...]:
     # A Job's state (Complete, Failed) moves its resourceVersion, not its generation, and decides
     # whether serving is held back: Jobs count by resourceVersion.
-    return (tuple(token(d) for d in children.all_deployments()), token(children.service), token(children.pdb),
-            token(children.network_policy),
+    return (tuple(content_token(d) for d in children.all_deployments()), content_token(children.service),
+            content_token(children.pdb),
+            content_token(children.network_policy),
             tuple((j["metadata"].get("uid"), j["metadata"].get("resourceVersion")) for j in children.jobs))
 
 
@@ -436,7 +320,7 @@ def _with_autoscaling(new_status: dict[str, Any], old_status: dict[str, Any], re
 
 
 def _invalid_status(raw: dict[str, Any], message: str, now: datetime
-                    ) -> tuple[dict[str, Any], list[status_core.Event]]:
+                    ) -> tuple[dict[str, Any], list[Event]]:
     """Status (and an Event, once) for an object the models refuse: stored under an older CRD."""
     gen = raw["metadata"].get("generation")
     old = (raw.get("status") or {}).get("conditions") or []
@@ -445,5 +329,5 @@ def _invalid_status(raw: dict[str, Any], message: str, now: datetime
         conds = c.set_condition(conds, type_, value, "InvalidSpec", message, gen, now)
     before = c.find(old, c.DEGRADED)
     events = [] if before and before.get("reason") == "InvalidSpec" and before.get("message") == message else [
-        status_core.Event("Warning", "InvalidSpec", message)]
+        Event("Warning", "InvalidSpec", message)]
     return {"observedGeneration": gen, "conditions": conds}, events

@@ -14,19 +14,13 @@ from typing import Any
 
 from .. import conditions as c
 from ..api import GPUClassSpec, InferenceService
+from ..kube.events import Event
 from ..planning import placement as placing
 from ..planning.choice import Option
 
 # Container waiting reasons that mean "this will not fix itself".
 BAD_WAITING = {"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName",
                "CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
-
-
-@dataclass(frozen=True)
-class Event:
-    type: str  # Normal | Warning
-    reason: str
-    message: str
 
 
 @dataclass(frozen=True)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import os
-
 import ipaddress
+from typing import Mapping
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
+
+from ..settings import env_values
 
 ENV_PREFIX = "TRITON_GATEWAY_"
 
@@ -92,17 +93,12 @@ class GatewaySettingsError(ValueError):
 _LISTS = {"namespaces", "key_files", "trusted_proxies"}
 
 
-def from_env(environ: dict[str, str] | None = None, **overrides: object) -> GatewaySettings:
-    env = os.environ if environ is None else environ
-    values: dict[str, object] = {}
-    for name in GatewaySettings.model_fields:
-        raw = env.get(ENV_PREFIX + name.upper())
-        if raw is None or raw == "":
-            continue
-        if name == "resolve":
-            values[name] = dict(pair.strip().split("=", 1) for pair in raw.split(",") if "=" in pair)
-        else:
-            values[name] = [n.strip() for n in raw.split(",") if n.strip()] if name in _LISTS else raw
+def _pairs(raw: str) -> dict[str, str]:
+    return dict(pair.strip().split("=", 1) for pair in raw.split(",") if "=" in pair)
+
+
+def from_env(environ: Mapping[str, str] | None = None, **overrides: object) -> GatewaySettings:
+    values = env_values(GatewaySettings.model_fields, ENV_PREFIX, environ, lists=_LISTS, parsers={"resolve": _pairs})
     values.update({k: v for k, v in overrides.items() if v is not None})
     try:
         return GatewaySettings(**values)

@@ -2,7 +2,7 @@
 then watched (with bookmarks; an expired watch, 410 Gone, lists again), on the gateway's own
 event loop. No request to the gateway ever reads the API server.
 
-The same pattern as the operator's `controller.informer` (list, then watch from the list's
+The same pattern as the operator's `kube.informer` (list, then watch from the list's
 resourceVersion), written for asyncio with aiohttp so that the routing table is updated on the
 loop that reads it, without locks. Credentials come from the kubernetes library's loaders
 (in-cluster ServiceAccount token, refreshed as it rotates, or a kubeconfig).

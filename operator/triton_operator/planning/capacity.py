@@ -7,7 +7,7 @@ on one node, so the room of a class is the sum over its nodes of free // GPUs pe
 count for a class when they carry its product label and node selector, accept new pods
 (not cordoned, Ready) and every NoSchedule/NoExecute taint is tolerated by the class.
 
-The objects are the cache's trimmed forms (controller/cache.trim_node, trim_gpu_pod): nodes with
+The objects are the cache's trimmed forms (controller/trim.trim_node, trim_gpu_pod): nodes with
 labels, taints, unschedulable, readiness and allocatable extended resources; pods with their node
 and extended-resource requests.
 """

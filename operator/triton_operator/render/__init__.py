@@ -6,7 +6,6 @@ what a GitOps reviewer sees offline is what the operator applies.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import dataclass, field

@@ -71,18 +71,22 @@ def _positive(value: float | None, flag: str, allow_zero: bool = False) -> None:
         raise ValueError(f"{flag} must be a number {'>= 0' if allow_zero else '> 0'}, got {value}")
 
 
-def run(args: argparse.Namespace, load_docs: Callable[[str], list[dict]], parse: Callable[[dict, str], Any],
-        default_catalog: Callable[[], list[dict]], error: type[Exception]) -> int:
+# The CLI's readers (cli._objects, cli._catalog): validated objects of a file; the GPU classes of
+# --gpu-class-file or the built-in catalog with those of the file, and where the catalog came from.
+LoadObjects = Callable[[str], list[Any]]
+LoadCatalog = Callable[[argparse.Namespace, list[Any]], "tuple[dict[str, GPUClass], str]"]
+
+
+def run(args: argparse.Namespace, load_objects: LoadObjects, load_catalog: LoadCatalog, error: type[Exception]) -> int:
     try:
-        return _run(args, load_docs, parse, default_catalog, error)
+        return _run(args, load_objects, load_catalog, error)
     except (workload.WorkloadError, policies.PolicyError, ValueError) as e:
         if isinstance(e, error):
             raise
         raise error(str(e)) from None
 
 
-def _run(args: argparse.Namespace, load_docs: Callable[[str], list[dict]], parse: Callable[[dict, str], Any],
-         default_catalog: Callable[[], list[dict]], error: type[Exception]) -> int:
+def _run(args: argparse.Namespace, load_objects: LoadObjects, load_catalog: LoadCatalog, error: type[Exception]) -> int:
     for value, flag in ((args.rate_scale, "--rate-scale"), (args.time_scale, "--time-scale"),
                         (args.slo_ms, "--slo-ms"), (args.scrape_interval, "--scrape-interval"),
                         (args.service_time_ms, "--service-time-ms")):
@@ -106,7 +110,7 @@ def _run(args: argparse.Namespace, load_docs: Callable[[str], list[dict]], parse
         if not all(math.isfinite(x) and x >= 0 for x in outage) or outage[1] == 0:
             raise error(f"--outage must be START:SECONDS with START >= 0 and SECONDS > 0, got {args.outage!r}")
 
-    objects = [parse(d, args.file) for d in load_docs(args.file)]
+    objects = load_objects(args.file)
     services = [o for o in objects if isinstance(o, InferenceService)]
     if not services:
         raise error(f"{args.file}: no InferenceService found")
@@ -115,15 +119,7 @@ def _run(args: argparse.Namespace, load_docs: Callable[[str], list[dict]], parse
         raise error(f"{args.file}: InferenceService {svc.name} has no spec.autoscaling to simulate")
     auto = svc.spec.autoscaling
     policies.check_min_replicas(names, auto)
-    catalog_docs, catalog_path = ((load_docs(args.gpu_class_file), args.gpu_class_file) if args.gpu_class_file
-                                  else (default_catalog(), "<built-in catalog>"))
-    classes: dict[str, GPUClass] = {}
-    for doc in catalog_docs:
-        obj = parse(doc, catalog_path)
-        if not isinstance(obj, GPUClass):
-            raise error(f"{catalog_path}: holds a {obj.kind}; only GPUClasses belong there")
-        classes[obj.name] = obj
-    classes.update({o.name: o for o in objects if isinstance(o, GPUClass)})
+    classes, catalog_path = load_catalog(args, objects)
     class_name = next((c for c in svc.spec.gpu.candidates() if c in classes), None)
     if class_name is None:
         raise error(f"{args.file}: none of the GPU classes {', '.join(svc.spec.gpu.candidates())} is in {catalog_path}")

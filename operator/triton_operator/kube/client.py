@@ -1,4 +1,5 @@
-"""The Kubernetes edge: one lean HTTP client for every read, watch and write the operator makes.
+"""The Kubernetes edge: one lean HTTP client for every read, watch and write the operator makes
+(domain-free: the operator's own kinds are given to it, see `controller.kinds`).
 
 Requests go through the kubernetes client's ApiClient (kubeconfig or in-cluster auth, TLS, token
 refresh) but bodies are plain JSON dicts, never the generated model classes: deserializing a
@@ -14,64 +15,20 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
-from urllib.parse import quote
 
 import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from ..api import API_VERSION
-from .status import Event
+from .events import Event, EventSeries
+from .kinds import BUILTIN_KINDS, EVENT, Kind, Kinds
 
 log = logging.getLogger(__name__)
 # urllib3 logs a warning per retried connection; during an API outage that is a line per object
 # per second. We retry through the work queue and log a summary instead.
 logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
-
-
-@dataclass(frozen=True)
-class Kind:
-    """Where a kind lives in the API."""
-
-    api_version: str
-    kind: str
-    plural: str
-    namespaced: bool = True
-
-    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
-        base = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
-        if self.namespaced and namespace:
-            base += f"/namespaces/{quote(namespace, safe='')}"
-        base += f"/{self.plural}"
-        if name:
-            base += f"/{quote(name, safe='')}"
-        if subresource:
-            base += f"/{subresource}"
-        return base
-
-
-INFERENCE_SERVICE = Kind(API_VERSION, "InferenceService", "inferenceservices")
-GPU_CLASS = Kind(API_VERSION, "GPUClass", "gpuclasses", namespaced=False)
-DEPLOYMENT = Kind("apps/v1", "Deployment", "deployments")
-SERVICE = Kind("v1", "Service", "services")
-PDB = Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets")
-JOB = Kind("batch/v1", "Job", "jobs")
-NETWORK_POLICY = Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies")
-POD = Kind("v1", "Pod", "pods")
-NODE = Kind("v1", "Node", "nodes", namespaced=False)
-EVENT = Kind("v1", "Event", "events")
-KINDS = {(k.api_version, k.kind): k for k in (INFERENCE_SERVICE, GPU_CLASS, DEPLOYMENT, SERVICE, PDB, JOB, POD, EVENT,
-                                              NETWORK_POLICY)}
-
-
-def kind_of(manifest: dict[str, Any]) -> Kind:
-    try:
-        return KINDS[(manifest["apiVersion"], manifest["kind"])]
-    except KeyError:
-        raise ValueError(f"the operator does not manage {manifest.get('apiVersion')} {manifest.get('kind')}") from None
 
 
 class ApiError(Exception):
@@ -154,11 +111,14 @@ class TokenBucket:
 
 
 class Kube:
-    """A thread-safe client for the few kinds the operator reads and writes."""
+    """A thread-safe client for the few kinds its user reads and writes (`kinds`: those it may
+    apply, beyond the built-in ones)."""
 
     def __init__(self, field_manager: str, configuration: client.Configuration | None = None,
-                 qps: float = 50.0, burst: int = 100, timeout: float = 30.0, pool_size: int = 32):
+                 qps: float = 50.0, burst: int = 100, timeout: float = 30.0, pool_size: int = 32,
+                 kinds: tuple[Kind, ...] = ()):
         self.field_manager = field_manager
+        self.kinds = Kinds(BUILTIN_KINDS + kinds)
         configuration = configuration or load_config()
         configuration.retries = False          # retries happen in the work queue, with backoff
         configuration.connection_pool_maxsize = pool_size
@@ -268,7 +228,7 @@ class Kube:
 
     def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
         """Server-side apply; force, because the operator is the one owner of what it renders."""
-        kind = kind_of(manifest)
+        kind = self.kinds.of(manifest)
         meta = manifest["metadata"]
         return self.request("PATCH", kind.path(meta.get("namespace"), meta["name"]),
                             {"fieldManager": self.field_manager, "force": "true"}, manifest,
@@ -280,10 +240,10 @@ class Kube:
         return self.request("PATCH", kind.path(namespace, name, subresource), {"fieldManager": self.field_manager},
                             body, "application/merge-patch+json")
 
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any] | None:
+    def patch_status(self, kind: Kind, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any] | None:
         """A merge patch of .status; None when the object is gone."""
         try:
-            return self.patch(INFERENCE_SERVICE, name, namespace, {"status": status}, "status")
+            return self.patch(kind, name, namespace, {"status": status}, "status")
         except ApiError as e:
             if e.status == 404:
                 return None
@@ -310,8 +270,8 @@ class Kube:
         message = event.message[:1024]
         # Every Event is also a log line, with the service and reason as fields in JSON logs.
         log.info("%s %s %s/%s: %s", event.type, event.reason, namespace, meta["name"], message,
-                 extra={"namespace": namespace, "inferenceservice": meta["name"], "reason": event.reason,
-                        "type": event.type})
+                 extra={"namespace": namespace, str(obj.get("kind") or "object").lower(): meta["name"],
+                        "reason": event.reason, "type": event.type})
         key = (namespace, meta.get("uid") or meta["name"], event.type, event.reason, message)
         try:
             seen = self.events.seen(key, now_dt.timestamp())
@@ -341,39 +301,6 @@ class Kube:
         except ApiError as e:
             level = logging.DEBUG if namespace_terminating(e) or e.transient else logging.WARNING
             log.log(level, "could not post event %s on %s: %s", event.reason, meta["name"], describe(e))
-
-
-# An event repeated within this window raises the count of the one posted (client-go's
-# EventCorrelator keeps such a series while the event lives; the API server keeps events an hour).
-EVENT_SERIES_SECONDS = 600.0
-EVENT_SERIES_MAX = 4096    # events remembered (client-go's LRU holds 4096)
-
-
-class EventSeries:
-    """The events posted recently, by (namespace, object, type, reason, message): their names and
-    counts, so a repeat patches the count instead of adding an object. Thread-safe, bounded."""
-
-    def __init__(self, window: float = EVENT_SERIES_SECONDS, capacity: int = EVENT_SERIES_MAX):
-        self.window, self.capacity = window, capacity
-        self._lock = threading.Lock()
-        self._series: dict[tuple[str, ...], tuple[str, int, float]] = {}   # key -> (name, count, last)
-
-    def seen(self, key: tuple[str, ...], now: float) -> tuple[str, int] | None:
-        """(event name, its new count) when `key` was posted within the window, counting this one."""
-        with self._lock:
-            found = self._series.pop(key, None)
-            if found is None or now - found[2] > self.window:
-                return None
-            name, count, _ = found
-            self._series[key] = (name, count + 1, now)    # re-inserted: the most recent last
-            return name, count + 1
-
-    def posted(self, key: tuple[str, ...], name: str, now: float) -> None:
-        with self._lock:
-            self._series.pop(key, None)
-            self._series[key] = (name, 1, now)
-            while len(self._series) > self.capacity:
-                self._series.pop(next(iter(self._series)))
 
 
 def _retry_after(resp: Any) -> float:

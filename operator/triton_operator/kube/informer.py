@@ -6,8 +6,9 @@ last resourceVersion seen, an expired one (410 Gone) is listed again, and a fail
 retried with backoff. Each stored change is handed to `on_change(kind, old, new)`.
 
 Why not kopf's watchers: kopf runs handlers per object (per-object workers, timers, diff-base
-annotations) and gives a handler no signal that a kind's initial listing is complete, which the
-reconcile needs before it may treat "not in the cache" as "does not exist". See docs/design.md.
+annotations, a handler call per event), where the controller wants a plain store shared by the
+reconcile, the autoscaler and the free-GPU view, trimmed objects, and one queue of keys; see
+docs/design.md.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import logging
 import threading
 from typing import Any, Callable
 
-from .cache import Store, trim
-from .k8s import ApiError, Kind, Kube, describe
-from .logsummary import FailureLog
+from .client import ApiError, Kind, Kube, describe
+from .failures import FailureLog
+from .store import Store, trim
 
 log = logging.getLogger(__name__)
 OnChange = Callable[[str, "dict[str, Any] | None", "dict[str, Any] | None"], None]

@@ -17,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.leaderelection import electionconfig, leaderelection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
-from .k8s import describe, load_config
+from .client import describe, load_config
 
 log = logging.getLogger(__name__)
 # The leader renews every RETRY_SECONDS (a GET and an UPDATE of the Lease: 24 requests a minute,

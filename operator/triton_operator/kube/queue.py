@@ -1,4 +1,4 @@
-"""A work queue of InferenceService keys, as client-go's: a key waiting to be processed is held
+"""A work queue of object keys, as client-go's: a key waiting to be processed is held
 once however many events name it (ten child events during a creation become one reconcile); a
 key being processed is never handed to a second worker, and if it is added meanwhile it is
 processed once more afterwards; failures come back after an exponential backoff per key."""
