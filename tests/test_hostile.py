@@ -215,7 +215,7 @@ def test_render_and_plan_answer_in_one_line(doc):
 
 def test_the_largest_spec_fits_the_budget():
     """Every bound of InferenceServiceSpec at its maximum, in the characters JSON escapes most
-    (api.py states the arithmetic): admitted by both, under 1.13 MiB, and its children fit etcd."""
+    (api/spec.py states the arithmetic): admitted by both, under 1.13 MiB, and its children fit etcd."""
     esc = "\x01"  # JSON writes it as \\u0001: 6 bytes for one character
     spec = {
         "model": {"source": "s3://b/" + esc * 2041, "format": "tensorrt-llm", "name": "n" * 128, "revision": esc * 128,
@@ -244,6 +244,6 @@ def test_the_largest_spec_fits_the_budget():
     obj = InferenceService.model_validate(doc)
     assert ISVC_ADMISSION.refusals(doc) == []
     size = len(json.dumps(spec).encode())
-    assert 900_000 < size <= 1_187_452, size  # the bound api.py states; fields with a pattern stay ASCII
+    assert 900_000 < size <= 1_187_452, size  # the bound api/spec.py states; fields with a pattern stay ASCII
     check_children(render(obj, CLASSES, SETTINGS).manifests)
     assert len(dump(render(obj, CLASSES, SETTINGS).manifests)) < 1536 * 1024
