@@ -26,7 +26,7 @@ TRITON_MODEL_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 SERVICE_NAME_RULES = ("a lowercase letter, then lowercase letters, digits or '-', ending with a letter or "
                       "digit, at most 52 characters (it names the Service; other children add suffixes)")
 
-SOURCE_SCHEMES = ("hf", "s3", "gs", "pvc")
+# Where a model is: hf://ORG/NAME, s3://BUCKET[/PATH], gs://BUCKET[/PATH] or pvc://CLAIM[/PATH], no white space.
 _NO_SPACE, _NO_SPACE_OR_SLASH = r"[^ \t\n\r\f\v]", r"[^/ \t\n\r\f\v]"
 SOURCE_PATTERN = (rf"^(hf://{_NO_SPACE_OR_SLASH}+/{_NO_SPACE}+|s3://{_NO_SPACE_OR_SLASH}+(/{_NO_SPACE}*)?|"
                   rf"gs://{_NO_SPACE_OR_SLASH}+(/{_NO_SPACE}*)?|pvc://[a-z0-9]([-a-z0-9]{{0,251}}[a-z0-9])?(/{_NO_SPACE}*)?)$")
@@ -74,12 +74,10 @@ MIN_COMPUTE_CAPABILITY: dict[str, tuple[int, int]] = {"fp8": (8, 9), "nvfp4": (1
 # Precisions the preparation Job quantizes to with NVIDIA Model Optimizer, calibrating on sample
 # text, when the checkpoint is not quantized already (runtime/triton_runtime/prepare.py).
 CALIBRATED_PRECISIONS = ("fp8", "nvfp4", "int4-awq")
-# What TensorRT-LLM's PyTorch backend serves (runtime/triton_runtime/prepare.py PRECISIONS).
-LLM_PRECISIONS = ("fp32", "fp16", "bf16", "fp8", "nvfp4", "int4-awq")
 # Checkpoint families format tensorrt-llm refuses by name: ChatGLM/GLM-4 and Baichuan tokenizers
 # are Python code in the checkpoint, which runs only with trust_remote_code, and the llm model
-# leaves the LLM API's trust_remote_code at its default, off (runtime/triton_runtime/serving/
-# trtllm.py): refused here rather than failing every serving pod at load. RE2 and Python agree on
+# always passes the LLM API trust_remote_code=False (runtime/triton_runtime/serving/trtllm.py):
+# refused here rather than failing every serving pod at load. RE2 and Python agree on
 # this pattern (CEL's matches() searches like re.search).
 UNBUILT_LLM_FAMILIES = r"(?i)(chatglm|glm-4|baichuan)"
 UNBUILT_LLM_MESSAGE = (
@@ -316,8 +314,8 @@ class AutoscalingSpec(Model):
         return v
 
 
-ResourceList = dict[Literal["cpu", "memory", "ephemeral-storage"], Quantity]
-_RESOURCE_NAMES_RULE = "self.all(k, k in ['cpu', 'memory', 'ephemeral-storage'])"
+ResourceList = dict[Literal[RESOURCE_NAMES], Quantity]
+_RESOURCE_NAMES_RULE = f"self.all(k, k in {list(RESOURCE_NAMES)})"
 _RESOURCE_NAMES_MESSAGE = "only cpu, memory and ephemeral-storage may be set here; GPUs are set by spec.gpu"
 
 
