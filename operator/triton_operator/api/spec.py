@@ -51,11 +51,13 @@ RESOURCE_NAMES = ("cpu", "memory", "ephemeral-storage")
 #   podAnnotations keys and values together (ANNOTATIONS_TOTAL)                                =  32,768
 #   openai     model 128 + chatTemplate 65,536                                                 =  65,664
 #   serviceAccountName                                                                         =     253
-#   total                                                                                      = 195,178
+#   imagePullSecrets 16 x 253                                                                  =   4,048
+#   total                                                                                      = 199,226
 # JSON spends at most 6 bytes on a code point (a \u00XX escape; UTF-8 needs at most 4), and the
 # keys, numbers and punctuation around them take under 16 KB (64 env items, 64 + 64 map entries,
-# 64 args, 47 scalars): at most 6 x 195,178 + 16,384 = 1,187,452 bytes (1.13 MiB) in the worst case,
-# about 212 KB for ASCII text, so even kubectl's client-side apply annotation (256 KiB) fits.
+# 64 args, 16 pull secrets, 47 scalars): at most 6 x 199,226 + 16,384 = 1,211,740 bytes (1.16 MiB)
+# in the worst case, about 216 KB for ASCII text, so even kubectl's client-side apply annotation
+# (256 KiB) fits.
 ARGS_MAX_ITEMS, ARG_MAX_LENGTH = 64, 512
 ENV_MAX_ITEMS, ENV_TOTAL = 64, 32768
 LABELS_MAX = 64
