@@ -1,83 +1,41 @@
-"""The API of triton-operator: InferenceService and GPUClass, as pydantic models.
-
-These models are the one source of truth: the CRDs in crds/ are generated from them
-(`triton-operator crds`), and the operator parses every object it reads through them.
-Field descriptions become `kubectl explain` text, so they are written for users.
-"""
+"""InferenceService: a model served by Triton Inference Server on a class of GPUs. Its spec (the
+model, the GPUs, autoscaling, the server container, the TensorRT-LLM engine, rollout and the
+OpenAI routes) and the object itself; its status is in status.py."""
 
 from __future__ import annotations
 
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo,
-                      field_validator, model_validator)
-from pydantic.alias_generators import to_camel
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from .quantity import QUANTITY, QUANTITY_MAX_LENGTH, exceeds
+from ..quantity import exceeds
+from .base import API_VERSION, Model
+from .gpuclass import AUTO_CLASS
+from .status import InferenceServiceStatus
+from .syntax import (ANNOTATION_KEY, DNS_1035_LABEL, DNS_LABEL, DURATION_MAX_LENGTH, DURATION_PATTERN, IMAGE_PATTERN,
+                     INT32_MAX, AnnotationKey, LabelKey, LabelValue, Quantity, cel, checked_metadata, duration_ns,
+                     duration_rule, duration_within, keys_rule, labels_field, seconds)
 
-GROUP = "serving.triton-operator.io"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-
-# Integer fields of Pods, Deployments and Jobs are int32 (k8s.io/api). (tolerationSeconds is an
-# int64, but a CRD's minimum and maximum must stay within 2^53, where the API server, which reads
-# them as float64, still takes them for integers: int32 bounds it too.)
-INT32_MAX = 2**31 - 1
+# Most replicas spec.replicas and the autoscaler's bounds may ask for.
 MAX_REPLICAS = 1000
-
-# Kubernetes' name syntax (k8s.io/apimachinery/pkg/api/validate/content, v0.36: dns.go, kube.go),
-# written with explicit character classes only ([.] for a dot, no \s or \w) so that Go's RE2 (the
-# API server), Rust's regex (pydantic) and CEL read every pattern alike. Python's re needs
-# fullmatch: its $ also matches before a final newline.
-_DNS_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS_LABEL_ANY_CASE = "[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?"
-_NAME_PART = "[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"  # 1-63 characters
-DNS_LABEL = f"^{_DNS_LABEL}$"
 # A Triton model name: a path segment on every Triton route, so never "." or ".." (it starts
 # with a letter, digit or underscore; gateway/passthrough.MODEL_NAME is the same rule).
 TRITON_MODEL_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
-# Service names: a DNS-1035 label, which starts with a letter (Kubernetes before 1.36 requires it).
-DNS_1035_LABEL = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
+
 SERVICE_NAME_RULES = ("a lowercase letter, then lowercase letters, digits or '-', ending with a letter or "
                       "digit, at most 52 characters (it names the Service; other children add suffixes)")
-# Label keys and other "qualified names": an optional DNS subdomain prefix and '/', then a name.
-QUALIFIED_NAME = f"^({_DNS_LABEL}([.]{_DNS_LABEL})*/)?{_NAME_PART}$"
-# Annotation keys: the same, but Kubernetes lowercases them before checking, so any case.
-ANNOTATION_KEY = f"^({_DNS_LABEL_ANY_CASE}([.]{_DNS_LABEL_ANY_CASE})*/)?{_NAME_PART}$"
-LABEL_VALUE = f"^({_NAME_PART})?$"
-# A prefix longer than a DNS subdomain may be (253); the patterns above cannot count it.
-LONG_PREFIX = "^[^/]{254,}/"
-QUALIFIED_NAME_MAX_LENGTH = 253 + 1 + 63
-LABEL_KEY_RULES = ("an optional DNS subdomain prefix of at most 253 characters and '/', then a name of at "
-                   "most 63 letters, digits, '-', '_' or '.' that starts and ends with a letter or digit "
-                   "(e.g. example.com/team)")
 
-SOURCE_SCHEMES = ("hf", "s3", "gs", "pvc")
+# Where a model is: hf://ORG/NAME, s3://BUCKET[/PATH], gs://BUCKET[/PATH] or pvc://CLAIM[/PATH], no white space.
 _NO_SPACE, _NO_SPACE_OR_SLASH = r"[^ \t\n\r\f\v]", r"[^/ \t\n\r\f\v]"
 SOURCE_PATTERN = (rf"^(hf://{_NO_SPACE_OR_SLASH}+/{_NO_SPACE}+|s3://{_NO_SPACE_OR_SLASH}+(/{_NO_SPACE}*)?|"
                   rf"gs://{_NO_SPACE_OR_SLASH}+(/{_NO_SPACE}*)?|pvc://[a-z0-9]([-a-z0-9]{{0,251}}[a-z0-9])?(/{_NO_SPACE}*)?)$")
 # A positive count: some digit other than 0 before or after the decimal point.
 PARAMETERS_PATTERN = r"^([0-9]*[1-9][0-9]*([.][0-9]+)?|[0-9]+[.][0-9]*[1-9][0-9]*)[KMBT]$"
-# An image reference (registry/path:tag@digest) has no spaces; Kubernetes refuses leading or
-# trailing white space of any kind, so admit only the characters references are made of.
-IMAGE_PATTERN = "^[A-Za-z0-9][-A-Za-z0-9_.:/@+]*$"
+
 # The resources a user may request for the Triton container; GPUs come from spec.gpu, and
 # hugepages or extended resources follow rules (request == limit) this API does not model.
 RESOURCE_NAMES = ("cpu", "memory", "ephemeral-storage")
-
-# A Go duration (what CEL's duration() parses: time.ParseDuration) in the units people write: 90s,
-# 2m, 1h30m, 1.5h, 500ms. At most 5 digits before and 3 after a decimal point per number, so that
-# the longest (32 characters) stays far below Go's limit (int64 nanoseconds, about 2.5 million
-# hours) and every value is a whole number of microseconds, which Go, cel-python and
-# duration_ns() below all read exactly. No backslashes: CEL string literals take the pattern too.
-DURATION_PATTERN = "^([0-9]{1,5}([.][0-9]{1,3})?(ms|s|m|h))+$"
-DURATION_MAX_LENGTH = 32
-_DURATION_PART = re.compile(r"([0-9]+)(?:[.]([0-9]+))?(ms|s|m|h)")
-_DURATION_UNIT_NS = {"ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9}
-# gpu.class auto asks the planner to choose; no GPUClass may take that name.
-AUTO_CLASS = "auto"
-AUTO_RESERVED_MESSAGE = "metadata.name auto is reserved: gpu.class auto asks the planner to choose a class"
 
 # Size budget. etcd refuses objects over 1.5 MiB, the API server requests over 3 MiB, and
 # `kubectl apply` (client side) copies the object into an annotation of at most 256 KiB. Every
@@ -93,11 +51,13 @@ AUTO_RESERVED_MESSAGE = "metadata.name auto is reserved: gpu.class auto asks the
 #   podAnnotations keys and values together (ANNOTATIONS_TOTAL)                                =  32,768
 #   openai     model 128 + chatTemplate 65,536                                                 =  65,664
 #   serviceAccountName                                                                         =     253
-#   total                                                                                      = 195,178
+#   imagePullSecrets 16 x 253                                                                  =   4,048
+#   total                                                                                      = 199,226
 # JSON spends at most 6 bytes on a code point (a \u00XX escape; UTF-8 needs at most 4), and the
 # keys, numbers and punctuation around them take under 16 KB (64 env items, 64 + 64 map entries,
-# 64 args, 47 scalars): at most 6 x 195,178 + 16,384 = 1,187,452 bytes (1.13 MiB) in the worst case,
-# about 212 KB for ASCII text, so even kubectl's client-side apply annotation (256 KiB) fits.
+# 64 args, 16 pull secrets, 47 scalars): at most 6 x 199,226 + 16,384 = 1,211,740 bytes (1.16 MiB)
+# in the worst case, about 216 KB for ASCII text, so even kubectl's client-side apply annotation
+# (256 KiB) fits.
 ARGS_MAX_ITEMS, ARG_MAX_LENGTH = 64, 512
 ENV_MAX_ITEMS, ENV_TOTAL = 64, 32768
 LABELS_MAX = 64
@@ -116,12 +76,10 @@ MIN_COMPUTE_CAPABILITY: dict[str, tuple[int, int]] = {"fp8": (8, 9), "nvfp4": (1
 # Precisions the preparation Job quantizes to with NVIDIA Model Optimizer, calibrating on sample
 # text, when the checkpoint is not quantized already (runtime/triton_runtime/prepare.py).
 CALIBRATED_PRECISIONS = ("fp8", "nvfp4", "int4-awq")
-# What TensorRT-LLM's PyTorch backend serves (runtime/triton_runtime/prepare.py PRECISIONS).
-LLM_PRECISIONS = ("fp32", "fp16", "bf16", "fp8", "nvfp4", "int4-awq")
 # Checkpoint families format tensorrt-llm refuses by name: ChatGLM/GLM-4 and Baichuan tokenizers
 # are Python code in the checkpoint, which runs only with trust_remote_code, and the llm model
-# leaves the LLM API's trust_remote_code at its default, off (runtime/triton_runtime/serving/
-# trtllm.py): refused here rather than failing every serving pod at load. RE2 and Python agree on
+# always passes the LLM API trust_remote_code=False (runtime/triton_runtime/serving/trtllm.py):
+# refused here rather than failing every serving pod at load. RE2 and Python agree on
 # this pattern (CEL's matches() searches like re.search).
 UNBUILT_LLM_FAMILIES = r"(?i)(chatglm|glm-4|baichuan)"
 UNBUILT_LLM_MESSAGE = (
@@ -133,291 +91,6 @@ INT8_LLM_MESSAGE = (
     "removed engine workflow): use fp8 (compute capability 8.9+), int4-awq, or bf16")
 CALIBRATION_MESSAGE = "engine.calibrationDataset applies only to precisions fp8, nvfp4 and int4-awq"
 
-
-def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
-    """A CEL validation rule for the CRD (x-kubernetes-validations)."""
-    out = {"rule": rule, "message": message}
-    if field_path:
-        out["fieldPath"] = "." + field_path.lstrip(".")
-    return out
-
-
-def error_path(loc: tuple[int | str, ...]) -> str:
-    """A pydantic error location as Kubernetes writes field paths: spec.server.env[0].value, and
-    spec.podLabels[a b] for a map key that is not a plain name (escaped and cut, to stay one line)."""
-    out = ""
-    for part in loc:
-        if part == "[key]":  # the error is about a map key, which the path already ends with
-            continue
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif re.fullmatch(r"[A-Za-z0-9_-]+", str(part)) and len(str(part)) <= 63:
-            out += f".{part}" if out else str(part)
-        else:
-            key = str(part).encode("unicode_escape").decode("ascii")
-            out += f"[{key[:60]}...]" if len(key) > 60 else f"[{key}]"
-    return out
-
-
-def describe(error: Any) -> str:
-    """One pydantic error as "field.path: message" (the wire names, as users write them)."""
-    where = error_path(error["loc"])
-    message = error["msg"].removeprefix("Value error, ")
-    return f"{where}: {message}" if where else message
-
-
-def duration_ns(duration: str) -> int:
-    """Nanoseconds in a duration matching DURATION_PATTERN ("1h30m" -> 5400 * 10**9), exactly as
-    Go's time.ParseDuration reads it (3 decimals at most: every product is a whole number)."""
-    return sum(int(whole) * _DURATION_UNIT_NS[unit] + int(frac or 0) * _DURATION_UNIT_NS[unit] // 10 ** len(frac or "")
-               for whole, frac, unit in _DURATION_PART.findall(duration))
-
-
-def seconds(duration: str) -> float:
-    """Seconds in a duration matching DURATION_PATTERN ("1h30m" -> 5400.0)."""
-    return duration_ns(duration) / 1e9
-
-
-def _duration_within(name: str, value: str, low: str, high: str) -> str:
-    if not duration_ns(low) <= duration_ns(value) <= duration_ns(high):
-        raise ValueError(f"{name} must be between {low} and {high}")
-    return value
-
-
-def _duration_rule(name: str, low: str, high: str) -> dict[str, str]:
-    """CEL on a duration field itself: within [low, high] (the pattern is checked before CEL runs)."""
-    return cel(f"duration(self) >= duration('{low}') && duration(self) <= duration('{high}')",
-               f"{name} must be between {low} and {high}")
-
-
-def first_error(e: ValidationError) -> str:
-    """The first validation error as "field.path: message"."""
-    return describe(e.errors()[0])
-
-
-def _without_nulls(value: Any) -> Any:
-    """What the API server keeps of an object: it drops null object properties and map values
-    (apiextensions-apiserver PruneNonNullableNullsWithoutDefaults; no field here is nullable) and
-    defaults them if they have a default; null list items stay, and are refused."""
-    if isinstance(value, dict):
-        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_without_nulls(v) for v in value]
-    return value
-
-
-class Model(BaseModel):
-    """Base: camelCase on the wire, unknown fields refused, values validated on assignment.
-
-    Strict like the API server: no bool for a number, no string for an integer, no float for an
-    integer (the CRD refuses 1.0 in an integer field too, see crdgen), no infinity or NaN. Explicit
-    nulls mean "unset", as the API server stores them."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", validate_assignment=True,
-        strict=True, allow_inf_nan=False,
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _drop_nulls(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data
-        # A null where the field's own default is None stays: it means the same, and on assignment
-        # (validate_assignment hands over every field, unset ones as None) dropping it would drop
-        # the attribute.
-        unset = {k for name, f in cls.model_fields.items() if f.default is None for k in (name, f.alias)}
-        data = {k: None if v is None else _without_nulls(v) for k, v in data.items() if v is not None or k in unset}
-        # A default a later field is checked against (validate_default) is filled in first, as the
-        # API server fills in defaults before it validates: an error then names the field by its
-        # wire name (pydantic names a validated default by its Python name).
-        for name, f in cls.model_fields.items():
-            if f.validate_default and f.alias not in data and name not in data:
-                data[f.alias or name] = f.get_default(call_default_factory=True)
-        return data
-
-    def wire(self) -> dict[str, Any]:
-        """The object as the API server holds it: camelCase, unset optionals left out."""
-        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
-
-
-def _prefix_fits(key: str) -> bool:
-    return not re.match(LONG_PREFIX, key)
-
-
-def _label_key(key: str) -> str:
-    if not re.fullmatch(QUALIFIED_NAME, key) or not _prefix_fits(key):
-        raise ValueError(f"label key {key!r} is not valid: use {LABEL_KEY_RULES}")
-    return key
-
-
-def _annotation_key(key: str) -> str:
-    if not re.fullmatch(ANNOTATION_KEY, key) or not _prefix_fits(key):
-        raise ValueError(f"annotation key {key!r} is not valid: use {LABEL_KEY_RULES}")
-    return key
-
-
-def _qualified_name(value: str) -> str:
-    if not _prefix_fits(value):
-        raise ValueError("the prefix before '/' must be at most 253 characters")
-    return value
-
-
-def _keys_rule(pattern: str, what: str) -> dict[str, str]:
-    return cel(f"self.all(k, k.matches('{pattern}') && !k.matches('{LONG_PREFIX}'))",
-               f"every {what} key must be {LABEL_KEY_RULES}")
-
-
-LabelKey = Annotated[str, AfterValidator(_label_key)]
-LabelValue = Annotated[str, Field(max_length=63, pattern=LABEL_VALUE)]
-AnnotationKey = Annotated[str, AfterValidator(_annotation_key)]
-QualifiedName = Annotated[str, Field(
-    min_length=1, max_length=QUALIFIED_NAME_MAX_LENGTH, pattern=QUALIFIED_NAME,
-    json_schema_extra={"x-kubernetes-validations": [
-        cel(f"!self.matches('{LONG_PREFIX}')", "the prefix before '/' must be at most 253 characters")]}),
-    AfterValidator(_qualified_name)]
-Quantity = Annotated[str, Field(max_length=QUANTITY_MAX_LENGTH, pattern=QUANTITY)]
-
-
-def labels_field(description: str, max_items: int = LABELS_MAX) -> Any:
-    """A map of Kubernetes labels: keys and values checked as Kubernetes checks them."""
-    return Field(default_factory=dict, max_length=max_items, description=description,
-                 json_schema_extra={"x-kubernetes-validations": [_keys_rule(QUALIFIED_NAME, "label")]})
-
-
-# --------------------------------------------------------------------------------------------
-# GPUClass
-# --------------------------------------------------------------------------------------------
-
-class Toleration(Model):
-    """A toleration added to serving pods of this class, as in a Pod spec."""
-
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
-        # The rules Kubernetes applies to a Pod's tolerations (pkg/apis/core/validation, ValidateTolerations).
-        cel("(has(self.key) && self.key != '') || self.operator == 'Exists'",
-            "operator must be Exists when key is empty (which tolerates every taint)", "operator"),
-        cel("!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
-            "effect must be NoExecute when tolerationSeconds is set", "effect"),
-        cel("self.operator != 'Exists' || !has(self.value) || self.value == ''",
-            "value must be empty when operator is Exists", "value"),
-    ]})
-
-    key: QualifiedName | None = Field(
-        None, description="Taint key to tolerate; empty with operator Exists matches all keys.")
-    operator: Literal["Exists", "Equal"] = Field("Equal", description="Exists or Equal.")
-    value: str | None = Field(
-        None, max_length=63, pattern=LABEL_VALUE, description="Taint value to match when operator is Equal.")
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
-        None, description="Taint effect to match; empty matches all effects.")
-    toleration_seconds: int | None = Field(
-        None, ge=0, le=INT32_MAX, description="For NoExecute: how long the pod stays bound after the taint appears.")
-
-    @model_validator(mode="after")
-    def _as_kubernetes_checks(self) -> Toleration:
-        if not self.key and self.operator != "Exists":
-            raise ValueError("operator must be Exists when key is empty (which tolerates every taint)")
-        if self.toleration_seconds is not None and self.effect != "NoExecute":
-            raise ValueError("effect must be NoExecute when tolerationSeconds is set")
-        if self.operator == "Exists" and self.value:
-            raise ValueError("value must be empty when operator is Exists")
-        return self
-
-
-class GPUClassSpec(Model):
-    """What a class of GPUs is and how pods land on it."""
-
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
-        cel("(has(self.productNames) && size(self.productNames) > 0) || (has(self.nodeSelector) && size(self.nodeSelector) > 0)",
-            "set productNames or nodeSelector, or pods of this class could land on any node"),
-    ]})
-
-    display_name: str | None = Field(None, max_length=256, description="Human-readable name, e.g. 'NVIDIA H100 SXM 80GB'.")
-    resource_name: str = Field(
-        "nvidia.com/gpu", max_length=253, pattern=f"^{_DNS_LABEL}([.]{_DNS_LABEL})*/{_NAME_PART}$",
-        json_schema_extra={"x-kubernetes-validations": [
-            cel("!self.contains('kubernetes.io')", "an extended resource is not in a kubernetes.io domain")]},
-        description="Extended resource requested per GPU, e.g. nvidia.com/gpu or a MIG resource such as nvidia.com/mig-1g.10gb.")
-    product_label: QualifiedName = Field(
-        "nvidia.com/gpu.product",
-        description="Node label that names the GPU product (set by GPU Feature Discovery).")
-    product_names: list[LabelValue] = Field(
-        default_factory=list, max_length=32,
-        description="Accepted values of productLabel; a node matches if its value is any of them. Values vary by form factor (SXM, PCIe, NVL), so list them all.")
-    node_selector: dict[LabelKey, LabelValue] = labels_field(
-        "Extra node labels every serving pod of this class requires.", max_items=32)
-    tolerations: list[Toleration] = Field(
-        default_factory=lambda: [Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")],
-        max_length=16,
-        description="Tolerations for the taints GPU nodes of this class carry. Defaults to tolerating nvidia.com/gpu:NoSchedule.")
-    memory_gib: float = Field(
-        ..., alias="memoryGiB", ge=1, le=65536, description="GPU memory per device in GiB, used to plan whether a model fits.")
-    memory_bandwidth_tbps: float = Field(
-        ..., alias="memoryBandwidthTBps", ge=0.01, le=1000, description="Memory bandwidth per device in TB/s; bounds LLM decode speed.")
-    compute_capability: str = Field(
-        ..., max_length=8, pattern=r"^[0-9]+[.][0-9]+$", description="CUDA compute capability, e.g. '9.0'. TensorRT-LLM engines are built per capability; FP8 needs 8.9 or higher.")
-    gpus_per_node: int = Field(8, ge=1, le=64, description="GPUs on one node of this class; bounds tensor parallelism on one node.")
-    price_per_hour: float | None = Field(None, ge=0, le=1_000_000, description="Price of one GPU per hour in your currency, for cost estimates.")
-    spare_gpus: bool = Field(
-        False, alias="spareGPUs", description="Whether the cluster keeps spare GPUs of this class. When false, rolling updates replace pods one at a time without surging (maxSurge 0), so a rollout never waits for GPUs that do not exist.")
-
-    @field_validator("resource_name")
-    @classmethod
-    def _extended(cls, v: str) -> str:
-        if "kubernetes.io" in v:
-            raise ValueError("an extended resource is not in a kubernetes.io domain")
-        return v
-
-    @model_validator(mode="after")
-    def _somewhere(self) -> GPUClassSpec:
-        if not self.product_names and not self.node_selector:
-            raise ValueError("set productNames or nodeSelector, or pods of this class could land on any node")
-        return self
-
-    @property
-    def capability(self) -> tuple[int, int]:
-        major, minor = self.compute_capability.split(".")
-        return int(major), int(minor)
-
-
-def _named(metadata: dict[str, Any], pattern: str, max_length: int, what: str) -> dict[str, Any]:
-    """metadata.name (and namespace) as the API server requires them of this kind."""
-    name = metadata.get("name")
-    if not isinstance(name, str) or not name:
-        raise ValueError("metadata.name is required")
-    if not re.fullmatch(pattern, name) or len(name) > max_length:
-        raise ValueError(f"metadata.name must be {what}")
-    namespace = metadata.get("namespace")
-    if namespace is not None and (not isinstance(namespace, str) or not re.fullmatch(DNS_LABEL, namespace)
-                                  or len(namespace) > 63):
-        raise ValueError("metadata.namespace must be a DNS label (lowercase letters, digits, '-') of at most 63 characters")
-    return metadata
-
-
-class GPUClass(Model):
-    """A cluster-scoped catalog entry mapping a GPU class name to nodes and planning figures."""
-
-    api_version: Literal["serving.triton-operator.io/v1alpha1"] = API_VERSION
-    kind: Literal["GPUClass"] = "GPUClass"
-    metadata: dict[str, Any]
-    spec: GPUClassSpec
-
-    @property
-    def name(self) -> str:
-        return self.metadata["name"]
-
-    @field_validator("metadata")
-    @classmethod
-    def _named(cls, v: dict[str, Any]) -> dict[str, Any]:
-        # gpu.class refers to it, and that is a DNS label; auto is gpu.class's own word.
-        v = _named(v, DNS_LABEL, 63, "a DNS label (lowercase letters, digits, '-') of at most 63 characters")
-        if v["name"] == AUTO_CLASS:
-            raise ValueError(AUTO_RESERVED_MESSAGE)
-        return v
-
-
-# --------------------------------------------------------------------------------------------
-# InferenceService spec
-# --------------------------------------------------------------------------------------------
 
 class ModelSpec(Model):
     """Which model to serve, where it is, and how it is stored."""
@@ -485,14 +158,14 @@ class SpillSpec(Model):
 
     after: str = Field(
         "120s", pattern=DURATION_PATTERN, max_length=DURATION_MAX_LENGTH,
-        json_schema_extra={"x-kubernetes-validations": [_duration_rule("after", SPILL_MIN_AFTER, SPILL_MAX_AFTER)]},
+        json_schema_extra={"x-kubernetes-validations": [duration_rule("after", SPILL_MIN_AFTER, SPILL_MAX_AFTER)]},
         description="How long replicas of the preferred class must have been unschedulable before they are "
                     f"started on the next class with room (a duration such as 90s, 2m or 1h30m, {SPILL_MIN_AFTER} "
                     f"to {SPILL_MAX_AFTER}). Replicas that run stay where they are.")
     return_after: str = Field(
         "600s", pattern=DURATION_PATTERN, max_length=DURATION_MAX_LENGTH, validate_default=True,
         json_schema_extra={"x-kubernetes-validations": [
-            _duration_rule("returnAfter", SPILL_MIN_RETURN, SPILL_MAX_RETURN)]},
+            duration_rule("returnAfter", SPILL_MIN_RETURN, SPILL_MAX_RETURN)]},
         description="How long the preferred class must have had room for one more replica before replicas move "
                     "back, one at a time, each started on the preferred class and ready before one elsewhere "
                     f"stops ({SPILL_MIN_RETURN} to {SPILL_MAX_RETURN}, at least after). Capacity that comes and "
@@ -501,12 +174,12 @@ class SpillSpec(Model):
     @field_validator("after")
     @classmethod
     def _after_bounds(cls, v: str) -> str:
-        return _duration_within("after", v, SPILL_MIN_AFTER, SPILL_MAX_AFTER)
+        return duration_within("after", v, SPILL_MIN_AFTER, SPILL_MAX_AFTER)
 
     @field_validator("return_after")
     @classmethod
     def _return_after_bounds(cls, v: str, info: ValidationInfo) -> str:
-        _duration_within("returnAfter", v, SPILL_MIN_RETURN, SPILL_MAX_RETURN)
+        duration_within("returnAfter", v, SPILL_MIN_RETURN, SPILL_MAX_RETURN)
         if "after" in info.data and duration_ns(v) < duration_ns(info.data["after"]):
             raise ValueError(RETURN_AFTER_MESSAGE)
         return v
@@ -643,8 +316,8 @@ class AutoscalingSpec(Model):
         return v
 
 
-ResourceList = dict[Literal["cpu", "memory", "ephemeral-storage"], Quantity]
-_RESOURCE_NAMES_RULE = "self.all(k, k in ['cpu', 'memory', 'ephemeral-storage'])"
+ResourceList = dict[Literal[RESOURCE_NAMES], Quantity]
+_RESOURCE_NAMES_RULE = f"self.all(k, k in {list(RESOURCE_NAMES)})"
 _RESOURCE_NAMES_MESSAGE = "only cpu, memory and ephemeral-storage may be set here; GPUs are set by spec.gpu"
 
 
@@ -868,11 +541,11 @@ class InferenceServiceSpec(Model):
         description="Secrets in this namespace for pulling the images of the serving pods and the preparation Job "
                     "(e.g. NGC's nvcr.io), beside the operator's own.")
     pod_labels: dict[LabelKey, LabelValue] = labels_field(
-        f"Extra labels on serving pods (at most {LABELS_MAX}), as Kubernetes checks labels.")
+        f"Extra labels on serving pods (at most {LABELS_MAX}), as Kubernetes checks labels.", LABELS_MAX)
     pod_annotations: dict[AnnotationKey, Annotated[str, Field(max_length=ANNOTATIONS_TOTAL)]] = Field(
         default_factory=dict, max_length=ANNOTATIONS_MAX,
         json_schema_extra={"x-kubernetes-validations": [
-            _keys_rule(ANNOTATION_KEY, "annotation"),
+            keys_rule(ANNOTATION_KEY, "annotation"),
             cel(f"self.map(k, size(k) + size(self[k])).sum() <= {ANNOTATIONS_TOTAL}",
                 f"annotation keys and values together must be at most {ANNOTATIONS_TOTAL} characters"),
         ]},
@@ -914,91 +587,6 @@ class InferenceServiceSpec(Model):
         return v
 
 
-# --------------------------------------------------------------------------------------------
-# InferenceService status
-# --------------------------------------------------------------------------------------------
-
-class Condition(Model):
-    """A metav1.Condition."""
-
-    type: str = Field(..., description="Condition type: Ready, Progressing, Degraded, ...")
-    status: Literal["True", "False", "Unknown"] = Field(..., description="True, False or Unknown.")
-    reason: str = Field(..., description="One-word CamelCase reason for the last transition.")
-    message: str = Field("", description="Human-readable details.")
-    last_transition_time: str = Field(..., description="When status last changed (RFC 3339).")
-    observed_generation: int | None = Field(None, description="metadata.generation the condition was set for.")
-
-
-class Endpoints(Model):
-    """In-cluster addresses of the service."""
-
-    http: str | None = Field(None, description="KServe v2 HTTP/REST endpoint.")
-    grpc: str | None = Field(None, description="KServe v2 gRPC endpoint.")
-    metrics: str | None = Field(None, description="Prometheus metrics endpoint.")
-    openai: str | None = Field(
-        None, description="OpenAI-compatible base URL through the gateway (use the service name as the model).")
-
-
-class LiveMetrics(Model):
-    """The latest figures read from Triton's metrics."""
-
-    queue_depth: float | None = Field(None, description="Requests waiting per ready replica.")
-    p99_latency_ms: float | None = Field(None, description="p99 request latency in milliseconds.")
-    observed_at: str | None = Field(None, description="When the figures were read (RFC 3339).")
-
-
-class AutoscalingStatus(Model):
-    """What the autoscaler last decided and why."""
-
-    desired_replicas: int | None = Field(None, description="Replicas the autoscaler asks for.")
-    last_scale_time: str | None = Field(None, description="When replicas last changed (RFC 3339).")
-    last_decision: str | None = Field(None, description="Reason for the last decision.")
-
-
-class PreparationStatus(Model):
-    """The model's preparation (download, quantization) for one precision."""
-
-    precision: str = Field(..., description="The precision prepared.")
-    gpu_class: str | None = Field(None, description="GPUClass whose node quantizes it (none when it only downloads).")
-    phase: Literal["Preparing", "Ready", "Failed"] = Field(..., description="Preparing, Ready or Failed.")
-    job: str = Field(..., description="The preparation Job.")
-    key: str | None = Field(None, description="The prepared model's key in the cache.")
-    message: str = Field("", description="Details, e.g. the Job's failure reason.")
-
-
-class ClassPlacement(Model):
-    """Replicas on one GPU class, and why."""
-
-    gpu_class: str = Field(..., description="The GPUClass.")
-    deployment: str | None = Field(None, description="The Deployment running this class's replicas.")
-    gpus_per_replica: int | None = Field(None, ge=0, le=64, description="GPUs each replica gets on this class.")
-    desired: int = Field(0, ge=0, le=INT32_MAX, description="Replicas the operator asks for on this class.")
-    ready: int = Field(0, ge=0, le=INT32_MAX, description="Replicas ready to serve on this class.")
-    reason: str = Field(..., description="Why (CamelCase): Preferred, Full, RoomToReturn, Returning, SpilledOver, "
-                                         "Standby, Preparing, or why the class is skipped.")
-    message: str = Field("", description="Details.")
-    since: str | None = Field(None, description="When this reason began (RFC 3339).")
-
-
-class InferenceServiceStatus(Model):
-    """The observed state of an InferenceService."""
-
-    observed_generation: int | None = Field(None, description="metadata.generation last acted on.")
-    conditions: list[Condition] = Field(default_factory=list, description="Ready, Progressing and Degraded, with reasons.")
-    replicas: int | None = Field(None, description="Replicas the operator asks for.")
-    ready_replicas: int | None = Field(None, description="Replicas that are ready to serve.")
-    selector: str | None = Field(None, description="Label selector of the serving pods (for the scale subresource).")
-    gpu_class: str | None = Field(None, description="The preferred GPUClass in use: class, the first fallbackClass that exists, or the planner's choice for class auto.")
-    endpoints: Endpoints | None = Field(None, description="In-cluster URLs.")
-    metrics: LiveMetrics | None = Field(None, description="Live figures from Triton.")
-    autoscaling: AutoscalingStatus | None = Field(None, description="Autoscaler state.")
-    preparation: list[PreparationStatus] | None = Field(
-        None, description="TensorRT-LLM: the model's preparation (downloaded and quantized once, cached).")
-    placement: list[ClassPlacement] | None = Field(
-        None, description="Replicas per GPU class (the preferred class first), with spill-over reasons.")
-    replicas_by_class: str | None = Field(
-        None, description="Ready/desired replicas per GPU class in use, e.g. 'h100:1/1,h200:2/2'.")
-
 
 class InferenceService(Model):
     """A model served by Triton Inference Server on a class of GPUs."""
@@ -1020,4 +608,4 @@ class InferenceService(Model):
     @field_validator("metadata")
     @classmethod
     def _named(cls, v: dict[str, Any]) -> dict[str, Any]:
-        return _named(v, DNS_1035_LABEL, 52, SERVICE_NAME_RULES)
+        return checked_metadata(v, DNS_1035_LABEL, 52, SERVICE_NAME_RULES)

@@ -1,0 +1,38 @@
+"""The API of triton-operator: InferenceService and GPUClass, as pydantic models.
+
+These models are the one source of truth: the CRDs in crds/ are generated from them
+(`triton-operator crds`), and the operator parses every object it reads through them.
+Field descriptions become `kubectl explain` text, so they are written for users.
+
+- base.py      the group and version, the base Model, validation errors as "field.path: message"
+- syntax.py    Kubernetes' syntax rules (names, label keys, quantities, durations) and CEL helpers
+- gpuclass.py  GPUClass, the cluster-scoped catalog of GPU classes
+- spec.py      InferenceService and its spec (model, gpu, autoscaling, server, engine, ...)
+- status.py    InferenceService's status
+
+This module only re-exports what the rest of the code imports.
+"""
+
+from .base import API_VERSION, GROUP, VERSION, describe, first_error
+from .gpuclass import AUTO_CLASS, AUTO_RESERVED_MESSAGE, GPUClass, GPUClassSpec, Toleration
+from .spec import (AUTO_FALLBACK_MESSAGE, AUTO_PARAMETERS_MESSAGE, BYTES_PER_PARAMETER, CALIBRATED_PRECISIONS,
+                   CALIBRATION_MESSAGE, COUNT_ZERO_MESSAGE, INT8_LLM_MESSAGE, MAX_REPLICAS, MIN_COMPUTE_CAPABILITY,
+                   SERVICE_NAME_RULES, SPILL_TARGET_MESSAGE, UNBUILT_LLM_FAMILIES, UNBUILT_LLM_MESSAGE,
+                   AutoscalingSpec, ContainerResources, EngineSpec, InferenceService, InferenceServiceSpec, ModelSpec)
+from .status import ClassPlacement, InferenceServiceStatus
+from .syntax import DNS_1035_LABEL, DNS_LABEL, DURATION_MAX_LENGTH, cel
+
+__all__ = [
+    # identity and errors
+    "API_VERSION", "GROUP", "VERSION", "describe", "first_error",
+    # Kubernetes syntax and CEL (crdgen)
+    "DNS_1035_LABEL", "DNS_LABEL", "DURATION_MAX_LENGTH", "cel",
+    # GPUClass
+    "AUTO_CLASS", "AUTO_RESERVED_MESSAGE", "GPUClass", "GPUClassSpec", "Toleration",
+    # InferenceService
+    "AUTO_FALLBACK_MESSAGE", "AUTO_PARAMETERS_MESSAGE", "BYTES_PER_PARAMETER", "CALIBRATED_PRECISIONS",
+    "CALIBRATION_MESSAGE", "COUNT_ZERO_MESSAGE", "INT8_LLM_MESSAGE", "MAX_REPLICAS", "MIN_COMPUTE_CAPABILITY",
+    "SERVICE_NAME_RULES", "SPILL_TARGET_MESSAGE", "UNBUILT_LLM_FAMILIES", "UNBUILT_LLM_MESSAGE",
+    "AutoscalingSpec", "ContainerResources", "EngineSpec", "InferenceService", "InferenceServiceSpec", "ModelSpec",
+    "ClassPlacement", "InferenceServiceStatus",
+]
