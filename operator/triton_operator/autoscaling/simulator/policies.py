@@ -40,7 +40,7 @@ from typing import Callable, Sequence
 
 from ...api import AutoscalingSpec
 from .. import policy as live_policy
-from .engine import Run, Settings, View, simulate
+from .simulation import Run, Settings, View, simulate
 from .metrics import Sample
 from .replica import ColdStart, LLMPerformance, Performance
 from .workload import Request
