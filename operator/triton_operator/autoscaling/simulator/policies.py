@@ -1,13 +1,14 @@
 """Autoscaling policies the simulator can run (pure).
 
 - `ours`: the operator's own policy. It calls triton_operator.autoscaling.policy.decide, the
-  very function the live loop calls, with Signals built as loop.signals_for builds them from
-  the PromQL expressions in settings.py (requests waiting, max of per-pod p99, requests in the
-  batches, completions per second, the token mix, pods reporting, the gateway's held and
-  in-flight requests) and the planner's sizing. With minReplicas 0 that is decide's scale-to-zero
-  path: the service goes to zero after scaleToZeroAfterSeconds idle and wakes on the requests the
-  gateway holds. It is told about a replica what the live loop is told: the planner's estimate
-  from the InferenceService and its GPUClass (`planner`), never the simulated engine.
+  very function the live loop calls, with Signals built by the function loop.signals_for calls
+  (signals.service_signals) from what the PromQL expressions in settings.py return (requests
+  waiting, max of per-pod p99, requests in the batches, completions per second, the token mix,
+  pods reporting, the gateway's held and in-flight requests) and the planner's sizing. With
+  minReplicas 0 that is decide's scale-to-zero path: the service goes to zero after
+  scaleToZeroAfterSeconds idle and wakes on the requests the gateway holds. It is told about a
+  replica what the live loop is told: the planner's estimate from the InferenceService and its
+  GPUClass (`planner`), never the simulated engine.
 - Baselines configured as a user configures them (`--policy`, parse_policy), each with the
   upstream defaults for the keys left out (cited on the classes):
   - `hpa[:metric=M,target=N,stabilization=S]`: Kubernetes autoscaling/v2 on a Pods metric
@@ -34,12 +35,14 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from ...api import AutoscalingSpec
+from ...planning.serving import Sizing
 from .. import policy as live_policy
+from ..signals import service_signals
 from .simulation import Run, Settings, View, simulate
 from .metrics import Sample
 from .replica import ColdStart, LLMPerformance, Performance
@@ -67,70 +70,62 @@ class PolicyError(ValueError):
 # ours
 # ------------------------------------------------------------------------------------------------
 
-def live_signals(view: View) -> live_policy.Signals:
-    """The Signals the live loop would build at this instant (loop.signals_for over
-    prometheus.PrometheusSource.snapshot): a failed query is an error; a service with no Triton
-    series is an error, unless it is scaled to zero (then it has no demand but what the gateway
-    holds); else the sum of pending requests and the max of the per-pod p99, with the gateway's
-    held and in-flight requests."""
-    ready = view.ready
-    error = view.prometheus.query_error(view.now)
-    if error is not None:
-        return live_policy.Signals(ready=ready, error=error)
-    gw = view.prometheus.gateway_at(view.now)
-    gateway = {} if gw is None else {"held": gw.held, "gateway_in_flight": gw.in_flight}
-    fresh = view.prometheus.fresh(view.now)
-    if not fresh:
-        if view.desired == 0:
-            return live_policy.Signals(queue_depth=0.0, ready=ready, **gateway)
-        why = "no Triton metrics for this service in Prometheus"
-        why += " yet: no replica is ready" if ready == 0 else " (is it scraped, with the service label?)"
-        return live_policy.Signals(ready=ready, error=why)
-    queue = sum(s.pending for s in fresh.values())
-    p99s = [s.p99_ms for s in fresh.values() if not math.isnan(s.p99_ms)]
-    return live_policy.Signals(queue_depth=queue, p99_ms=max(p99s) if p99s else math.nan, ready=ready,
-                               reporting=len(fresh), **gateway)
-
-
 TOKEN_WINDOW_S = 300.0    # the token-mix query: rate(..._sum[5m]) / rate(..._count[5m])
 
 
-def demand_signals(view: View, perf: Performance | None = None) -> live_policy.Signals:
-    """live_signals plus the inputs of the demand rule, as the live loop feeds them (`perf` is the
-    planner's estimate of a replica, as loop.sizing_for computes it): throughput =
-    sum(rate(nv_inference_request_success[1m])); in_flight = sum(nv_trt_llm_request_metrics
-    {request_type="active"}) (TensorRT-LLM only); startup_s = creation-to-Ready of the newest
-    ready pod; capacity_hint = planning/serving's saturated rate for the token mix measured from
-    nv_llm_input_token_len and nv_llm_output_token_len (TensorRT-LLM only)."""
-    base = live_signals(view)
-    if base.error is not None or not view.prometheus.fresh(view.now):
-        return base
+def live_signals(view: View, perf: Performance | None = None) -> live_policy.Signals:
+    """The Signals the live loop would build at this instant: what its queries
+    (prometheus.PrometheusSource.snapshot) would return, read from the simulated Prometheus,
+    through the rules the loop applies (signals.service_signals). A failed query returns no
+    series; a service's figures are those of its fresh series: queue = the sum of pending
+    requests, p99 = the max of the per-pod p99 (NaN without traffic), reporting = pods with a
+    series, throughput = sum(rate(nv_inference_request_success[1m])); for TensorRT-LLM only,
+    in_flight = sum(nv_trt_llm_request_metrics{request_type="active"}) and `sizing` = the planner's
+    estimate of a replica (`perf`, as loop.sizing_for computes it) for the token mix measured from
+    nv_llm_input_token_len and nv_llm_output_token_len; startup_s = creation-to-Ready of the
+    newest ready pod; the gateway's held and in-flight requests."""
     prom, now = view.prometheus, view.now
-    llm = isinstance(perf, LLMPerformance)
-    throughput = prom.rate(now, 60.0)
-    in_flight = float(sum(s.active for s in prom.fresh(now).values())) if llm else None
-    sized = None
-    if llm:
-        count = prom.rate(now, TOKEN_WINDOW_S)
-        prompt, output = prom.rate(now, TOKEN_WINDOW_S, counter="prompt_tokens"), prom.rate(
-            now, TOKEN_WINDOW_S, counter="output_tokens")
-        if count and prompt is not None and output is not None:
-            sized = perf.sizing(prompt / count, output / count)  # type: ignore[union-attr]
+    error = prom.query_error(now)
+    fresh = {} if error is not None else prom.fresh(now)
+    gw = None if error is not None else prom.gateway_at(now)
+    figures: dict[str, Any] = {}
+    if fresh:
+        llm = isinstance(perf, LLMPerformance)
+        p99s = [s.p99_ms for s in fresh.values() if not math.isnan(s.p99_ms)]
+        figures = {"queue": sum(s.pending for s in fresh.values()), "p99_ms": max(p99s) if p99s else math.nan,
+                   "reporting": len(fresh), "throughput": prom.rate(now, 60.0),
+                   "in_flight": float(sum(s.active for s in fresh.values())) if llm else None,
+                   "sizing": _measured_sizing(view, perf) if llm else None, "startup_s": _startup_s(view)}
+    return service_signals(ready=view.ready, current=view.desired, error=error,
+                           held=None if gw is None else gw.held,
+                           gateway_in_flight=None if gw is None else gw.in_flight, **figures)
+
+
+def _measured_sizing(view: View, perf: Performance | None) -> Sizing | None:
+    """The planner's sizing for the token mix of the requests completed in the last 5 minutes
+    (None before any completed)."""
+    prom, now = view.prometheus, view.now
+    count = prom.rate(now, TOKEN_WINDOW_S)
+    prompt, output = prom.rate(now, TOKEN_WINDOW_S, counter="prompt_tokens"), prom.rate(
+        now, TOKEN_WINDOW_S, counter="output_tokens")
+    if count and prompt is not None and output is not None:
+        return perf.sizing(prompt / count, output / count)  # type: ignore[union-attr]
+    return None
+
+
+def _startup_s(view: View) -> float | None:
     # Every ready pod has a creation and a Ready time, those the run starts with too (they were
     # created one cold start before it).
     started = [p for p in view.pods if p.state == "ready" and p.ready_at > p.created]
     newest = max(started, key=lambda p: p.ready_at) if started else None
-    return replace(base, throughput=throughput, in_flight=in_flight,
-                   capacity_hint=sized.rate if sized else None, solo_latency_s=sized.solo_s if sized else None,
-                   batch_slots=sized.slots if sized else None, prefill_s=sized.prefill_s if sized else None,
-                   startup_s=None if newest is None else newest.ready_at - newest.created)
+    return None if newest is None else newest.ready_at - newest.created
 
 
 @dataclass
 class Ours:
     spec: AutoscalingSpec
     planner: Performance | None = None   # the planner's estimate (planning/serving), not the engine
-    signals: Callable[[View, Performance | None], live_policy.Signals] = demand_signals
+    signals: Callable[[View, Performance | None], live_policy.Signals] = live_signals
     name: str = "ours"
     interval: float = LIVE_TICK_S
     sample_interval: float = 0.0
