@@ -20,7 +20,7 @@ import yaml
 
 from triton_operator.api import GPUClass, InferenceService
 from triton_operator.autoscaling.simulator import policies, replica, results
-from triton_operator.autoscaling.simulator.engine import Settings
+from triton_operator.autoscaling.simulator.simulation import Settings
 from triton_operator.autoscaling.simulator.shortage import ClassSlot, simulate_shortage
 from triton_operator.cli import default_catalog
 from triton_operator.planning.placement import Spill

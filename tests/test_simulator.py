@@ -16,8 +16,8 @@ import pytest
 from triton_operator import cli
 from triton_operator.api import AutoscalingSpec, GPUClass, InferenceService
 from triton_operator.autoscaling import policy as live_policy
-from triton_operator.autoscaling.simulator import engine, metrics, policies, reader, replica, results, workload
-from triton_operator.autoscaling.simulator.engine import Settings, View, simulate
+from triton_operator.autoscaling.simulator import metrics, policies, reader, replica, results, simulation, workload
+from triton_operator.autoscaling.simulator.simulation import Settings, View, simulate
 
 ROOT = Path(__file__).resolve().parent.parent
 # The Azure LLM inference trace 2023 (CC-BY 4.0, attribution in its README beside it).
@@ -237,7 +237,7 @@ def test_keda_reads_an_outage_as_zero_and_drops_to_min_while_ours_holds():
 
 def test_kpa_panics_on_a_burst_and_never_scales_down_in_panic():
     kpa = policies.KPA(AutoscalingSpec(max_replicas=50), target_per_pod=10.0)
-    pods = [engine.Pod(i, "ready", 0.0, 0.0, 5) for i in range(2)]
+    pods = [simulation.Pod(i, "ready", 0.0, 0.0, 5) for i in range(2)]
     prom = metrics.Prometheus()
     for t in range(60):
         kpa.sample(View(float(t), 2, pods, prom, 10.0))
@@ -428,7 +428,7 @@ def test_a_shortage_with_spill_over_serves_what_waiting_cannot(classes):
     """Two classes with little room: the operator's placement moves the replicas h100 cannot hold
     to h200 after `after`, and the requests they serve meet the SLO; waiting for h100 does not."""
     from triton_operator.autoscaling.simulator import policies, replica, results, workload
-    from triton_operator.autoscaling.simulator.engine import Settings
+    from triton_operator.autoscaling.simulator.simulation import Settings
     from triton_operator.autoscaling.simulator.shortage import ClassSlot, simulate_shortage
     from triton_operator.planning.placement import SPILL_MOVE, Spill
 

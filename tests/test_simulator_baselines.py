@@ -10,7 +10,7 @@ import pytest
 from triton_operator import cli
 from triton_operator.api import AutoscalingSpec, GPUClass, InferenceService
 from triton_operator.autoscaling.simulator import metrics, policies, replica, workload
-from triton_operator.autoscaling.simulator.engine import Pod, Settings, View
+from triton_operator.autoscaling.simulator.simulation import Pod, Settings, View
 from triton_operator.autoscaling.simulator.policies import PolicyError, parse_policy
 
 CLASSES = {d["metadata"]["name"]: GPUClass.model_validate(d) for d in cli.default_catalog()}

@@ -33,6 +33,7 @@ from ..settings import Settings
 from . import policy
 from .prometheus import Snapshot
 from .report import Report, report
+from .signals import service_signals
 
 log = logging.getLogger(__name__)
 
@@ -59,32 +60,15 @@ ASSUMED_PROMPT_TOKENS, ASSUMED_OUTPUT_TOKENS = 1024.0, 256.0
 
 def signals_for(key: Key, snapshot: Snapshot, ready: int, sizing: Sizing | None = None,
                 startup_s: float | None = None, current: int = 1) -> policy.Signals:
-    """One service's Signals from the tick's snapshot. A failed query is an error (the policy
-    holds, at zero too); so is no queue series for a service with replicas. A service scaled to
-    zero (`current` 0) has no replica to report, so there no series is no demand, unless the
-    gateway holds requests for it. Any other signal the service lacks is None, never 0."""
-    if snapshot.error is not None:
-        return policy.Signals(ready=ready, error=snapshot.error)
+    """One service's Signals from the tick's snapshot, by the rules the simulator shares
+    (signals.service_signals)."""
+    def get(signal: str) -> float | None:
+        return snapshot.get(signal, key)
 
-    def finite(signal: str) -> float | None:
-        v = snapshot.get(signal, key)
-        return v if v is not None and math.isfinite(v) else None
-
-    gateway = {"held": finite("held"), "gateway_in_flight": finite("gateway_in_flight")}
-    queue = snapshot.get("queue", key)
-    if queue is None:
-        if current == 0:
-            return policy.Signals(queue_depth=0.0, ready=ready, **gateway)
-        why = "no Triton metrics for this service in Prometheus"
-        why += " yet: no replica is ready" if ready == 0 else " (is it scraped, with the service label?)"
-        return policy.Signals(ready=ready, error=why)
-
-    reporting = finite("reporting")
-    return policy.Signals(
-        queue_depth=queue, p99_ms=snapshot.get("p99", key), ready=ready, throughput=finite("throughput"),
-        in_flight=finite("in_flight"), startup_s=startup_s, reporting=None if reporting is None else int(reporting),
-        capacity_hint=sizing.rate if sizing else None, solo_latency_s=sizing.solo_s if sizing else None,
-        batch_slots=sizing.slots if sizing else None, prefill_s=sizing.prefill_s if sizing else None, **gateway)
+    return service_signals(
+        ready=ready, current=current, error=snapshot.error, queue=get("queue"), p99_ms=get("p99"),
+        throughput=get("throughput"), in_flight=get("in_flight"), reporting=get("reporting"), held=get("held"),
+        gateway_in_flight=get("gateway_in_flight"), startup_s=startup_s, sizing=sizing)
 
 
 def startup_seconds(pods: Any) -> float | None:

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from ...api import GPUClass, InferenceService
 from . import policies, reader, replica, report, results, workload
-from .engine import Settings
+from .simulation import Settings
 
 
 def add_parser(sub: Any, func: Callable[[argparse.Namespace], int]) -> None:

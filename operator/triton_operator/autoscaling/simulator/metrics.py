@@ -10,7 +10,7 @@
   quantiles are exact here.
 - The pending-request gauge is instantaneous; requests waiting in the service's queue are
   attributed evenly to the ready pods (every consumer sums or averages them).
-- The gateway in front (engine.py routes as it does) holds requests while no replica is ready:
+- The gateway in front (simulation.py routes as it does) holds requests while no replica is ready:
   its `triton_gateway_held_requests` gauge is the service's queue then, and
   `triton_gateway_in_flight_requests` what it has sent to replicas and not finished. Prometheus
   scrapes it like a pod (a scrape outage makes its series stale too).

@@ -123,7 +123,7 @@ def default_cold_start(spec: InferenceServiceSpec) -> ColdStart:
 
 
 # ----------------------------------------------------------------------------------------------
-# Replica state machines used by the engine
+# Replica state machines used by the simulation
 # ----------------------------------------------------------------------------------------------
 
 class Replica(Protocol):
@@ -139,7 +139,7 @@ class Replica(Protocol):
 
 class LLMReplica:
     """In-flight batching with a fluid step clock: between two changes of the batch every
-    iteration takes the same time, so the engine jumps from change to change instead of
+    iteration takes the same time, so the simulation jumps from change to change instead of
     simulating each iteration (O(requests) events, not O(tokens)). A newly admitted request
     stalls the batch for its prefill (the context phase of the iteration it joins) and gets its
     first token at the end of it; it then needs output - 1 decode iterations."""

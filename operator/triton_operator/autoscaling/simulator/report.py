@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 from typing import Sequence
 
-from .engine import Run
+from .simulation import Run
 from .results import Summary, markdown_table
 
 PLOTS_HINT = "plots need matplotlib: pip install 'triton-operator[sim]'"

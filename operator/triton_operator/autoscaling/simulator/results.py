@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from .engine import Run
+from .simulation import Run
 
 
 def quantile(sorted_values: list[float], q: float) -> float:

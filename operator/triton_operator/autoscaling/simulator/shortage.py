@@ -2,7 +2,7 @@
 limited number of replicas, and the operator's own spill-over placement (planning.placement.place,
 the function the controller calls) deciding on every autoscaler tick where replicas run.
 
-What it adds to engine.Simulation:
+What it adds to simulation.Simulation:
 - A replica is created on a class only while the class has room; otherwise it is a pending pod
   (it counts in the Deployment's replicas, serves nothing and costs no GPU time), as a pod the
   scheduler cannot place.
@@ -25,7 +25,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Sequence
 
 from ...planning import placement as placing
-from .engine import Policy, Run, Settings, Simulation
+from .simulation import Policy, Run, Settings, Simulation
 from .replica import ColdStart, LLMPerformance, LLMReplica, Performance, ServiceReplica
 from .workload import Request
 

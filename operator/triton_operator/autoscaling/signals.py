@@ -1,0 +1,49 @@
+"""One service's Signals from what Prometheus returned for it (pure): the rules the live loop
+(loop.signals_for, over the tick's snapshot) and the simulator (policies/ours, over its model of
+Prometheus) share, so the two cannot drift apart.
+
+Each argument is one signal's value for the service as the query returned it (settings.py holds
+the PromQL): None where the service has no series, NaN where Prometheus returned NaN.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..planning.serving import Sizing
+from .policy import Signals
+
+NO_SERIES = "no Triton metrics for this service in Prometheus"
+
+
+def service_signals(*, ready: int, current: int, error: str | None = None, queue: float | None = None,
+                    p99_ms: float | None = None, throughput: float | None = None, in_flight: float | None = None,
+                    reporting: float | None = None, held: float | None = None,
+                    gateway_in_flight: float | None = None, startup_s: float | None = None,
+                    sizing: Sizing | None = None) -> Signals:
+    """A failed query is an error (the policy holds, at zero too); so is no queue series for a
+    service with replicas. A service scaled to zero (`current` 0) has no replica to report, so
+    there no series is no demand, unless the gateway holds requests for it. Any other signal the
+    service lacks (absent or not finite) is None, never 0. `sizing` is the planner's estimate of
+    one replica for the measured token mix (planning/serving), `startup_s` the creation-to-Ready
+    seconds of the newest ready pod."""
+    if error is not None:
+        return Signals(ready=ready, error=error)
+
+    gateway = {"held": _finite(held), "gateway_in_flight": _finite(gateway_in_flight)}
+    if queue is None:
+        if current == 0:
+            return Signals(queue_depth=0.0, ready=ready, **gateway)
+        why = NO_SERIES + (" yet: no replica is ready" if ready == 0 else " (is it scraped, with the service label?)")
+        return Signals(ready=ready, error=why)
+
+    pods = _finite(reporting)
+    return Signals(
+        queue_depth=queue, p99_ms=p99_ms, ready=ready, throughput=_finite(throughput),
+        in_flight=_finite(in_flight), startup_s=startup_s, reporting=None if pods is None else int(pods),
+        capacity_hint=sizing.rate if sizing else None, solo_latency_s=sizing.solo_s if sizing else None,
+        batch_slots=sizing.slots if sizing else None, prefill_s=sizing.prefill_s if sizing else None, **gateway)
+
+
+def _finite(v: float | None) -> float | None:
+    return v if v is not None and math.isfinite(v) else None

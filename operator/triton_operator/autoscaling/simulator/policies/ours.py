@@ -1,0 +1,98 @@
+"""`ours`: the operator's own policy in the simulator (pure). It calls
+triton_operator.autoscaling.policy.decide, the very function the live loop calls, with Signals
+built by the function loop.signals_for calls (signals.service_signals) from what the PromQL
+expressions in settings.py return (requests waiting, max of per-pod p99, requests in the batches,
+completions per second, the token mix, pods reporting, the gateway's held and in-flight requests)
+and the planner's sizing. With minReplicas 0 that is decide's scale-to-zero path: the service goes
+to zero after scaleToZeroAfterSeconds idle and wakes on the requests the gateway holds. It is told
+about a replica what the live loop is told: the planner's estimate from the InferenceService and
+its GPUClass (`planner`), never the simulated engine.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable
+
+from ....api import AutoscalingSpec
+from ....planning.serving import Sizing
+from ... import policy as live_policy
+from ...signals import service_signals
+from ..replica import LLMPerformance, Performance
+from ..simulation import View
+
+EPOCH = datetime(2023, 11, 16, 18, 0, tzinfo=timezone.utc)
+LIVE_TICK_S = 10.0        # settings.autoscale_interval_seconds default
+TOKEN_WINDOW_S = 300.0    # the token-mix query: rate(..._sum[5m]) / rate(..._count[5m])
+
+
+def live_signals(view: View, perf: Performance | None = None) -> live_policy.Signals:
+    """The Signals the live loop would build at this instant: what its queries
+    (prometheus.PrometheusSource.snapshot) would return, read from the simulated Prometheus,
+    through the rules the loop applies (signals.service_signals). A failed query returns no
+    series; a service's figures are those of its fresh series: queue = the sum of pending
+    requests, p99 = the max of the per-pod p99 (NaN without traffic), reporting = pods with a
+    series, throughput = sum(rate(nv_inference_request_success[1m])); for TensorRT-LLM only,
+    in_flight = sum(nv_trt_llm_request_metrics{request_type="active"}) and `sizing` = the planner's
+    estimate of a replica (`perf`, as loop.sizing_for computes it) for the token mix measured from
+    nv_llm_input_token_len and nv_llm_output_token_len; startup_s = creation-to-Ready of the
+    newest ready pod; the gateway's held and in-flight requests."""
+    prom, now = view.prometheus, view.now
+    error = prom.query_error(now)
+    fresh = {} if error is not None else prom.fresh(now)
+    gw = None if error is not None else prom.gateway_at(now)
+    figures: dict[str, Any] = {}
+    if fresh:
+        llm = isinstance(perf, LLMPerformance)
+        p99s = [s.p99_ms for s in fresh.values() if not math.isnan(s.p99_ms)]
+        figures = {"queue": sum(s.pending for s in fresh.values()), "p99_ms": max(p99s) if p99s else math.nan,
+                   "reporting": len(fresh), "throughput": prom.rate(now, 60.0),
+                   "in_flight": float(sum(s.active for s in fresh.values())) if llm else None,
+                   "sizing": _measured_sizing(view, perf) if llm else None, "startup_s": _startup_s(view)}
+    return service_signals(ready=view.ready, current=view.desired, error=error,
+                           held=None if gw is None else gw.held,
+                           gateway_in_flight=None if gw is None else gw.in_flight, **figures)
+
+
+def _measured_sizing(view: View, perf: Performance | None) -> Sizing | None:
+    """The planner's sizing for the token mix of the requests completed in the last 5 minutes
+    (None before any completed)."""
+    prom, now = view.prometheus, view.now
+    count = prom.rate(now, TOKEN_WINDOW_S)
+    prompt, output = prom.rate(now, TOKEN_WINDOW_S, counter="prompt_tokens"), prom.rate(
+        now, TOKEN_WINDOW_S, counter="output_tokens")
+    if count and prompt is not None and output is not None:
+        return perf.sizing(prompt / count, output / count)  # type: ignore[union-attr]
+    return None
+
+
+def _startup_s(view: View) -> float | None:
+    # Every ready pod has a creation and a Ready time, those the run starts with too (they were
+    # created one cold start before it).
+    started = [p for p in view.pods if p.state == "ready" and p.ready_at > p.created]
+    newest = max(started, key=lambda p: p.ready_at) if started else None
+    return None if newest is None else newest.ready_at - newest.created
+
+
+@dataclass
+class Ours:
+    spec: AutoscalingSpec
+    planner: Performance | None = None   # the planner's estimate (planning/serving), not the engine
+    signals: Callable[[View, Performance | None], live_policy.Signals] = live_signals
+    name: str = "ours"
+    interval: float = LIVE_TICK_S
+    sample_interval: float = 0.0
+    history: live_policy.History | None = None
+
+    def decide(self, view: View) -> tuple[int, str]:
+        now = EPOCH + timedelta(seconds=view.now)
+        if self.history is None:
+            self.history = live_policy.seed(now, view.desired)
+        d = live_policy.decide(self.spec, view.desired, self.signals(view, self.planner), self.history, now)
+        self.history = d.history
+        return d.desired, d.reason
+
+    def sample(self, view: View) -> None:  # pragma: no cover - never sampled
+        pass
