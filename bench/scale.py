@@ -55,7 +55,7 @@ from common import (  # noqa: E402
 )
 from triton_operator.api import GPUClass, InferenceService  # noqa: E402
 from triton_operator.controller import status as status_core  # noqa: E402
-from triton_operator.controller.kinds import INFERENCE_SERVICE  # noqa: E402
+from triton_operator.api.kinds import INFERENCE_SERVICE  # noqa: E402
 from triton_operator.kube.client import Kube  # noqa: E402
 from triton_operator.kube.kinds import DEPLOYMENT, PDB, SERVICE  # noqa: E402
 from triton_operator.kube.failures import FailureLog  # noqa: E402

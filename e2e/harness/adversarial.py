@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from hypothesis import HealthCheck, given, seed, settings
-from triton_operator.controller.kinds import INFERENCE_SERVICE
+from triton_operator.api.kinds import INFERENCE_SERVICE
 from triton_operator.kube.client import ApiError, Kube
 
 from tests.hostile import inference_services

@@ -9,6 +9,7 @@ Field descriptions become `kubectl explain` text, so they are written for users.
 - gpuclass.py  GPUClass, the cluster-scoped catalog of GPU classes
 - spec.py      InferenceService and its spec (model, gpu, autoscaling, server, engine, ...)
 - status.py    InferenceService's status
+- kinds.py     where InferenceService and GPUClass live in the API (paths for the clients)
 
 This module only re-exports what the rest of the code imports.
 """

@@ -17,8 +17,8 @@ import yaml
 from pydantic import ValidationError
 
 from ..api import GPUClass, first_error
+from ..api.kinds import GPU_CLASS
 from ..kube.client import Kube
-from .kinds import GPU_CLASS
 
 log = logging.getLogger(__name__)
 CATALOG_LABEL = "serving.triton-operator.io/catalog"

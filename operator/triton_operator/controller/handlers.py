@@ -10,10 +10,10 @@ from typing import Any
 
 import kopf
 
+from ..api.kinds import OWN_KINDS
 from ..kube.client import Kube, describe
 from ..settings import Settings, from_env
 from . import catalog
-from .kinds import OWN_KINDS
 from .manager import Manager
 
 log = logging.getLogger(__name__)

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from .. import telemetry
+from ..api.kinds import GPU_CLASS, INFERENCE_SERVICE, OWN_KINDS
 from ..autoscaling.loop import Autoscaler
 from ..autoscaling.prometheus import source_for
 from ..kube.client import ApiError, Kube, describe, namespace_terminating
@@ -21,7 +22,6 @@ from ..kube.queue import WorkQueue
 from ..kube.store import Key, Store, key_of
 from ..labels import LABEL_SERVICE, MANAGED_BY, MANAGED_BY_LABEL
 from ..settings import Settings
-from .kinds import GPU_CLASS, INFERENCE_SERVICE, OWN_KINDS
 from .reconcile import Reconciler
 from .trim import owner_of, trim_child, trim_gpu_pod, trim_node, trim_pod
 from .views import GPU_POD_KIND, Views

@@ -25,6 +25,7 @@ from typing import Any, Callable, Mapping
 from .. import conditions as c
 from .. import telemetry
 from ..api import GROUP, GPUClass, InferenceService
+from ..api.kinds import INFERENCE_SERVICE
 from ..autoscaling.report import METRICS_AVAILABLE, Report
 from ..kube.client import ApiError, Kube
 from ..kube.events import Event
@@ -37,7 +38,6 @@ from . import desired as desired_core
 from . import series as series_core
 from . import status as status_core
 from .endpoints import endpoints
-from .kinds import INFERENCE_SERVICE
 from .trim import content_token, trim_child, trim_pod
 from .views import Views
 

@@ -13,11 +13,11 @@ from pydantic import ValidationError
 
 from .. import telemetry
 from ..api import GPUClass, InferenceService, first_error
+from ..api.kinds import GPU_CLASS, INFERENCE_SERVICE
 from ..kube.kinds import DEPLOYMENT, JOB, NETWORK_POLICY, NODE, PDB, POD, SERVICE
 from ..kube.store import Key, Store
 from ..planning import capacity
 from . import desired as desired_core
-from .kinds import GPU_CLASS, INFERENCE_SERVICE
 
 log = logging.getLogger(__name__)
 # The store's kind for every pod's GPU requests (the Pod kind there holds the serving pods).

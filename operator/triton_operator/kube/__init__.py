@@ -4,4 +4,4 @@ watch-fed store and its key), `informer` (list then watch into the store), `queu
 work queue), `events` (what an Event says, and the series that aggregates repeats), `failures`
 (bounded logging of repeated failures), `leader` (Lease election) and `standby` (a replica's
 probes before it leads). Nothing here knows an InferenceService: the controller gives the client
-its own kinds (`controller.kinds`) and the store its owner index."""
+its own kinds (`api.kinds`) and the store its owner index."""

@@ -1,5 +1,5 @@
 """The Kubernetes edge: one lean HTTP client for every read, watch and write the operator makes
-(domain-free: the operator's own kinds are given to it, see `controller.kinds`).
+(domain-free: the operator's own kinds are given to it, see `api.kinds`).
 
 Requests go through the kubernetes client's ApiClient (kubeconfig or in-cluster auth, TLS, token
 refresh) but bodies are plain JSON dicts, never the generated model classes: deserializing a
