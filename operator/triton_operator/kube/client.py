@@ -24,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 
 from .events import Event, EventSeries
 from .kinds import BUILTIN_KINDS, EVENT, Kind, Kinds
+from .watching import LIST_PAGE, WATCH_SECONDS, list_query, page_end, watch_query
 
 log = logging.getLogger(__name__)
 # urllib3 logs a warning per retried connection; during an API outage that is a line per object
@@ -169,7 +170,7 @@ class Kube:
     # -- reads ----------------------------------------------------------------------------------
 
     def list(self, kind: Kind, namespace: str | None = None, label_selector: str | None = None,
-             limit: int = 500, field_selector: str | None = None,
+             limit: int = LIST_PAGE, field_selector: str | None = None,
              project: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None
              ) -> tuple[list[dict[str, Any]], str]:
         """Every object (paged), and the list's resourceVersion to watch from. `project` is applied
@@ -178,24 +179,22 @@ class Kube:
         items: list[dict[str, Any]] = []
         token: str | None = None
         while True:
-            page = self.request("GET", kind.path(namespace), {
-                "labelSelector": label_selector, "fieldSelector": field_selector, "limit": limit, "continue": token})
+            page = self.request("GET", kind.path(namespace), list_query(label_selector, field_selector, token, limit))
             batch = page.get("items") or []
             if project is not None:
                 batch = [p for p in map(project, batch) if p is not None]
             items.extend(batch)
-            token = (page.get("metadata") or {}).get("continue")
+            token, version = page_end(page)
             if not token:
-                return items, (page.get("metadata") or {}).get("resourceVersion", "")
+                return items, version
 
     def watch(self, kind: Kind, namespace: str | None, resource_version: str, label_selector: str | None = None,
-              timeout_seconds: int = 300, field_selector: str | None = None) -> Iterator[dict[str, Any]]:
+              timeout_seconds: int = WATCH_SECONDS, field_selector: str | None = None) -> Iterator[dict[str, Any]]:
         """Open a watch from `resource_version` (bookmarks on) and return its events; the request
         is made here, so an unreachable server raises before the first event."""
-        resp = self._open("GET", kind.path(namespace), {
-            "watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
-            "labelSelector": label_selector, "fieldSelector": field_selector, "timeoutSeconds": timeout_seconds},
-            timeout=(10.0, timeout_seconds + 30.0))
+        resp = self._open("GET", kind.path(namespace),
+                          watch_query(resource_version, label_selector, field_selector, timeout_seconds),
+                          timeout=(10.0, timeout_seconds + 30.0))
         if resp.status != 200:
             raise _error(resp.status, resp.reason, resp.read(), resp)
         return self._events(resp)

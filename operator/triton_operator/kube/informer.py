@@ -1,4 +1,5 @@
-"""A small informer: LIST once, then WATCH from that resourceVersion, keeping the cache current.
+"""A small informer, the threaded face of `watching`'s protocol: LIST once, then WATCH from that
+resourceVersion, keeping the store current.
 
 One thread per (kind, namespace). It lists in pages, stores the objects (trimmed), reports
 itself synced, and follows the watch with bookmarks on; a stream that ends is resumed from the
@@ -20,6 +21,7 @@ from typing import Any, Callable
 from .client import ApiError, Kind, Kube, describe
 from .failures import FailureLog
 from .store import Store, trim
+from .watching import GONE, WATCH_SECONDS, Retry, read_event
 
 log = logging.getLogger(__name__)
 OnChange = Callable[[str, "dict[str, Any] | None", "dict[str, Any] | None"], None]
@@ -28,7 +30,7 @@ OnChange = Callable[[str, "dict[str, Any] | None", "dict[str, Any] | None"], Non
 class Informer:
     def __init__(self, kube: Kube, store: Store, kind: Kind, namespace: str | None, on_change: OnChange,
                  failures: FailureLog, label_selector: str | None = None,
-                 project: Callable[[dict[str, Any]], dict[str, Any] | None] = trim, watch_timeout: int = 300,
+                 project: Callable[[dict[str, Any]], dict[str, Any] | None] = trim, watch_timeout: int = WATCH_SECONDS,
                  field_selector: str | None = None, store_kind: str | None = None):
         """`project` trims what is stored (None: not stored at all); `store_kind` names the
         cache's kind when one API kind is watched twice (serving pods, and every pod's GPUs)."""
@@ -64,7 +66,7 @@ class Informer:
 
     def run(self) -> None:
         version: str | None = None
-        delay = 1.0
+        retry = Retry()
         topic = f"watching {self.name}"
         while not self.stopped.is_set():
             try:
@@ -73,7 +75,7 @@ class Informer:
                 events = self.kube.watch(self.kind, self.namespace, version, self.selector, self.watch_timeout,
                                          field_selector=self.field_selector)
                 self.failures.success(topic)
-                delay = 1.0
+                retry.succeeded()
                 for event in events:
                     if self.stopped.is_set():
                         return
@@ -81,29 +83,22 @@ class Informer:
                     if version is None:
                         break  # expired: list again
             except ApiError as e:
-                if e.status == 410:
+                if e.status == GONE:
                     version = None
                     continue
                 self.failures.failure(topic, describe(e))
-                self.stopped.wait(delay)
-                delay = min(30.0, delay * 2)
+                self.stopped.wait(retry.failed())
             except Exception as e:  # noqa: BLE001 - a broken stream must never end the informer
                 self.failures.failure(topic, describe(e))
-                self.stopped.wait(delay)
-                delay = min(30.0, delay * 2)
+                self.stopped.wait(retry.failed())
 
     def _apply(self, event: dict[str, Any], version: str) -> str | None:
-        kind_ = event.get("type")
-        obj = event.get("object") or {}
-        if kind_ == "ERROR":
-            if obj.get("code") == 410:
-                return None
-            raise ApiError(int(obj.get("code") or 0), obj.get("reason") or "Error", obj.get("message") or "")
-        new_version = (obj.get("metadata") or {}).get("resourceVersion") or version
-        if kind_ == "BOOKMARK":
-            return new_version
+        """Store one watch event; returns the resourceVersion to resume from (None: list again)."""
+        resumed, change, obj = read_event(event, version)
+        if resumed is None or change is None:
+            return resumed
         self.events += 1
-        trimmed = None if kind_ == "DELETED" else self.project(obj)
+        trimmed = None if change == "DELETED" else self.project(obj)
         if trimmed is None:  # deleted, or no longer worth storing
             old = self.store.remove(self.store_kind, obj)
             if old is not None:
@@ -112,4 +107,4 @@ class Informer:
             old, stored = self.store.upsert(self.store_kind, trimmed)
             if stored:
                 self.on_change(self.store_kind, old, trimmed)
-        return new_version
+        return resumed
