@@ -10,7 +10,7 @@ import pytest
 from triton_operator import cli
 from triton_operator.api import AutoscalingSpec, GPUClass, InferenceService
 from triton_operator.autoscaling.simulator import metrics, policies, replica, workload
-from triton_operator.autoscaling.simulator.simulation import Pod, Settings, View
+from triton_operator.autoscaling.simulator.simulation import Pod, SimulationSettings, View
 from triton_operator.autoscaling.simulator.policies import PolicyError, parse_policy
 
 CLASSES = {d["metadata"]["name"]: GPUClass.model_validate(d) for d in cli.default_catalog()}
@@ -114,7 +114,7 @@ def zero_run(name: str):
     s = svc(min_replicas=0)
     perf = replica.llm_performance(s.spec, CLASSES["h100"].spec)
     reqs = [workload.Request(t + i * 0.5, 200, 20) for t in (600.0, 2400.0) for i in range(40)]
-    cfg = Settings(min_replicas=0, max_replicas=16, slo_s=8.0, duration=3600.0)
+    cfg = SimulationSettings(min_replicas=0, max_replicas=16, slo_s=8.0, duration=3600.0)
     return policies.run_policy(name, reqs, perf, replica.ColdStart(5, 5, 10, 0), s.spec.autoscaling, cfg)
 
 

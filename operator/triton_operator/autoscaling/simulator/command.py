@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from ...api import GPUClass, InferenceService
 from . import policies, reader, replica, report, results, workload
-from .simulation import Settings
+from .simulation import SimulationSettings
 
 
 def add_parser(sub: Any, func: Callable[[argparse.Namespace], int]) -> None:
@@ -158,7 +158,7 @@ def _run(args: argparse.Namespace, load_objects: LoadObjects, load_catalog: Load
     slo_ms = args.slo_ms if args.slo_ms is not None else auto.target_p99_latency_ms
     if slo_ms is None:
         raise error("set --slo-ms or spec.autoscaling.targetP99LatencyMs: the SLO to measure against")
-    settings = Settings(min_replicas=auto.min_replicas, max_replicas=auto.max_replicas,
+    settings = SimulationSettings(min_replicas=auto.min_replicas, max_replicas=auto.max_replicas,
                         gpus_per_replica=svc.spec.gpu.count, price_per_gpu_hour=gpu.price_per_hour,
                         slo_s=slo_ms / 1000.0, slo_target=args.slo_target, seed=args.seed,
                         scrape_interval=args.scrape_interval, outage=outage, outage_kind=args.outage_kind,

@@ -31,7 +31,7 @@ from .workload import Request
 
 
 @dataclass(frozen=True)
-class Settings:
+class SimulationSettings:
     min_replicas: int = 1
     max_replicas: int = 10
     initial_replicas: int | None = None
@@ -99,7 +99,7 @@ class Run:
     decisions: list[tuple[float, int, int, str]]      # (t, from, to, reason) for every change
     reasons: list[tuple[float, str]]                  # the last reason of every tick (sampled)
     end: float
-    settings: Settings
+    settings: SimulationSettings
     gpu_class: str = ""
     pod_classes: dict[int, str] = field(default_factory=dict)   # rid -> GPU class (a shortage spreads them)
 
@@ -110,7 +110,7 @@ _READY, _COMPLETE, _ARRIVAL, _SCRAPE, _SAMPLE, _TICK = range(6)
 
 class Simulation:
     def __init__(self, requests: Sequence[Request], perf: Performance, cold: ColdStart,
-                 policy: Policy, settings: Settings, gpu_class: str = ""):
+                 policy: Policy, settings: SimulationSettings, gpu_class: str = ""):
         self.requests, self.perf, self.cold, self.policy, self.cfg = requests, perf, cold, policy, settings
         self.gpu_class = gpu_class
         self.rng = random.Random(settings.seed)
@@ -364,5 +364,5 @@ def _in_flight(rep: LLMReplica | ServiceReplica) -> list[int]:
 
 
 def simulate(requests: Sequence[Request], perf: Performance, cold: ColdStart, policy: Policy,
-             settings: Settings, gpu_class: str = "") -> Run:
+             settings: SimulationSettings, gpu_class: str = "") -> Run:
     return Simulation(requests, perf, cold, policy, settings, gpu_class).run()
