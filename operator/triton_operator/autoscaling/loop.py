@@ -23,7 +23,7 @@ from typing import Any, Callable, Protocol
 from .. import telemetry
 from ..api import GPUClass, InferenceService
 from ..conditions import parse_timestamp, timestamp
-from ..kube.client import Kube, describe
+from ..kube.client import Kube, describe_api_error
 from ..kube.events import Event
 from ..kube.failures import FailureLog
 from ..kube.store import Key
@@ -210,7 +210,7 @@ class Autoscaler:
                 self.tick()
                 self.failures.success("autoscaler tick")
             except Exception as e:  # noqa: BLE001 - try again next tick, never stop scaling
-                self.failures.failure("autoscaler tick", describe(e))
+                self.failures.failure("autoscaler tick", describe_api_error(e))
             self._stop.wait(self.settings.autoscale_interval_seconds)
 
     def start(self) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import kopf
 
-from ..kube.client import Kube, describe
+from ..kube.client import Kube, describe_api_error
 from ..settings import Settings, from_env
 from . import catalog
 from .kinds import OWN_KINDS
@@ -33,7 +33,7 @@ def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
             # A broken catalog must not stop the operator from serving what already works.
             log.error("GPUClass catalog not applied: %s", e)
         except Exception as e:  # noqa: BLE001 - the API server may be down: the rest still starts
-            log.error("GPUClass catalog not applied: %s", describe(e))
+            log.error("GPUClass catalog not applied: %s", describe_api_error(e))
     memo.manager = Manager(ours, kube)
     memo.manager.start()
     log.info("triton-operator started (%s)", ", ".join(ours.namespaces) or "all namespaces")

@@ -17,7 +17,7 @@ import logging
 import threading
 from typing import Any, Callable
 
-from .client import ApiError, Kind, Kube, describe
+from .client import ApiError, Kind, Kube, describe_api_error
 from .failures import FailureLog
 from .store import Store, trim
 
@@ -84,11 +84,11 @@ class Informer:
                 if e.status == 410:
                     version = None
                     continue
-                self.failures.failure(topic, describe(e))
+                self.failures.failure(topic, describe_api_error(e))
                 self.stopped.wait(delay)
                 delay = min(30.0, delay * 2)
             except Exception as e:  # noqa: BLE001 - a broken stream must never end the informer
-                self.failures.failure(topic, describe(e))
+                self.failures.failure(topic, describe_api_error(e))
                 self.stopped.wait(delay)
                 delay = min(30.0, delay * 2)
 
