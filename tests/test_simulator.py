@@ -16,7 +16,7 @@ import pytest
 from triton_operator import cli
 from triton_operator.api import AutoscalingSpec, GPUClass, InferenceService
 from triton_operator.autoscaling import policy as live_policy
-from triton_operator.autoscaling.simulator import metrics, policies, reader, replica, results, simulation, workload
+from triton_operator.autoscaling.simulator import metrics_path, policies, reader, replica, results, simulation, workload
 from triton_operator.autoscaling.simulator.simulation import SimulationSettings, View, simulate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -173,7 +173,7 @@ def test_cold_start_defaults_grow_with_model_size():
 
 
 def test_summary_window_is_the_last_48_to_60_seconds():
-    w = metrics.WindowQuantiles(0.0)
+    w = metrics_path.WindowQuantiles(0.0)
     w.observe(1.0, 500.0)
     assert w.quantile(59.0, 0.99) == 500.0          # the current bucket has never been reset
     assert math.isnan(w.quantile(60.5, 0.99))       # it was reset at 12 s: the window is [12, 60.5]
@@ -183,12 +183,12 @@ def test_summary_window_is_the_last_48_to_60_seconds():
 
 
 def test_scrape_outage_reads_as_empty_and_queries_error_in_a_prometheus_outage():
-    prom = metrics.Prometheus(5.0, (100.0, 200.0), "scrape")
-    prom.scrape(95.0, {0: metrics.Sample(95.0, 3.0, 10.0, 5, 1)}, [])
+    prom = metrics_path.Prometheus(5.0, (100.0, 200.0), "scrape")
+    prom.scrape(95.0, {0: metrics_path.Sample(95.0, 3.0, 10.0, 5, 1)}, [])
     assert set(prom.fresh(96.0)) == {0}
-    prom.scrape(100.0, {0: metrics.Sample(100.0, 3.0, 10.0, 5, 1)}, [])
+    prom.scrape(100.0, {0: metrics_path.Sample(100.0, 3.0, 10.0, 5, 1)}, [])
     assert prom.fresh(101.0) == {} and prom.query_error(101.0) is None
-    down = metrics.Prometheus(5.0, (100.0, 200.0), "prometheus")
+    down = metrics_path.Prometheus(5.0, (100.0, 200.0), "prometheus")
     assert "unreachable" in down.query_error(150.0)
 
 
@@ -238,7 +238,7 @@ def test_keda_reads_an_outage_as_zero_and_drops_to_min_while_ours_holds():
 def test_kpa_panics_on_a_burst_and_never_scales_down_in_panic():
     kpa = policies.KPA(AutoscalingSpec(max_replicas=50), target_per_pod=10.0)
     pods = [simulation.Pod(i, "ready", 0.0, 0.0, 5) for i in range(2)]
-    prom = metrics.Prometheus()
+    prom = metrics_path.Prometheus()
     for t in range(60):
         kpa.sample(View(float(t), 2, pods, prom, 10.0))
     assert kpa.decide(View(60.0, 2, pods, prom, 10.0))[0] == 2
@@ -360,10 +360,10 @@ def test_rate_reads_a_young_series_low_as_prometheus_does():
     """promql extrapolatedRate: a counter growing 10/s, scraped every 5 s. Covering the whole 1m
     window it reads 10/s; a pod whose counter started at 0 20 s ago reads its 20 s of increase
     over the whole 60 s window (extrapolation stops at the counter's zero)."""
-    prom = metrics.Prometheus(scrape_interval=5.0)
+    prom = metrics_path.Prometheus(scrape_interval=5.0)
     for t in range(0, 125, 5):
-        old = {1: metrics.Sample(float(t), 0.0, math.nan, 10 * t, 0)}
-        young = {2: metrics.Sample(float(t), 0.0, math.nan, 10 * (t - 100), 0)} if t >= 100 else {}
+        old = {1: metrics_path.Sample(float(t), 0.0, math.nan, 10 * t, 0)}
+        young = {2: metrics_path.Sample(float(t), 0.0, math.nan, 10 * (t - 100), 0)} if t >= 100 else {}
         prom.scrape(float(t), {**old, **young}, [])
     assert prom.rate(120.0, 60.0, rids={1}) == pytest.approx(10.0)
     assert prom.rate(120.0, 60.0, rids={2}) == pytest.approx(10.0 * 20 / 60)

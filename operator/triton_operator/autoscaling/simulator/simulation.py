@@ -2,10 +2,10 @@
 service's queue, run on ready replicas, and an autoscaling policy changes the replica count
 through the same metrics path the live system has.
 
-Modelling choices (the sources are in replica.py and metrics.py):
+Modelling choices (the sources are in replica.py and metrics_path.py):
 - Routing: one FIFO queue per service, served by the least-busy ready replica that can admit the
   head request (a gateway or activator in front, and the best case for every policy alike).
-  While no replica is ready the queue is what the gateway holds (metrics.py).
+  While no replica is ready the queue is what the gateway holds (metrics_path.py).
   Requests are never routed to a pod that is not ready or is terminating.
 - Scaling: a Deployment. New pods load for the cold start, then serve. Scale-down removes pods
   as a ReplicaSet does (not-ready before ready, the newest first); a removed ready pod stops
@@ -25,7 +25,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
-from .metrics import GatewaySample, Prometheus, Sample, WindowQuantiles
+from .metrics_path import GatewaySample, Prometheus, Sample, WindowQuantiles
 from .replica import ColdStart, LLMPerformance, LLMReplica, Performance, ServiceReplica
 from .workload import Request
 
