@@ -7,7 +7,7 @@ MetricsUnavailable/MetricsAvailable, TargetUnattainable), for `kubectl describe`
 
 Besides Prometheus, the policy gets from the cache the ready replicas, the pods' start-up time
 (creation to Ready of the newest ready pod) and, for TensorRT-LLM services, the planner's
-sizing of one replica (planning/serving.py) for the measured token mix on the GPU class the
+sizing of one replica (planning/llm_performance.py) for the measured token mix on the GPU class the
 Deployment runs on.
 """
 
@@ -28,7 +28,7 @@ from ..kube.events import Event
 from ..kube.failures import FailureLog
 from ..kube.store import Key
 from ..labels import LABEL_GPU_CLASS
-from ..planning.serving import Sizing, llm_performance
+from ..planning.llm_performance import Sizing, llm_performance
 from ..settings import Settings
 from . import policy
 from .prometheus import Snapshot

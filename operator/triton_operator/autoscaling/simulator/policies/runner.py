@@ -65,7 +65,7 @@ def run_policy(name: str | PolicySpec, requests: Sequence[Request], perf: Perfor
                planner: LLMPerformance | None = None) -> Run:
     """Run one policy. `perf` is the simulated replica (the engine); `planner` is what ours is
     told about a replica: the planner's estimate from the InferenceService and its GPUClass
-    (planning/serving.llm_performance), as the live loop computes it, never the engine itself."""
+    (planning/llm_performance.llm_performance), as the live loop computes it, never the engine itself."""
     p = parse_policy(name)
     check_min_replicas([p], spec)
     settings = warm_start(requests, perf, settings)
