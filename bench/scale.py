@@ -61,7 +61,8 @@ from triton_operator.kube.kinds import DEPLOYMENT, PDB, SERVICE  # noqa: E402
 from triton_operator.kube.failures import FailureLog  # noqa: E402
 from triton_operator.kube.informer import Informer  # noqa: E402
 from triton_operator.kube.store import Store  # noqa: E402
-from triton_operator.render import endpoints, render  # noqa: E402
+from triton_operator.controller.endpoints import endpoints  # noqa: E402
+from triton_operator.render import render  # noqa: E402
 from triton_operator.settings import Settings  # noqa: E402
 
 from e2e.harness.prometheus import Prometheus, Target  # noqa: E402

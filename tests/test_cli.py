@@ -96,7 +96,9 @@ def test_crds_and_plan_commands():
                for line in plan.stdout.splitlines())
 
 
-def test_import_contract_keeps_the_core_pure():
+def test_import_contracts_hold_floors_and_a_pure_core():
+    """lint-imports: the layers contract (each floor imports only from those below), the api
+    package's own layers, and no I/O library in the pure modules (pyproject.toml)."""
     import shutil
     exe = shutil.which("lint-imports", path=str(__import__("pathlib").Path(sys.executable).parent))
     out = subprocess.run([exe], capture_output=True, text=True, timeout=120)

@@ -489,7 +489,7 @@ def test_settings_from_env_and_flags():
 
 def test_api_allows_scale_to_zero_and_says_which_services_speak_openai():
     from triton_operator.api import InferenceService
-    from triton_operator.render import endpoints
+    from triton_operator.controller.endpoints import endpoints
     from triton_operator.settings import Settings
 
     from .conftest import isvc_doc

@@ -23,7 +23,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from pydantic import ValidationError
 
-from triton_operator import cli, crdgen, kubeyaml, planning
+from triton_operator import cli, crdgen, kubeyaml
+from triton_operator.planning import fit
 from triton_operator.api import DURATION_MAX_LENGTH, GPUClass, InferenceService, describe_validation_error
 from triton_operator.quantity import parse_quantity
 from triton_operator.render import RenderError, dump, render
@@ -138,8 +139,8 @@ def test_inference_services_models_crd_and_render_agree(doc):
     if obj is None:
         return
     for name, gpu_class in CLASSES.items():  # plan on every class: no division by zero, no overflow
-        planning.plan(obj.spec.model, gpu_class.spec, obj.spec.gpu.count)
-        planning.problems(obj.spec.model, name, gpu_class.spec, obj.spec.gpu.count)
+        fit.fit(obj.spec.model, gpu_class.spec, obj.spec.gpu.count)
+        fit.problems(obj.spec.model, name, gpu_class.spec, obj.spec.gpu.count)
     try:
         rendered = render(obj, CLASSES, SETTINGS)
     except RenderError:

@@ -286,12 +286,12 @@ def test_precisions_a_generation_lacks_are_refused_naming_why(classes, gpu_class
 
 
 def test_mig_slices_are_not_combined(classes):
-    from triton_operator import planning
+    from triton_operator.planning import fit
     from triton_operator.api import GPUClassSpec
     mig = GPUClassSpec.model_validate({"productNames": ["NVIDIA-A100-SXM4-80GB"], "memoryGiB": 10,
                                        "memoryBandwidthTBps": 0.3, "computeCapability": "8.0",
                                        "resourceName": "nvidia.com/mig-1g.10gb"})
     model = isvc(model={"source": "hf://a/b", "format": "onnx"}).spec.model
-    (problem,) = planning.problems(model, "a100-1g", mig, 2)
+    (problem,) = fit.problems(model, "a100-1g", mig, 2)
     assert problem.reason == "MIGSlicesCannotCombine" and "nvidia.com/mig-1g.10gb" in problem.message
-    assert planning.problems(model, "a100-1g", mig, 1) == []
+    assert fit.problems(model, "a100-1g", mig, 1) == []

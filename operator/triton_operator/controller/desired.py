@@ -85,24 +85,25 @@ def plan(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Sett
     delete: list[tuple[str, str, str]] = []
     placement: placing.Placement | None = None
     ready: set[str] | None = None
+    # The class choice, made once for the pass and handed to preparation and rendering.
+    cands = choice.candidates(isvc.spec, classes)
     try:
         jobs = None
         if isvc.spec.model.format == "tensorrt-llm":
-            jobs = preparation_jobs(isvc, classes, settings)
+            jobs = preparation_jobs(isvc, classes, settings, cands)
             known = [e.wire() for e in isvc.status.preparation or []] if isvc.status else []
             prep_states = preparation.states(jobs, list(children.jobs), known, isvc.spec.model.precision,
                                              list(children.build_pods))
-            ready = preparation.ready_classes(prep_states,
-                                              [o.gpu_class for o in choice.candidates(isvc.spec, classes).usable()])
+            ready = preparation.ready_classes(prep_states, cands.usable_names())
             wanted = {j["metadata"]["name"] for j in jobs}
             delete = [("batch/v1", "Job", j["metadata"]["name"]) for j in children.jobs
                       if j["metadata"]["name"] not in wanted and not j["metadata"].get("deletionTimestamp")]
-        cands = choice.candidates(isvc.spec, classes)
         if cands.preferred is not None and isvc.spec.gpu.spill is not None and cands.spill:
             placement = place(isvc, cands, children, replicas, free, ready, now)
         in_use = None if placement is None else {
             c: n for c, n in placement.replicas().items() if n > 0 or c == cands.preferred.gpu_class}
-        rendered = render(isvc, classes, settings, replicas=replicas, engines_ready=ready, jobs=jobs, placement=in_use)
+        rendered = render(isvc, classes, settings, replicas=replicas, engines_ready=ready, jobs=jobs, placement=in_use,
+                          candidates=cands)
         manifests = rendered.manifests
         if ready is not None:
             # The model of a new spec is being prepared: running Deployments keep serving the old

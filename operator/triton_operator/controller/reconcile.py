@@ -31,11 +31,12 @@ from ..kube.events import Event
 from ..kube.kinds import DEPLOYMENT, JOB, NETWORK_POLICY, PDB, SERVICE
 from ..kube.store import Key, Store, trim
 from ..labels import selector_labels
-from ..render import desired_replicas, endpoints
+from ..planning.replicas import desired_replicas
 from ..settings import Settings
 from . import desired as desired_core
 from . import series as series_core
 from . import status as status_core
+from .endpoints import endpoints
 from .kinds import INFERENCE_SERVICE
 from .trim import content_token, trim_child, trim_pod
 from .views import Views

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from ..api import GPUClass, GPUClassSpec, InferenceServiceSpec
-from . import Problem, plan, problems
+from .fit import Problem, fit, problems
 
 USABLE = "Fits"
 
@@ -71,7 +71,7 @@ def check(spec: InferenceServiceSpec, name: str, cls: GPUClassSpec, count: int,
     """The option of running on `count` GPUs of class `name`: usable, or the first reason not.
     `constrained` applies gpu.maxPricePerHour and gpu.maxTimePerOutputTokenMs (a class the user
     named as gpu.class is exempt: they chose it)."""
-    p = plan(spec.model, cls, count)
+    p = fit(spec.model, cls, count)
     base = Option(name, count, cost_per_hour=p.cost_per_hour, decode_tokens_per_s_bound=p.decode_tokens_per_s_bound,
                   weights_gib=p.weights_gib, available_gib=p.available_gib)
     found = problems(spec.model, name, cls, count)

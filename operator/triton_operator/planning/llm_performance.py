@@ -34,7 +34,7 @@ import math
 from dataclasses import dataclass
 
 from ..api import GPUClassSpec, InferenceServiceSpec
-from . import GIB, plan
+from .fit import GIB, fit
 
 MBU = 0.6                 # achieved share of peak memory bandwidth in decode
 MFU = 0.55                # achieved share of dense tensor FLOPs in prefill
@@ -146,7 +146,7 @@ def llm_performance(spec: InferenceServiceSpec, gpu: GPUClassSpec, max_batch: in
     if params is None:
         raise ValueError("spec.model.parameters is needed to model a TensorRT-LLM replica")
     count = spec.gpu.count
-    figures = plan(spec.model, gpu, count)
+    figures = fit(spec.model, gpu, count)
     weight_bytes = (figures.weights_gib or 0) * GIB
     layers = llama_layers(params)
     hidden = math.sqrt(params / (12 * layers))

@@ -91,7 +91,7 @@ def preparation_class(isvc: InferenceService, usable: list[str]) -> str | None:
 
 
 def preparation_job(isvc: InferenceService, classes: Mapping[str, GPUClass], usable: list[str], settings: Settings,
-                    labels: dict[str, str], owner: dict[str, Any] | None, placement: Any,
+                    labels: dict[str, str], owner: dict[str, Any] | None, scheduling: Any,
                     env_template: Any) -> dict[str, Any]:
     """The Job that prepares the model (one per service spec; its name hashes what it does, so a
     change makes a new Job, never an edit)."""
@@ -139,7 +139,7 @@ def preparation_job(isvc: InferenceService, classes: Mapping[str, GPUClass], usa
         "runtime_root": RUNTIME_ROOT, "uid": runtime.TRITON_UID,
         "image_pull_secrets": pull_secrets(isvc, settings),
         "service_account_name": isvc.spec.service_account_name,
-        **(placement(cls) if cls is not None else {"node_selector": {}, "affinity": None, "tolerations": []}),
+        **(scheduling(cls) if cls is not None else {"node_selector": {}, "affinity": None, "tolerations": []}),
     }
     job = env_template("prepare.yaml.j2", context)
     job["metadata"]["labels"] = {**labels, **({"serving.triton-operator.io/gpu-class": gpu_class} if gpu_class else {})}

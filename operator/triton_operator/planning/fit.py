@@ -1,0 +1,93 @@
+"""Does a model fit a GPU class, and what will it cost (pure): the fit of `count` GPUs of a class
+for a model, and every reason it cannot run there.
+
+Figures follow the physics in the project's references: weights take parameters x bytes per
+parameter; decode reads every weight once per generated token, so a single stream cannot go faster
+than bandwidth / weight bytes. With tensor parallelism each of N GPUs reads 1/N of the weights at
+once, so the bound is N x bandwidth / weight bytes (ideal: the all-reduce between GPUs costs some
+of it, which is why it is a bound).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..api import BYTES_PER_PARAMETER, MIN_COMPUTE_CAPABILITY, GPUClassSpec, ModelSpec
+
+GIB = 1024**3
+# Leave room for activations, the KV cache and the CUDA context: weights may take at most this
+# share of the GPUs' memory.
+WEIGHTS_SHARE = 0.9
+
+
+@dataclass(frozen=True)
+class Fit:
+    weights_gib: float | None
+    available_gib: float
+    fits: bool
+    min_gpus: int | None
+    decode_tokens_per_s_bound: float | None
+    cost_per_hour: float | None
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why a spec cannot run on a class: a CamelCase reason and a message a user can act on."""
+
+    reason: str
+    message: str
+
+
+# A MIG slice as its own resource (the device plugin's mixed strategy): nvidia.com/mig-<g>g.<mem>gb.
+MIG_PREFIX = "nvidia.com/mig-"
+
+
+def fit(model: ModelSpec, gpu_class: GPUClassSpec, count: int) -> Fit:
+    params = model.parameter_count()
+    per_gpu = gpu_class.memory_gib * WEIGHTS_SHARE
+    available = per_gpu * count
+    cost = None if gpu_class.price_per_hour is None else gpu_class.price_per_hour * count
+    if params is None:
+        return Fit(None, available, True, None, None, cost)
+    weight_bytes = params * BYTES_PER_PARAMETER[model.precision]
+    weights_gib = weight_bytes / GIB
+    # The API bounds keep every figure finite and positive (parameters > 0, memoryGiB >= 1,
+    # bandwidth >= 0.01 TB/s); the guards keep a plan from dividing by zero all the same.
+    min_gpus = max(1, math.ceil(weights_gib / per_gpu)) if per_gpu > 0 else None
+    bound = gpu_class.memory_bandwidth_tbps * 1e12 * count / weight_bytes if weight_bytes > 0 else None
+    return Fit(round(weights_gib, 1), round(available, 1), weights_gib <= available,
+                min_gpus, None if bound is None else round(bound, 1), cost)
+
+
+def problems(model: ModelSpec, class_name: str, gpu_class: GPUClassSpec, count: int) -> list[Problem]:
+    """Every reason the model cannot run on `count` GPUs of the class (empty when it can)."""
+    found: list[Problem] = []
+    need = MIN_COMPUTE_CAPABILITY.get(model.precision)
+    if need and gpu_class.capability < need:
+        found.append(Problem(
+            "PrecisionUnsupported",
+            f"precision {model.precision} needs compute capability {need[0]}.{need[1]} or higher; "
+            f"GPU class {class_name} has {gpu_class.compute_capability}. "
+            f"Choose fp16/int8/int4-awq or a newer GPU class."))
+    if gpu_class.resource_name.startswith(MIG_PREFIX) and count > 1:
+        found.append(Problem(
+            "MIGSlicesCannotCombine",
+            f"gpu.count {count} on GPU class {class_name}, whose resource {gpu_class.resource_name} is one MIG "
+            f"slice: slices cannot be combined for tensor parallelism. Use gpu.count 1 with a slice that holds "
+            f"the model, or a class of whole GPUs."))
+    if count > gpu_class.gpus_per_node:
+        found.append(Problem(
+            "GPUCountExceedsNode",
+            f"gpu.count {count} exceeds the {gpu_class.gpus_per_node} GPUs on one {class_name} node; "
+            f"a replica must fit on one node."))
+    p = fit(model, gpu_class, count)
+    if not p.fits:
+        hint = (f"set gpu.count to at least {p.min_gpus}"
+                if p.min_gpus is not None and p.min_gpus <= gpu_class.gpus_per_node
+                else "use a lower precision or a GPU class with more memory")
+        found.append(Problem(
+            "ModelDoesNotFit",
+            f"{model.parameters} parameters at {model.precision} need about {p.weights_gib} GiB for "
+            f"weights, but {count} x {class_name} leave {p.available_gib} GiB; {hint}."))
+    return found

@@ -1,0 +1,47 @@
+"""The names and labels of what is rendered for one InferenceService: the model Triton serves, each
+class's Deployment, the labels every child carries, and the controller reference."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..api import API_VERSION, InferenceService
+from ..labels import LABEL_SERVICE, MANAGED_BY
+from . import llm
+
+def model_name(isvc: InferenceService) -> str:
+    """The model Triton serves and reports metrics for (the composing model for TRT-LLM)."""
+    m = isvc.spec.model
+    if m.name:
+        return m.name
+    return llm.LLM_MODEL if m.format == "tensorrt-llm" else isvc.name
+
+
+def labels_for(isvc: InferenceService, component: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "triton",
+        "app.kubernetes.io/instance": isvc.name,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/part-of": isvc.name,
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        LABEL_SERVICE: isvc.name,
+    }
+
+
+SPILL_INFIX = "-spill-"
+
+
+def deployment_name(isvc_name: str, gpu_class: str, preferred: str) -> str:
+    """The preferred class keeps the service's own name (so an upgrade restarts nothing); a
+    spill-over class gets `<name>-spill-<class>`, stable for as long as it is used."""
+    return isvc_name if gpu_class == preferred else f"{isvc_name}{SPILL_INFIX}{gpu_class}"
+
+
+def owner_reference(isvc: InferenceService) -> dict[str, Any] | None:
+    """The controller reference; None offline, where the object has no uid yet."""
+    if not isvc.metadata.get("uid"):
+        return None
+    return {
+        "apiVersion": API_VERSION, "kind": "InferenceService", "name": isvc.name,
+        "uid": isvc.metadata["uid"], "controller": True, "blockOwnerDeletion": True,
+    }
