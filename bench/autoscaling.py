@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import frontier as fr  # noqa: E402
 from triton_operator.api import GPUClass, InferenceService  # noqa: E402
 from triton_operator.autoscaling.simulator import policies, reader, replica, results, workload  # noqa: E402
-from triton_operator.autoscaling.simulator.simulation import Settings  # noqa: E402
+from triton_operator.autoscaling.simulator.simulation import SimulationSettings  # noqa: E402
 from triton_operator.cli import default_catalog  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
@@ -127,14 +127,14 @@ def requests_for(w: Workload, seed: int) -> list[Any]:
                             for i, s in enumerate(specs)))
 
 
-def setup(w: Workload, c: Condition, seed: int) -> tuple[list[Any], Any, Any, Any, Any, Settings]:
+def setup(w: Workload, c: Condition, seed: int) -> tuple[list[Any], Any, Any, Any, Any, SimulationSettings]:
     svc, gpu = service()
     planned = replica.llm_performance(svc.spec, gpu)
     perf = replica.replica_model(c.model, planned)
     cold = replica.ColdStart(*COLD_STARTS[c.cold_s])
     auto = svc.spec.autoscaling.model_copy(update={"target_p99_latency_ms": w.slo_ms})
     reqs = requests_for(w, seed)
-    cfg = policies.warm_start(reqs, perf, Settings(
+    cfg = policies.warm_start(reqs, perf, SimulationSettings(
         min_replicas=auto.min_replicas, max_replicas=auto.max_replicas, gpus_per_replica=svc.spec.gpu.count,
         price_per_gpu_hour=gpu.price_per_hour, slo_s=w.slo_ms / 1000.0, seed=seed, duration=w.duration))
     return reqs, perf, planned, cold, auto, cfg

@@ -47,7 +47,7 @@ OUT = ROOT / "bench" / "results" / "gateway.md"
 
 def serve_gateway(port: int, triton_port: int, keys: str) -> None:
     """The gateway process: a fixed routing table for one service `bench` in namespace `bench`."""
-    from triton_operator.gateway import command
+    from triton_operator.gateway import gateway_command
     from triton_operator.gateway.config import GatewaySettings
     from triton_operator.gateway.server import Gateway
 
@@ -59,7 +59,7 @@ def serve_gateway(port: int, triton_port: int, keys: str) -> None:
                                       "labels": {"kubernetes.io/service-name": "bench"}},
                          "ports": [{"name": "http", "port": triton_port}],
                          "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": True}}]})
-    command.run_loop(command.serve(gw))
+    gateway_command.run_loop(gateway_command.serve(gw))
 
 
 async def _call(session: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str]) -> float:
@@ -174,7 +174,7 @@ HOLD_SERVICES, HOLD_KEYS = 16, 8
 def serve_gateway_holding(port: int, metrics_port: int, keys: str) -> None:
     """The gateway process for the hold measurement: HOLD_SERVICES services with no ready replica
     (every request is held), the chart's default limits."""
-    from triton_operator.gateway import command
+    from triton_operator.gateway import gateway_command
     from triton_operator.gateway.config import GatewaySettings
     from triton_operator.gateway.server import Gateway
 
@@ -183,7 +183,7 @@ def serve_gateway_holding(port: int, metrics_port: int, keys: str) -> None:
     for i in range(HOLD_SERVICES):
         gw.router.set_service({"metadata": {"name": f"s{i}", "namespace": "bench"},
                                "spec": {"model": {"format": "python", "name": "textgen"}, "openai": {"enabled": True}}})
-    command.run_loop(command.serve(gw))
+    gateway_command.run_loop(gateway_command.serve(gw))
 
 
 def _rss_mib(pid: int) -> tuple[float, float]:

@@ -20,7 +20,7 @@ import yaml
 
 from triton_operator.api import GPUClass, InferenceService
 from triton_operator.autoscaling.simulator import policies, replica, results
-from triton_operator.autoscaling.simulator.simulation import Settings
+from triton_operator.autoscaling.simulator.simulation import SimulationSettings
 from triton_operator.autoscaling.simulator.shortage import ClassSlot, simulate_shortage
 from triton_operator.cli import default_catalog
 from triton_operator.planning.placement import Spill
@@ -43,7 +43,7 @@ def main() -> int:
     started = datetime.now(timezone.utc)
     lines = []
     for label, (reqs, duration) in workloads(("azure-conv x16", "step 60->180 req/s")).items():
-        cfg = Settings(min_replicas=auto.min_replicas, max_replicas=auto.max_replicas, gpus_per_replica=1,
+        cfg = SimulationSettings(min_replicas=auto.min_replicas, max_replicas=auto.max_replicas, gpus_per_replica=1,
                        price_per_gpu_hour=classes["h100"].spec.price_per_hour,
                        slo_s=auto.target_p99_latency_ms / 1000.0, seed=1, duration=duration)
         cfg = policies.warm_start(reqs, perfs["h100"], cfg)

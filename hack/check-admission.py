@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.conftest import EXAMPLES, load  # noqa: E402
 from tests.hostile import inference_services  # noqa: E402
-from triton_operator.api import GROUP, VERSION, GPUClass, InferenceService, describe  # noqa: E402
+from triton_operator.api import GROUP, VERSION, GPUClass, InferenceService, describe_validation_error  # noqa: E402
 from triton_operator.render import RenderError, render  # noqa: E402
 from triton_operator.settings import Settings  # noqa: E402
 
@@ -80,7 +80,7 @@ def main() -> int:
         try:
             obj, model_error = InferenceService.model_validate(doc), None
         except ValidationError as e:
-            obj, model_error = None, describe(e.errors()[0])
+            obj, model_error = None, describe_validation_error(e.errors()[0])
         server_error = _create(doc)
         if (obj is None) != (server_error is not None):
             problems.append(f"models: {model_error or 'accepted'} | API server: {server_error or 'accepted'} | "

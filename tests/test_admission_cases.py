@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from triton_operator import crdgen
 from triton_operator.crdgen import INTEGER_RULE
-from triton_operator.api import GPUClass, InferenceService, describe
+from triton_operator.api import GPUClass, InferenceService, describe_validation_error
 
 from .admission_cases import RECORDED, case_document, load_cases
 from .crd_admission import Admission, _to_cel
@@ -42,7 +42,7 @@ def test_models_agree_with_the_api_server(case):
         return
     field = case["field"]
     assert field in record["message"], record["message"]
-    assert any(_names(describe(e), field) for e in errors), [describe(e) for e in errors]
+    assert any(_names(describe_validation_error(e), field) for e in errors), [describe_validation_error(e) for e in errors]
 
 
 def _names(error: str, field: str) -> bool:

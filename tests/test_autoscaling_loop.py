@@ -14,7 +14,7 @@ from triton_operator.autoscaling.prometheus import SIGNAL_LABEL, SIGNALS, Snapsh
 from triton_operator.cli import default_catalog
 from triton_operator.controller.trim import trim_pod
 from triton_operator.labels import LABEL_GPU_CLASS
-from triton_operator.planning.serving import llm_performance
+from triton_operator.planning.llm_performance import llm_performance
 from triton_operator.settings import Settings
 
 KEY = ("prod", "chat")

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from triton_operator import cli, crdgen, kubeyaml
 from triton_operator.planning import fit
-from triton_operator.api import DURATION_MAX_LENGTH, GPUClass, InferenceService, describe
+from triton_operator.api import DURATION_MAX_LENGTH, GPUClass, InferenceService, describe_validation_error
 from triton_operator.quantity import parse_quantity
 from triton_operator.render import RenderError, dump, render
 from triton_operator.settings import Settings
@@ -126,7 +126,7 @@ def _validate(model: type[InferenceService] | type[GPUClass], doc: dict[str, Any
     try:
         return model.model_validate(doc), []
     except ValidationError as e:
-        messages = [describe(err) for err in e.errors()]
+        messages = [describe_validation_error(err) for err in e.errors()]
         assert all("\n" not in m for m in messages), messages
         return None, messages
 

@@ -14,9 +14,9 @@ from triton_operator.autoscaling.policy import Signals
 from triton_operator.autoscaling.prometheus import Snapshot
 from triton_operator.autoscaling.signals import NO_SERIES, service_signals
 from triton_operator.autoscaling.simulator import policies
-from triton_operator.autoscaling.simulator.metrics import GatewaySample, Prometheus, Sample
+from triton_operator.autoscaling.simulator.metrics_path import GatewaySample, Prometheus, Sample
 from triton_operator.autoscaling.simulator.simulation import Pod, View
-from triton_operator.planning.serving import Sizing
+from triton_operator.planning.llm_performance import Sizing
 
 KEY = ("prod", "chat")
 SIZED = Sizing(rate=3.5, solo_s=2.0, slots=64.0, prefill_s=0.05)

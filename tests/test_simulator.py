@@ -16,8 +16,8 @@ import pytest
 from triton_operator import cli
 from triton_operator.api import AutoscalingSpec, GPUClass, InferenceService
 from triton_operator.autoscaling import policy as live_policy
-from triton_operator.autoscaling.simulator import metrics, policies, reader, replica, results, simulation, workload
-from triton_operator.autoscaling.simulator.simulation import Settings, View, simulate
+from triton_operator.autoscaling.simulator import metrics_path, policies, reader, replica, results, simulation, workload
+from triton_operator.autoscaling.simulator.simulation import SimulationSettings, View, simulate
 
 ROOT = Path(__file__).resolve().parent.parent
 # The Azure LLM inference trace 2023 (CC-BY 4.0, attribution in its README beside it).
@@ -50,7 +50,7 @@ def test_mean_wait_matches_erlang_c(servers, arrival):
     reqs = workload.poisson(arrival, 40000 / arrival, random.Random(7), workload.fixed_tokens(1, 1))
     perf = replica.ServiceTime(1.0, 1, "exponential")
     run = simulate(reqs, perf, NO_COLD, policies.Fixed(servers),
-                   Settings(min_replicas=servers, max_replicas=servers, initial_replicas=servers, seed=3))
+                   SimulationSettings(min_replicas=servers, max_replicas=servers, initial_replicas=servers, seed=3))
     waits = [s - r.arrival for r, s in zip(run.requests, run.start)]
     simulated = sum(waits) / len(waits)
     expected = erlang_c_wait(servers, arrival, 1.0)
@@ -83,7 +83,7 @@ def azure_runs():
     perf = replica.llm_performance(svc.spec, CLASSES["h100"].spec)
     cold = replica.default_cold_start(svc.spec)
     auto = svc.spec.autoscaling
-    cfg = policies.warm_start(reqs, perf, Settings(min_replicas=1, max_replicas=16, slo_s=8.0,
+    cfg = policies.warm_start(reqs, perf, SimulationSettings(min_replicas=1, max_replicas=16, slo_s=8.0,
                                                     price_per_gpu_hour=4.0, duration=1200.0))
     runs = {}
     for name, pol in [("ours", policies.Ours(auto)), ("hpa", policies.HPA(auto, cold)),
@@ -114,7 +114,7 @@ def test_gpu_hours_are_the_integral_of_loading_ready_and_draining_replicas(azure
 def test_gpu_hours_count_gpus_per_replica():
     reqs = workload.poisson(2, 600, random.Random(1), workload.fixed_tokens(1, 1))
     perf = replica.ServiceTime(0.1, 1)
-    runs = [simulate(reqs, perf, NO_COLD, policies.Fixed(3), Settings(min_replicas=3, max_replicas=3, initial_replicas=3,
+    runs = [simulate(reqs, perf, NO_COLD, policies.Fixed(3), SimulationSettings(min_replicas=3, max_replicas=3, initial_replicas=3,
                                                                     gpus_per_replica=g, duration=600.0)) for g in (1, 2)]
     a, b = (results.summarize(r).gpu_hours for r in runs)
     assert a == pytest.approx(3 * 600 / 3600, rel=1e-6) and b == pytest.approx(2 * a)
@@ -127,7 +127,7 @@ def test_runs_are_deterministic_for_a_seed():
     cold = replica.default_cold_start(svc.spec)
 
     def once():
-        run = policies.run_policy("ours", reqs, perf, cold, svc.spec.autoscaling, Settings(max_replicas=16, slo_s=8.0))
+        run = policies.run_policy("ours", reqs, perf, cold, svc.spec.autoscaling, SimulationSettings(max_replicas=16, slo_s=8.0))
         return results.summarize(run), run.finish
 
     assert once() == once()
@@ -145,7 +145,7 @@ def test_ours_calls_the_live_decide(monkeypatch):
     reqs = workload.generate("poisson:rate=30,duration=300", seed=1)
     svc = llm_spec()
     perf = replica.llm_performance(svc.spec, CLASSES["h100"].spec)
-    policies.run_policy("ours", reqs, perf, NO_COLD, svc.spec.autoscaling, Settings(max_replicas=16, slo_s=8.0))
+    policies.run_policy("ours", reqs, perf, NO_COLD, svc.spec.autoscaling, SimulationSettings(max_replicas=16, slo_s=8.0))
     assert len(calls) >= 25 and all(isinstance(s, live_policy.Signals) for s in calls)
 
 
@@ -161,7 +161,7 @@ def test_replica_model_reproduces_published_tensorrt_llm_throughput(params, coun
     perf = replica.llm_performance(svc.spec, CLASSES["h100"].spec)
     n = 1000
     run = simulate([workload.Request(0.0, isl, osl)] * n, perf, NO_COLD, policies.Fixed(1),
-                   Settings(min_replicas=1, max_replicas=1, duration=0.0, horizon_s=1e9))
+                   SimulationSettings(min_replicas=1, max_replicas=1, duration=0.0, horizon_s=1e9))
     throughput = n * osl / max(run.finish)
     assert throughput == pytest.approx(published, rel=0.2)
 
@@ -173,7 +173,7 @@ def test_cold_start_defaults_grow_with_model_size():
 
 
 def test_summary_window_is_the_last_48_to_60_seconds():
-    w = metrics.WindowQuantiles(0.0)
+    w = metrics_path.WindowQuantiles(0.0)
     w.observe(1.0, 500.0)
     assert w.quantile(59.0, 0.99) == 500.0          # the current bucket has never been reset
     assert math.isnan(w.quantile(60.5, 0.99))       # it was reset at 12 s: the window is [12, 60.5]
@@ -183,12 +183,12 @@ def test_summary_window_is_the_last_48_to_60_seconds():
 
 
 def test_scrape_outage_reads_as_empty_and_queries_error_in_a_prometheus_outage():
-    prom = metrics.Prometheus(5.0, (100.0, 200.0), "scrape")
-    prom.scrape(95.0, {0: metrics.Sample(95.0, 3.0, 10.0, 5, 1)}, [])
+    prom = metrics_path.Prometheus(5.0, (100.0, 200.0), "scrape")
+    prom.scrape(95.0, {0: metrics_path.Sample(95.0, 3.0, 10.0, 5, 1)}, [])
     assert set(prom.fresh(96.0)) == {0}
-    prom.scrape(100.0, {0: metrics.Sample(100.0, 3.0, 10.0, 5, 1)}, [])
+    prom.scrape(100.0, {0: metrics_path.Sample(100.0, 3.0, 10.0, 5, 1)}, [])
     assert prom.fresh(101.0) == {} and prom.query_error(101.0) is None
-    down = metrics.Prometheus(5.0, (100.0, 200.0), "prometheus")
+    down = metrics_path.Prometheus(5.0, (100.0, 200.0), "prometheus")
     assert "unreachable" in down.query_error(150.0)
 
 
@@ -226,7 +226,7 @@ def test_keda_reads_an_outage_as_zero_and_drops_to_min_while_ours_holds():
     svc = llm_spec()
     perf = replica.llm_performance(svc.spec, CLASSES["h100"].spec)
     cold = replica.default_cold_start(svc.spec)
-    cfg = Settings(max_replicas=16, slo_s=8.0, outage=(600.0, 600.0), initial_replicas=10)
+    cfg = SimulationSettings(max_replicas=16, slo_s=8.0, outage=(600.0, 600.0), initial_replicas=10)
     keda = simulate(reqs, perf, cold, policies.KEDA(svc.spec.autoscaling), cfg)
     ours = simulate(reqs, perf, cold, policies.Ours(svc.spec.autoscaling), cfg)
     assert desired_at(keda, 599) >= 8 and desired_at(keda, 1150) == 1   # after its 300 s window
@@ -238,7 +238,7 @@ def test_keda_reads_an_outage_as_zero_and_drops_to_min_while_ours_holds():
 def test_kpa_panics_on_a_burst_and_never_scales_down_in_panic():
     kpa = policies.KPA(AutoscalingSpec(max_replicas=50), target_per_pod=10.0)
     pods = [simulation.Pod(i, "ready", 0.0, 0.0, 5) for i in range(2)]
-    prom = metrics.Prometheus()
+    prom = metrics_path.Prometheus()
     for t in range(60):
         kpa.sample(View(float(t), 2, pods, prom, 10.0))
     assert kpa.decide(View(60.0, 2, pods, prom, 10.0))[0] == 2
@@ -256,7 +256,7 @@ def test_oracle_meets_the_slo_target_with_fewer_gpu_hours_than_a_fixed_peak():
     svc = llm_spec()
     perf = replica.llm_performance(svc.spec, CLASSES["h100"].spec)
     cold = replica.default_cold_start(svc.spec)
-    cfg = Settings(max_replicas=16, slo_s=8.0, slo_target=0.99, duration=1500.0)
+    cfg = SimulationSettings(max_replicas=16, slo_s=8.0, slo_target=0.99, duration=1500.0)
     oracle = results.summarize(policies.run_policy("oracle", reqs, perf, cold, svc.spec.autoscaling, cfg))
     peak = results.summarize(policies.run_policy("fixed:10", reqs, perf, cold, svc.spec.autoscaling, cfg))
     assert oracle.slo_attainment >= 0.99 and oracle.gpu_hours < peak.gpu_hours
@@ -360,10 +360,10 @@ def test_rate_reads_a_young_series_low_as_prometheus_does():
     """promql extrapolatedRate: a counter growing 10/s, scraped every 5 s. Covering the whole 1m
     window it reads 10/s; a pod whose counter started at 0 20 s ago reads its 20 s of increase
     over the whole 60 s window (extrapolation stops at the counter's zero)."""
-    prom = metrics.Prometheus(scrape_interval=5.0)
+    prom = metrics_path.Prometheus(scrape_interval=5.0)
     for t in range(0, 125, 5):
-        old = {1: metrics.Sample(float(t), 0.0, math.nan, 10 * t, 0)}
-        young = {2: metrics.Sample(float(t), 0.0, math.nan, 10 * (t - 100), 0)} if t >= 100 else {}
+        old = {1: metrics_path.Sample(float(t), 0.0, math.nan, 10 * t, 0)}
+        young = {2: metrics_path.Sample(float(t), 0.0, math.nan, 10 * (t - 100), 0)} if t >= 100 else {}
         prom.scrape(float(t), {**old, **young}, [])
     assert prom.rate(120.0, 60.0, rids={1}) == pytest.approx(10.0)
     assert prom.rate(120.0, 60.0, rids={2}) == pytest.approx(10.0 * 20 / 60)
@@ -381,7 +381,7 @@ def test_ours_scales_to_zero_when_idle_and_wakes_on_held_requests():
     perf = replica.llm_performance(svc.spec, CLASSES["h100"].spec)
     cold = replica.ColdStart(5, 5, 10, 0)
     reqs = [workload.Request(t + i * 0.5, 200, 20) for t in (600.0, 2400.0) for i in range(40)]
-    run = policies.run_policy("ours", reqs, perf, cold, auto, Settings(min_replicas=0, max_replicas=16, slo_s=8.0,
+    run = policies.run_policy("ours", reqs, perf, cold, auto, SimulationSettings(min_replicas=0, max_replicas=16, slo_s=8.0,
                                                                         duration=3600.0))
     assert run.timeline[0][1] == 0, "no arrivals in the first minute: the service starts at zero"
     changes = [(t, old, new, why) for t, old, new, why in run.decisions]
@@ -402,7 +402,7 @@ def test_a_prometheus_outage_at_zero_holds_zero_and_the_held_requests_wait_for_i
     auto = svc.spec.autoscaling.model_copy(update={"min_replicas": 0})
     perf = replica.llm_performance(svc.spec, CLASSES["h100"].spec)
     reqs = [workload.Request(300.0 + i, 200, 20) for i in range(5)]
-    cfg = Settings(min_replicas=0, max_replicas=4, slo_s=8.0, duration=900.0, outage=(0.0, 500.0),
+    cfg = SimulationSettings(min_replicas=0, max_replicas=4, slo_s=8.0, duration=900.0, outage=(0.0, 500.0),
                    outage_kind="prometheus")
     run = policies.run_policy("ours", reqs, perf, NO_COLD, auto, cfg)
     first_up = next(t for t, old, new, _ in run.decisions if new > old)
@@ -428,7 +428,7 @@ def test_a_shortage_with_spill_over_serves_what_waiting_cannot(classes):
     """Two classes with little room: the operator's placement moves the replicas h100 cannot hold
     to h200 after `after`, and the requests they serve meet the SLO; waiting for h100 does not."""
     from triton_operator.autoscaling.simulator import policies, replica, results, workload
-    from triton_operator.autoscaling.simulator.simulation import Settings
+    from triton_operator.autoscaling.simulator.simulation import SimulationSettings
     from triton_operator.autoscaling.simulator.shortage import ClassSlot, simulate_shortage
     from triton_operator.planning.placement import SPILL_MOVE, Spill
 
@@ -438,7 +438,7 @@ def test_a_shortage_with_spill_over_serves_what_waiting_cannot(classes):
                              "targetP99LatencyMs": 2000}).spec
     perf = replica.ServiceTime(mean_s=0.5, slots=4)
     reqs = workload.generate("poisson:rate=12,duration=900", 1, None)
-    cfg = Settings(min_replicas=1, max_replicas=6, slo_s=2.0, seed=1, initial_replicas=1, duration=900.0)
+    cfg = SimulationSettings(min_replicas=1, max_replicas=6, slo_s=2.0, seed=1, initial_replicas=1, duration=900.0)
     slots = [ClassSlot("h100", perf, 1), ClassSlot("h200", perf, 6)]
     waiting, _ = simulate_shortage(reqs, slots, replica.ColdStart(10.0, 0.0), policies.Ours(spec.autoscaling), cfg, None)
     spilled, sim = simulate_shortage(reqs, slots, replica.ColdStart(10.0, 0.0), policies.Ours(spec.autoscaling), cfg,

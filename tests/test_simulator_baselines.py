@@ -9,8 +9,8 @@ import pytest
 
 from triton_operator import cli
 from triton_operator.api import AutoscalingSpec, GPUClass, InferenceService
-from triton_operator.autoscaling.simulator import metrics, policies, replica, workload
-from triton_operator.autoscaling.simulator.simulation import Pod, Settings, View
+from triton_operator.autoscaling.simulator import metrics_path, policies, replica, workload
+from triton_operator.autoscaling.simulator.simulation import Pod, SimulationSettings, View
 from triton_operator.autoscaling.simulator.policies import PolicyError, parse_policy
 
 CLASSES = {d["metadata"]["name"]: GPUClass.model_validate(d) for d in cli.default_catalog()}
@@ -88,7 +88,7 @@ def test_keys_left_out_take_the_upstream_defaults():
 @pytest.mark.parametrize("metric, expected", [("queue", 3.0), ("inflight", 30.0), ("concurrency", 33.0),
                                               ("occupancy", 50.0)])
 def test_each_metric_reads_its_own_figure_per_pod(metric, expected):
-    sample = metrics.Sample(0.0, pending=3.0, p99_ms=1.0, success=0, active=30)
+    sample = metrics_path.Sample(0.0, pending=3.0, p99_ms=1.0, success=0, active=30)
     assert policies.pod_metric(sample, metric, 60.0) == expected
 
 
@@ -96,10 +96,10 @@ def test_an_hpa_on_in_flight_requests_sizes_a_load_the_queue_cannot_see():
     """Ten pods each running 48 requests with nothing waiting: on the queue the HPA sees 0 and
     recommends its minimum; on in-flight with a target of 24 it asks for twice the pods."""
     auto = AutoscalingSpec(min_replicas=1, max_replicas=40)
-    prom = metrics.Prometheus()
+    prom = metrics_path.Prometheus()
     pods = [Pod(i, "ready", -100.0, -50.0, 48) for i in range(10)]
     for t in (0.0, 5.0, 60.0):
-        prom.scrape(t, {i: metrics.Sample(t, 0.0, 100.0, 0, 48) for i in range(10)}, [])
+        prom.scrape(t, {i: metrics_path.Sample(t, 0.0, 100.0, 0, 48) for i in range(10)}, [])
     view = View(60.0, 10, pods, prom, 480.0)
     on_queue = policies.HPA(auto, replica.ColdStart(), metric="queue", target=4.0)
     on_inflight = policies.HPA(auto, replica.ColdStart(), metric="inflight", target=24.0)
@@ -114,7 +114,7 @@ def zero_run(name: str):
     s = svc(min_replicas=0)
     perf = replica.llm_performance(s.spec, CLASSES["h100"].spec)
     reqs = [workload.Request(t + i * 0.5, 200, 20) for t in (600.0, 2400.0) for i in range(40)]
-    cfg = Settings(min_replicas=0, max_replicas=16, slo_s=8.0, duration=3600.0)
+    cfg = SimulationSettings(min_replicas=0, max_replicas=16, slo_s=8.0, duration=3600.0)
     return policies.run_policy(name, reqs, perf, replica.ColdStart(5, 5, 10, 0), s.spec.autoscaling, cfg)
 
 

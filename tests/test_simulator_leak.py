@@ -13,7 +13,7 @@ from triton_operator import cli
 from triton_operator.api import GPUClass, InferenceService
 from triton_operator.autoscaling import policy as live_policy
 from triton_operator.autoscaling.simulator import policies, replica, workload
-from triton_operator.autoscaling.simulator.simulation import Settings
+from triton_operator.autoscaling.simulator.simulation import SimulationSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 CLASSES = {d["metadata"]["name"]: GPUClass.model_validate(d) for d in cli.default_catalog()}
@@ -42,7 +42,7 @@ def test_ours_sizes_from_the_planner_and_never_asks_the_engine(monkeypatch):
     monkeypatch.setattr(live_policy, "decide", spy)
     reqs = workload.generate("poisson:rate=30,duration=600,prompt=1000,output=200", seed=1)
     policies.run_policy("ours", reqs, engine, replica.ColdStart(0, 0, 0, 0), SVC.spec.autoscaling,
-                        Settings(max_replicas=16, slo_s=8.0), "h100", planned)
+                        SimulationSettings(max_replicas=16, slo_s=8.0), "h100", planned)
     got = [h for h in hints if h is not None]
     assert len(got) > 30
     assert got[-1] == pytest.approx(planned.sizing(1000, 200).rate), "the planner's figure for the measured mix"
@@ -51,7 +51,7 @@ def test_ours_sizes_from_the_planner_and_never_asks_the_engine(monkeypatch):
 def test_the_curved_replica_is_shaped_unlike_the_plan():
     planned = replica.llm_performance(SVC.spec, CLASSES["h100"].spec)
     curved = replica.replica_model("curved", planned)
-    cfg = Settings(slo_s=8.0)
+    cfg = SimulationSettings(slo_s=8.0)
     mixes = {"chat": (1000, 200), "code": (4000, 30), "decode": (300, 600)}
     ratios = {}
     for name, (p, o) in mixes.items():

@@ -312,15 +312,15 @@ def _own_namespace() -> str:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from .autoscaling.simulator import command
+    from .autoscaling.simulator import simulate_command
 
-    return command.run(args, _objects, _catalog, CliError)
+    return simulate_command.run(args, _objects, _catalog, CliError)
 
 
 def cmd_gateway(args: argparse.Namespace) -> int:
-    from .gateway import command
+    from .gateway import gateway_command
 
-    return command.run(args, CliError)
+    return gateway_command.run(args, CliError)
 
 
 def cmd_check_install(args: argparse.Namespace) -> int:
@@ -353,10 +353,10 @@ def parser() -> argparse.ArgumentParser:
     pl.add_argument("--gpu-class-file", help="GPUClass catalog YAML (default: the built-in catalog)")
     pl.set_defaults(func=cmd_plan)
 
-    from .autoscaling.simulator.command import add_parser as add_simulate
+    from .autoscaling.simulator.simulate_command import add_parser as add_simulate
     add_simulate(sub, cmd_simulate)
 
-    from .gateway.command import add_parser as add_gateway
+    from .gateway.gateway_command import add_parser as add_gateway
     add_gateway(sub, cmd_gateway)
 
     from .checkinstall import add_parser as add_check_install

@@ -14,7 +14,7 @@ Field descriptions become `kubectl explain` text, so they are written for users.
 This module only re-exports what the rest of the code imports.
 """
 
-from .base import API_VERSION, GROUP, VERSION, describe, first_error
+from .base import API_VERSION, GROUP, VERSION, describe_validation_error, first_error
 from .gpuclass import AUTO_CLASS, AUTO_RESERVED_MESSAGE, GPUClass, GPUClassSpec, Toleration
 from .spec import (AUTO_FALLBACK_MESSAGE, AUTO_PARAMETERS_MESSAGE, BYTES_PER_PARAMETER, CALIBRATED_PRECISIONS,
                    CALIBRATION_MESSAGE, COUNT_ZERO_MESSAGE, INT8_LLM_MESSAGE, MAX_REPLICAS, MIN_COMPUTE_CAPABILITY,
@@ -25,7 +25,7 @@ from .syntax import DNS_1035_LABEL, DNS_LABEL, DURATION_MAX_LENGTH, cel
 
 __all__ = [
     # identity and errors
-    "API_VERSION", "GROUP", "VERSION", "describe", "first_error",
+    "API_VERSION", "GROUP", "VERSION", "describe_validation_error", "first_error",
     # Kubernetes syntax and CEL (crdgen)
     "DNS_1035_LABEL", "DNS_LABEL", "DURATION_MAX_LENGTH", "cel",
     # GPUClass

@@ -32,8 +32,9 @@ def error_path(loc: tuple[int | str, ...]) -> str:
     return out
 
 
-def describe(error: Any) -> str:
-    """One pydantic error as "field.path: message" (the wire names, as users write them)."""
+def describe_validation_error(error: Any) -> str:
+    """One item of a pydantic ValidationError's errors() as "field.path: message" (the wire names,
+    as users write them)."""
     where = error_path(error["loc"])
     message = error["msg"].removeprefix("Value error, ")
     return f"{where}: {message}" if where else message
@@ -41,7 +42,7 @@ def describe(error: Any) -> str:
 
 def first_error(e: ValidationError) -> str:
     """The first validation error as "field.path: message"."""
-    return describe(e.errors()[0])
+    return describe_validation_error(e.errors()[0])
 
 
 def _without_nulls(value: Any) -> Any:

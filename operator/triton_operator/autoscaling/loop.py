@@ -7,7 +7,7 @@ MetricsUnavailable/MetricsAvailable, TargetUnattainable), for `kubectl describe`
 
 Besides Prometheus, the policy gets from the cache the ready replicas, the pods' start-up time
 (creation to Ready of the newest ready pod) and, for TensorRT-LLM services, the planner's
-sizing of one replica (planning/serving.py) for the measured token mix on the GPU class the
+sizing of one replica (planning/llm_performance.py) for the measured token mix on the GPU class the
 Deployment runs on.
 """
 
@@ -23,12 +23,12 @@ from typing import Any, Callable, Protocol
 from .. import telemetry
 from ..api import GPUClass, InferenceService
 from ..conditions import parse_timestamp, timestamp
-from ..kube.client import Kube, describe
+from ..kube.client import Kube, describe_api_error
 from ..kube.events import Event
 from ..kube.failures import FailureLog
 from ..kube.store import Key
 from ..labels import LABEL_GPU_CLASS
-from ..planning.serving import Sizing, llm_performance
+from ..planning.llm_performance import Sizing, llm_performance
 from ..settings import Settings
 from . import policy
 from .prometheus import Snapshot
@@ -210,7 +210,7 @@ class Autoscaler:
                 self.tick()
                 self.failures.success("autoscaler tick")
             except Exception as e:  # noqa: BLE001 - try again next tick, never stop scaling
-                self.failures.failure("autoscaler tick", describe(e))
+                self.failures.failure("autoscaler tick", describe_api_error(e))
             self._stop.wait(self.settings.autoscale_interval_seconds)
 
     def start(self) -> None:

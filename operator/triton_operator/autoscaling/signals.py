@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from ..planning.serving import Sizing
+from ..planning.llm_performance import Sizing
 from .policy import Signals
 
 NO_SERIES = "no Triton metrics for this service in Prometheus"
@@ -25,7 +25,7 @@ def service_signals(*, ready: int, current: int, error: str | None = None, queue
     service with replicas. A service scaled to zero (`current` 0) has no replica to report, so
     there no series is no demand, unless the gateway holds requests for it. Any other signal the
     service lacks (absent or not finite) is None, never 0. `sizing` is the planner's estimate of
-    one replica for the measured token mix (planning/serving), `startup_s` the creation-to-Ready
+    one replica for the measured token mix (planning/llm_performance), `startup_s` the creation-to-Ready
     seconds of the newest ready pod."""
     if error is not None:
         return Signals(ready=ready, error=error)

@@ -11,7 +11,7 @@ from typing import Any
 import kopf
 
 from ..api.kinds import OWN_KINDS
-from ..kube.client import Kube, describe
+from ..kube.client import Kube, describe_api_error
 from ..settings import Settings, from_env
 from . import catalog
 from .manager import Manager
@@ -33,7 +33,7 @@ def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
             # A broken catalog must not stop the operator from serving what already works.
             log.error("GPUClass catalog not applied: %s", e)
         except Exception as e:  # noqa: BLE001 - the API server may be down: the rest still starts
-            log.error("GPUClass catalog not applied: %s", describe(e))
+            log.error("GPUClass catalog not applied: %s", describe_api_error(e))
     memo.manager = Manager(ours, kube)
     memo.manager.start()
     log.info("triton-operator started (%s)", ", ".join(ours.namespaces) or "all namespaces")

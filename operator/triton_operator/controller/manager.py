@@ -14,7 +14,7 @@ from .. import telemetry
 from ..api.kinds import GPU_CLASS, INFERENCE_SERVICE, OWN_KINDS
 from ..autoscaling.loop import Autoscaler
 from ..autoscaling.prometheus import source_for
-from ..kube.client import ApiError, Kube, describe, namespace_terminating
+from ..kube.client import ApiError, Kube, describe_api_error, namespace_terminating
 from ..kube.failures import FailureLog
 from ..kube.informer import Informer
 from ..kube.kinds import DEPLOYMENT, JOB, NETWORK_POLICY, NODE, PDB, POD, SERVICE
@@ -155,7 +155,7 @@ class Manager:
                 self.queue.forget(key)
                 return "namespace_terminating"
             delay = self.queue.add_rate_limited(key)
-            self.failures.failure("reconcile", f"{key[0]}/{key[1]}: {describe(e)} (retrying in {delay:.0f}s)")
+            self.failures.failure("reconcile", f"{key[0]}/{key[1]}: {describe_api_error(e)} (retrying in {delay:.0f}s)")
             return "retry"
         except Exception as e:  # noqa: BLE001 - a bug in one object's pass must not stop the others
             delay = self.queue.add_rate_limited(key)

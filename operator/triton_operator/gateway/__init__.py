@@ -18,5 +18,5 @@ three dependencies and an ASGI layer for routes this small.
 Layout: `keys` (API keys, grants, rate limits) and `translate` (OpenAI <-> generate, chat
 templates, error bodies) and `routing` (services, endpoints, least-in-flight choice) are pure;
 `discovery` (asyncio watches of InferenceServices and EndpointSlices), `server` (the aiohttp
-application) and `command` (the console entry) are the shell.
+application) and `gateway_command` (the console entry) are the shell.
 """

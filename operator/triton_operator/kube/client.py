@@ -53,7 +53,7 @@ class ApiError(Exception):
         return self.status in (400, 403, 413, 422) and not namespace_terminating(self)
 
 
-def describe(e: BaseException) -> str:
+def describe_api_error(e: BaseException) -> str:
     """One line for an API or network error: the server's message, not the whole HTTP exchange."""
     if isinstance(e, ApiError):
         return str(e)
@@ -148,7 +148,7 @@ class Kube:
                 resp = self.api.call_api(method_, url, header_params=headers_, body=body_,
                                          _request_timeout=timeout or self.timeout)
             except ApiException as e:  # raised by the library for TLS errors
-                raise ApiError(0, "Unreachable", describe(e)) from None
+                raise ApiError(0, "Unreachable", describe_api_error(e)) from None
             except (urllib3.exceptions.HTTPError, OSError) as e:
                 raise ApiError(0, "Unreachable", f"API server unreachable: {type(e).__name__}") from None
             if resp.status == 429 and attempt < 3:
@@ -299,7 +299,7 @@ class Kube:
                 self.events.posted(key, posted["metadata"]["name"], now_dt.timestamp())
         except ApiError as e:
             level = logging.DEBUG if namespace_terminating(e) or e.transient else logging.WARNING
-            log.log(level, "could not post event %s on %s: %s", event.reason, meta["name"], describe(e))
+            log.log(level, "could not post event %s on %s: %s", event.reason, meta["name"], describe_api_error(e))
 
 
 def _retry_after(resp: Any) -> float:

@@ -18,7 +18,7 @@ import logging
 import threading
 from typing import Any, Callable
 
-from .client import ApiError, Kind, Kube, describe
+from .client import ApiError, Kind, Kube, describe_api_error
 from .failures import FailureLog
 from .store import Store, trim
 from .watching import GONE, WATCH_SECONDS, Retry, read_event
@@ -86,10 +86,10 @@ class Informer:
                 if e.status == GONE:
                     version = None
                     continue
-                self.failures.failure(topic, describe(e))
+                self.failures.failure(topic, describe_api_error(e))
                 self.stopped.wait(retry.failed())
             except Exception as e:  # noqa: BLE001 - a broken stream must never end the informer
-                self.failures.failure(topic, describe(e))
+                self.failures.failure(topic, describe_api_error(e))
                 self.stopped.wait(retry.failed())
 
     def _apply(self, event: dict[str, Any], version: str) -> str | None:

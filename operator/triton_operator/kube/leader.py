@@ -17,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.leaderelection import electionconfig, leaderelection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
-from .client import describe, load_config
+from .client import describe_api_error, load_config
 
 log = logging.getLogger(__name__)
 # The leader renews every RETRY_SECONDS (a GET and an UPDATE of the Lease: 24 requests a minute,
@@ -46,7 +46,7 @@ class Leadership:
             api.replace_namespaced_lease(self.name, self.namespace, lease)
             log.info("released the lease %s/%s", self.namespace, self.name)
         except (ApiException, OSError) as e:
-            log.warning("could not release the lease %s/%s: %s", self.namespace, self.name, describe(e))
+            log.warning("could not release the lease %s/%s: %s", self.namespace, self.name, describe_api_error(e))
 
 
 def campaign(namespace: str, name: str = "triton-operator") -> tuple[Leadership, threading.Event]:

@@ -1,7 +1,7 @@
 """What one replica can do (pure): Triton + TensorRT-LLM in-flight batching for LLMs, a plain
 service-time distribution with parallel slots for everything else, and the cold start.
 
-LLM replicas run the step model of planning/serving.py (decode bandwidth bound, prefill compute
+LLM replicas run the step model of planning/llm_performance.py (decode bandwidth bound, prefill compute
 bound, calibrated against TensorRT-LLM's published throughput).
 
 Cold start (pods count as capacity only when ready): scheduling 5 s, image pull 30 s (a cached
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ...api import BYTES_PER_PARAMETER, InferenceServiceSpec
-from ...planning.serving import LLMPerformance, llm_performance
+from ...planning.llm_performance import LLMPerformance, llm_performance
 
 __all__ = ["ColdStart", "CurvedLLMPerformance", "LLMPerformance", "LLMReplica", "Performance", "REPLICA_MODELS",
            "ServiceReplica", "ServiceTime", "default_cold_start", "llm_performance", "replica_model"]

@@ -25,7 +25,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Sequence
 
 from ...planning import placement as placing
-from .simulation import Policy, Run, Settings, Simulation
+from .simulation import Policy, Run, SimulationSettings, Simulation
 from .replica import ColdStart, LLMPerformance, LLMReplica, Performance, ServiceReplica
 from .workload import Request
 
@@ -41,7 +41,7 @@ class ClassSlot:
 
 class ShortageSimulation(Simulation):
     def __init__(self, requests: Sequence[Request], slots: Sequence[ClassSlot], cold: ColdStart, policy: Policy,
-                 settings: Settings, spill: placing.Spill | None):
+                 settings: SimulationSettings, spill: placing.Spill | None):
         super().__init__(requests, slots[0].perf, cold, policy, settings, slots[0].name)
         self.slots = {s.name: s for s in slots}
         self.order = [s.name for s in slots]
@@ -130,7 +130,7 @@ class ShortageSimulation(Simulation):
 
 
 def simulate_shortage(requests: Sequence[Request], slots: Sequence[ClassSlot], cold: ColdStart, policy: Policy,
-                      settings: Settings, spill: placing.Spill | None) -> tuple[Run, ShortageSimulation]:
+                      settings: SimulationSettings, spill: placing.Spill | None) -> tuple[Run, ShortageSimulation]:
     sim = ShortageSimulation(requests, slots, cold, policy, settings, spill)
     return sim.run(), sim
 

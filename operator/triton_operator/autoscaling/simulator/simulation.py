@@ -2,10 +2,10 @@
 service's queue, run on ready replicas, and an autoscaling policy changes the replica count
 through the same metrics path the live system has.
 
-Modelling choices (the sources are in replica.py and metrics.py):
+Modelling choices (the sources are in replica.py and metrics_path.py):
 - Routing: one FIFO queue per service, served by the least-busy ready replica that can admit the
   head request (a gateway or activator in front, and the best case for every policy alike).
-  While no replica is ready the queue is what the gateway holds (metrics.py).
+  While no replica is ready the queue is what the gateway holds (metrics_path.py).
   Requests are never routed to a pod that is not ready or is terminating.
 - Scaling: a Deployment. New pods load for the cold start, then serve. Scale-down removes pods
   as a ReplicaSet does (not-ready before ready, the newest first); a removed ready pod stops
@@ -25,13 +25,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
-from .metrics import GatewaySample, Prometheus, Sample, WindowQuantiles
+from .metrics_path import GatewaySample, Prometheus, Sample, WindowQuantiles
 from .replica import ColdStart, LLMPerformance, LLMReplica, Performance, ServiceReplica
 from .workload import Request
 
 
 @dataclass(frozen=True)
-class Settings:
+class SimulationSettings:
     min_replicas: int = 1
     max_replicas: int = 10
     initial_replicas: int | None = None
@@ -99,7 +99,7 @@ class Run:
     decisions: list[tuple[float, int, int, str]]      # (t, from, to, reason) for every change
     reasons: list[tuple[float, str]]                  # the last reason of every tick (sampled)
     end: float
-    settings: Settings
+    settings: SimulationSettings
     gpu_class: str = ""
     pod_classes: dict[int, str] = field(default_factory=dict)   # rid -> GPU class (a shortage spreads them)
 
@@ -110,7 +110,7 @@ _READY, _COMPLETE, _ARRIVAL, _SCRAPE, _SAMPLE, _TICK = range(6)
 
 class Simulation:
     def __init__(self, requests: Sequence[Request], perf: Performance, cold: ColdStart,
-                 policy: Policy, settings: Settings, gpu_class: str = ""):
+                 policy: Policy, settings: SimulationSettings, gpu_class: str = ""):
         self.requests, self.perf, self.cold, self.policy, self.cfg = requests, perf, cold, policy, settings
         self.gpu_class = gpu_class
         self.rng = random.Random(settings.seed)
@@ -364,5 +364,5 @@ def _in_flight(rep: LLMReplica | ServiceReplica) -> list[int]:
 
 
 def simulate(requests: Sequence[Request], perf: Performance, cold: ColdStart, policy: Policy,
-             settings: Settings, gpu_class: str = "") -> Run:
+             settings: SimulationSettings, gpu_class: str = "") -> Run:
     return Simulation(requests, perf, cold, policy, settings, gpu_class).run()

@@ -3,7 +3,7 @@ the per-pod figures an HPA or KEDA can scale on."""
 
 from __future__ import annotations
 
-from ..metrics import Sample
+from ..metrics_path import Sample
 
 
 class PolicyError(ValueError):

@@ -13,7 +13,7 @@ from typing import Sequence
 
 from ..replica import ColdStart, LLMPerformance, Performance
 from ..results import summarize
-from ..simulation import Run, Settings, View, simulate
+from ..simulation import Run, SimulationSettings, View, simulate
 from ..workload import Request
 from .fixed import Fixed
 
@@ -40,7 +40,7 @@ class Schedule:
         pass
 
 
-def saturated_throughput(requests: Sequence[Request], perf: Performance, settings: Settings,
+def saturated_throughput(requests: Sequence[Request], perf: Performance, settings: SimulationSettings,
                          sample: int = 600) -> float:
     """Requests/s one replica completes when it is never idle, on this workload's own mix
     (trtllm-bench's "infinite rate" method): a deterministic sample of the requests, all queued
@@ -52,7 +52,7 @@ def saturated_throughput(requests: Sequence[Request], perf: Performance, setting
               if perf.fits(r.prompt_tokens, r.output_tokens)][:sample]
     if not picked:
         return 1.0
-    cfg = Settings(min_replicas=1, max_replicas=1, slo_s=settings.slo_s, seed=settings.seed,
+    cfg = SimulationSettings(min_replicas=1, max_replicas=1, slo_s=settings.slo_s, seed=settings.seed,
                    duration=0.0, horizon_s=1e9)
     run = simulate(picked, perf, ColdStart(0, 0, 0, 0), Fixed(1), cfg)
     makespan = max(f for f in run.finish if not math.isnan(f))
@@ -69,7 +69,7 @@ def oracle_schedule(requests: Sequence[Request], capacity: float, headroom: floa
     return [max(lo, min(hi, math.ceil(c / bucket_s * (1 + headroom) / capacity))) for c in counts]
 
 
-def run_oracle(requests: Sequence[Request], perf: Performance, cold: ColdStart, settings: Settings,
+def run_oracle(requests: Sequence[Request], perf: Performance, cold: ColdStart, settings: SimulationSettings,
                gpu_class: str = "", bucket_s: float = 60.0, iterations: int = 5) -> Run:
     """The cheapest plan with foresight that meets the SLO target (see the module docstring)."""
     capacity = saturated_throughput(requests, perf, settings)
@@ -83,7 +83,7 @@ def run_oracle(requests: Sequence[Request], perf: Performance, cold: ColdStart, 
         initial = max(counts[: int(lead // bucket_s) + 1])
         if settings.initial_replicas is not None:
             initial = max(initial, settings.initial_replicas)
-        cfg = Settings(**{**settings.__dict__, "initial_replicas": initial})
+        cfg = SimulationSettings(**{**settings.__dict__, "initial_replicas": initial})
         return simulate(requests, perf, cold, Schedule(counts, bucket_s, lead, note), cfg, gpu_class)
 
     lo_h, hi_h = -0.3, 1.5

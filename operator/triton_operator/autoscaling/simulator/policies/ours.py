@@ -17,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
 from ....api import AutoscalingSpec
-from ....planning.serving import Sizing
+from ....planning.llm_performance import Sizing
 from ... import policy as live_policy
 from ...signals import service_signals
 from ..replica import LLMPerformance, Performance
@@ -79,7 +79,7 @@ def _startup_s(view: View) -> float | None:
 @dataclass
 class Ours:
     spec: AutoscalingSpec
-    planner: Performance | None = None   # the planner's estimate (planning/serving), not the engine
+    planner: Performance | None = None   # the planner's estimate (planning/llm_performance), not the engine
     signals: Callable[[View, Performance | None], live_policy.Signals] = live_signals
     name: str = "ours"
     interval: float = LIVE_TICK_S

@@ -8,7 +8,7 @@ from typing import Sequence
 
 from ....api import AutoscalingSpec
 from ..replica import ColdStart, LLMPerformance, Performance
-from ..simulation import Run, Settings, simulate
+from ..simulation import Run, SimulationSettings, simulate
 from ..workload import Request
 from .common import PolicyError
 from .fixed import Fixed
@@ -20,8 +20,8 @@ from .ours import Ours
 from .parse import PolicySpec, check_min_replicas, parse_policy
 
 
-def warm_start(requests: Sequence[Request], perf: Performance, settings: Settings) -> Settings:
-    """Settings whose initial replicas serve the first minute's arrivals at 80 % of a replica's
+def warm_start(requests: Sequence[Request], perf: Performance, settings: SimulationSettings) -> SimulationSettings:
+    """SimulationSettings whose initial replicas serve the first minute's arrivals at 80 % of a replica's
     saturated throughput, as if the service had been running: every policy starts from the
     same, sensible place instead of from minReplicas under full load."""
     if settings.initial_replicas is not None or not requests:
@@ -29,7 +29,7 @@ def warm_start(requests: Sequence[Request], perf: Performance, settings: Setting
     capacity = saturated_throughput(requests, perf, settings)
     first = sum(1 for r in requests if r.arrival < 60.0) / 60.0
     initial = max(settings.min_replicas, min(settings.max_replicas, math.ceil(first / (capacity * 0.8))))
-    return Settings(**{**settings.__dict__, "initial_replicas": initial})
+    return SimulationSettings(**{**settings.__dict__, "initial_replicas": initial})
 
 
 def build_policy(p: PolicySpec, spec: AutoscalingSpec, cold: ColdStart, slots: float,
@@ -61,11 +61,11 @@ def _opt(x: float | str | None) -> float | None:
 
 
 def run_policy(name: str | PolicySpec, requests: Sequence[Request], perf: Performance, cold: ColdStart,
-               spec: AutoscalingSpec, settings: Settings, gpu_class: str = "",
+               spec: AutoscalingSpec, settings: SimulationSettings, gpu_class: str = "",
                planner: LLMPerformance | None = None) -> Run:
     """Run one policy. `perf` is the simulated replica (the engine); `planner` is what ours is
     told about a replica: the planner's estimate from the InferenceService and its GPUClass
-    (planning/serving.llm_performance), as the live loop computes it, never the engine itself."""
+    (planning/llm_performance.llm_performance), as the live loop computes it, never the engine itself."""
     p = parse_policy(name)
     check_min_replicas([p], spec)
     settings = warm_start(requests, perf, settings)
@@ -75,7 +75,7 @@ def run_policy(name: str | PolicySpec, requests: Sequence[Request], perf: Perfor
     policy = build_policy(p, spec, cold, slots, planner)
     if p.family == "fixed":
         n = int(p.get("replicas"))  # type: ignore[arg-type]
-        settings = Settings(**{**settings.__dict__, "initial_replicas": n,
+        settings = SimulationSettings(**{**settings.__dict__, "initial_replicas": n,
                                "max_replicas": max(n, settings.max_replicas),
                                "min_replicas": min(n, settings.min_replicas)})
     return simulate(requests, perf, cold, policy, settings, gpu_class)  # type: ignore[arg-type]

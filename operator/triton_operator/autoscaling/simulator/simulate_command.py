@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ...api import GPUClass, InferenceService
-from . import policies, reader, replica, report, results, workload
-from .simulation import Settings
+from . import policies, reader, replica, report_files, results, workload
+from .simulation import SimulationSettings
 
 
 def add_parser(sub: Any, func: Callable[[argparse.Namespace], int]) -> None:
@@ -158,7 +158,7 @@ def _run(args: argparse.Namespace, load_objects: LoadObjects, load_catalog: Load
     slo_ms = args.slo_ms if args.slo_ms is not None else auto.target_p99_latency_ms
     if slo_ms is None:
         raise error("set --slo-ms or spec.autoscaling.targetP99LatencyMs: the SLO to measure against")
-    settings = Settings(min_replicas=auto.min_replicas, max_replicas=auto.max_replicas,
+    settings = SimulationSettings(min_replicas=auto.min_replicas, max_replicas=auto.max_replicas,
                         gpus_per_replica=svc.spec.gpu.count, price_per_gpu_hour=gpu.price_per_hour,
                         slo_s=slo_ms / 1000.0, slo_target=args.slo_target, seed=args.seed,
                         scrape_interval=args.scrape_interval, outage=outage, outage_kind=args.outage_kind,
@@ -177,8 +177,8 @@ def _run(args: argparse.Namespace, load_objects: LoadObjects, load_catalog: Load
                f"SLO: latency <= {slo_ms:g} ms; replica model {args.replica_model if is_llm else 'service time'}; cold start {cold.ready_after():g} s; "
                f"scrape every {args.scrape_interval:g} s; seed {args.seed}"
                + (f"; metrics outage {outage[0]:g}s+{outage[1]:g}s ({args.outage_kind})" if outage else ""))
-    for flag, base_name, write in (("--requests-out", args.requests_out, report.write_requests),
-                                   ("--replicas-out", args.replicas_out, report.write_replicas)):
+    for flag, base_name, write in (("--requests-out", args.requests_out, report_files.write_requests),
+                                   ("--replicas-out", args.replicas_out, report_files.write_replicas)):
         if not base_name:
             continue
         base = Path(base_name)
@@ -197,13 +197,13 @@ def _run(args: argparse.Namespace, load_objects: LoadObjects, load_catalog: Load
         print(results.text_table(summaries))
     if args.report:
         try:
-            written = report.write_report(Path(args.report), runs, summaries, f"Autoscaling simulation: {svc.name}", details)
+            written = report_files.write_report(Path(args.report), runs, summaries, f"Autoscaling simulation: {svc.name}", details)
         except OSError as e:
             raise error(f"{args.report}: {e.strerror}") from None
         if not args.json:
             print(f"wrote {', '.join(str(Path(args.report) / w) for w in written)}")
-            if not report.have_matplotlib():
-                print(report.PLOTS_HINT)
-    elif not args.json and not report.have_matplotlib():
-        print(f"({report.PLOTS_HINT})")
+            if not report_files.have_matplotlib():
+                print(report_files.PLOTS_HINT)
+    elif not args.json and not report_files.have_matplotlib():
+        print(f"({report_files.PLOTS_HINT})")
     return 0
