@@ -508,6 +508,48 @@ def _decide_to_zero(spec: AutoscalingSpec, current: int, signals: Signals, histo
 
 def _decide(spec: AutoscalingSpec, current: int, signals: Signals, history: History,
             now: datetime, lo: int) -> Decision:
+    """Replicas within [lo, maxReplicas]: held on figures that cannot be trusted; otherwise what
+    each rule asks for, the largest winning, reached by the scaling limits (see the module)."""
+    unusable = _hold_without_figures(spec, current, signals, history, lo)
+    if unusable is not None:
+        return unusable
+    # Requests held at the gateway (no replica ready: a service waking from zero) wait like queued
+    # ones, for every rule and for what the service holds (they move into Triton's queue on wake).
+    queue = signals.queue_depth
+    held = signals.held if signals.held is not None and math.isfinite(signals.held) else 0.0
+    if held:
+        queue += held
+        signals = _evolve(signals, queue_depth=queue)
+    history = history.learn(now, signals)
+
+    wants: dict[str, int] = {}
+    notes: list[str] = []
+    per_replica = queue / max(signals.ready, 1)
+    by_demand = _ask_for_load(wants, notes, spec, current, queue, per_replica, signals, history, now)
+    if held:
+        notes.append(f"{_fmt(held)} held at the gateway")
+    p99 = signals.p99_ms
+    if p99 is not None and math.isnan(p99):
+        p99 = None
+    unattainable = _ask_for_latency(wants, notes, spec, current, queue, p99, by_demand, signals, history, now)
+
+    driver = max(wants, key=lambda k: wants[k])
+    recommendation = max(lo, min(spec.max_replicas, wants[driver]))
+    window = timedelta(seconds=spec.scale_down_stabilization_seconds)
+    history = history.add(now, recommendation, window, driver)
+    signals_text = ", ".join(notes)
+    if unattainable:
+        signals_text += f" ({unattainable})"
+    desired, reason = _move_towards(spec, current, recommendation, f"{driver} asks for {wants[driver]}",
+                                    signals_text, signals, history, now)
+    return Decision(desired, reason, True, history, round(per_replica, 3),
+                    None if p99 is None else round(p99, 3), wants, unattainable)
+
+
+def _hold_without_figures(spec: AutoscalingSpec, current: int, signals: Signals, history: History,
+                          lo: int) -> Decision | None:
+    """Fail static: a Prometheus error or no queue-depth series holds the current replicas (moved
+    into [lo, maxReplicas]); None when the figures can be used."""
     hi = spec.max_replicas
     bounded = max(lo, min(hi, current))
     if signals.error is not None:
@@ -518,107 +560,113 @@ def _decide(spec: AutoscalingSpec, current: int, signals: Signals, history: Hist
     queue = signals.queue_depth
     if queue is None or math.isnan(queue):
         return Decision(bounded, f"no queue-depth data: holding {bounded} replicas", False, history)
-    # Requests held at the gateway (no replica ready: a service waking from zero) wait like queued
-    # ones, for every rule and for what the service holds (they move into Triton's queue on wake).
-    held = signals.held if signals.held is not None and math.isfinite(signals.held) else 0.0
-    if held:
-        queue += held
-        signals = _evolve(signals, queue_depth=queue)
+    return None
 
-    ready = signals.ready
-    tol = spec.tolerance
-    wants: dict[str, int] = {}
-    notes: list[str] = []
-    unattainable: str | None = None
-    capacity = max(current, 1)
-    history = history.learn(now, signals)
 
-    per_replica = queue / max(ready, 1)
+def _ask_for_load(wants: dict[str, int], notes: list[str], spec: AutoscalingSpec, current: int, queue: float,
+                  per_replica: float, signals: Signals, history: History, now: datetime) -> bool:
+    """What the load asks for, into `wants` and `notes`: demand when a replica's capacity is
+    known, else queue depth. Whether demand is in charge."""
     demand = _demand(spec, current, queue, signals, history, now)
     if demand is not None:
         wants["demand"], note = demand
         notes.append(note)
         notes.append(f"queue {_fmt(per_replica)}/replica")
-    else:
-        # Queue depth: replicas needed so that each holds at most the target queue.
-        ratio = queue / (spec.target_queue_depth * capacity)
-        wants["queue"] = current if abs(ratio - 1) <= tol else math.ceil(queue / spec.target_queue_depth)
-        notes.append(f"queue {_fmt(per_replica)}/replica (target {_fmt(spec.target_queue_depth)})")
-    if held:
-        notes.append(f"{_fmt(held)} held at the gateway")
+        return True
+    # Queue depth: replicas needed so that each holds at most the target queue.
+    ratio = queue / (spec.target_queue_depth * max(current, 1))
+    wants["queue"] = current if abs(ratio - 1) <= spec.tolerance else math.ceil(queue / spec.target_queue_depth)
+    notes.append(f"queue {_fmt(per_replica)}/replica (target {_fmt(spec.target_queue_depth)})")
+    return False
 
-    p99 = signals.p99_ms
-    if p99 is not None and math.isnan(p99):
-        p99 = None
+
+def _ask_for_latency(wants: dict[str, int], notes: list[str], spec: AutoscalingSpec, current: int, queue: float,
+                     p99: float | None, by_demand: bool, signals: Signals, history: History,
+                     now: datetime) -> str | None:
+    """What the p99 latency asks for, into `wants` and `notes`, when a target is set and replicas
+    serve; returns a target no replica count can meet, and why (None: none)."""
     target = spec.target_p99_latency_ms
-    if target is not None and p99 is not None and ready > 0:
-        ratio = p99 / target
-        notes.append(f"p99 {_fmt(p99)}ms (target {_fmt(target)}ms)")
-        # A request in the summary's window finished within it, but may have waited before it.
-        waited = history.queued_at is not None and now - history.queued_at < _TWO_P99_WINDOWS
-        slots = signals.batch_slots
-        full = bool(slots) and signals.in_flight is not None and signals.in_flight >= FULL_BATCH * slots * ready
-        prefill = signals.prefill_s
-        stalled = (prefill is not None and signals.throughput is not None and ready > 0
-                   and signals.throughput / ready * prefill >= FULL_BATCH)
-        if ratio > 1 + tol and queue < 1:
-            if waited:
-                notes.append("from a queue that has drained")
-            elif full:
-                notes.append("with full batches")
-            elif stalled:
-                notes.append("with batches stalled by prefill")
-            else:
-                # Nothing waited for the summary's requests and the batches are light: the
-                # latency is service time, which more replicas do not shorten.
-                unattainable = (f"p99 {_fmt(p99)}ms is over the {_fmt(target)}ms target with no "
-                                f"queue: that is service time, more replicas would not meet it")
-        elif abs(ratio - 1) <= tol:
-            wants["p99"] = current
-        elif demand is None:
-            # With demand in charge the p99 is reported, not chased: demand already sizes the
-            # backlog, and ready x p99 / target compounds over a draining queue.
-            # Based on ready replicas only: pods still loading do not lower latency yet, and since
-            # they are part of `current`, a request they already cover adds nothing.
-            wants["p99"] = math.ceil(ready * ratio)
+    ready = signals.ready
+    if target is None or p99 is None or not ready > 0:
+        return None
+    ratio = p99 / target
+    tol = spec.tolerance
+    notes.append(f"p99 {_fmt(p99)}ms (target {_fmt(target)}ms)")
+    if ratio > 1 + tol and queue < 1:
+        return _latency_without_queue(notes, p99, target, signals, history, now)
+    if abs(ratio - 1) <= tol:
+        wants["p99"] = current
+    elif not by_demand:
+        # With demand in charge the p99 is reported, not chased: demand already sizes the
+        # backlog, and ready x p99 / target compounds over a draining queue.
+        # Based on ready replicas only: pods still loading do not lower latency yet, and since
+        # they are part of `current`, a request they already cover adds nothing.
+        wants["p99"] = math.ceil(ready * ratio)
+    return None
 
-    driver = max(wants, key=lambda k: wants[k])
-    recommendation = max(lo, min(hi, wants[driver]))
-    window = timedelta(seconds=spec.scale_down_stabilization_seconds)
-    history = history.add(now, recommendation, window, driver)
-    signals_text = ", ".join(notes)
-    if unattainable:
-        signals_text += f" ({unattainable})"
 
+def _latency_without_queue(notes: list[str], p99: float, target: float, signals: Signals, history: History,
+                           now: datetime) -> str | None:
+    """A p99 over target with nothing queued: noted as left by a queue that has just drained, by
+    full batches or by batches stalled by prefill; otherwise it is service time, a target no
+    replica count meets (returned)."""
+    ready = signals.ready
+    # A request in the summary's window finished within it, but may have waited before it.
+    waited = history.queued_at is not None and now - history.queued_at < _TWO_P99_WINDOWS
+    slots = signals.batch_slots
+    full = bool(slots) and signals.in_flight is not None and signals.in_flight >= FULL_BATCH * slots * ready
+    prefill = signals.prefill_s
+    stalled = (prefill is not None and signals.throughput is not None and ready > 0
+               and signals.throughput / ready * prefill >= FULL_BATCH)
+    if waited:
+        notes.append("from a queue that has drained")
+    elif full:
+        notes.append("with full batches")
+    elif stalled:
+        notes.append("with batches stalled by prefill")
+    else:
+        # Nothing waited for the summary's requests and the batches are light: the
+        # latency is service time, which more replicas do not shorten.
+        return (f"p99 {_fmt(p99)}ms is over the {_fmt(target)}ms target with no "
+                f"queue: that is service time, more replicas would not meet it")
+    return None
+
+
+def _move_towards(spec: AutoscalingSpec, current: int, recommendation: int, asked: str, signals_text: str,
+                  signals: Signals, history: History, now: datetime) -> tuple[int, str]:
+    """The replicas to run now on the way to `recommendation`, and why: up at once (step
+    limited), down slowly (stabilized, step limited), held while figures are partial."""
     if recommendation > current:
         limit = max(2 * current, current + 4)
         desired = min(recommendation, limit)
-        reason = f"scale up {current}->{desired}: {signals_text}; {driver} asks for {wants[driver]}"
+        reason = f"scale up {current}->{desired}: {signals_text}; {asked}"
         if desired < recommendation:
             reason += f" (step limited to {desired})"
-    elif recommendation < current and signals.reporting is not None and signals.reporting < ready:
+        return desired, reason
+    ready = signals.ready
+    if recommendation < current and signals.reporting is not None and signals.reporting < ready:
         # A pod's metrics are missing: what is missing is not "no load" (scale-ups still happen).
-        desired = current
-        reason = (f"holding {current}: {signals_text} ask for {recommendation}, but Prometheus has metrics "
-                  f"from {signals.reporting} of {ready} ready replicas")
-    elif recommendation < current:
-        held_s = spec.scale_down_stabilization_seconds
-        # Demand forecasts one start-up ahead: what it no longer asks for is not needed within a
-        # start-up, so its hold is the start-up time (at least a rate window, at most the spec's).
-        hold = min(float(held_s), max(MIN_HOLD_S, startup_of(signals, history)))
-        if held_s > hold and history.all_from("demand", now - timedelta(seconds=hold)):
-            held_s = int(math.ceil(hold))
-        stabilized = history.highest(now - timedelta(seconds=held_s)) or recommendation
-        if stabilized >= current:
-            desired = current
-            reason = (f"holding {current}: {signals_text} ask for {recommendation}, but "
-                      f"{stabilized} was recommended within the last {held_s}s")
-        else:
-            desired = max(stabilized, current - spec.scale_down_max_step)
-            reason = (f"scale down {current}->{desired}: {signals_text}; highest recommendation within the last "
-                      f"{held_s}s {stabilized}")
-    else:
-        desired = current
-        reason = f"steady at {current}: {signals_text}"
-    return Decision(desired, reason, True, history, round(per_replica, 3),
-                    None if p99 is None else round(p99, 3), wants, unattainable)
+        return current, (f"holding {current}: {signals_text} ask for {recommendation}, but Prometheus has "
+                         f"metrics from {signals.reporting} of {ready} ready replicas")
+    if recommendation < current:
+        return _scale_down(spec, current, recommendation, signals_text, signals, history, now)
+    return current, f"steady at {current}: {signals_text}"
+
+
+def _scale_down(spec: AutoscalingSpec, current: int, recommendation: int, signals_text: str,
+                signals: Signals, history: History, now: datetime) -> tuple[int, str]:
+    """Down only to the highest recommendation within the stabilization window, at most
+    scaleDownMaxStep at once; held when that is not below the current replicas."""
+    held_s = spec.scale_down_stabilization_seconds
+    # Demand forecasts one start-up ahead: what it no longer asks for is not needed within a
+    # start-up, so its hold is the start-up time (at least a rate window, at most the spec's).
+    hold = min(float(held_s), max(MIN_HOLD_S, startup_of(signals, history)))
+    if held_s > hold and history.all_from("demand", now - timedelta(seconds=hold)):
+        held_s = int(math.ceil(hold))
+    stabilized = history.highest(now - timedelta(seconds=held_s)) or recommendation
+    if stabilized >= current:
+        return current, (f"holding {current}: {signals_text} ask for {recommendation}, but "
+                         f"{stabilized} was recommended within the last {held_s}s")
+    desired = max(stabilized, current - spec.scale_down_max_step)
+    return desired, (f"scale down {current}->{desired}: {signals_text}; highest recommendation within the last "
+                     f"{held_s}s {stabilized}")

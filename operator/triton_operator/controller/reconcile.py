@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
-from .. import conditions as c
+from .. import conditions
 from .. import telemetry
 from ..api import GROUP, GPUClass, InferenceService
 from ..api.kinds import INFERENCE_SERVICE
@@ -150,7 +150,7 @@ class Reconciler:
         children = self.views.children(key)  # after our writes (written through to the cache)
         cls = classes.get(plan.gpu_class) if plan.gpu_class else None
         names = dict(plan.deployments)
-        deployments = [d for c, n in plan.deployments if (d := children.deployment_named(n)) is not None]
+        deployments = [d for _, name in plan.deployments if (d := children.deployment_named(name)) is not None]
         observed = status_core.Observed(
             desired_replicas=plan.replicas, gpu_class=plan.gpu_class, gpu_class_spec=cls.spec if cls else None,
             gpu_count=next((o.count for o in plan.options if o.gpu_class == plan.gpu_class), isvc.spec.gpu.count),
@@ -298,7 +298,7 @@ def _with_autoscaling(new_status: dict[str, Any], old_status: dict[str, Any], re
     """Merge the autoscaler's report into the status reconcile computed; clear it when the spec
     no longer autoscales."""
     conds = new_status["conditions"]
-    old_cond = c.find(old_status.get("conditions") or [], METRICS_AVAILABLE)
+    old_cond = conditions.find(old_status.get("conditions") or [], METRICS_AVAILABLE)
     if isvc.spec.autoscaling is None:
         new_status["conditions"] = [x for x in conds if x["type"] != METRICS_AVAILABLE]
         new_status["autoscaling"] = None
@@ -307,15 +307,16 @@ def _with_autoscaling(new_status: dict[str, Any], old_status: dict[str, Any], re
     if report is None:
         # No tick yet since this process started: keep what an earlier run showed.
         if old_cond is not None:
-            new_status["conditions"] = c.set_condition(conds, METRICS_AVAILABLE, old_cond["status"], old_cond["reason"],
-                                                       old_cond.get("message", ""), old_cond.get("observedGeneration"), now)
+            new_status["conditions"] = conditions.set_condition(
+                conds, METRICS_AVAILABLE, old_cond["status"], old_cond["reason"], old_cond.get("message", ""),
+                old_cond.get("observedGeneration"), now)
         for k in ("autoscaling", "metrics"):
             if old_status.get(k) is not None:
                 new_status[k] = old_status[k]
         return new_status
     ok, reason, message = report.condition()
-    new_status["conditions"] = c.set_condition(conds, METRICS_AVAILABLE, ok, reason, message,
-                                               isvc.metadata.get("generation"), now)
+    new_status["conditions"] = conditions.set_condition(conds, METRICS_AVAILABLE, ok, reason, message,
+                                                        isvc.metadata.get("generation"), now)
     new_status.update(report.status())
     return new_status
 
@@ -326,9 +327,9 @@ def _invalid_status(raw: dict[str, Any], message: str, now: datetime
     gen = raw["metadata"].get("generation")
     old = (raw.get("status") or {}).get("conditions") or []
     conds = old
-    for type_, value in ((c.READY, False), (c.PROGRESSING, False), (c.DEGRADED, True)):
-        conds = c.set_condition(conds, type_, value, "InvalidSpec", message, gen, now)
-    before = c.find(old, c.DEGRADED)
+    for type_, value in ((conditions.READY, False), (conditions.PROGRESSING, False), (conditions.DEGRADED, True)):
+        conds = conditions.set_condition(conds, type_, value, "InvalidSpec", message, gen, now)
+    before = conditions.find(old, conditions.DEGRADED)
     events = [] if before and before.get("reason") == "InvalidSpec" and before.get("message") == message else [
         Event("Warning", "InvalidSpec", message)]
     return {"observedGeneration": gen, "conditions": conds}, events

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
-from .. import conditions as c
+from .. import conditions
 from ..api import GPUClassSpec, InferenceService
 from ..kube.events import Event
 from ..planning import placement as placing
@@ -83,7 +83,7 @@ def pod_trouble(pods: list[dict[str, Any]]) -> PodTrouble:
 
 
 def _dep_condition(dep: dict[str, Any], type_: str) -> dict[str, Any] | None:
-    return c.find((dep.get("status") or {}).get("conditions") or [], type_)
+    return conditions.find((dep.get("status") or {}).get("conditions") or [], type_)
 
 
 def _degraded(obs: Observed, trouble: PodTrouble) -> tuple[bool, str, str]:
@@ -131,19 +131,65 @@ def _degraded(obs: Observed, trouble: PodTrouble) -> tuple[bool, str, str]:
     return False, "AsExpected", ""
 
 
+class _Condition(NamedTuple):
+    """A condition's status, reason and message, before conditions.set_condition stamps it."""
+
+    status: bool
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class _Rollout:
+    """The replicas asked for, and the Deployments' figures summed over every class's Deployment."""
+
+    desired: int
+    ready: int
+    available: int
+    updated: int
+    total: int
+    rolled_out: bool       # every Deployment has seen its spec, and all the replicas run it
+
+
 def compute(isvc: InferenceService, obs: Observed, now: datetime) -> tuple[dict[str, Any], list[Event]]:
     """The status to write and the Events that its transitions deserve."""
     old_status = isvc.status.wire() if isvc.status else {}
     old = old_status.get("conditions", [])
     gen = isvc.metadata.get("generation")
-    trouble = pod_trouble(obs.pods)
-    if obs.placement is not None:
-        # Pods short of room are the placement's to move (or to name in GPUClassesFull).
-        trouble = PodTrouble([(p, m) for p, m in trouble.unschedulable if not placing.capacity_shortage(m)],
-                             trouble.failing)
-    degraded, d_reason, d_message = _degraded(obs, trouble)
+    degraded = _Condition(*_degraded(obs, _trouble_to_report(obs)))
+    rollout = _rollout(obs)
+    ready = _ready(isvc, obs, rollout, degraded, old)
+    progressing = _progressing(obs, rollout, ready)
 
-    dep = obs.deployment
+    conds = conditions.set_condition(old, conditions.READY, *ready, gen, now)
+    conds = conditions.set_condition(conds, conditions.PROGRESSING, *progressing, gen, now)
+    conds = conditions.set_condition(conds, conditions.DEGRADED, *degraded, gen, now)
+    if _scales_to_zero(isvc):
+        conds = conditions.set_condition(conds, conditions.SCALED_TO_ZERO, *_scaled_to_zero(rollout, ready),
+                                         gen, now)
+    else:
+        conds = [x for x in conds if x["type"] != conditions.SCALED_TO_ZERO]
+    if obs.preparation is not None:
+        conds = conditions.set_condition(conds, conditions.MODEL_READY, *_model_ready(obs), gen, now)
+
+    status = _status_fields(obs, rollout, conds, gen, old_status.get("placement") or [], now)
+    events = _events(old, conds, obs.notes, old_status.get("gpuClass"), obs.gpu_class)
+    if obs.placement is not None:
+        events += _move_events(obs.placement)
+    return status, events
+
+
+def _trouble_to_report(obs: Observed) -> PodTrouble:
+    """The pods' trouble that Degraded reports."""
+    trouble = pod_trouble(obs.pods)
+    if obs.placement is None:
+        return trouble
+    # Pods short of room are the placement's to move (or to name in GPUClassesFull).
+    return PodTrouble([(p, m) for p, m in trouble.unschedulable if not placing.capacity_shortage(m)],
+                      trouble.failing)
+
+
+def _rollout(obs: Observed) -> _Rollout:
     deps = obs.all_deployments()
 
     def summed(field_: str) -> int:
@@ -152,89 +198,122 @@ def compute(isvc: InferenceService, obs: Observed, now: datetime) -> tuple[dict[
     ready, available, updated, total = (summed("readyReplicas"), summed("availableReplicas"),
                                         summed("updatedReplicas"), summed("replicas"))
     desired = obs.desired_replicas
-    dep_current = dep is not None and all(
+    dep_current = obs.deployment is not None and all(
         ((d.get("status") or {}).get("observedGeneration") or 0) >= d["metadata"].get("generation", 0) for d in deps)
     rolled_out = dep_current and updated >= desired and total <= updated
-    where = _where(obs)
+    return _Rollout(desired, ready, available, updated, total, rolled_out)
 
+
+def _scales_to_zero(isvc: InferenceService) -> bool:
     auto = isvc.spec.autoscaling
-    to_zero = auto is not None and auto.min_replicas == 0
-    old_ready = c.find(old, c.READY)
-    # Waking: the autoscaler asked for a replica after zero, and none is ready yet (the gateway
-    # holds the requests that woke it).
-    waking = to_zero and desired > 0 and ready == 0 and old_ready is not None and \
-        old_ready.get("reason") in ("ScaledToZero", "Waking")
-    if obs.error and dep is None:
-        r = (False, obs.error[0], obs.error[1])
-    elif dep is None:
-        r = (False, "Creating", "creating the Deployment")
-    elif desired == 0:
-        r = (False, "ScaledToZero", f"no requests for {auto.scale_to_zero_after_seconds}s: scaled to zero; the next "
-                                    "request through the gateway wakes it" if to_zero else "replicas is 0")
-    elif waking and not degraded:
-        r = (False, "Waking", f"waking from zero: 0/{desired} replicas ready; the gateway holds requests until one is")
-    elif rolled_out and available >= 1 and not obs.error:
-        r = (True, "Serving", f"{ready}/{desired} replicas ready on {where}")
-    elif degraded:
-        r = (False, d_reason, d_message)
-    elif available >= 1:
-        r = (False, "RollingOut", f"rolling out the new spec: {updated}/{desired} replicas updated, {ready} ready")
-    else:
-        r = (False, "Loading", f"0/{desired} replicas ready: waiting for Triton to load the model")
-    if obs.error and dep is not None:
-        # Whatever still runs serves an earlier spec: Ready (for this generation) is False.
-        still = f"; {ready} replica(s) of an earlier spec still serve" if ready else ""
-        r = (False, obs.error[0], f"the latest spec cannot be applied: {obs.error[1]}{still}")
+    return auto is not None and auto.min_replicas == 0
+
+
+def _preparation_pending(obs: Observed) -> bool:
+    """The model's preparation (tensorrt-llm) is not done: serving pods wait for it."""
     prep = obs.prepared()
-    held = prep is not None and prep["phase"] != "Ready"
-    if held and not (r[0] and desired > 0):
+    return prep is not None and prep["phase"] != "Ready"
+
+
+def _ready(isvc: InferenceService, obs: Observed, rollout: _Rollout, degraded: _Condition,
+           old: list[dict[str, Any]]) -> _Condition:
+    """Ready, from the replicas; a spec that cannot be applied, and a model not prepared yet
+    while nothing serves, say why instead."""
+    ready = _ready_from_replicas(isvc, obs, rollout, degraded, old)
+    if obs.error and obs.deployment is not None:
+        # Whatever still runs serves an earlier spec: Ready (for this generation) is False.
+        still = f"; {rollout.ready} replica(s) of an earlier spec still serve" if rollout.ready else ""
+        ready = _Condition(False, obs.error[0], f"the latest spec cannot be applied: {obs.error[1]}{still}")
+    prep = obs.prepared()
+    if _preparation_pending(obs) and not (ready.status and rollout.desired > 0):
         reason = "PreparationFailed" if prep["phase"] == "Failed" else "Preparing"
-        r = (False, reason, f"serving pods wait for the model's preparation ({prep['precision']}): "
-                            f"{prep['message']}")
+        ready = _Condition(False, reason, f"serving pods wait for the model's preparation ({prep['precision']}): "
+                                          f"{prep['message']}")
+    return ready
 
-    placement = obs.placement
+
+def _ready_from_replicas(isvc: InferenceService, obs: Observed, rollout: _Rollout, degraded: _Condition,
+                         old: list[dict[str, Any]]) -> _Condition:
+    """Ready as the Deployments show it: the first of these that holds."""
+    dep, desired, ready = obs.deployment, rollout.desired, rollout.ready
+    auto = isvc.spec.autoscaling
+    to_zero = _scales_to_zero(isvc)
+    where = _where(obs)
+    if obs.error and dep is None:
+        return _Condition(False, obs.error[0], obs.error[1])
+    if dep is None:
+        return _Condition(False, "Creating", "creating the Deployment")
+    if desired == 0:
+        return _Condition(False, "ScaledToZero", f"no requests for {auto.scale_to_zero_after_seconds}s: scaled to "
+                                                 "zero; the next request through the gateway wakes it" if to_zero
+                          else "replicas is 0")
+    if _waking(isvc, rollout, old) and not degraded.status:
+        return _Condition(False, "Waking", f"waking from zero: 0/{desired} replicas ready; the gateway holds "
+                                           "requests until one is")
+    if rollout.rolled_out and rollout.available >= 1 and not obs.error:
+        return _Condition(True, "Serving", f"{ready}/{desired} replicas ready on {where}")
+    if degraded.status:
+        return _Condition(False, degraded.reason, degraded.message)
+    if rollout.available >= 1:
+        return _Condition(False, "RollingOut", f"rolling out the new spec: {rollout.updated}/{desired} replicas "
+                                               f"updated, {ready} ready")
+    return _Condition(False, "Loading", f"0/{desired} replicas ready: waiting for Triton to load the model")
+
+
+def _waking(isvc: InferenceService, rollout: _Rollout, old: list[dict[str, Any]]) -> bool:
+    """Waking: the autoscaler asked for a replica after zero, and none is ready yet (the gateway
+    holds the requests that woke it)."""
+    old_ready = conditions.find(old, conditions.READY)
+    return _scales_to_zero(isvc) and rollout.desired > 0 and rollout.ready == 0 and old_ready is not None and \
+        old_ready.get("reason") in ("ScaledToZero", "Waking")
+
+
+def _progressing(obs: Observed, rollout: _Rollout, ready: _Condition) -> _Condition:
+    """Progressing: what the operator is still doing towards the spec, the first of these that holds."""
+    placement, prep = obs.placement, obs.prepared()
+    desired, updated, n_ready = rollout.desired, rollout.updated, rollout.ready
     if obs.error:
-        p = (False, obs.error[0], "waiting for the spec or the cluster to change")
-    elif held:
-        p = (prep["phase"] == "Preparing", r[1] if not r[0] else "Preparing", prep["message"])
-    elif placement is not None and placement.waiting and not placement.shortfall:
-        p = (True, "WaitingToSpill", placement.waiting)
-    elif placement is not None and placement.returning:
-        p = (True, "MovingBack", f"a replica is starting on {obs.gpu_class} to replace a spilled one; "
-                                 f"{ready} ready")
-    elif dep is None or not rolled_out:
-        p = (True, "RollingOut", f"{updated}/{desired} replicas updated, {ready} ready")
-    elif ready != desired or total != desired:
-        p = (True, "Scaling", f"{ready}/{desired} replicas ready")
-    else:
-        p = (False, "Complete", f"{ready}/{desired} replicas ready")
+        return _Condition(False, obs.error[0], "waiting for the spec or the cluster to change")
+    if _preparation_pending(obs):
+        return _Condition(prep["phase"] == "Preparing", ready.reason if not ready.status else "Preparing",
+                          prep["message"])
+    if placement is not None and placement.waiting and not placement.shortfall:
+        return _Condition(True, "WaitingToSpill", placement.waiting)
+    if placement is not None and placement.returning:
+        return _Condition(True, "MovingBack", f"a replica is starting on {obs.gpu_class} to replace a spilled one; "
+                                              f"{n_ready} ready")
+    if obs.deployment is None or not rollout.rolled_out:
+        return _Condition(True, "RollingOut", f"{updated}/{desired} replicas updated, {n_ready} ready")
+    if n_ready != desired or rollout.total != desired:
+        return _Condition(True, "Scaling", f"{n_ready}/{desired} replicas ready")
+    return _Condition(False, "Complete", f"{n_ready}/{desired} replicas ready")
 
-    conds = c.set_condition(old, c.READY, r[0], r[1], r[2], gen, now)
-    conds = c.set_condition(conds, c.PROGRESSING, p[0], p[1], p[2], gen, now)
-    conds = c.set_condition(conds, c.DEGRADED, degraded, d_reason, d_message, gen, now)
-    if to_zero:
-        if desired == 0:
-            z = (True, "IdleWindowElapsed", r[2])
-        elif r[1] == "Waking":
-            z = (False, "Waking", r[2])
-        else:
-            z = (False, "Serving", f"{ready}/{desired} replicas ready")
-        conds = c.set_condition(conds, c.SCALED_TO_ZERO, z[0], z[1], z[2], gen, now)
-    else:
-        conds = [x for x in conds if x["type"] != c.SCALED_TO_ZERO]
-    if obs.preparation is not None:
-        if prep is None:
-            e = (False, "NoGPUClass", "no GPU class can serve the model, so it is not prepared")
-        else:
-            e = (prep["phase"] == "Ready", {"Ready": "Prepared", "Failed": "PreparationFailed"}.get(
-                prep["phase"], "Preparing"), prep["message"])
-        conds = c.set_condition(conds, c.MODEL_READY, e[0], e[1], e[2], gen, now)
 
+def _scaled_to_zero(rollout: _Rollout, ready: _Condition) -> _Condition:
+    """ScaledToZero (minReplicas 0 only): at zero after the idle window, waking, or serving."""
+    if rollout.desired == 0:
+        return _Condition(True, "IdleWindowElapsed", ready.message)
+    if ready.reason == "Waking":
+        return _Condition(False, "Waking", ready.message)
+    return _Condition(False, "Serving", f"{rollout.ready}/{rollout.desired} replicas ready")
+
+
+def _model_ready(obs: Observed) -> _Condition:
+    """ModelReady (tensorrt-llm only): the model's preparation."""
+    prep = obs.prepared()
+    if prep is None:
+        return _Condition(False, "NoGPUClass", "no GPU class can serve the model, so it is not prepared")
+    return _Condition(prep["phase"] == "Ready", {"Ready": "Prepared", "Failed": "PreparationFailed"}.get(
+        prep["phase"], "Preparing"), prep["message"])
+
+
+def _status_fields(obs: Observed, rollout: _Rollout, conds: list[dict[str, Any]], gen: int | None,
+                   old_placement: list[dict[str, Any]], now: datetime) -> dict[str, Any]:
     status: dict[str, Any] = {
         "observedGeneration": gen,
         "conditions": conds,
-        "replicas": desired,
-        "readyReplicas": ready,
+        "replicas": rollout.desired,
+        "readyReplicas": rollout.ready,
         "gpuClass": obs.gpu_class,
         "selector": obs.selector,
         "endpoints": obs.endpoints,
@@ -242,15 +321,17 @@ def compute(isvc: InferenceService, obs: Observed, now: datetime) -> tuple[dict[
     if obs.preparation is not None:
         status["preparation"] = obs.preparation
     if obs.gpu_class is not None:
-        entries = _placement_status(obs, old_status.get("placement") or [], now)
+        entries = _placement_status(obs, old_placement, now)
         status["placement"] = entries
         status["replicasByClass"] = ",".join(f"{e['gpuClass']}:{e['ready']}/{e['desired']}" for e in entries
-                                             if e["desired"] or e["ready"]) or f"{obs.gpu_class}:0/{desired}"
-    events = _events(old, conds, obs.notes, old_status.get("gpuClass"), obs.gpu_class)
-    if placement is not None:
-        events += [Event("Warning" if m.kind == placing.RETURN_ABANDONED else "Normal", m.kind, m.why)
-                   for m in placement.moves]
-    return status, events
+                                             if e["desired"] or e["ready"]) or f"{obs.gpu_class}:0/{rollout.desired}"
+    return status
+
+
+def _move_events(placement: placing.Placement) -> list[Event]:
+    """An Event per replica moved between classes; a return given up is a Warning."""
+    return [Event("Warning" if m.kind == placing.RETURN_ABANDONED else "Normal", m.kind, m.why)
+            for m in placement.moves]
 
 
 def _ready_by_class(obs: Observed) -> dict[str, int]:
@@ -258,16 +339,16 @@ def _ready_by_class(obs: Observed) -> dict[str, int]:
         st = (obs.deployment or {}).get("status") or {}
         return {obs.gpu_class: int(st.get("readyReplicas") or 0)} if obs.gpu_class else {}
     by_name = {d["metadata"].get("name"): d for d in obs.all_deployments()}
-    return {c: int(((by_name.get(n) or {}).get("status") or {}).get("readyReplicas") or 0)
-            for c, n in obs.deployment_names.items()}
+    return {gpu_class: int(((by_name.get(name) or {}).get("status") or {}).get("readyReplicas") or 0)
+            for gpu_class, name in obs.deployment_names.items()}
 
 
 def _where(obs: Observed) -> str:
     """'GPU class h100', or with replicas spilled 'GPU classes h100 (1), h200 (2)' (ready)."""
-    ready = {c: n for c, n in _ready_by_class(obs).items() if n}
+    ready = {gpu_class: n for gpu_class, n in _ready_by_class(obs).items() if n}
     if len(ready) <= 1:
         return f"GPU class {next(iter(ready), obs.gpu_class)}"
-    return "GPU classes " + ", ".join(f"{c} ({n})" for c, n in ready.items())
+    return "GPU classes " + ", ".join(f"{gpu_class} ({n})" for gpu_class, n in ready.items())
 
 
 def _placement_status(obs: Observed, old: list[dict[str, Any]], now: datetime) -> list[dict[str, Any]]:
@@ -279,7 +360,7 @@ def _placement_status(obs: Observed, old: list[dict[str, Any]], now: datetime) -
 
     def since(gpu_class: str, reason: str) -> str:
         prev = before.get(gpu_class) or {}
-        return prev["since"] if prev.get("reason") == reason and prev.get("since") else c.timestamp(now)
+        return prev["since"] if prev.get("reason") == reason and prev.get("since") else conditions.timestamp(now)
 
     entries: list[dict[str, Any]] = []
     if obs.placement is None:
@@ -293,26 +374,26 @@ def _placement_status(obs: Observed, old: list[dict[str, Any]], now: datetime) -
             entries.append({"gpuClass": d.gpu_class, "deployment": obs.deployment_names.get(d.gpu_class),
                             "gpusPerReplica": gpus.get(d.gpu_class, obs.gpu_count), "desired": d.replicas,
                             "ready": ready.get(d.gpu_class, 0), "reason": d.reason, "message": d.message,
-                            "since": c.timestamp(d.since)})
+                            "since": conditions.timestamp(d.since)})
     listed = {e["gpuClass"] for e in entries}
     for o in obs.options:
         if not o.usable and o.gpu_class not in listed:
             entries.append({"gpuClass": o.gpu_class, "gpusPerReplica": o.count, "desired": 0, "ready": 0,
                             "reason": o.reason, "message": o.message, "since": since(o.gpu_class, o.reason)})
     # Skipped classes' messages can list every GPUClass (class auto): bounded as conditions are.
-    return [{k: c.bounded(v) if k == "message" else v for k, v in e.items() if v is not None} for e in entries]
+    return [{k: conditions.bounded(v) if k == "message" else v for k, v in e.items() if v is not None} for e in entries]
 
 
 def _events(old: list[dict[str, Any]], new: list[dict[str, Any]], notes: list[str],
             old_class: str | None, new_class: str | None) -> list[Event]:
     events: list[Event] = []
-    before_ready, after_ready = c.find(old, c.READY), c.find(new, c.READY)
+    before_ready, after_ready = conditions.find(old, conditions.READY), conditions.find(new, conditions.READY)
     if after_ready and (before_ready is None or before_ready["status"] != after_ready["status"]):
         if after_ready["status"] == "True":
             events.append(Event("Normal", "Ready", after_ready["message"]))
         elif before_ready is not None:
             events.append(Event("Warning", "NotReady", f"{after_ready['reason']}: {after_ready['message']}"))
-    before_deg, after_deg = c.find(old, c.DEGRADED), c.find(new, c.DEGRADED)
+    before_deg, after_deg = conditions.find(old, conditions.DEGRADED), conditions.find(new, conditions.DEGRADED)
     if after_deg and after_deg["status"] == "True" and (
             before_deg is None or before_deg["status"] != "True" or before_deg["reason"] != after_deg["reason"]):
         events.append(Event("Warning", after_deg["reason"], after_deg["message"]))
@@ -320,7 +401,7 @@ def _events(old: list[dict[str, Any]], new: list[dict[str, Any]], notes: list[st
         events.append(Event("Normal", "GPUClassChanged", f"now running on GPU class {new_class} (was {old_class})"))
     if new_class != old_class:
         events.extend(Event("Normal", "FallbackGPUClass", n) for n in notes)
-    before_eng, after_eng = c.find(old, c.MODEL_READY), c.find(new, c.MODEL_READY)
+    before_eng, after_eng = conditions.find(old, conditions.MODEL_READY), conditions.find(new, conditions.MODEL_READY)
     if after_eng and (before_eng is None or before_eng["reason"] != after_eng["reason"]):
         kind = "Warning" if after_eng["reason"] == "PreparationFailed" else "Normal"
         events.append(Event(kind, after_eng["reason"], after_eng["message"]))
