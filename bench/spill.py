@@ -26,12 +26,23 @@ from triton_operator.cli import default_catalog
 from triton_operator.planning.placement import Spill
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from autoscaling import machine, workloads  # noqa: E402
+from autoscaling import azure, machine  # noqa: E402
+
+from triton_operator.autoscaling.simulator import workload  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 SPEC = ROOT / "specs/llama3-8b-h100.yaml"
 ROOM = {"h100": 2, "h200": 8}
 SPILL = Spill(after_s=120, return_after_s=600)
+
+
+def shortage_workloads() -> dict[str, tuple[list, float | None]]:
+    """The shortage's two workloads (requests, duration): the Azure trace at 16x (seed 1), and a step
+    from 60 to 180 req/s whose token counts are drawn from the trace's rows (seed 1)."""
+    trace = azure()
+    mix = workload.mix_tokens([(r.prompt_tokens, r.output_tokens) for r in trace])
+    return {"azure-conv x16": (workload.rescale(trace, rate_scale=16, seed=1), None),
+            "step 60->180 req/s": (workload.generate("step:low=60,high=180,at=1200,duration=3600", 1, mix), 3600.0)}
 
 
 def main() -> int:
@@ -42,7 +53,7 @@ def main() -> int:
     auto = svc.spec.autoscaling
     started = datetime.now(timezone.utc)
     lines = []
-    for label, (reqs, duration) in workloads(("azure-conv x16", "step 60->180 req/s")).items():
+    for label, (reqs, duration) in shortage_workloads().items():
         cfg = SimulationSettings(min_replicas=auto.min_replicas, max_replicas=auto.max_replicas, gpus_per_replica=1,
                        price_per_gpu_hour=classes["h100"].spec.price_per_hour,
                        slo_s=auto.target_p99_latency_ms / 1000.0, seed=1, duration=duration)

@@ -23,7 +23,7 @@ Rules, and the failures they prevent (the upstream issue behind each is named; d
     the trend cannot see coming: the band learns them; a steady trend does not widen it).
   - The start-up time is learned per service (its Deployment runs one GPU class) from its pods'
     creation-to-Ready as the loop observes them (a running average), DEFAULT_STARTUP_S until then.
-  - A replica's capacity starts from the plan (planning/serving.py: the GPU's bandwidth and
+  - A replica's capacity starts from the plan (planning/llm_performance.py: the GPU's bandwidth and
     compute, the engine's batch, the measured token mix) and is calibrated on the live figures,
     as a running average of measured / planned: a minute spent saturated (requests waiting, so
     every ready replica was full) measures throughput / ready directly; an unsaturated minute
@@ -139,7 +139,7 @@ class Signals:
     throughput: float | None = None    # requests/s completed over the last minute
     startup_s: float | None = None     # seconds a new pod takes to become ready (last observed)
     in_flight: float | None = None     # requests inside the engines' batches, summed over pods
-    capacity_hint: float | None = None  # planned requests/s of one saturated replica (planning/serving)
+    capacity_hint: float | None = None  # planned requests/s of one saturated replica (planning/llm_performance)
     solo_latency_s: float | None = None  # planned seconds one request spends alone in a batch
     batch_slots: float | None = None   # requests one replica's batch holds
     prefill_s: float | None = None     # planned seconds a replica's batch stalls for one request's prefill

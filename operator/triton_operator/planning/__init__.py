@@ -2,5 +2,5 @@
 class, at what cost and decode speed bound), `choice` (which classes a service may run on, and for
 class auto which one), `replicas` (how many replicas a service wants), `placement` (spill-over:
 replicas per class and why), `capacity` (free GPUs per class from the cluster's nodes and pods),
-`preparation` (the state of a model's preparation per class) and `serving` (the LLM performance
+`preparation` (the state of a model's preparation per class) and `llm_performance` (the LLM performance
 model: a replica's throughput and latency on a class)."""
