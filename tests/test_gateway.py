@@ -431,7 +431,7 @@ def test_holding_is_bounded_and_times_out_with_retry_after():
         assert full.value.status == 503 and full.value.retry_after == 7
         for result in await asyncio.gather(*waiters, return_exceptions=True):
             assert isinstance(result, t.OpenAIError) and result.status == 503 and result.code == "model_starting"
-        assert gw.holds.count == 0 and gw.holds.by_service_key == {}
+        assert gw.holds.count == 0 and gw.holds.by_service_and_key == {}
     asyncio.run(scenario())
 
 

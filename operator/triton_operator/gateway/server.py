@@ -34,7 +34,7 @@ from . import tracing as tr
 from . import translate as t
 from .config import GatewaySettings
 from .discovery import ENDPOINT_SLICES, INFERENCE_SERVICES, ApiServer, Watch
-from .routing import Address, Key, Router, Service, url
+from .routing import Address, ServiceKey, Router, Service, url
 
 log = logging.getLogger(__name__)
 
@@ -92,11 +92,11 @@ class Gateway:
         self.in_flight = limits.InFlight()
         self.connections = guard.Limits(settings.max_connections, settings.header_timeout_seconds)
         self.watches: list[Watch] = []
-        self._wake: dict[Key, asyncio.Event] = {}
+        self._wake: dict[ServiceKey, asyncio.Event] = {}
         self.draining = False
         self.upstream: aiohttp.ClientSession | None = None
         self._children: dict[tuple[Any, ...], Any] = {}
-        self._model_templates: dict[tuple[Key, str], tuple[float, str | None]] = {}
+        self._model_templates: dict[tuple[ServiceKey, str], tuple[float, str | None]] = {}
         self._tasks: list[asyncio.Task[Any]] = []
 
     def child(self, metric: Any, *labels: str) -> Any:
@@ -140,7 +140,7 @@ class Gateway:
     def _slices_listed(self, namespace: str | None) -> Callable[[list[dict[str, Any]]], None]:
         def listed(items: list[dict[str, Any]]) -> None:
             stale = [k for k in self.router.slices if namespace is None or k[0] == namespace]
-            changed: set[Key] = set()
+            changed: set[ServiceKey] = set()
             for k in stale:
                 changed |= self.router.set_slice(None, {"metadata": {"namespace": k[0], "name": k[1], "labels": {
                     "kubernetes.io/service-name": self.router.slices[k][0][1]}}})
@@ -153,7 +153,7 @@ class Gateway:
         changed = self.router.set_slice(None if kind == "DELETED" else obj, obj)
         self._wake_up(changed)
 
-    def _wake_up(self, keys: set[Key]) -> None:
+    def _wake_up(self, keys: set[ServiceKey]) -> None:
         for key in keys:
             event = self._wake.pop(key, None)
             if event is not None:
