@@ -86,13 +86,13 @@ class OpenAIProxy:
         gen = t.to_generate(req, min(svc.default_max_tokens, cap), svc.llm, prompt)
         started = self.clock()
         code = 500
-        in_flight = m.child(m.IN_FLIGHT, *svc.key)
+        in_flight_gauge = m.child(m.IN_FLIGHT, *svc.key)
         try:
             path = f"/v2/models/{svc.generate_model}/" + ("generate_stream" if gen.stream else "generate")
             address, resp, sent, span = await self.upstream.send(
                 svc, caller, "POST", path, json.dumps(gen.body).encode(),
                 {"Content-Type": "application/json", "Accept-Encoding": "identity"})
-            in_flight.inc()
+            in_flight_gauge.inc()
             try:
                 if resp.status != 200:
                     raise await upstream_error(resp, svc)
@@ -111,7 +111,7 @@ class OpenAIProxy:
                 span.end()
                 resp.release()
                 self.router.release(address)
-                in_flight.dec()
+                in_flight_gauge.dec()
                 self.auth.account(caller, svc, sent)
         except t.OpenAIError as e:
             code = e.status

@@ -57,11 +57,11 @@ class PassthroughProxy:
         headers["Accept-Encoding"] = request.headers.get("Accept-Encoding", "identity")
         started = self.clock()
         code = 500
-        in_flight = m.child(m.IN_FLIGHT, *svc.key)
+        in_flight_gauge = m.child(m.IN_FLIGHT, *svc.key)
         try:
             address, resp, sent, span = await self.upstream.send(svc, caller, request.method, path, body or None,
                                                                  headers)
-            in_flight.inc()
+            in_flight_gauge.inc()
             try:
                 if resp.status >= 400:
                     # Triton's own error text stays here (it named internal shared-memory regions in
@@ -88,7 +88,7 @@ class PassthroughProxy:
                 span.end()
                 resp.release()
                 self.router.release(address)
-                in_flight.dec()
+                in_flight_gauge.dec()
                 self.auth.account(caller, svc, sent)
         except t.OpenAIError as e:
             code = e.status

@@ -77,10 +77,10 @@ class Gateway:
         self.holding = Holding(settings, self.router, self.holds, wakeups, clock, tracing)
         self.watches = Watches(settings, api, self.router, wakeups)
         self.upstream = Upstream(settings, self.router, self.holding, clock, tracing)
-        self.openai = OpenAIProxy(self.router, self.auth, self.admission, self.resolver, self.holding,
-                                  self.upstream, clock)
-        self.passthrough = PassthroughProxy(self.router, self.auth, self.admission, self.resolver, self.upstream,
-                                            clock)
+        self.openai_proxy = OpenAIProxy(self.router, self.auth, self.admission, self.resolver, self.holding,
+                                        self.upstream, clock)
+        self.passthrough_proxy = PassthroughProxy(self.router, self.auth, self.admission, self.resolver,
+                                                  self.upstream, clock)
         self._tasks: list[asyncio.Task[Any]] = []
 
     @property
@@ -107,14 +107,14 @@ class Gateway:
         traced = self.tracing.middleware()   # None while tracing is off
         app = web.Application(client_max_size=self.settings.max_body_bytes,
                               middlewares=[self.connections.middleware, *([traced] if traced else []), errors])
-        app.router.add_get("/v1/models", self.openai.list_models)
-        app.router.add_get("/v1/models/{model:.+}", self.openai.get_model)
-        app.router.add_post("/v1/chat/completions", self.openai.chat_completions)
-        app.router.add_post("/v1/completions", self.openai.completions)
+        app.router.add_get("/v1/models", self.openai_proxy.list_models)
+        app.router.add_get("/v1/models/{model:.+}", self.openai_proxy.get_model)
+        app.router.add_post("/v1/chat/completions", self.openai_proxy.chat_completions)
+        app.router.add_post("/v1/completions", self.openai_proxy.completions)
         # Every /v2 path reaches the handler, which checks the path as sent (raw_path) against
         # the pass-through's allow-list before anything else: the router matches the normalised
         # path, in which "/v2/models/x/../../repository" is already "/v2/repository".
-        app.router.add_route("*", r"/v2{tail:.*}", self.passthrough.v2)
+        app.router.add_route("*", r"/v2{tail:.*}", self.passthrough_proxy.v2)
         app.on_response_prepare.append(_server_header)
         if with_health:
             self._add_health(app)

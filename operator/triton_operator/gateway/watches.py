@@ -20,16 +20,16 @@ class Watches:
         self.api = api
         self.router = router
         self.wakeups = wakeups
-        self.watches: list[Watch] = []
+        self.started: list[Watch] = []
 
     def start_watches(self) -> list[asyncio.Task[Any]]:
         assert self.api is not None
         namespaces: list[str | None] = list(self.settings.namespaces) or [None]
         for ns in namespaces:
-            self.watches.append(Watch(self.api, *INFERENCE_SERVICES, ns, self._services_listed(ns), self._service_event))
-            self.watches.append(Watch(self.api, *ENDPOINT_SLICES, ns, self._slices_listed(ns), self._slice_event,
+            self.started.append(Watch(self.api, *INFERENCE_SERVICES, ns, self._services_listed(ns), self._service_event))
+            self.started.append(Watch(self.api, *ENDPOINT_SLICES, ns, self._slices_listed(ns), self._slice_event,
                                       selector=self.settings.endpoint_slice_selector or None))
-        return [asyncio.create_task(w.run(), name=f"watch {w.name}") for w in self.watches]
+        return [asyncio.create_task(w.run(), name=f"watch {w.name}") for w in self.started]
 
     def _services_listed(self, namespace: str | None) -> Callable[[list[dict[str, Any]]], None]:
         def listed(items: list[dict[str, Any]]) -> None:
@@ -70,8 +70,8 @@ class Watches:
     @property
     def synced(self) -> bool:
         """Every watch has listed once (none started: true)."""
-        return all(w.synced.is_set() for w in self.watches)
+        return all(w.synced.is_set() for w in self.started)
 
     def status(self) -> dict[str, dict[str, Any]]:
         """For /readyz: each watch, synced or not, failing or not."""
-        return {w.name: {"synced": w.synced.is_set(), "failing": w.failing} for w in self.watches}
+        return {w.name: {"synced": w.synced.is_set(), "failing": w.failing} for w in self.started}
