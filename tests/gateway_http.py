@@ -18,6 +18,7 @@ from typing import Any, Awaitable, Callable
 from aiohttp import web
 
 from triton_operator.gateway import keys as k
+from triton_operator.gateway import tracing as tr
 from triton_operator.gateway.config import GatewaySettings
 from triton_operator.gateway.server import Gateway
 
@@ -100,10 +101,10 @@ def keys_text() -> str:
 """
 
 
-def make_gateway(**settings: Any) -> Gateway:
-    gw = Gateway(GatewaySettings(**settings), api=None)
-    gw.grants = k.parse(keys_text(), "keys")
-    gw.keys_loaded = True
+def make_gateway(tracing: tr.Off | tr.On = tr.OFF, **settings: Any) -> Gateway:
+    gw = Gateway(GatewaySettings(**settings), api=None, tracing=tracing)
+    gw.auth.grants = k.parse(keys_text(), "keys")
+    gw.auth.keys_loaded = True
     return gw
 
 
@@ -176,8 +177,8 @@ class Rig:
     """The gateway app served in process on a loopback port, with one recording upstream behind
     the services `ml/llama` (tensorrt-llm: OpenAI on), `lab/llama` and `ml/resnet` (onnx)."""
 
-    def __init__(self, **settings: Any):
-        self.gw = make_gateway(**{"idle_timeout_seconds": 5.0, **settings})
+    def __init__(self, tracing: tr.Off | tr.On = tr.OFF, **settings: Any):
+        self.gw = make_gateway(tracing, **{"idle_timeout_seconds": 5.0, **settings})
         self.upstream = Upstream()
         self.runner: web.AppRunner | None = None
         self.port = 0

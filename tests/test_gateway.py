@@ -345,11 +345,11 @@ def test_a_relist_drops_vanished_slices():
 
 def gateway(**settings) -> Gateway:
     gw = Gateway(GatewaySettings(**settings), api=None)
-    gw.grants = k.parse(f"""keys:
+    gw.auth.grants = k.parse(f"""keys:
   - {{name: a, key: {KEY_A}, namespaces: [ml, lab]}}
   - {{name: b, key: {KEY_B}, services: [ml/llama]}}
 """, "keys")
-    gw.keys_loaded = True
+    gw.auth.keys_loaded = True
     for obj in (isvc("llama"), isvc("llama", ns="lab"), isvc("secret", ns="vault"), isvc("resnet", fmt="onnx")):
         gw.router.set_service(obj)
     return gw
@@ -364,57 +364,57 @@ class FakeRequest:
 
 
 def caller(gw: Gateway, key: str = KEY_A):
-    from triton_operator.gateway.server import Caller
+    from triton_operator.gateway.auth import Caller
 
-    return Caller(k.digest(key), gw.grants[k.digest(key)])
+    return Caller(k.digest(key), gw.auth.grants[k.digest(key)])
 
 
 def test_401_without_a_valid_key_and_429_past_the_rate():
     gw = gateway(requests_per_minute=60)
     for presented in (None, "sk-wrong-000000000000000", KEY_A[:-1] + "x"):
         with pytest.raises(t.OpenAIError) as e:
-            gw.authorize(FakeRequest(presented))
+            gw.auth.authorize(FakeRequest(presented))
         assert e.value.status == 401
     for _ in range(6):
-        gw.authorize(FakeRequest(KEY_A))
+        gw.auth.authorize(FakeRequest(KEY_A))
     with pytest.raises(t.OpenAIError) as e:
         for _ in range(6):
-            gw.authorize(FakeRequest(KEY_A))
+            gw.auth.authorize(FakeRequest(KEY_A))
     assert e.value.status == 429 and e.value.retry_after and e.value.retry_after > 0
 
 
 def test_403_for_what_a_key_may_not_use_whether_or_not_it_exists():
     gw = gateway()
-    a, b = gw.grants[k.digest(KEY_A)], gw.grants[k.digest(KEY_B)]
-    assert gw.resolve("llama", b).key == ("ml", "llama")
-    assert gw.resolve("ml/llama", a).key == ("ml", "llama")
+    a, b = gw.auth.grants[k.digest(KEY_A)], gw.auth.grants[k.digest(KEY_B)]
+    assert gw.resolver.resolve("llama", b).key == ("ml", "llama")
+    assert gw.resolver.resolve("ml/llama", a).key == ("ml", "llama")
     for model, grant in (("vault/secret", a), ("vault/nothing", a), ("secret", b), ("nothing", b), ("lab/llama", b)):
         with pytest.raises(t.OpenAIError) as e:
-            gw.resolve(model, grant)
+            gw.resolver.resolve(model, grant)
         assert e.value.status == 403, model
         assert "exist" not in e.value.message
     with pytest.raises(t.OpenAIError) as e:   # a's namespaces could hold it: a 404 says only that
-        gw.resolve("nothing", a)
+        gw.resolver.resolve("nothing", a)
     assert e.value.status == 404
     with pytest.raises(t.OpenAIError) as e:
-        gw.resolve("llama", a)
+        gw.resolver.resolve("llama", a)
     assert e.value.status == 400 and "NAMESPACE/llama" in e.value.message
     with pytest.raises(t.OpenAIError) as e:   # exists, may be used, but does not speak OpenAI
-        gw.resolve("resnet", a)
+        gw.resolver.resolve("resnet", a)
     assert e.value.status == 404 and "spec.openai" in e.value.message
-    assert gw.resolve("resnet", a, openai=False).v2_model == "resnet"
-    assert gw.model_id(gw.router.services[("ml", "llama")], a) == "ml/llama"
-    assert gw.model_id(gw.router.services[("ml", "llama")], b) == "llama"
+    assert gw.resolver.resolve("resnet", a, openai=False).v2_model == "resnet"
+    assert gw.resolver.model_id(gw.router.services[("ml", "llama")], a) == "ml/llama"
+    assert gw.resolver.model_id(gw.router.services[("ml", "llama")], b) == "llama"
 
 
 def test_held_requests_are_answered_when_a_replica_is_ready():
     async def scenario():
         gw = gateway()
         svc = gw.router.services[("ml", "llama")]
-        waiters = [asyncio.create_task(gw.endpoint(svc, caller(gw))) for _ in range(3)]
+        waiters = [asyncio.create_task(gw.holding.endpoint(svc, caller(gw))) for _ in range(3)]
         await asyncio.sleep(0.05)
         assert gw.holds.by_service == {("ml", "llama"): 3}
-        gw._slice_event("ADDED", eps("llama", "llama-a", 8000, ("10.0.0.1", True)))
+        gw.watches._slice_event("ADDED", eps("llama", "llama-a", 8000, ("10.0.0.1", True)))
         got = await asyncio.wait_for(asyncio.gather(*waiters), 2)
         assert got == [("10.0.0.1", 8000)] * 3 and gw.holds.by_service == {} and gw.holds.count == 0
     asyncio.run(scenario())
@@ -424,14 +424,14 @@ def test_holding_is_bounded_and_times_out_with_retry_after():
     async def scenario():
         gw = gateway(max_held_per_service=2, key_share=1, hold_timeout_seconds=0.2, retry_after_seconds=7)
         svc = gw.router.services[("ml", "llama")]
-        waiters = [asyncio.create_task(gw.endpoint(svc, caller(gw))) for _ in range(2)]
+        waiters = [asyncio.create_task(gw.holding.endpoint(svc, caller(gw))) for _ in range(2)]
         await asyncio.sleep(0.02)
         with pytest.raises(t.OpenAIError) as full:
-            await gw.endpoint(svc, caller(gw, KEY_B))   # another key: the service's queue is full
+            await gw.holding.endpoint(svc, caller(gw, KEY_B))   # another key: the service's queue is full
         assert full.value.status == 503 and full.value.retry_after == 7
         for result in await asyncio.gather(*waiters, return_exceptions=True):
             assert isinstance(result, t.OpenAIError) and result.status == 503 and result.code == "model_starting"
-        assert gw.holds.count == 0 and gw.holds.by_service_key == {}
+        assert gw.holds.count == 0 and gw.holds.by_service_and_key == {}
     asyncio.run(scenario())
 
 
@@ -439,16 +439,16 @@ def test_one_key_holds_only_its_share_of_a_services_queue():
     async def scenario():
         gw = gateway(max_held_per_service=8, key_share=0.25, hold_timeout_seconds=5)
         svc = gw.router.services[("ml", "llama")]
-        mine = [asyncio.create_task(gw.endpoint(svc, caller(gw))) for _ in range(2)]
+        mine = [asyncio.create_task(gw.holding.endpoint(svc, caller(gw))) for _ in range(2)]
         await asyncio.sleep(0.02)
         with pytest.raises(t.OpenAIError) as e:
-            await gw.endpoint(svc, caller(gw))
+            await gw.holding.endpoint(svc, caller(gw))
         assert (e.value.status, e.value.code) == (429, "hold_share_full")
         assert "API key a has 2 requests waiting" in e.value.message
-        theirs = [asyncio.create_task(gw.endpoint(svc, caller(gw, KEY_B))) for _ in range(2)]
+        theirs = [asyncio.create_task(gw.holding.endpoint(svc, caller(gw, KEY_B))) for _ in range(2)]
         await asyncio.sleep(0.02)
         assert gw.holds.by_service == {("ml", "llama"): 4}
-        gw._slice_event("ADDED", eps("llama", "llama-a", 8000, ("10.0.0.1", True)))
+        gw.watches._slice_event("ADDED", eps("llama", "llama-a", 8000, ("10.0.0.1", True)))
         assert len(await asyncio.wait_for(asyncio.gather(*mine, *theirs), 2)) == 4
         assert gw.holds.count == 0
     asyncio.run(scenario())
@@ -458,18 +458,18 @@ def test_held_requests_fail_fast_when_the_service_degrades_or_the_gateway_stops(
     async def scenario():
         gw = gateway()
         svc = gw.router.services[("ml", "llama")]
-        waiter = asyncio.create_task(gw.endpoint(svc, caller(gw)))
+        waiter = asyncio.create_task(gw.holding.endpoint(svc, caller(gw)))
         await asyncio.sleep(0.02)
         bad = isvc("llama")
         bad["status"] = {"conditions": [{"type": "Degraded", "status": "True", "reason": "Unschedulable",
                                          "message": "2 more nvidia.com/gpu needed"}]}
-        gw._service_event("MODIFIED", bad)
+        gw.watches._service_event("MODIFIED", bad)
         with pytest.raises(t.OpenAIError) as e:
             await asyncio.wait_for(waiter, 2)
         assert e.value.status == 503 and "Unschedulable" in e.value.message
 
         other = gw.router.services[("lab", "llama")]
-        waiter = asyncio.create_task(gw.endpoint(other, caller(gw)))
+        waiter = asyncio.create_task(gw.holding.endpoint(other, caller(gw)))
         await asyncio.sleep(0.02)
         await gw.on_shutdown(None)
         with pytest.raises(t.OpenAIError) as e:

@@ -139,7 +139,7 @@ def test_a_held_request_is_answered_once_a_replica_is_ready_and_times_out_otherw
                 await asyncio.sleep(0.01)
             assert rig.gw.holds.by_service == {("ml", "llama"): 1}
             assert rig.gw.bodies.used == len(json.dumps(CHAT))   # its body, counted while it waits
-            rig.gw._slice_event("MODIFIED", slice_for("llama", rig.upstream.port, "ml"))
+            rig.gw.watches._slice_event("MODIFIED", slice_for("llama", rig.upstream.port, "ml"))
             reply = await asyncio.wait_for(waiting, 10)
             assert reply.status == 200 and rig.gw.holds.count == 0 and rig.gw.bodies.used == 0
     run(scenario)
@@ -174,7 +174,7 @@ def test_held_bytes_are_bounded_per_key_and_in_all():
             # b is within its share (2 of 2.4 MiB) but the gateway's 4 MiB are taken
             reply = await rig.call("POST", "/v1/completions", key=KEY_B, body={"model": "ml/llama", "prompt": "x" * 1000})
             assert (reply.status, reply.error["code"], reply.headers["retry-after"]) == (503, "gateway_busy", "1")
-            rig.gw._slice_event("MODIFIED", slice_for("llama", rig.upstream.port, "ml"))
+            rig.gw.watches._slice_event("MODIFIED", slice_for("llama", rig.upstream.port, "ml"))
             assert [r.status for r in await asyncio.wait_for(asyncio.gather(*held), 30)] == [200] * 4
             assert rig.gw.bodies.used == 0 and rig.gw.bodies.by_key == {} and rig.gw.in_flight.by_key == {}
     run(scenario)
@@ -325,10 +325,10 @@ def test_key_files_that_break_fail_closed_and_say_so(tmp_path):
         path = tmp_path / "keys.yaml"
         path.write_text(f"keys: [{{name: a, key: {KEY_A}, namespaces: [ml]}}]")
         async with Rig(key_files=[str(path)]) as rig:
-            rig.gw.refresh_keys()
+            rig.gw.auth.refresh_keys()
             assert (await rig.call("GET", "/v1/models")).status == 200
             path.write_text("keys: [{name: a, key: " + KEY_A)   # a broken edit
-            rig.gw.refresh_keys()
+            rig.gw.auth.refresh_keys()
             reply = await rig.call("GET", "/v1/models")
             assert (reply.status, reply.error["code"]) == (503, "keys_unavailable")
             assert reply.error["message"] == "the gateway cannot read its API keys; its operator has been told"
@@ -336,7 +336,7 @@ def test_key_files_that_break_fail_closed_and_say_so(tmp_path):
             assert ready["keysError"] == f"{path}: not valid YAML or JSON" and ready["keys"] == 0
             assert m.KEY_FILES_VALID._value.get() == 0
             path.write_text(f"keys: [{{name: a, key: {KEY_B}, namespaces: [ml]}}]")   # fixed, a rotated key
-            rig.gw.refresh_keys()
+            rig.gw.auth.refresh_keys()
             assert (await rig.call("GET", "/v1/models")).status == 401
             assert (await rig.call("GET", "/v1/models", key=KEY_B)).status == 200
             assert m.KEY_FILES_VALID._value.get() == 1

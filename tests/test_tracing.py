@@ -34,8 +34,7 @@ def traced_rig(**settings) -> tuple[Rig, InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider(resource=Resource.create({"service.name": "test"}))
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    rig = Rig(**settings)
-    rig.gw.tracing = tracing.On(provider)
+    rig = Rig(tracing=tracing.On(provider), **settings)
     return rig, exporter
 
 
@@ -102,7 +101,7 @@ def test_a_held_request_has_a_hold_span_before_its_upstream_call_and_a_stream_is
                 await asyncio.sleep(0.01)
             assert rig.gw.holds.count == 1
             await asyncio.sleep(0.05)
-            rig.gw._slice_event("MODIFIED", slice_for("llama", rig.upstream.port, "ml"))
+            rig.gw.watches._slice_event("MODIFIED", slice_for("llama", rig.upstream.port, "ml"))
             reply = await asyncio.wait_for(waiting, 10)
             assert reply.status == 200
         spans = by_name(exporter)
@@ -256,8 +255,7 @@ def test_without_the_extra_an_endpoint_warns_and_the_gateway_runs_untraced():
         assert off is tracing.OFF
 
         async def scenario():
-            rig = Rig()
-            rig.gw.tracing = off
+            rig = Rig(tracing=off)
             async with rig:
                 reply = await rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": "x"})
                 assert reply.status == 200 and reply.json()["choices"][0]["text"] == "hello", reply

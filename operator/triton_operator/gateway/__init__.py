@@ -15,8 +15,13 @@ stacks); it is mature, maintained by the aio-libs team, and its server measured 
 2 ms p50 overhead budget here (bench/results/gateway.md). FastAPI/uvicorn with httpx would add
 three dependencies and an ASGI layer for routes this small.
 
-Layout: `keys` (API keys, grants, rate limits) and `translate` (OpenAI <-> generate, chat
-templates, error bodies) and `routing` (services, endpoints, least-in-flight choice) are pure;
-`discovery` (asyncio watches of InferenceServices and EndpointSlices), `server` (the aiohttp
-application) and `gateway_command` (the console entry) are the shell.
+Layout. Pure: `keys` (API key lists, grants, rate limits), `limits` (each key's share of the
+gateway), `translate` (OpenAI <-> generate, chat templates, error bodies), `routing` (services,
+endpoints, least-in-flight choice), `passthrough` (which v2 paths pass), `config`. The shell:
+`auth` (the loaded keys, a request's key, what a key used), `admission` (a body within its key's
+share), `resolution` (which service a model id names), `holding` (waiting for a ready replica),
+`watches` and `discovery` (the InferenceServices and EndpointSlices, watched), `upstream` (calls to
+the replicas), `openai_proxy` and `passthrough_proxy` (the two families of routes), `guard`
+(connection limits), `metrics`, `tracing`, `server` (the `Gateway`, which wires the parts into the
+aiohttp applications), `gateway_command` (the console entry).
 """

@@ -45,6 +45,7 @@ def add_parser(sub: Any, handler: Any) -> None:
 
 def run(args: argparse.Namespace, cli_error: type[Exception]) -> int:
     from . import keys as keys_core
+    from .auth import Auth
     from .config import GatewaySettingsError, from_env
     from .discovery import ApiServer, load_configuration
     from .server import Gateway
@@ -63,26 +64,26 @@ def run(args: argparse.Namespace, cli_error: type[Exception]) -> int:
             log_format=args.log_format)
     except GatewaySettingsError as e:
         raise cli_error(str(e)) from None
-    gateway = Gateway(settings, None)
     if args.check_keys:
+        auth = Auth(settings)
         try:
-            gateway.load_keys()
+            auth.load_keys()
         except OSError as e:
             raise cli_error(f"cannot read key file {e.filename}: {e.strerror}") from None
         except keys_core.KeyFileError as e:
             raise cli_error(str(e)) from None
-        print(keys_core.to_json(gateway.grants))
+        print(keys_core.to_json(auth.grants))
         return 0
     # Key files that cannot be used do not stop the gateway (a pod would crash-loop): it serves,
     # refusing every request with 503 keys_unavailable and triton_gateway_key_files_valid 0, and
-    # takes the keys as soon as the files are fixed (Gateway.refresh_keys).
+    # takes the keys as soon as the files are fixed (Auth.refresh_keys).
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # one line per request is too many
     logs.use(settings.log_format)
     from . import tracing
     try:
-        gateway.tracing = tracing.from_env()   # off without OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT
+        traces = tracing.from_env()   # off without OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT
     except tracing.TracingError as e:
         raise cli_error(str(e)) from None
     try:
@@ -91,7 +92,7 @@ def run(args: argparse.Namespace, cli_error: type[Exception]) -> int:
         raise cli_error(f"no Kubernetes credentials: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     if not settings.key_files:
         log.warning("no --key-file given: every request will be refused with 401")
-    gateway.api = ApiServer(configuration)
+    gateway = Gateway(settings, ApiServer(configuration), tracing=traces)
     try:
         run_loop(serve(gateway))
     except OSError as e:
@@ -151,7 +152,7 @@ async def serve(gateway: Gateway, stop: asyncio.Event | None = None) -> None:
             await runners[1].setup()
             await web.TCPSite(runners[1], s.address, s.metrics_port).start()
         log.info("gateway listening on %s:%d (metrics and probes on %d); %d API key(s)", s.address, s.port,
-                 s.metrics_port or s.port, len(gateway.grants))
+                 s.metrics_port or s.port, len(gateway.auth.grants))
         await stop.wait()
         log.info("stopping: held requests are answered 503, answers in progress get %.0fs",
                  s.shutdown_timeout_seconds)

@@ -12,7 +12,7 @@ connection's protocol is wrapped:
 - from the first byte of a request until its handler starts (the gateway's middleware says so),
   `header_timeout` runs; when it fires the client gets `408` and the connection is closed.
 
-The body's own deadline is the handler's (server.Gateway.read_body), where the request is known.
+The body's own deadline is the handler's (admission.read_body), where the request is known.
 """
 
 from __future__ import annotations

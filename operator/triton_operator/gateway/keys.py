@@ -35,7 +35,7 @@ from typing import Any, Iterable
 
 import yaml
 
-Key = tuple[str, str]  # (namespace, InferenceService name)
+from .routing import ServiceKey
 
 
 class KeyFileError(ValueError):
@@ -52,14 +52,14 @@ class Grant:
 
     name: str
     namespaces: frozenset[str] = frozenset()
-    services: frozenset[Key] = frozenset()
+    services: frozenset[ServiceKey] = frozenset()
     requests_per_minute: float | None = None
     tokens_per_minute: float | None = None
     max_in_flight: int | None = None
     max_tokens: int | None = None
 
-    def allows(self, key: Key) -> bool:
-        return "*" in self.namespaces or key[0] in self.namespaces or key in self.services
+    def allows(self, service: ServiceKey) -> bool:
+        return "*" in self.namespaces or service[0] in self.namespaces or service in self.services
 
     def may_hold_name(self, name: str) -> bool:
         """Whether some service called `name` would be within this grant, wherever it lives. A
@@ -102,7 +102,7 @@ def parse(text: str, source: str) -> dict[str, Grant]:
                                    or any(ch not in "0123456789abcdef" for ch in hashed.lower())):
             raise KeyFileError(f"{where}: sha256 must be 64 hexadecimal digits")
         namespaces = _strings(entry.get("namespaces"), f"{where}: namespaces")
-        services: set[Key] = set()
+        services: set[ServiceKey] = set()
         for s in _strings(entry.get("services"), f"{where}: services"):
             ns, sep, svc = s.partition("/")
             if not sep or not ns or not svc:

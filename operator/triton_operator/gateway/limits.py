@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-Key = tuple[str, str]  # (namespace, InferenceService name)
+from .routing import ServiceKey
 
 
 def share(total: int, fraction: float) -> int:
@@ -59,12 +59,12 @@ class Holds:
     per_key: int            # of which one key may hold
     total: int              # requests held for all services
     count: int = 0
-    by_service: dict[Key, int] = field(default_factory=dict)
-    by_service_key: dict[tuple[Key, str], int] = field(default_factory=dict)
+    by_service: dict[ServiceKey, int] = field(default_factory=dict)
+    by_service_and_key: dict[tuple[ServiceKey, str], int] = field(default_factory=dict)
 
-    def admit(self, service: Key, who: str) -> str | None:
+    def admit(self, service: ServiceKey, who: str) -> str | None:
         """None when the request may wait; else which bound is reached ("service", "key", "total")."""
-        if self.by_service_key.get((service, who), 0) >= self.per_key:
+        if self.by_service_and_key.get((service, who), 0) >= self.per_key:
             return "key"
         if self.by_service.get(service, 0) >= self.per_service:
             return "service"
@@ -72,15 +72,15 @@ class Holds:
             return "total"
         self.count += 1
         self.by_service[service] = self.by_service.get(service, 0) + 1
-        self.by_service_key[(service, who)] = self.by_service_key.get((service, who), 0) + 1
+        self.by_service_and_key[(service, who)] = self.by_service_and_key.get((service, who), 0) + 1
         return None
 
-    def leave(self, service: Key, who: str) -> None:
+    def leave(self, service: ServiceKey, who: str) -> None:
         self.count -= 1
         _decrement(self.by_service, service)
-        _decrement(self.by_service_key, (service, who))
+        _decrement(self.by_service_and_key, (service, who))
 
-    def held(self, service: Key) -> int:
+    def held(self, service: ServiceKey) -> int:
         return self.by_service.get(service, 0)
 
 

@@ -6,6 +6,8 @@ that exist get a label value: a client's made-up model name never becomes a seri
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import Counter, Gauge, Histogram
 
 SERVICE = ["namespace", "inferenceservice"]
@@ -64,3 +66,17 @@ KEY_REQUEST_SECONDS = Counter(
 KEY_TOKENS = Counter(
     "triton_gateway_key_tokens_total", "Tokens a key used, by kind (prompt, completion), as the model counted them.",
     KEY_SERVICE + ["kind"])
+
+
+_children: dict[tuple[Any, ...], Any] = {}
+
+
+def child(metric: Any, *labels: str) -> Any:
+    """A labelled child of a metric, memoized (prometheus_client's labels() locks and hashes on
+    every call; this is the gateway's hot path). The children are the metric's own, process-wide
+    as the metrics are."""
+    key = (metric, *labels)
+    found = _children.get(key)
+    if found is None:
+        found = _children[key] = metric.labels(*labels)
+    return found

@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 from .passthrough import MODEL_NAME
 
-Key = tuple[str, str]   # (namespace, InferenceService name)
+ServiceKey = tuple[str, str]   # (namespace, InferenceService name): a service, never an API key
 Address = tuple[str, int]
 
 # The model LLM services (format tensorrt-llm) serve: runtime/triton_runtime/serving/contract.py.
@@ -25,7 +25,7 @@ SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 
 @dataclass(frozen=True)
 class Service:
-    key: Key
+    key: ServiceKey
     generate_model: str             # the Triton model behind the OpenAI routes
     v2_model: str                   # the Triton model /v2/models/<service name>/... maps to
     openai: bool                    # listed in /v1/models and reachable through the OpenAI routes
@@ -105,10 +105,10 @@ def url(address: Address, scheme: str = "http") -> str:
 @dataclass
 class Router:
     port_name: str = "http"   # the EndpointSlice port requests go to ("https" behind a TLS terminator)
-    services: dict[Key, Service] = field(default_factory=dict)
-    slices: dict[tuple[str, str], tuple[Key, tuple[Address, ...]]] = field(default_factory=dict)
+    services: dict[ServiceKey, Service] = field(default_factory=dict)
+    slices: dict[tuple[str, str], tuple[ServiceKey, tuple[Address, ...]]] = field(default_factory=dict)
     in_flight: dict[Address, int] = field(default_factory=dict)
-    _endpoints: dict[Key, tuple[Address, ...]] = field(default_factory=dict)
+    _endpoints: dict[ServiceKey, tuple[Address, ...]] = field(default_factory=dict)
     _turn: int = 0
 
     # -- updates from the watches (each returns the services whose ready endpoints changed) -----
@@ -127,7 +127,7 @@ class Router:
         else:
             self.services[key] = svc
 
-    def set_slice(self, obj: dict[str, Any] | None, old: dict[str, Any] | None = None) -> set[Key]:
+    def set_slice(self, obj: dict[str, Any] | None, old: dict[str, Any] | None = None) -> set[ServiceKey]:
         src = obj if obj is not None else old
         if src is None:
             return set()
@@ -143,7 +143,7 @@ class Router:
         touched = {entry[0] for entry in (before, self.slices.get(slice_key)) if entry is not None}
         return self._recompute(touched)
 
-    def replace_slices(self, objs: Iterable[dict[str, Any]]) -> set[Key]:
+    def replace_slices(self, objs: Iterable[dict[str, Any]]) -> set[ServiceKey]:
         """A fresh listing of every slice (after a relist)."""
         touched = {k for k, _ in self.slices.values()}
         self.slices = {}
@@ -156,9 +156,9 @@ class Router:
         touched |= {k for k, _ in self.slices.values()}
         return self._recompute(touched)
 
-    def _recompute(self, keys: set[Key]) -> set[Key]:
+    def _recompute(self, services: set[ServiceKey]) -> set[ServiceKey]:
         changed = set()
-        for key in keys:
+        for key in services:
             addresses = tuple(sorted({a for k, addrs in self.slices.values() if k == key for a in addrs}))
             if addresses != self._endpoints.get(key, ()):
                 changed.add(key)
@@ -170,13 +170,13 @@ class Router:
 
     # -- reads ------------------------------------------------------------------------------------
 
-    def endpoints(self, key: Key) -> tuple[Address, ...]:
+    def endpoints(self, key: ServiceKey) -> tuple[Address, ...]:
         return self._endpoints.get(key, ())
 
     def find(self, name: str) -> list[Service]:
         return [s for k, s in self.services.items() if k[1] == name]
 
-    def pick(self, key: Key) -> Address | None:
+    def pick(self, key: ServiceKey) -> Address | None:
         """The ready endpoint with the fewest requests in flight (round robin among equals)."""
         addresses = self._endpoints.get(key)
         if not addresses:

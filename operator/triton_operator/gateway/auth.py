@@ -1,0 +1,155 @@
+"""Who is calling and what they used: the API keys read from the key files (re-read every
+key_reload_seconds, failing closed), a request's key checked and rate-limited, its max_tokens cap,
+and what each key spent (requests, seconds at a replica, tokens) as metrics and against its
+tokens-per-minute budget. The rules themselves (parsing, digests, buckets) are `keys`'s."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import ipaddress
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from aiohttp import web
+
+from . import keys as keys_core
+from . import metrics as m
+from . import tracing as tr
+from . import translate as t
+from .config import GatewaySettings
+from .routing import Service
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Caller:
+    """An authenticated request's API key: its digest (the tenant's identity in every limit) and
+    what it may do."""
+
+    digest: str
+    grant: keys_core.Grant
+
+
+class Auth:
+    def __init__(self, settings: GatewaySettings, clock: Callable[[], float] = time.monotonic,
+                 tracing: tr.Off | tr.On = tr.OFF):
+        self.settings = settings
+        self.clock = clock
+        self.tracing = tracing
+        self.grants: dict[str, keys_core.Grant] = {}
+        self.keys_loaded = False
+        self.keys_error: str | None = None   # the key files could not be used: every request fails closed
+        self._key_files_stamp: str | None = None   # sha256 of the key files' text as last loaded
+        self.limiter = keys_core.RateLimiter(settings.requests_per_minute, settings.replicas)
+        self.token_limiter = keys_core.TokenLimiter(settings.replicas)
+        self.failures = keys_core.FailureLimiter(settings.failed_auth_per_minute)
+        self.trusted_proxies = tuple(ipaddress.ip_network(c, strict=False) for c in settings.trusted_proxies)
+
+    # -- the key files ------------------------------------------------------------------------------
+
+    def start(self) -> asyncio.Task[Any] | None:
+        """Load the keys and keep re-reading them (the task), or, without key files, mark the
+        keys loaded: every request is then refused with 401."""
+        if not self.settings.key_files:
+            self.keys_loaded = True
+            return None
+        self.refresh_keys()
+        return asyncio.create_task(self._reload_keys(), name="reload keys")
+
+    def load_keys(self) -> bool:
+        """(Re)read the key files; True when the keys changed. Raises OSError or KeyFileError for
+        files that cannot be used (named, never quoted)."""
+        texts = []
+        for path in self.settings.key_files:
+            with open(path, encoding="utf-8") as f:
+                texts.append((path, f.read()))
+        stamp = hashlib.sha256(json.dumps(texts).encode()).hexdigest()
+        if stamp == self._key_files_stamp and self.keys_error is None:
+            return False
+        grants = keys_core.merge((path, keys_core.parse(text, path)) for path, text in texts)
+        self.grants = grants
+        self._key_files_stamp = stamp
+        self.limiter.forget(grants)
+        self.token_limiter.forget(grants)
+        self.keys_loaded = True
+        self.keys_error = None
+        m.API_KEYS.set(len(grants))
+        m.KEY_FILES_VALID.set(1)
+        return True
+
+    def refresh_keys(self) -> None:
+        """load_keys, failing closed: key files that cannot be used drop every key (a revoked key
+        must not keep working because its file broke), and say so in a metric, the readiness
+        body and every answer, not only in a log line."""
+        try:
+            if self.load_keys():
+                log.info("API keys loaded: %d key(s)", len(self.grants))
+        except (OSError, keys_core.KeyFileError) as e:
+            why = str(e) if isinstance(e, keys_core.KeyFileError) else f"cannot read {e.filename}: {e.strerror}"
+            if self.keys_error != why:
+                log.error("API keys unusable, refusing every request until the key files are fixed: %s", why)
+            self.grants, self.keys_error, self.keys_loaded, self._key_files_stamp = {}, why, True, None
+            m.API_KEYS.set(0)
+            m.KEY_FILES_VALID.set(0)
+
+    async def _reload_keys(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.key_reload_seconds)
+            self.refresh_keys()
+
+    # -- a request's key ----------------------------------------------------------------------------
+
+    def authorize(self, request: web.Request) -> Caller:
+        if self.keys_error is not None:
+            m.REJECTED.labels("keys_unavailable").inc()
+            raise t.OpenAIError(503, "the gateway cannot read its API keys; its operator has been told",
+                                "service_unavailable", code="keys_unavailable",
+                                retry_after=self.settings.key_reload_seconds)
+        now = self.clock()
+        address = keys_core.client_address(request.remote, request.headers.get("X-Forwarded-For"),
+                                           self.trusted_proxies)
+        blocked = self.failures.blocked(address, now)
+        if blocked > 0:
+            m.REJECTED.labels("auth_throttled").inc()
+            raise t.OpenAIError(429, f"too many failed API key attempts from this address; retry in {blocked:.0f}s",
+                                "rate_limit_error", code="too_many_failed_attempts", retry_after=blocked)
+        presented = keys_core.bearer(request.headers.get("Authorization"))
+        d = keys_core.digest(presented) if presented is not None else None
+        grant = self.grants.get(d) if d is not None else None
+        if grant is None or d is None:
+            self.failures.failed(address, now)
+            m.REJECTED.labels("unauthorized").inc()
+            raise t.OpenAIError(401, "missing API key: send it as 'Authorization: Bearer KEY'" if presented is None
+                                else "invalid API key", code="invalid_api_key")
+        wait = max(self.limiter.take(d, grant, now), self.token_limiter.wait(d, grant, now))
+        if wait > 0:
+            m.REJECTED.labels("rate_limited").inc()
+            raise t.OpenAIError(429, f"rate limit of API key {grant.name} reached; retry in {wait:.1f}s",
+                                "rate_limit_error", code="rate_limit_exceeded", retry_after=wait)
+        self.tracing.annotate(tr.KEY_NAME, grant.name)   # the key's name, never the key
+        return Caller(d, grant)
+
+    def max_tokens_cap(self, caller: Caller) -> int:
+        return caller.grant.max_tokens or self.settings.max_tokens_per_request
+
+    # -- what a key used ----------------------------------------------------------------------------
+
+    def spend(self, caller: Caller, svc: Service, prompt: int | None, completion: int | None) -> None:
+        """Tokens a request used, as the model counted them: usage per key, and the key's
+        tokens-per-minute budget."""
+        if prompt is None or completion is None:
+            return
+        m.child(m.KEY_TOKENS, caller.grant.name, *svc.key, "prompt").inc(prompt)
+        m.child(m.KEY_TOKENS, caller.grant.name, *svc.key, "completion").inc(completion)
+        m.child(m.OUTPUT_TOKENS, *svc.key).inc(completion)
+        self.token_limiter.spend(caller.digest, caller.grant, prompt + completion, self.clock())
+
+    def account(self, caller: Caller, svc: Service, sent: float) -> None:
+        """One request of `caller` answered by a replica of `svc`: usage per key."""
+        m.child(m.KEY_REQUESTS, caller.grant.name, *svc.key).inc()
+        m.child(m.KEY_REQUEST_SECONDS, caller.grant.name, *svc.key).inc(max(0.0, self.clock() - sent))

@@ -1,0 +1,183 @@
+"""Calls to the replicas: one client session (TLS to the replicas when configured, host names
+pinned with --resolve), a request sent to a ready replica (tried once more on another when the
+first refuses the connection), a text model's chat template read from its config, and a replica's
+refusal turned into an OpenAI error with a fixed text."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import ssl
+from typing import Any, Callable
+
+import aiohttp
+import aiohttp.abc
+import aiohttp.resolver
+import yarl
+
+from . import tracing as tr
+from . import translate as t
+from .auth import Caller
+from .config import GatewaySettings
+from .holding import Holding
+from .routing import Address, Router, Service, ServiceKey, url
+
+log = logging.getLogger(__name__)
+
+TEMPLATE_TTL = 600.0  # seconds a chat template read from a model's config is used before it is read again
+
+
+class Upstream:
+    def __init__(self, settings: GatewaySettings, router: Router, holding: Holding,
+                 clock: Callable[[], float], tracing: tr.Off | tr.On):
+        self.settings = settings
+        self.router = router
+        self.holding = holding
+        self.clock = clock
+        self.tracing = tracing
+        self.scheme = "https" if settings.upstream_tls_ca_file else "http"
+        self._session: aiohttp.ClientSession | None = None
+        self._model_templates: dict[tuple[ServiceKey, str], tuple[float, str | None]] = {}
+
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            timeout = aiohttp.ClientTimeout(total=self.settings.upstream_timeout_seconds,
+                                            sock_connect=self.settings.upstream_connect_timeout_seconds)
+            resolver = PinnedResolver(self.settings.resolve) if self.settings.resolve else None
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60, resolver=resolver,
+                                               ssl=self.tls_context() or True),
+                timeout=timeout, auto_decompress=False)
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        """TLS to the replicas (upstream_tls_ca_file set): their certificates verified against the CA
+        and the service's DNS name, optionally with a client certificate (mutual TLS)."""
+        s = self.settings
+        if not s.upstream_tls_ca_file:
+            return None
+        context = ssl.create_default_context(cafile=s.upstream_tls_ca_file)
+        if s.upstream_tls_cert_file:
+            context.load_cert_chain(s.upstream_tls_cert_file, s.upstream_tls_key_file)
+        return context
+
+    def tls_name(self, svc: Service) -> str | None:
+        """The name a replica's certificate is checked against: its Service's, NAME.NAMESPACE.svc
+        (the address dialled is a pod IP, which certificates rarely name)."""
+        return f"{svc.key[1]}.{svc.key[0]}.svc" if self.scheme == "https" else None
+
+    async def send(self, svc: Service, caller: Caller, method: str, path: str, body: bytes | bytearray | None,
+                   headers: dict[str, str]) -> tuple[Address, aiohttp.ClientResponse, float, Any]:
+        """A request to a ready replica; a replica that refuses the connection is tried once more
+        on another (nothing reached the first one). Two refusals end it, on two replicas or on the
+        only one. Returns the replica, its answer (headers read), when the request was sent, and
+        the attempt's upstream span (tracing.py), which the caller ends when the answer is over.
+        The caller also releases the replica (router.release) and the answer."""
+        tried: set[Address] = set()
+        attempts = 0
+        while True:
+            address = await self.holding.endpoint(svc, caller)
+            if address in tried:
+                address = next((a for a in self.router.endpoints(svc.key) if a not in tried), address)
+            attempts += 1
+            self.router.acquire(address)
+            span = self.tracing.upstream(method, address[0], address[1], path, headers)
+            try:
+                # Already encoded: the path is built from checked names only, and must reach the
+                # replica exactly as built (a plain string would be re-normalised by yarl).
+                target = yarl.URL(url(address, self.scheme) + path, encoded=True)
+                sent = self.clock()
+                resp = await self.session().request(method, target, data=body, headers=headers,
+                                                    server_hostname=self.tls_name(svc))
+                span.status_code(resp.status)
+                return address, resp, sent, span
+            except aiohttp.ClientConnectorError as e:
+                span.fail(e)
+                span.end()
+                self.router.release(address)
+                tried.add(address)
+                if attempts >= 2:
+                    raise t.OpenAIError(502, f"model {svc.key[1]}: its replicas refused the connection",
+                                        "upstream_error", code="upstream_unreachable") from None
+            except BaseException as e:
+                span.fail(e)
+                span.end()
+                self.router.release(address)
+                raise
+
+    async def model_template(self, svc: Service, caller: Caller) -> str | None:
+        """The chat template in the Triton model's config (parameter chat_template, where the model
+        repository carries its tokenizer's), read once from a replica and kept for TEMPLATE_TTL."""
+        cache_key = (svc.key, svc.generate_model)
+        hit = self._model_templates.get(cache_key)
+        if hit is not None and self.clock() - hit[0] < TEMPLATE_TTL:
+            return hit[1]
+        address = await self.holding.endpoint(svc, caller)
+        template: str | None = None
+        path = f"/v2/models/{svc.generate_model}/config"
+        headers: dict[str, str] = {}
+        span = self.tracing.upstream("GET", address[0], address[1], path, headers)
+        try:
+            async with self.session().get(yarl.URL(f"{url(address, self.scheme)}{path}", encoded=True),
+                                          headers=headers, server_hostname=self.tls_name(svc),
+                                          timeout=aiohttp.ClientTimeout(total=10)) as resp:
+                span.status_code(resp.status)
+                if resp.status == 200:
+                    params = (await resp.json(content_type=None)).get("parameters") or {}
+                    value = (params.get("chat_template") or {}).get("string_value")
+                    template = value if isinstance(value, str) and value.strip() else None
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError) as e:
+            span.fail(e)
+            return None  # not cached: the next request asks again
+        finally:
+            span.end()
+        self._model_templates[cache_key] = (self.clock(), template)
+        return template
+
+
+async def upstream_error(resp: aiohttp.ClientResponse, svc: Service) -> t.OpenAIError:
+    """A replica's refusal as an OpenAI error with a fixed text: its 4xx (the model refused the
+    input) stays a 400, anything else is a 502. What Triton said is logged at debug level only:
+    its error texts have named internal state (CVE-2025-23319) and may echo a tenant's input."""
+    try:
+        text = (await resp.content.read(4096)).decode("utf-8", "replace")
+    except (aiohttp.ClientError, asyncio.TimeoutError):
+        text = ""
+    log.debug("model %s/%s answered %d: %s", svc.key[0], svc.key[1], resp.status, text[:500])
+    if 400 <= resp.status < 500 and svc.llm and t.MODEL_ERROR_TAG in text:
+        try:
+            return t.model_error(json.loads(text).get("error"))   # the llm model's own words
+        except (ValueError, AttributeError):
+            pass
+    if 400 <= resp.status < 500:
+        return t.OpenAIError(400, f"model {svc.key[1]} refused the request (HTTP {resp.status})",
+                             code="model_error")
+    return t.OpenAIError(502, f"model {svc.key[1]} failed (HTTP {resp.status})", "upstream_error",
+                         code="upstream_failed")
+
+
+class PinnedResolver(aiohttp.abc.AbstractResolver):
+    """Host names pinned to addresses (--resolve HOST=ADDRESS, as curl's --resolve), the rest
+    resolved as usual: for EndpointSlices of addressType FQDN whose names the gateway's resolver
+    does not know (the e2e suite points one at a local Triton this way)."""
+
+    def __init__(self, pins: dict[str, str]):
+        self.pins = pins
+        self.fallback = aiohttp.resolver.DefaultResolver()
+
+    async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET) -> list[aiohttp.abc.ResolveResult]:
+        pinned = self.pins.get(host)
+        if pinned is None:
+            return await self.fallback.resolve(host, port, family)
+        fam = socket.AF_INET6 if ":" in pinned else socket.AF_INET
+        return [{"hostname": host, "host": pinned, "port": port, "family": fam, "proto": 0,
+                 "flags": socket.AI_NUMERICHOST}]
+
+    async def close(self) -> None:
+        await self.fallback.close()
