@@ -9,7 +9,7 @@ triton_model.py: triton_llm_queued_requests, triton_llm_active_requests, triton_
 triton_llm_request_duration_seconds; e2e/test_llm.py reads the same series from the real model on
 the real Triton) beside Triton's own counters for it (which stay at 0 pending: the model is
 decoupled), with counters that grow at known rates. The gateway's series are the real gateway's
-gauges (triton_operator.gateway.metrics) exposed by prometheus_client, scraped as the chart's
+gauges (triton_operator.gateway.telemetry) exposed by prometheus_client, scraped as the chart's
 ServiceMonitor does (its namespace and inferenceservice labels kept). No cluster is needed.
 """
 
@@ -30,7 +30,7 @@ from triton_operator.api import AutoscalingSpec
 from triton_operator.autoscaling import policy
 from triton_operator.autoscaling.loop import signals_for
 from triton_operator.autoscaling.prometheus import PrometheusSource
-from triton_operator.gateway import metrics as gateway_metrics
+from triton_operator.gateway import telemetry as gateway_metrics
 from triton_operator.settings import Settings
 
 from .cluster import wait_for

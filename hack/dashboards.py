@@ -3,7 +3,7 @@
 stale one). Edit the panels here, not the JSON.
 
 Every query reads a series the code exports: the operator's (operator/triton_operator/telemetry.py),
-the gateway's (operator/triton_operator/gateway/metrics.py), the LLM model's on Triton's metrics
+the gateway's (operator/triton_operator/gateway/telemetry.py), the LLM model's on Triton's metrics
 port (runtime/triton_runtime/serving/triton_model.py), Triton's own (nv_inference_*) and the
 PrometheusRule's recording rules (charts/triton-operator/templates/prometheusrule.yaml).
 e2e/test_dashboards.py evaluates every one against a real Prometheus with real series.

@@ -11,7 +11,7 @@ import json
 
 from aiohttp import web
 
-from triton_operator.gateway import metrics as m
+from triton_operator.gateway import telemetry as m
 
 from .gateway_http import KEY_A, KEY_B, Rig, bearer, raw_request, read_reply, run, slice_for
 

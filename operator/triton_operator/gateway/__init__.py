@@ -20,8 +20,8 @@ gateway), `translate` (OpenAI <-> generate, chat templates, error bodies), `rout
 endpoints, least-in-flight choice), `passthrough` (which v2 paths pass), `config`. The shell:
 `auth` (the loaded keys, a request's key, what a key used), `admission` (a body within its key's
 share), `resolution` (which service a model id names), `holding` (waiting for a ready replica),
-`watches` and `discovery` (the InferenceServices and EndpointSlices, watched), `upstream` (calls to
-the replicas), `openai_proxy` and `passthrough_proxy` (the two families of routes), `guard`
-(connection limits), `metrics`, `tracing`, `server` (the `Gateway`, which wires the parts into the
-aiohttp applications), `gateway_command` (the console entry).
+`watches` (the InferenceServices and EndpointSlices, watched through `kube.aio`), `upstream` (calls
+to the replicas), `openai_proxy` and `passthrough_proxy` (the two families of routes), `guard`
+(connection limits), `telemetry` (its own Prometheus metrics), `tracing`, `server` (the `Gateway`,
+which wires the parts into the aiohttp applications), `gateway_command` (the console entry).
 """

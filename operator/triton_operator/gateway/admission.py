@@ -11,7 +11,7 @@ from typing import AsyncIterator
 from aiohttp import web
 
 from . import limits
-from . import metrics as m
+from . import telemetry as m
 from . import translate as t
 from .auth import Caller
 from .config import GatewaySettings

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from aiohttp import web
 
 from . import keys as keys_core
-from . import metrics as m
+from . import telemetry as m
 from . import tracing as tr
 from . import translate as t
 from .config import GatewaySettings

@@ -47,7 +47,8 @@ def run(args: argparse.Namespace, cli_error: type[Exception]) -> int:
     from . import keys as keys_core
     from .auth import Auth
     from .config import GatewaySettingsError, from_env
-    from .discovery import ApiServer, load_configuration
+    from ..kube.aio import ApiServer
+    from ..kube.client import load_config
     from .server import Gateway
 
     pins = None
@@ -87,7 +88,7 @@ def run(args: argparse.Namespace, cli_error: type[Exception]) -> int:
     except tracing.TracingError as e:
         raise cli_error(str(e)) from None
     try:
-        configuration = load_configuration(args.kubeconfig)
+        configuration = load_config(args.kubeconfig)
     except Exception as e:  # noqa: BLE001 - the kubernetes loaders raise many kinds
         raise cli_error(f"no Kubernetes credentials: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     if not settings.key_files:

@@ -22,7 +22,7 @@ from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
-from . import metrics as m
+from . import telemetry as m
 
 REFUSED = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
 TIMED_OUT = b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"

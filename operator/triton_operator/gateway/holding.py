@@ -8,7 +8,7 @@ import asyncio
 from typing import Callable, Iterable
 
 from . import limits
-from . import metrics as m
+from . import telemetry as m
 from . import tracing as tr
 from . import translate as t
 from .auth import Caller

@@ -11,7 +11,7 @@ from typing import Any, Callable
 import aiohttp
 from aiohttp import web
 
-from . import metrics as m
+from . import telemetry as m
 from . import tracing as tr
 from . import translate as t
 from .admission import Admission

@@ -10,7 +10,7 @@ from typing import Callable
 import aiohttp
 from aiohttp import web
 
-from . import metrics as m
+from . import telemetry as m
 from . import passthrough
 from . import translate as t
 from .admission import Admission

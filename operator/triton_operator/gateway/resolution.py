@@ -5,7 +5,7 @@ ambiguous name), and the id /v1/models shows for a service."""
 from __future__ import annotations
 
 from . import keys as keys_core
-from . import metrics as m
+from . import telemetry as m
 from . import tracing as tr
 from . import translate as t
 from .routing import Router, Service

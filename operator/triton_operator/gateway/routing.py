@@ -1,5 +1,5 @@
 """Which InferenceServices exist, where their ready replicas are, and which replica a request
-goes to (pure; fed by the watches in `discovery`, used from one event loop).
+goes to (pure; fed by `watches`, used from one event loop).
 
 A replica is an endpoint of the service's EndpointSlices (the Service the operator renders has
 the InferenceService's name; its port `http` is Triton's HTTP port) whose `ready` condition is
@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from ..kube.store import Key
 from .passthrough import MODEL_NAME
 
-ServiceKey = tuple[str, str]   # (namespace, InferenceService name): a service, never an API key
+ServiceKey = Key   # (namespace, InferenceService name): a service, never an API key
 Address = tuple[str, int]
 
 # The model LLM services (format tensorrt-llm) serve: runtime/triton_runtime/serving/contract.py.

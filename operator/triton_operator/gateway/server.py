@@ -24,13 +24,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from . import guard
 from . import limits
-from . import metrics as m
+from . import telemetry as m
 from . import tracing as tr
 from . import translate as t
 from .admission import Admission
 from .auth import Auth
 from .config import GatewaySettings
-from .discovery import ApiServer
+from ..kube.aio import ApiServer
 from .holding import Holding, Wakeups
 from .openai_proxy import OpenAIProxy
 from .passthrough_proxy import PassthroughProxy

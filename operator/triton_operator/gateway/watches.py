@@ -1,5 +1,5 @@
 """The watches that keep the router current: InferenceServices and EndpointSlices in each served
-namespace (`discovery.Watch`), their listings and events applied to the `Router`, and the held
+namespace (`kube.aio.Watch`), their listings and events applied to the `Router`, and the held
 requests of every service whose replicas or state changed woken (`holding.Wakeups`)."""
 
 from __future__ import annotations
@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable
 
-from . import metrics as m
+from . import telemetry as m
 from .config import GatewaySettings
-from .discovery import ENDPOINT_SLICES, INFERENCE_SERVICES, ApiServer, Watch
+from ..api.kinds import INFERENCE_SERVICE
+from ..kube.aio import ApiServer, Watch
+from ..kube.kinds import ENDPOINT_SLICE
 from .holding import Wakeups
 from .routing import Router, ServiceKey
 
@@ -26,8 +28,8 @@ class Watches:
         assert self.api is not None
         namespaces: list[str | None] = list(self.settings.namespaces) or [None]
         for ns in namespaces:
-            self.started.append(Watch(self.api, *INFERENCE_SERVICES, ns, self._services_listed(ns), self._service_event))
-            self.started.append(Watch(self.api, *ENDPOINT_SLICES, ns, self._slices_listed(ns), self._slice_event,
+            self.started.append(Watch(self.api, INFERENCE_SERVICE, ns, self._services_listed(ns), self._service_event))
+            self.started.append(Watch(self.api, ENDPOINT_SLICE, ns, self._slices_listed(ns), self._slice_event,
                                       selector=self.settings.endpoint_slice_selector or None))
         return [asyncio.create_task(w.run(), name=f"watch {w.name}") for w in self.started]
 

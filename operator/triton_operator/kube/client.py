@@ -75,14 +75,18 @@ def namespace_terminating(e: BaseException) -> bool:
     return isinstance(e, ApiException) and e.status == 403 and "being terminated" in (e.body or "")
 
 
-def load_config() -> client.Configuration:
-    """In-cluster credentials, else the kubeconfig; also made the library's default (leader
-    election uses the library's own API classes)."""
+def load_config(kubeconfig: str | None = None) -> client.Configuration:
+    """The kubeconfig file `kubeconfig` when given, else in-cluster credentials, else the default
+    kubeconfig; also made the library's default (leader election uses the library's own API
+    classes)."""
     configuration = client.Configuration()
-    try:
-        config.load_incluster_config(client_configuration=configuration)
-    except config.ConfigException:
-        config.load_kube_config(client_configuration=configuration)
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    else:
+        try:
+            config.load_incluster_config(client_configuration=configuration)
+        except config.ConfigException:
+            config.load_kube_config(client_configuration=configuration)
     client.Configuration.set_default(configuration)
     return client.Configuration.get_default_copy()
 

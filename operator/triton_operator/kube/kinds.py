@@ -37,6 +37,7 @@ NETWORK_POLICY = Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies"
 POD = Kind("v1", "Pod", "pods")
 NODE = Kind("v1", "Node", "nodes", namespaced=False)
 EVENT = Kind("v1", "Event", "events")
+ENDPOINT_SLICE = Kind("discovery.k8s.io/v1", "EndpointSlice", "endpointslices")
 BUILTIN_KINDS = (DEPLOYMENT, SERVICE, PDB, JOB, NETWORK_POLICY, POD, NODE, EVENT)
 
 

@@ -1,11 +1,10 @@
-"""The gateway's view of the cluster: InferenceServices and EndpointSlices, each listed once and
-then watched (with bookmarks; an expired watch, 410 Gone, lists again), on the gateway's own
-event loop. No request to the gateway ever reads the API server.
-
-The same pattern as the operator's `kube.informer` (list, then watch from the list's
-resourceVersion), written for asyncio with aiohttp so that the routing table is updated on the
-loop that reads it, without locks. Credentials come from the kubernetes library's loaders
-(in-cluster ServiceAccount token, refreshed as it rotates, or a kubeconfig).
+"""The asyncio face of the informer: LIST and WATCH with aiohttp, one kind in one namespace, on the
+caller's event loop, following `watching`'s protocol as the threaded `informer` does (list in
+pages, watch from the list's resourceVersion with bookmarks, an expired watch (410 Gone) lists
+again, failures retried with a doubling pause). The gateway routes from it, so that its routing
+table is updated on the loop that reads it, without locks, and no request to the gateway ever
+reads the API server. Credentials come from the kubernetes library's loaders (in-cluster
+ServiceAccount token, refreshed as it rotates, or a kubeconfig), as `client.load_config`.
 """
 
 from __future__ import annotations
@@ -15,35 +14,20 @@ import json
 import logging
 import ssl
 from typing import Any, AsyncIterator, Callable
-from urllib.parse import quote
 
 import aiohttp
-from kubernetes import client, config
+from kubernetes import client
 
-from ..api import API_VERSION
+from .kinds import Kind
+from .watching import GONE, WATCH_SECONDS, Retry, WatchFailed, list_query, page_end, read_event, watch_query
 
 log = logging.getLogger(__name__)
-
-INFERENCE_SERVICES = f"/apis/{API_VERSION}", "inferenceservices"
-ENDPOINT_SLICES = "/apis/discovery.k8s.io/v1", "endpointslices"
 
 
 class ApiError(Exception):
     def __init__(self, status: int, message: str):
         super().__init__(f"{status}: {message}")
         self.status = status
-
-
-def load_configuration(kubeconfig: str | None = None) -> client.Configuration:
-    configuration = client.Configuration()
-    if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-        return configuration
-    try:
-        config.load_incluster_config(client_configuration=configuration)
-    except config.ConfigException:
-        config.load_kube_config(client_configuration=configuration)
-    return configuration
 
 
 class ApiServer:
@@ -82,21 +66,12 @@ class ApiServer:
         if self.session is not None:
             await self.session.close()
 
-    @staticmethod
-    def path(group_path: str, plural: str, namespace: str | None) -> str:
-        ns = f"/namespaces/{quote(namespace, safe='')}" if namespace else ""
-        return f"{group_path}{ns}/{plural}"
-
     async def list(self, path: str, selector: str | None) -> tuple[list[dict[str, Any]], str]:
         session = await self._session()
         items: list[dict[str, Any]] = []
         token: str | None = None
         while True:
-            params = {"limit": "500"}
-            if selector:
-                params["labelSelector"] = selector
-            if token:
-                params["continue"] = token
+            params = list_query(selector, None, token)
             self.requests += 1
             async with session.get(self.host + path, params=params, headers=self._headers(),
                                    timeout=aiohttp.ClientTimeout(total=60)) as resp:
@@ -104,17 +79,14 @@ class ApiServer:
                     raise ApiError(resp.status, (await resp.text())[:300])
                 page = await resp.json()
             items.extend(page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue")
+            token, version = page_end(page)
             if not token:
-                return items, (page.get("metadata") or {}).get("resourceVersion", "")
+                return items, version
 
     async def watch(self, path: str, version: str, selector: str | None, timeout: int
                     ) -> AsyncIterator[dict[str, Any]]:
         session = await self._session()
-        params = {"watch": "true", "resourceVersion": version, "allowWatchBookmarks": "true",
-                  "timeoutSeconds": str(timeout)}
-        if selector:
-            params["labelSelector"] = selector
+        params = watch_query(version, selector, None, timeout)
         self.requests += 1
         async with session.get(self.host + path, params=params, headers=self._headers(),
                                timeout=aiohttp.ClientTimeout(total=timeout + 30, sock_connect=10)) as resp:
@@ -134,20 +106,20 @@ class Watch:
     """One kind in one namespace (or all): `on_list(items)` after every listing, `on_event(type,
     obj)` per watch event. `synced` is set once the first listing is in."""
 
-    def __init__(self, api: ApiServer, group_path: str, plural: str, namespace: str | None,
+    def __init__(self, api: ApiServer, kind: Kind, namespace: str | None,
                  on_list: Callable[[list[dict[str, Any]]], None],
                  on_event: Callable[[str, dict[str, Any]], None],
-                 selector: str | None = None, timeout: int = 300):
+                 selector: str | None = None, timeout: int = WATCH_SECONDS):
         self.api, self.selector, self.timeout = api, selector, timeout
-        self.path = api.path(group_path, plural, namespace)
-        self.name = plural + (f" in {namespace}" if namespace else "")
+        self.path = kind.path(namespace)
+        self.name = kind.plural + (f" in {namespace}" if namespace else "")
         self.on_list, self.on_event = on_list, on_event
         self.synced = asyncio.Event()
         self.failing: str | None = None
 
     async def run(self) -> None:
         version: str | None = None
-        delay = 1.0
+        retry = Retry()
         while True:
             try:
                 if version is None:
@@ -155,31 +127,26 @@ class Watch:
                     self.on_list(items)
                     self.synced.set()
                 async for event in self.api.watch(self.path, version, self.selector, self.timeout):
-                    kind = event.get("type")
-                    obj = event.get("object") or {}
-                    if kind == "ERROR":
-                        if obj.get("code") == 410:
-                            version = None
-                            break
-                        raise ApiError(int(obj.get("code") or 0), obj.get("message") or "watch error")
-                    version = (obj.get("metadata") or {}).get("resourceVersion") or version
-                    if kind != "BOOKMARK":
-                        self.on_event(kind, obj)
+                    version, change, obj = read_event(event, version)
+                    if version is None:
+                        break  # expired: list again
+                    if change is not None:
+                        self.on_event(change, obj)
                 if self.failing:
                     log.info("watching %s again", self.name)
                 self.failing = None
-                delay = 1.0
+                retry.succeeded()
             except asyncio.CancelledError:
                 raise
+            except WatchFailed as e:
+                await self._failed(f"{e.status}: {e.message}", retry.failed())
             except ApiError as e:
-                if e.status == 410:
+                if e.status == GONE:
                     version = None
                     continue
-                await self._failed(str(e), delay)
-                delay = min(30.0, delay * 2)
+                await self._failed(str(e), retry.failed())
             except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError) as e:
-                await self._failed(f"{type(e).__name__}: {e}"[:300], delay)
-                delay = min(30.0, delay * 2)
+                await self._failed(f"{type(e).__name__}: {e}"[:300], retry.failed())
 
     async def _failed(self, why: str, delay: float) -> None:
         if self.failing != why:
