@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from e2e.harness import free_port  # noqa: E402
+from triton_operator.api.kinds import OWN_KINDS  # noqa: E402
 from triton_operator.kube.client import Kube  # noqa: E402
 
 RELEASE, RELEASE_NS, SA = "triton-operator", "triton-system", "triton-operator"
@@ -68,7 +69,7 @@ class Cluster:
     def admin(self, field_manager: str = "bench") -> Kube:
         cfg = client.Configuration()
         config.load_kube_config(config_file=self.kubeconfig, client_configuration=cfg)
-        return Kube(field_manager, cfg, qps=10_000, burst=10_000, pool_size=64)
+        return Kube(field_manager, cfg, qps=10_000, burst=10_000, pool_size=64, kinds=OWN_KINDS)
 
     def service_account_kubeconfig(self) -> str:
         token = self.kubectl("create", "token", SA, "-n", RELEASE_NS, "--duration=6h").strip()

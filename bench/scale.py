@@ -245,7 +245,8 @@ def main() -> int:
                 kube.apply(manifest)
             observed = status_core.Observed(desired_replicas=1, gpu_class="l4", gpu_class_spec=classes["l4"].spec,
                                             endpoints=endpoints(name, "bare", settings), selector="x")
-            kube.patch_status("bare", name, status_core.compute(obj, observed, datetime.now(timezone.utc))[0])
+            status = status_core.compute(obj, observed, datetime.now(timezone.utc))[0]
+            kube.patch_status(INFERENCE_SERVICE, "bare", name, status)
 
         log(f"bare client: {n} InferenceServices, {3 * n} children, {n} status writes, {threads} threads")
         bare_watch = Watcher(kube, "bare")
