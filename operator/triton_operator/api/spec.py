@@ -20,8 +20,9 @@ from .syntax import (ANNOTATION_KEY, DNS_1035_LABEL, DNS_LABEL, DURATION_MAX_LEN
 # Most replicas spec.replicas and the autoscaler's bounds may ask for.
 MAX_REPLICAS = 1000
 # A Triton model name: a path segment on every Triton route, so never "." or ".." (it starts
-# with a letter, digit or underscore; gateway/passthrough.MODEL_NAME is the same rule).
+# with a letter, digit or underscore). The gateway checks names it reads with the same rule.
 TRITON_MODEL_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
+TRITON_MODEL_NAME_MAX_LENGTH = 128
 
 SERVICE_NAME_RULES = ("a lowercase letter, then lowercase letters, digits or '-', ending with a letter or "
                       "digit, at most 52 characters (it names the Service; other children add suffixes)")
@@ -108,7 +109,7 @@ class ModelSpec(Model):
     format: ModelFormat = Field(
         ..., description="What the source holds: tensorrt-llm (a Hugging Face LLM checkpoint, served by TensorRT-LLM's LLM API on its PyTorch backend), onnx, pytorch, tensorrt, python, or triton (a ready Triton model repository).")
     name: str | None = Field(
-        None, pattern=TRITON_MODEL_NAME, max_length=128,
+        None, pattern=TRITON_MODEL_NAME, max_length=TRITON_MODEL_NAME_MAX_LENGTH,
         description="Name of the model inside Triton, used for metrics. Defaults to 'llm' for tensorrt-llm and to the InferenceService name otherwise.")
     revision: str | None = Field(None, max_length=128, description="Revision (branch, tag or commit) of an hf:// source.")
     parameters: str | None = Field(
@@ -494,7 +495,7 @@ class OpenAISpec(Model):
         None, description="List the service in /v1/models and accept OpenAI requests for it. Defaults to true for "
                           "format tensorrt-llm and when this block is set, false otherwise.")
     model: str | None = Field(
-        None, pattern=TRITON_MODEL_NAME, max_length=128,
+        None, pattern=TRITON_MODEL_NAME, max_length=TRITON_MODEL_NAME_MAX_LENGTH,
         description="The Triton model whose generate endpoints answer (inputs text_input, max_tokens, stream, ... "
                     "-> text_output). Defaults to 'ensemble' for tensorrt-llm, else to model.name.")
     chat_template: str | None = Field(

@@ -84,45 +84,21 @@ class OpenAIProxy:
             else:
                 prompt = req.text()  # type: ignore[attr-defined]
         gen = t.to_generate(req, min(svc.default_max_tokens, cap), svc.llm, prompt)
-        started = self.clock()
-        code = 500
-        in_flight_gauge = m.child(m.IN_FLIGHT, *svc.key)
-        try:
-            path = f"/v2/models/{svc.generate_model}/" + ("generate_stream" if gen.stream else "generate")
-            address, resp, sent, span = await self.upstream.send(
-                svc, caller, "POST", path, json.dumps(gen.body).encode(),
-                {"Content-Type": "application/json", "Accept-Encoding": "identity"})
-            in_flight_gauge.inc()
-            try:
-                if resp.status != 200:
-                    raise await upstream_error(resp, svc)
-                if gen.stream:
-                    answer = await self._stream(request, resp, gen, svc, started, caller, span)
-                else:
-                    whole = t.answer_of(await resp.json(content_type=None))
-                    self.auth.spend(caller, svc, whole.prompt_tokens, whole.completion_tokens)
-                    answer = web.json_response(t.completion(gen, whole))
-                code = answer.status
-                return answer
-            except BaseException as e:   # the answer failed on its way (a broken stream, a cancel)
-                span.fail(e)
-                raise
-            finally:
-                span.end()
-                resp.release()
-                self.router.release(address)
-                in_flight_gauge.dec()
-                self.auth.account(caller, svc, sent)
-        except t.OpenAIError as e:
-            code = e.status
-            raise
-        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-            code = 502
-            raise t.OpenAIError(502, f"model {svc.key[1]}: the replica failed: {type(e).__name__}",
-                                "upstream_error", code="upstream_failed") from None
-        finally:
-            m.child(m.REQUESTS, *svc.key, route, str(code)).inc()
-            m.child(m.LATENCY, *svc.key, route).observe(self.clock() - started)
+        path = f"/v2/models/{svc.generate_model}/" + ("generate_stream" if gen.stream else "generate")
+        async with self.upstream.exchange(svc, caller, route, "POST", path, json.dumps(gen.body).encode(),
+                                          {"Content-Type": "application/json", "Accept-Encoding": "identity"},
+                                          lambda sent: self.auth.account(caller, svc, sent)) as ex:
+            resp = ex.resp
+            if resp.status != 200:
+                raise await upstream_error(resp, svc)
+            if gen.stream:
+                answer = await self._stream(request, resp, gen, svc, ex.started, caller, ex.span)
+            else:
+                whole = t.answer_of(await resp.json(content_type=None))
+                self.auth.spend(caller, svc, whole.prompt_tokens, whole.completion_tokens)
+                answer = web.json_response(t.completion(gen, whole))
+            ex.code = answer.status
+            return answer
 
     async def _stream(self, request: web.Request, resp: aiohttp.ClientResponse, gen: t.Generate,
                       svc: Service, started: float, caller: Caller, span: Any = tr.NO_SPAN) -> web.StreamResponse:

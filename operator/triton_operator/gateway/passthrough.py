@@ -25,6 +25,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..api import TRITON_MODEL_NAME, TRITON_MODEL_NAME_MAX_LENGTH
+
 # Routes under /v2/models/NAME[/versions/N] and the methods each answers (Triton server
 # docs/protocol: KServe v2 "Model Metadata", "Model Ready", "Model Configuration" (extension
 # model_configuration), "Inference", and the generate extension (extension_generate.md)).
@@ -37,13 +39,17 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "/generate_stream": ("POST",),
 }
 PREFIX = "/v2/models/"
-# A Triton model name as the CRD allows it (api.ModelSpec.name, OpenAISpec.model): it cannot be
-# "." or "..", because it must start with a letter, digit or underscore.
-MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+_MODEL_NAME = re.compile(TRITON_MODEL_NAME)
 # The name the client puts after /v2/models/: an InferenceService name (a DNS-1123 label).
 SERVICE_NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 PATH_CHARACTERS = re.compile(r"[A-Za-z0-9/._-]*")
 VERSION = re.compile(r"[1-9][0-9]{0,17}")   # Triton's model versions are positive int64s
+
+
+def is_model_name(name: str) -> bool:
+    """A Triton model name as the CRD allows it (api.TRITON_MODEL_NAME: ModelSpec.name,
+    OpenAISpec.model): never "." or "..", because it starts with a letter, digit or underscore."""
+    return len(name) <= TRITON_MODEL_NAME_MAX_LENGTH and _MODEL_NAME.fullmatch(name) is not None
 
 
 class PathRefused(Exception):
@@ -64,7 +70,7 @@ class V2Call:
     def upstream_path(self, model: str) -> str:
         """The path on the replica: the service's Triton model (checked here too: the gateway
         does not trust what it reads from the cluster to be a safe path segment)."""
-        if not MODEL_NAME.fullmatch(model):
+        if not is_model_name(model):
             raise PathRefused(502, "the service's Triton model name is not a valid model name", "bad_model_name")
         version = f"/versions/{self.version}" if self.version else ""
         return f"{PREFIX}{model}{version}{self.route}"

@@ -4,10 +4,7 @@
 
 from __future__ import annotations
 
-import asyncio
-from typing import Callable
 
-import aiohttp
 from aiohttp import web
 
 from . import telemetry as m
@@ -29,14 +26,12 @@ SMALL_BODY = 1 << 16  # answers up to this size are passed through whole, larger
 
 
 class PassthroughProxy:
-    def __init__(self, router: Router, auth: Auth, admission: Admission, resolver: Resolver, upstream: Upstream,
-                 clock: Callable[[], float]):
+    def __init__(self, router: Router, auth: Auth, admission: Admission, resolver: Resolver, upstream: Upstream):
         self.router = router
         self.auth = auth
         self.admission = admission
         self.resolver = resolver
         self.upstream = upstream
-        self.clock = clock
 
     async def v2(self, request: web.Request) -> web.StreamResponse:
         """KServe v2 pass-through: /v2/models/<service>/... goes to that service's Triton model."""
@@ -55,48 +50,24 @@ class PassthroughProxy:
                            body: bytes | bytearray) -> web.StreamResponse:
         headers = {h: request.headers[h] for h in V2_REQUEST_HEADERS if h in request.headers}
         headers["Accept-Encoding"] = request.headers.get("Accept-Encoding", "identity")
-        started = self.clock()
-        code = 500
-        in_flight_gauge = m.child(m.IN_FLIGHT, *svc.key)
-        try:
-            address, resp, sent, span = await self.upstream.send(svc, caller, request.method, path, body or None,
-                                                                 headers)
-            in_flight_gauge.inc()
-            try:
-                if resp.status >= 400:
-                    # Triton's own error text stays here (it named internal shared-memory regions in
-                    # CVE-2025-23319's chain); the client gets a fixed one.
-                    raise await upstream_error(resp, svc)
-                headers = {h: resp.headers[h] for h in V2_RESPONSE_HEADERS if h in resp.headers}
-                if resp.content_length is not None and resp.content_length <= SMALL_BODY:
-                    # Most answers: one read and one write (streaming them costs a third more CPU).
-                    code = resp.status
-                    return web.Response(status=resp.status, body=await resp.read(), headers=headers)
-                out = web.StreamResponse(status=resp.status, headers=headers)
-                if resp.content_length is not None:
-                    out.content_length = resp.content_length
-                await out.prepare(request)
-                async for chunk in resp.content.iter_any():
-                    await out.write(chunk)
-                await out.write_eof()
-                code = resp.status
-                return out
-            except BaseException as e:   # the answer failed on its way (a broken stream, a cancel)
-                span.fail(e)
-                raise
-            finally:
-                span.end()
-                resp.release()
-                self.router.release(address)
-                in_flight_gauge.dec()
-                self.auth.account(caller, svc, sent)
-        except t.OpenAIError as e:
-            code = e.status
-            raise
-        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-            code = 502
-            raise t.OpenAIError(502, f"model {svc.key[1]}: the replica failed: {type(e).__name__}",
-                                "upstream_error", code="upstream_failed") from None
-        finally:
-            m.child(m.REQUESTS, *svc.key, "v2", str(code)).inc()
-            m.child(m.LATENCY, *svc.key, "v2").observe(self.clock() - started)
+        async with self.upstream.exchange(svc, caller, "v2", request.method, path, body or None, headers,
+                                          lambda sent: self.auth.account(caller, svc, sent)) as ex:
+            resp = ex.resp
+            if resp.status >= 400:
+                # Triton's own error text stays here (it named internal shared-memory regions in
+                # CVE-2025-23319's chain); the client gets a fixed one.
+                raise await upstream_error(resp, svc)
+            headers = {h: resp.headers[h] for h in V2_RESPONSE_HEADERS if h in resp.headers}
+            if resp.content_length is not None and resp.content_length <= SMALL_BODY:
+                # Most answers: one read and one write (streaming them costs a third more CPU).
+                ex.code = resp.status
+                return web.Response(status=resp.status, body=await resp.read(), headers=headers)
+            out = web.StreamResponse(status=resp.status, headers=headers)
+            if resp.content_length is not None:
+                out.content_length = resp.content_length
+            await out.prepare(request)
+            async for chunk in resp.content.iter_any():
+                await out.write(chunk)
+            await out.write_eof()
+            ex.code = resp.status
+            return out

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from ..kube.store import Key
-from .passthrough import MODEL_NAME
+from .passthrough import is_model_name
 
 ServiceKey = Key   # (namespace, InferenceService name): a service, never an API key
 Address = tuple[str, int]
@@ -65,8 +65,8 @@ def service_from(obj: dict[str, Any]) -> Service | None:
     max_tokens = openai.get("defaultMaxTokens")
     generate_model = openai.get("model") or triton_model
     v2_model = triton_model
-    if not (isinstance(generate_model, str) and MODEL_NAME.fullmatch(generate_model)
-            and isinstance(v2_model, str) and MODEL_NAME.fullmatch(v2_model)):
+    if not (isinstance(generate_model, str) and is_model_name(generate_model)
+            and isinstance(v2_model, str) and is_model_name(v2_model)):
         return None  # the CRD refuses such names; an object that has one anyway is not served
     return Service(
         key=(namespace, name),

@@ -80,7 +80,7 @@ class Gateway:
         self.openai_proxy = OpenAIProxy(self.router, self.auth, self.admission, self.resolver, self.holding,
                                         self.upstream, clock)
         self.passthrough_proxy = PassthroughProxy(self.router, self.auth, self.admission, self.resolver,
-                                                  self.upstream, clock)
+                                                  self.upstream)
         self._tasks: list[asyncio.Task[Any]] = []
 
     @property

@@ -6,17 +6,20 @@ refusal turned into an OpenAI error with a fixed text."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import socket
 import ssl
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable
 
 import aiohttp
 import aiohttp.abc
 import aiohttp.resolver
 import yarl
 
+from . import telemetry as m
 from . import tracing as tr
 from . import translate as t
 from .auth import Caller
@@ -27,6 +30,18 @@ from .routing import Address, Router, Service, ServiceKey, url
 log = logging.getLogger(__name__)
 
 TEMPLATE_TTL = 600.0  # seconds a chat template read from a model's config is used before it is read again
+
+
+@dataclass
+class Exchange:
+    """One request to a replica, as a route handler sees it inside `Upstream.exchange`: the
+    replica's answer (headers read) and the attempt's span to read and report, when the handler
+    started, and `code`, the status the client got, which the handler sets when it answers."""
+
+    resp: aiohttp.ClientResponse
+    span: Any
+    started: float
+    code: int = 500
 
 
 class Upstream:
@@ -71,6 +86,45 @@ class Upstream:
         """The name a replica's certificate is checked against: its Service's, NAME.NAMESPACE.svc
         (the address dialled is a pod IP, which certificates rarely name)."""
         return f"{svc.key[1]}.{svc.key[0]}.svc" if self.scheme == "https" else None
+
+    @contextlib.asynccontextmanager
+    async def exchange(self, svc: Service, caller: Caller, route: str, method: str, path: str,
+                       body: bytes | bytearray | None, headers: dict[str, str],
+                       account: Callable[[float], None]) -> AsyncIterator[Exchange]:
+        """What every route does around one request to a replica: send it (`send`), count it in
+        flight, and once the handler's answer is over (or failed on its way, or was cancelled) end
+        the span, release the answer and the replica and `account(sent)` for the key; a replica
+        that fails becomes a 502 with a fixed text; the request and its latency are counted by
+        `route` and the status the client got."""
+        started = self.clock()
+        code: int | None = None
+        ex: Exchange | None = None
+        in_flight_gauge = m.child(m.IN_FLIGHT, *svc.key)
+        try:
+            address, resp, sent, span = await self.send(svc, caller, method, path, body, headers)
+            in_flight_gauge.inc()
+            ex = Exchange(resp, span, started)
+            try:
+                yield ex
+            except BaseException as e:   # the answer failed on its way (a broken stream, a cancel)
+                span.fail(e)
+                raise
+            finally:
+                span.end()
+                resp.release()
+                self.router.release(address)
+                in_flight_gauge.dec()
+                account(sent)
+        except t.OpenAIError as e:
+            code = e.status
+            raise
+        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+            code = 502
+            raise t.OpenAIError(502, f"model {svc.key[1]}: the replica failed: {type(e).__name__}",
+                                "upstream_error", code="upstream_failed") from None
+        finally:
+            m.child(m.REQUESTS, *svc.key, route, str(code if code is not None else ex.code if ex else 500)).inc()
+            m.child(m.LATENCY, *svc.key, route).observe(self.clock() - started)
 
     async def send(self, svc: Service, caller: Caller, method: str, path: str, body: bytes | bytearray | None,
                    headers: dict[str, str]) -> tuple[Address, aiohttp.ClientResponse, float, Any]:
