@@ -29,7 +29,7 @@ from .conftest import RELEASE, RELEASE_NS
 from .harness.faultproxy import FaultProxy
 from .test_lifecycle import service, wait_ready
 
-LEASE_SECONDS, RENEW_DEADLINE_SECONDS = 30, 20  # controller/leader.py
+LEASE_SECONDS, RENEW_DEADLINE_SECONDS = 30, 20  # kube/leader.py
 # How long the standby is probed while the leader holds the lease (bench/standby.py sets 600).
 STANDBY_SECONDS = float(os.environ.get("E2E_STANDBY_SECONDS", "10"))
 
