@@ -13,7 +13,7 @@ from . import translate as t
 from .admission import Admission
 from .auth import Auth, Caller
 from .resolution import Resolver
-from .routing import Router, Service
+from .routing import Service
 from .upstream import Upstream, upstream_error
 
 # Request headers passed to a replica on the KServe v2 routes (binary tensors need
@@ -26,8 +26,7 @@ SMALL_BODY = 1 << 16  # answers up to this size are passed through whole, larger
 
 
 class PassthroughProxy:
-    def __init__(self, router: Router, auth: Auth, admission: Admission, resolver: Resolver, upstream: Upstream):
-        self.router = router
+    def __init__(self, auth: Auth, admission: Admission, resolver: Resolver, upstream: Upstream):
         self.auth = auth
         self.admission = admission
         self.resolver = resolver

@@ -79,8 +79,7 @@ class Gateway:
         self.upstream = Upstream(settings, self.router, self.holding, clock, tracing)
         self.openai_proxy = OpenAIProxy(self.router, self.auth, self.admission, self.resolver, self.holding,
                                         self.upstream, clock)
-        self.passthrough_proxy = PassthroughProxy(self.router, self.auth, self.admission, self.resolver,
-                                                  self.upstream)
+        self.passthrough_proxy = PassthroughProxy(self.auth, self.admission, self.resolver, self.upstream)
         self._tasks: list[asyncio.Task[Any]] = []
 
     @property
