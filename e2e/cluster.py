@@ -58,12 +58,14 @@ class Cluster:
         return self.kubectl("apply", "-f", "-", *args, input=yaml.safe_dump_all(docs), check=check)
 
     def get(self, kind: str, name: str | None = None, namespace: str | None = None,
-            selector: str | None = None) -> Any:
+            selector: str | None = None, all_namespaces: bool = False) -> Any:
         args = ["get", kind, "-o", "json"]
         if name:
             args.insert(2, name)
         if namespace:
             args += ["-n", namespace]
+        if all_namespaces:
+            args.append("-A")
         if selector:
             args += ["-l", selector]
         out = self.kubectl(*args, check=False)
@@ -73,6 +75,45 @@ class Cluster:
             raise AssertionError(out.stderr)
         data = json.loads(out.stdout)
         return data["items"] if not name else data
+
+    def wait_ready(self, name: str, namespace: str, timeout: int = 120) -> None:
+        """`kubectl wait --for=condition=Ready` on an InferenceService; when it times out, the
+        failure says why: the service's conditions, its pods and Jobs, the namespace's events."""
+        out = self.kubectl("wait", "--for=condition=Ready", f"infsvc/{name}", "-n", namespace,
+                           f"--timeout={timeout}s", timeout=timeout + 30, check=False)
+        if out.returncode != 0:
+            raise AssertionError(f"infsvc/{name} in {namespace} not Ready within {timeout}s: {out.stderr.strip()}\n"
+                                 f"{self.describe(name, namespace)}")
+
+    def describe(self, name: str, namespace: str) -> str:
+        """What a person would look at first when a service is stuck, as text."""
+        isvc = self.get("infsvc", name, namespace) or {}
+        lines = ["conditions:"] + [f"  {c['type']}={c['status']} {c.get('reason', '')}: {c.get('message', '')}"
+                                   for c in (isvc.get("status") or {}).get("conditions") or []]
+        lines.append("pods:")
+        for pod in self.get("pods", namespace=namespace) or []:
+            st = pod.get("status") or {}
+            conds = ",".join(f"{c['type']}={c['status']}" for c in st.get("conditions") or [])
+            lines.append(f"  {pod['metadata']['name']} {st.get('phase')} node={pod['spec'].get('nodeName')} {conds}")
+        lines.append("jobs:")
+        for job in self.get("jobs", namespace=namespace) or []:
+            lines.append(f"  {job['metadata']['name']} {json.dumps((job.get('status') or {}).get('conditions'))}")
+        events = self.kubectl("get", "events", "-n", namespace, "--sort-by=.lastTimestamp", check=False).stdout
+        lines.append("events:\n" + "\n".join(events.splitlines()[-25:]))
+        return "\n".join(lines) + "\nGPUs used/allocatable per node:\n" + self.gpu_use()
+
+    def gpu_use(self) -> str:
+        """Each GPU node's `nvidia.com/gpu` held by pods that have not finished, of its allocatable."""
+        used: dict[str, int] = {}
+        for pod in self.get("pods", namespace=None, all_namespaces=True) or []:
+            node = pod["spec"].get("nodeName")
+            if node and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                used[node] = used.get(node, 0) + sum(
+                    int(((c.get("resources") or {}).get("requests") or {}).get("nvidia.com/gpu", 0))
+                    for c in pod["spec"]["containers"])
+        return "\n".join(f"  {n['metadata']['name']} {used.get(n['metadata']['name'], 0)}/{gpus}"
+                         for n in self.get("nodes") or []
+                         if (gpus := (n.get("status") or {}).get("allocatable", {}).get("nvidia.com/gpu")))
 
     def condition(self, kind: str, name: str, namespace: str, type_: str) -> dict[str, Any] | None:
         obj = self.get(kind, name, namespace) or {}

@@ -44,6 +44,21 @@ def cluster() -> Iterator[Cluster]:
 
 
 RELEASE, RELEASE_NS = "triton-operator", "triton-system"
+
+# The session's operator while it runs: a failing test's report carries the end of its log.
+_SHARED: dict[str, Operator] = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test (or fixture) that ran while the shared operator ran: its report ends with the
+    operator's last log lines (what it decided, or why it did not), which a CI log otherwise lacks."""
+    outcome = yield
+    report = outcome.get_result()
+    op = _SHARED.get("operator")
+    if report.failed and op is not None:
+        report.sections.append(("shared operator: last 60 log lines", op.log_tail(60)))
+
 SERVICE_ACCOUNT = "triton-operator"
 GATEWAY_SERVICE_ACCOUNT = "triton-operator-gateway"
 
@@ -78,9 +93,11 @@ def operator(installed: Cluster, tmp_path_factory: pytest.TempPathFactory) -> It
                   extra_env={"TRITON_OPERATOR_CATALOG_FILE": str(catalog), **chart_env(installed, ["NETWORK_POLICY"])})
     op.start()
     wait_for("the catalog's GPUClasses", lambda: len(installed.get("gpuclass") or []) >= 4, timeout=60)
+    _SHARED["operator"] = op
     try:
         yield op
     finally:
+        _SHARED.pop("operator", None)
         assert op.stop(), f"the operator did not exit within 20 s of SIGTERM; log:\n{op.log_tail()}"
 
 

@@ -211,7 +211,7 @@ def test_load_step_scales_up_then_down_after_the_window(scaling_operator: Operat
                                                         prometheus: Prometheus):
     c = scaling_operator.cluster
     apply_service(c)
-    c.kubectl("wait", "--for=condition=Ready", f"infsvc/{NAME}", "-n", NS, "--timeout=120s")
+    c.wait_ready(NAME, NS, timeout=120)
     wait_metrics_available(c, "True")
     triton.set_delay_ms(100)
     with ReplicaLog(c) as log:
@@ -258,7 +258,7 @@ def test_p99_made_of_service_time_is_reported_not_chased(scaling_operator: Opera
     replicas would not shorten it. The operator says so (status and a Warning) and scales nothing."""
     c = scaling_operator.cluster
     apply_service(c, targetQueueDepth=1000, targetP99LatencyMs=100)
-    c.kubectl("wait", "--for=condition=Ready", f"infsvc/{NAME}", "-n", NS, "--timeout=120s")
+    c.wait_ready(NAME, NS, timeout=120)
     triton.set_delay_ms(300)
     try:
         with ReplicaLog(c) as log, LoadGenerator(triton.grpc_address, "slow", concurrency=1, duration_s=300):
@@ -284,7 +284,7 @@ def test_p99_above_target_with_a_short_queue_scales_up(scaling_operator: Operato
     targetQueueDepth 1000), and p99 (waiting + service) is over target: latency asks for more."""
     c = scaling_operator.cluster
     apply_service(c, targetQueueDepth=1000, targetP99LatencyMs=100)
-    c.kubectl("wait", "--for=condition=Ready", f"infsvc/{NAME}", "-n", NS, "--timeout=120s")
+    c.wait_ready(NAME, NS, timeout=120)
     triton.set_delay_ms(300)
     try:
         with ReplicaLog(c) as log, LoadGenerator(triton.grpc_address, "slow", concurrency=2, duration_s=180):

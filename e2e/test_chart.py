@@ -310,7 +310,7 @@ def test_reapplying_after_status_is_written_shows_no_diff(operator: Operator, ns
     path = tmp_path / "isvc.yaml"
     path.write_text(yaml.safe_dump(doc))
     c.kubectl("apply", "--server-side", "--field-manager=argocd", "-f", str(path))
-    c.kubectl("wait", "--for=condition=Ready", "infsvc/gitops", "-n", ns, "--timeout=60s")
+    c.wait_ready("gitops", ns, timeout=60)
     spec_before = c.get("infsvc", "gitops", ns)["spec"]
     diff = c.kubectl("diff", "--server-side", "--field-manager=argocd", "-f", str(path), check=False)
     assert diff.returncode == 0, diff.stdout  # 0: no differences

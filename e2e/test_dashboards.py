@@ -229,7 +229,7 @@ def scenario(chart, operator: Operator, gateway: GatewayProcess, llm: LLMTriton,
                                   "spill": {"after": "5s", "returnAfter": "15s"}}),
             isvc("lost", model={"source": "hf://org/model", "format": "onnx", "parameters": "1B"}, gpu={"class": "x100"}),
         ])
-        c.kubectl("wait", "--for=condition=Ready", f"infsvc/{NAME}", "-n", NS, "--timeout=120s", timeout=150)
+        c.wait_ready(NAME, NS, timeout=120)
         # Held: smol is Ready but not routed (no EndpointSlice); then routed, unrouted, held again.
         hold_once(c, gateway, llm.http_port, 0)
         prom.wait_for(f'triton_gateway_hold_seconds_count{{inferenceservice="{NAME}"}}', lambda v: v and v[0][1] == 1,

@@ -116,7 +116,7 @@ def services(operator: Operator, prometheus: Prometheus, gateway: GatewayProcess
     mirror = SliceMirror(c, {name: t.http_port for name, t in tritons.items()}, NS)
     mirror.thread.start()
     try:
-        c.kubectl("wait", "--for=condition=Ready", f"infsvc/{CHAT}", "-n", NS, "--timeout=60s")
+        c.wait_ready(CHAT, NS, timeout=60)
         wait_for("chat routed", lambda: mirror.applied.get(CHAT) == 1, timeout=30)
         yield c
     finally:

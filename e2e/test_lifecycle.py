@@ -30,8 +30,7 @@ def service(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
 
 
 def wait_ready(cluster: Cluster, name: str, ns: str, timeout: int = 90) -> None:
-    cluster.kubectl("wait", "--for=condition=Ready", f"infsvc/{name}", "-n", ns, f"--timeout={timeout}s",
-                    timeout=timeout + 30)
+    cluster.wait_ready(name, ns, timeout=timeout)
 
 
 def pods_of(cluster: Cluster, name: str, ns: str) -> list[dict[str, Any]]:

@@ -85,7 +85,7 @@ def service(operator: Operator, gateway: GatewayProcess, llm: LLMTriton) -> Iter
                                 "precision": "bf16"}, "gpu": {"class": "l4"},
                       "autoscaling": {"minReplicas": 1, "maxReplicas": 3, "targetQueueDepth": 1,
                                       "scaleDownStabilizationSeconds": 5}}}])
-        c.kubectl("wait", "--for=condition=Ready", f"infsvc/{NAME}", "-n", NS, "--timeout=120s", timeout=150)
+        c.wait_ready(NAME, NS, timeout=120)
         mirror.thread.start()
         wait_for("smol routed", lambda: mirror.applied.get(NAME) == 1, timeout=30)
         yield c

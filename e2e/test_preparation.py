@@ -70,7 +70,7 @@ def test_one_preparation_then_serving_on_the_stock_image(operator: Operator, ns:
                                     "parameters": "8B", "precision": "fp8"},
                           "gpu": {"class": "h100", "fallbackClasses": ["h200"]}, "replicas": 2}})
         c.kubectl("wait", "--for=condition=ModelReady", "infsvc/llm", "-n", ns, "--timeout=90s", timeout=120)
-        c.kubectl("wait", "--for=condition=Ready", "infsvc/llm", "-n", ns, "--timeout=90s", timeout=120)
+        c.wait_ready("llm", ns, timeout=90)
 
         (job,) = c.get("jobs", namespace=ns)
         assert job["metadata"]["labels"][f"{GROUP}/gpu-class"] == "h100", "fp8 is quantized on the preferred class"

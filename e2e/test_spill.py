@@ -101,7 +101,7 @@ def test_a_full_class_spills_over_and_comes_back_without_losing_ready_replicas(o
     spilled_after = time.monotonic() - applied
     assert "2 replica(s) moved from h100 to h200: unschedulable on h100 for over 5s" in moved[0]
     assert "Insufficient nvidia.com/gpu" in moved[0]
-    c.kubectl("wait", "--for=condition=Ready", "infsvc/chat", "-n", ns, "--timeout=60s", timeout=90)
+    c.wait_ready("chat", ns, timeout=60)
     wait_for("2 ready replicas on h200", lambda: ready_by_product(c, "chat", ns, nodes) == {"NVIDIA-H200": 2},
              timeout=60)
     spilled = placement(c, "chat", ns)
@@ -179,7 +179,7 @@ def test_class_auto_chooses_what_plan_says(operator: Operator, ns: str, tmp_path
     doc = yaml.safe_load(AUTO)
     doc["metadata"]["namespace"] = ns
     c.apply(doc)
-    c.kubectl("wait", "--for=condition=Ready", "infsvc/auto", "-n", ns, "--timeout=60s", timeout=90)
+    c.wait_ready("auto", ns, timeout=60)
     status = c.get("infsvc", "auto", ns)["status"]
     assert status["gpuClass"] == gpu_class
     (pod,) = serving_pods(c, "auto", ns)
