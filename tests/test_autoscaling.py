@@ -179,18 +179,22 @@ def test_demand_sees_load_an_empty_queue_hides():
 
 def test_a_rising_rate_asks_for_capacity_one_start_up_ahead():
     """A trend over at least half the trend window (60 s) is extrapolated over the start-up; a
-    shorter trail is not trusted with one (it is noise at a restart)."""
+    shorter trail is not trusted with one (it is noise at a restart), and a trend is carried
+    ahead at most as far as the trail it is fitted on spans."""
     history, current = measured(20.0, 5), 5
     ds = []
-    for i, rate in enumerate([60, 66, 72, 78, 84, 90, 96]):    # +0.6 req/s per s
+    for i, rate in enumerate(range(60, 121, 6)):    # +0.6 req/s per s
         d = decide(SPEC.model_copy(update={"max_replicas": 40}), current,
                    rates(0, current, rate, rate, startup=100), history, T0 + timedelta(seconds=10 * (i + 1)))
         history, current = d.history, d.desired
         ds.append(d)
     assert "rising" not in ds[5].reason                         # a 50 s trail
-    band = BAND_Z * math.sqrt(96 / 60)
-    assert d.wants["demand"] == math.ceil((96 + 0.6 * 100 + band) / 19)
-    assert "rising over 100s start-up" in d.reason
+    d = ds[6]                                                   # a 60 s trail: carried 60 s, not 100
+    assert d.wants["demand"] == math.ceil((96 + 0.6 * 60 + BAND_Z * math.sqrt(96 / 60)) / 19)
+    assert "(+36 rising over 100s start-up, the trend of 60s carried no further)" in d.reason
+    d = ds[10]                                                  # a 100 s trail: the whole start-up
+    assert d.wants["demand"] == math.ceil((120 + 0.6 * 100 + BAND_Z * math.sqrt(120 / 60)) / 19)
+    assert "(+60 rising over 100s start-up)" in d.reason
 
 
 def test_a_growing_queue_is_drained_as_it_will_be_when_new_pods_are_up():
@@ -371,10 +375,10 @@ def test_the_start_up_time_is_learned_and_sets_the_lead_and_the_hold():
                    rates(0, current, float(rate), float(rate), startup=240.0), history, T0 + timedelta(seconds=s))
         history, current = d.history, d.desired
     assert history.startup == pytest.approx(240.0)
-    assert "rising over 240s start-up" in d.reason
+    assert "rising over 240s start-up, the trend of 110s carried no further" in d.reason
     slope, scatter = history.forecast()
     assert slope == pytest.approx(1.0) and scatter == pytest.approx(0.0, abs=1e-9)
-    assert d.wants["demand"] == math.ceil((170 + 240 + BAND_Z * math.sqrt(170 / 60)) / 19)
+    assert d.wants["demand"] == math.ceil((170 + 110 + BAND_Z * math.sqrt(170 / 60)) / 19)
     # the load falls to 60 req/s: demand asks for 4 at once, but replicas go only after 240 s
     spec = SPEC.model_copy(update={"max_replicas": 40})
     peak, out = current, []

@@ -16,7 +16,9 @@ Rules, and the failures they prevent (the upstream issue behind each is named; d
     service holds, by conservation of requests) and the last tick's (the same over one tick: a
     minute's average lags a step by up to a minute).
   - The forecast adds the rate's rising least-squares trend over the start-up time (fitted on a
-    trail of at least half of TREND_WINDOW_S: a shorter one is noise), and an
+    trail of at least half of TREND_WINDOW_S: a shorter one is noise; carried ahead at most as far
+    as the trail spans: a minute's ramp carried over a 325 s start-up asked for 9 replicas where
+    3 served), and an
     upper band: BAND_Z standard deviations of the rate trail's scatter around its trend and of a
     minute's counting noise (rate / 60 s), or, if larger, the RISE_QUANTILE of how far the rate
     went over this forecast within a start-up, once a minute over the last RISE_MEMORY_S (bursts
@@ -233,8 +235,7 @@ class History:
         errors, which the upper band covers."""
         memory = now - _RISE_MEMORY
         lead_s = self.startup if self.startup is not None else DEFAULT_STARTUP_S
-        slope, _ = self.forecast()
-        minutes = _trail_since(self.minutes, memory) + ((now, rate, rate + max(0.0, slope) * lead_s),)
+        minutes = _trail_since(self.minutes, memory) + ((now, rate, rate + self.rising(lead_s)[0]),)
         rises = _trail_since(self.rises, memory)
         start = bisect_left(minutes, now - timedelta(seconds=lead_s), key=_first)
         if start > 0:
@@ -339,6 +340,16 @@ class History:
         residual = (sum(map(mul, dy, dy)) - slope * cov) / (n - 2)
         return slope, math.sqrt(max(0.0, residual))
 
+    def rising(self, lead_s: float) -> tuple[float, float]:
+        """How much the rising trend adds to the rate lead_s ahead, and over how many seconds it
+        is carried: at most as far as the trail it is fitted on spans (a trend seen for a minute
+        is not carried five minutes ahead)."""
+        slope, _ = self.forecast()
+        if slope <= 0:
+            return 0.0, 0.0
+        carried = min(lead_s, self.rates[-1][2] - self.rates[0][2])
+        return slope * carried, carried
+
     def recent_arrivals(self, signals: Signals) -> float | None:
         """Requests/s arriving now: completions plus what the service took on since the previous
         tick (a minute's rate lags a step by up to a minute)."""
@@ -410,8 +421,8 @@ def _demand(spec: AutoscalingSpec, current: int, queue: float, signals: Signals,
     lead = startup_of(signals, history)
     recent = history.recent_arrivals(signals)
     level = max(rate, recent) if recent is not None else rate
-    slope, scatter = history.forecast()
-    rising = max(0.0, slope) * lead
+    _, scatter = history.forecast()
+    rising, carried = history.rising(lead)
     # The upper band: the scatter around the trend and a minute's counting noise, or how far the
     # rate went over the forecast within a start-up lately (bursts the trend cannot see coming),
     # the larger.
@@ -448,7 +459,8 @@ def _demand(spec: AutoscalingSpec, current: int, queue: float, signals: Signals,
         replicas = current
     note = f"demand {_fmt(level)} req/s"
     if rising > 0:
-        note += f" (+{_fmt(rising)} rising over {_fmt(lead)}s start-up)"
+        note += f" (+{_fmt(rising)} rising over {_fmt(lead)}s start-up"
+        note += ")" if carried >= lead else f", the trend of {_fmt(carried)}s carried no further)"
     note += f", upper band +{_fmt(band)}"
     if limit == "batch":
         note += f" / capacity {_fmt(capacity)} req/s/replica ({source}) at {UTILIZATION:.0%}"
