@@ -77,12 +77,16 @@ class Cluster:
         return data["items"] if not name else data
 
     def wait_ready(self, name: str, namespace: str, timeout: int = 120) -> None:
-        """`kubectl wait --for=condition=Ready` on an InferenceService; when it times out, the
+        """`kubectl wait --for=condition=Ready` on an InferenceService (see wait_condition)."""
+        self.wait_condition(name, namespace, "Ready", timeout)
+
+    def wait_condition(self, name: str, namespace: str, type_: str, timeout: int = 120) -> None:
+        """`kubectl wait --for=condition=<type_>` on an InferenceService; when it times out, the
         failure says why: the service's conditions, its pods and Jobs, the namespace's events."""
-        out = self.kubectl("wait", "--for=condition=Ready", f"infsvc/{name}", "-n", namespace,
+        out = self.kubectl("wait", f"--for=condition={type_}", f"infsvc/{name}", "-n", namespace,
                            f"--timeout={timeout}s", timeout=timeout + 30, check=False)
         if out.returncode != 0:
-            raise AssertionError(f"infsvc/{name} in {namespace} not Ready within {timeout}s: {out.stderr.strip()}\n"
+            raise AssertionError(f"infsvc/{name} in {namespace} not {type_} within {timeout}s: {out.stderr.strip()}\n"
                                  f"{self.describe(name, namespace)}")
 
     def describe(self, name: str, namespace: str) -> str:
@@ -94,10 +98,14 @@ class Cluster:
         for pod in self.get("pods", namespace=namespace) or []:
             st = pod.get("status") or {}
             conds = ",".join(f"{c['type']}={c['status']}" for c in st.get("conditions") or [])
-            lines.append(f"  {pod['metadata']['name']} {st.get('phase')} node={pod['spec'].get('nodeName')} {conds}")
+            states = ",".join(f"{c['name']}:{next(iter(c.get('state') or {'?': 0}))}"
+                              for c in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []))
+            lines.append(f"  {pod['metadata']['name']} {st.get('phase')} node={pod['spec'].get('nodeName')} "
+                         f"created={pod['metadata'].get('creationTimestamp')} {conds} {states}")
         lines.append("jobs:")
         for job in self.get("jobs", namespace=namespace) or []:
-            lines.append(f"  {job['metadata']['name']} {json.dumps((job.get('status') or {}).get('conditions'))}")
+            lines.append(f"  {job['metadata']['name']} created={job['metadata'].get('creationTimestamp')} "
+                         f"{json.dumps(job.get('status') or {})}")
         events = self.kubectl("get", "events", "-n", namespace, "--sort-by=.lastTimestamp", check=False).stdout
         lines.append("events:\n" + "\n".join(events.splitlines()[-25:]))
         return "\n".join(lines) + "\nGPUs used/allocatable per node:\n" + self.gpu_use()

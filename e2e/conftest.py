@@ -11,7 +11,9 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import subprocess
+import time
 import uuid
 from pathlib import Path
 from typing import Iterator
@@ -25,8 +27,36 @@ from .harness.gateway import GatewayProcess
 CLUSTER_NAME = os.environ.get("E2E_CLUSTER_NAME", "triton-e2e")
 
 
+FAILURE_LOGS = Path.home() / ".cache" / "triton-operator" / "e2e-failures"
+LOG_TAIL_BYTES = 4 << 20
+
+
+def keep_cluster_logs(session: pytest.Session) -> Path | None:
+    """After a session with failures, the last 4 MiB of each control-plane component's log (kwok,
+    controller-manager, scheduler, apiserver, etcd, the audit log) and the operator's, in
+    ~/.cache/triton-operator/e2e-failures/<time>/ (the newest three kept): what happened in the
+    cluster while a test waited, which a CI log does not show."""
+    logs = subprocess.run([ROOT / "hack" / "cluster.sh", "logs", CLUSTER_NAME], capture_output=True, text=True)
+    src = Path(logs.stdout.strip()) if logs.returncode == 0 else None
+    if src is None or not src.is_dir():
+        return None
+    dest = FAILURE_LOGS / time.strftime("%Y%m%d-%H%M%S")
+    dest.mkdir(parents=True, exist_ok=True)
+    files = [*src.iterdir()]
+    if (op := _SHARED.get("operator")) is not None:
+        files.append(op.log_path)
+    for f in files:
+        if f.is_file():
+            with open(f, "rb") as r:
+                r.seek(max(0, f.stat().st_size - LOG_TAIL_BYTES))
+                (dest / f.name).write_bytes(r.read())
+    for old in sorted(FAILURE_LOGS.iterdir())[:-3]:
+        shutil.rmtree(old, ignore_errors=True)
+    return dest
+
+
 @pytest.fixture(scope="session")
-def cluster() -> Iterator[Cluster]:
+def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     if os.environ.get("E2E_USE_EXISTING_CLUSTER"):
         kubeconfig = os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
         yield Cluster(kubeconfig=kubeconfig, bin_dir=None)
@@ -39,6 +69,8 @@ def cluster() -> Iterator[Cluster]:
     try:
         yield Cluster(kubeconfig=up.stdout.strip().splitlines()[-1], bin_dir=bin_dir)
     finally:
+        if request.session.testsfailed and (kept := keep_cluster_logs(request.session)):
+            print(f"\ne2e: {request.session.testsfailed} failed; the cluster's logs are kept in {kept}")
         if not os.environ.get("E2E_KEEP_CLUSTER"):
             subprocess.run([ROOT / "hack" / "cluster.sh", "down", CLUSTER_NAME], capture_output=True)
 
@@ -56,7 +88,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     outcome = yield
     report = outcome.get_result()
     op = _SHARED.get("operator")
-    if report.failed and op is not None:
+    if report.failed and op is not None and op.proc is not None and op.proc.poll() is None:
         report.sections.append(("shared operator: last 60 log lines", op.log_tail(60)))
 
 SERVICE_ACCOUNT = "triton-operator"
@@ -93,11 +125,10 @@ def operator(installed: Cluster, tmp_path_factory: pytest.TempPathFactory) -> It
                   extra_env={"TRITON_OPERATOR_CATALOG_FILE": str(catalog), **chart_env(installed, ["NETWORK_POLICY"])})
     op.start()
     wait_for("the catalog's GPUClasses", lambda: len(installed.get("gpuclass") or []) >= 4, timeout=60)
-    _SHARED["operator"] = op
+    _SHARED["operator"] = op   # kept after it stops: the cluster's teardown keeps its log on failure
     try:
         yield op
     finally:
-        _SHARED.pop("operator", None)
         assert op.stop(), f"the operator did not exit within 20 s of SIGTERM; log:\n{op.log_tail()}"
 
 

@@ -69,7 +69,7 @@ def test_one_preparation_then_serving_on_the_stock_image(operator: Operator, ns:
                  "spec": {"model": {"source": "hf://meta-llama/Meta-Llama-3-8B-Instruct", "format": "tensorrt-llm",
                                     "parameters": "8B", "precision": "fp8"},
                           "gpu": {"class": "h100", "fallbackClasses": ["h200"]}, "replicas": 2}})
-        c.kubectl("wait", "--for=condition=ModelReady", "infsvc/llm", "-n", ns, "--timeout=90s", timeout=120)
+        c.wait_condition("llm", ns, "ModelReady", timeout=90)
         c.wait_ready("llm", ns, timeout=90)
 
         (job,) = c.get("jobs", namespace=ns)

@@ -153,6 +153,7 @@ case "$cmd" in
   down) down ;;
   env) tools; echo "export KUBECONFIG=$KUBECONFIG_FILE PATH=$BIN:\$PATH" ;;
   audit-log) ls "$STATE"/kwok/clusters/"$NAME"/logs/audit.log ;;
+  logs) ls -d "$STATE"/kwok/clusters/"$NAME"/logs ;;
   nodes) nodes_yaml ;;
-  *) echo "usage: $0 up|down|env|nodes [NAME]" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|env|nodes|audit-log|logs [NAME]" >&2; exit 2 ;;
 esac
