@@ -31,7 +31,7 @@ FAILURE_LOGS = Path.home() / ".cache" / "triton-operator" / "e2e-failures"
 LOG_TAIL_BYTES = 4 << 20
 
 
-def keep_cluster_logs(session: pytest.Session) -> Path | None:
+def keep_cluster_logs() -> Path | None:
     """After a session with failures, the last 4 MiB of each control-plane component's log (kwok,
     controller-manager, scheduler, apiserver, etcd, the audit log) and the operator's, in
     ~/.cache/triton-operator/e2e-failures/<time>/ (the newest three kept): what happened in the
@@ -69,7 +69,7 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     try:
         yield Cluster(kubeconfig=up.stdout.strip().splitlines()[-1], bin_dir=bin_dir)
     finally:
-        if request.session.testsfailed and (kept := keep_cluster_logs(request.session)):
+        if request.session.testsfailed and (kept := keep_cluster_logs()):
             print(f"\ne2e: {request.session.testsfailed} failed; the cluster's logs are kept in {kept}")
         if not os.environ.get("E2E_KEEP_CLUSTER"):
             subprocess.run([ROOT / "hack" / "cluster.sh", "down", CLUSTER_NAME], capture_output=True)

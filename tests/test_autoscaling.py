@@ -52,14 +52,24 @@ def test_starting_pods_count_as_capacity_so_a_burst_does_not_compound():
 
 
 def test_p99_above_target_with_a_short_queue_scales_up():
-    (d,) = run(SPEC, 2, [(10, q(1, 2, p99=1600))])
-    assert d.desired == 4 and "p99 asks for 4" in d.reason
+    """Once requests have waited on two ticks in a row."""
+    first, second = run(SPEC, 2, [(10, q(1, 2, p99=1600)), (20, q(1, 2, p99=1600))])
+    assert first.desired == 2 and "requests waited this tick only: p99 not chased yet" in first.reason
+    assert second.desired == 4 and "p99 asks for 4" in second.reason
+
+
+def test_a_one_tick_queue_from_a_single_client_does_not_chase_p99():
+    """One client, one request at a time, 300 ms each against a 100 ms target: a scrape now and
+    then catches its next request waiting (CI saw 1 -> 4 replicas from one such sample)."""
+    spec = SPEC.model_copy(update={"target_p99_latency_ms": 100, "target_queue_depth": 1000})
+    ds = run(spec, 1, [(10 * i, q(1 if i == 3 else 0, 1, p99=300)) for i in range(1, 10)])
+    assert [d.desired for d in ds] == [1] * 9 and all("p99" not in d.wants for d in ds)
 
 
 def test_p99_does_not_double_count_replicas_that_are_loading():
-    """The naive current x ratio would ask for 4 x 2 = 8 on the second tick."""
-    ds = run(SPEC, 2, [(10, q(1, 2, p99=1600)), (20, q(1, 2, p99=1600))])
-    assert [d.desired for d in ds] == [4, 4]
+    """The naive current x ratio would ask for 4 x 2 = 8 on the third tick."""
+    ds = run(SPEC, 2, [(10, q(1, 2, p99=1600)), (20, q(1, 2, p99=1600)), (30, q(1, 2, p99=1600))])
+    assert [d.desired for d in ds] == [2, 4, 4]
 
 
 def test_noise_inside_the_tolerance_band_changes_nothing():

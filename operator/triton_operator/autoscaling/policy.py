@@ -50,7 +50,8 @@ Rules, and the failures they prevent (the upstream issue behind each is named; d
   ceil(total queued / target per replica) replicas, an absolute count, so pods that are still
   loading count as capacity on the way and one burst never compounds into a second burst of
   scale-ups while they start.
-- p99 latency over target asks for ceil(ready x p99 / target), but only while requests wait and
+- p99 latency over target asks for ceil(ready x p99 / target), but only while requests wait (on
+  two ticks in a row: a single client is sampled now and then with one request waiting) and
   only when demand is not in charge (demand sizes the backlog already; ready x p99 / target
   compounds over a draining queue into max replicas). Latency made of
   service time (nothing waited for two summary windows, batches under half full) does not fall
@@ -608,6 +609,10 @@ def _ask_for_latency(wants: dict[str, int], notes: list[str], spec: AutoscalingS
         return _latency_without_queue(notes, p99, target, signals, history, now)
     if abs(ratio - 1) <= tol:
         wants["p99"] = current
+    elif not by_demand and queue >= 1 and not _waited_the_tick_before(history):
+        # One tick's queue is not a queue yet: a single client that sends its next request as
+        # the last response leaves is sampled now and then with one waiting.
+        notes.append("requests waited this tick only: p99 not chased yet")
     elif not by_demand:
         # With demand in charge the p99 is reported, not chased: demand already sizes the
         # backlog, and ready x p99 / target compounds over a draining queue.
@@ -615,6 +620,11 @@ def _ask_for_latency(wants: dict[str, int], notes: list[str], spec: AutoscalingS
         # they are part of `current`, a request they already cover adds nothing.
         wants["p99"] = math.ceil(ready * ratio)
     return None
+
+
+def _waited_the_tick_before(history: History) -> bool:
+    """Requests waited at the previous tick too (the trail holds this tick last)."""
+    return len(history.contents) >= 2 and history.contents[-2][1] >= 1
 
 
 def _latency_without_queue(notes: list[str], p99: float, target: float, signals: Signals, history: History,
