@@ -18,7 +18,8 @@ from .base import API_VERSION, GROUP, VERSION, describe_validation_error, first_
 from .gpuclass import AUTO_CLASS, AUTO_RESERVED_MESSAGE, GPUClass, GPUClassSpec, Toleration
 from .spec import (AUTO_FALLBACK_MESSAGE, AUTO_PARAMETERS_MESSAGE, BYTES_PER_PARAMETER, CALIBRATED_PRECISIONS,
                    CALIBRATION_MESSAGE, COUNT_ZERO_MESSAGE, INT8_LLM_MESSAGE, MAX_REPLICAS, MIN_COMPUTE_CAPABILITY,
-                   SERVICE_NAME_RULES, SPILL_TARGET_MESSAGE, TRITON_MODEL_NAME, TRITON_MODEL_NAME_MAX_LENGTH, UNBUILT_LLM_FAMILIES, UNBUILT_LLM_MESSAGE,
+                   SERVICE_NAME_RULES, SPILL_TARGET_MESSAGE, TRITON_MODEL_NAME, TRITON_MODEL_NAME_MAX_LENGTH,
+                   UNBUILT_LLM_FAMILIES, UNBUILT_LLM_MESSAGE,
                    AutoscalingSpec, ContainerResources, EngineSpec, InferenceService, InferenceServiceSpec, ModelSpec)
 from .status import ClassPlacement, InferenceServiceStatus
 from .syntax import DNS_1035_LABEL, DNS_LABEL, DURATION_MAX_LENGTH, cel

@@ -236,7 +236,7 @@ class History:
         errors, which the upper band covers."""
         memory = now - _RISE_MEMORY
         lead_s = self.startup if self.startup is not None else DEFAULT_STARTUP_S
-        minutes = _trail_since(self.minutes, memory) + ((now, rate, rate + self.rising(lead_s)[0]),)
+        minutes = _trail_since(self.minutes, memory) + ((now, rate, rate + self.rising(self.forecast()[0], lead_s)[0]),)
         rises = _trail_since(self.rises, memory)
         start = bisect_left(minutes, now - timedelta(seconds=lead_s), key=_first)
         if start > 0:
@@ -341,11 +341,10 @@ class History:
         residual = (sum(map(mul, dy, dy)) - slope * cov) / (n - 2)
         return slope, math.sqrt(max(0.0, residual))
 
-    def rising(self, lead_s: float) -> tuple[float, float]:
-        """How much the rising trend adds to the rate lead_s ahead, and over how many seconds it
-        is carried: at most as far as the trail it is fitted on spans (a trend seen for a minute
-        is not carried five minutes ahead)."""
-        slope, _ = self.forecast()
+    def rising(self, slope: float, lead_s: float) -> tuple[float, float]:
+        """How much the trend's `slope` (from `forecast`) adds to the rate lead_s ahead when it
+        rises, and over how many seconds it is carried: at most as far as the trail it is fitted
+        on spans (a trend seen for a minute is not carried five minutes ahead)."""
         if slope <= 0:
             return 0.0, 0.0
         carried = min(lead_s, self.rates[-1][2] - self.rates[0][2])
@@ -422,8 +421,8 @@ def _demand(spec: AutoscalingSpec, current: int, queue: float, signals: Signals,
     lead = startup_of(signals, history)
     recent = history.recent_arrivals(signals)
     level = max(rate, recent) if recent is not None else rate
-    _, scatter = history.forecast()
-    rising, carried = history.rising(lead)
+    slope, scatter = history.forecast()
+    rising, carried = history.rising(slope, lead)
     # The upper band: the scatter around the trend and a minute's counting noise, or how far the
     # rate went over the forecast within a start-up lately (bursts the trend cannot see coming),
     # the larger.

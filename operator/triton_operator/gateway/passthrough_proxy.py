@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-
 from aiohttp import web
 
 from . import telemetry as m

@@ -97,8 +97,7 @@ class Upstream:
         that fails becomes a 502 with a fixed text; the request and its latency are counted by
         `route` and the status the client got."""
         started = self.clock()
-        code: int | None = None
-        ex: Exchange | None = None
+        code = 500
         in_flight_gauge = m.child(m.IN_FLIGHT, *svc.key)
         try:
             address, resp, sent, span = await self.send(svc, caller, method, path, body, headers)
@@ -115,6 +114,7 @@ class Upstream:
                 self.router.release(address)
                 in_flight_gauge.dec()
                 account(sent)
+            code = ex.code
         except t.OpenAIError as e:
             code = e.status
             raise
@@ -123,7 +123,7 @@ class Upstream:
             raise t.OpenAIError(502, f"model {svc.key[1]}: the replica failed: {type(e).__name__}",
                                 "upstream_error", code="upstream_failed") from None
         finally:
-            m.child(m.REQUESTS, *svc.key, route, str(code if code is not None else ex.code if ex else 500)).inc()
+            m.child(m.REQUESTS, *svc.key, route, str(code)).inc()
             m.child(m.LATENCY, *svc.key, route).observe(self.clock() - started)
 
     async def send(self, svc: Service, caller: Caller, method: str, path: str, body: bytes | bytearray | None,
