@@ -22,7 +22,7 @@ from .cluster import Operator, wait_for
 from .harness import free_port
 from .harness.faultproxy import FaultProxy
 from .harness.prometheus import Prometheus, Target
-from .test_lifecycle import service, wait_ready
+from .test_lifecycle import service
 
 TICK = 2.0
 
@@ -111,7 +111,7 @@ def test_an_api_outage_is_retried_with_backoff_and_a_bounded_log(faulty: Faulty,
     op, c = faulty.operator, faulty.operator.cluster
     c.apply([service(f"calm-{i}", ns) for i in range(5)])
     for i in range(5):
-        wait_ready(c, f"calm-{i}", ns)
+        c.wait_ready(f"calm-{i}", ns, timeout=90)
     offset = op.log_path.stat().st_size
 
     faulty.api.mode("reset")  # every connection the operator holds or opens is reset
@@ -127,7 +127,7 @@ def test_an_api_outage_is_retried_with_backoff_and_a_bounded_log(faulty: Faulty,
     assert c.get("deployment", "during", ns) is None
 
     faulty.api.mode("pass")
-    wait_ready(c, "during", ns, timeout=120)
+    c.wait_ready("during", ns, timeout=120)
     for i in range(5):
         wait_for(f"calm-{i} at generation 2 with 2 replicas", lambda i=i: (s := (c.get("infsvc", f"calm-{i}", ns) or {})
                  .get("status") or {}) and s.get("observedGeneration") == 2 and s.get("readyReplicas") == 2, timeout=120)
@@ -140,7 +140,7 @@ def test_a_slow_api_server_still_converges(faulty: Faulty, ns: str):
     faulty.api.mode("delay", seconds=0.5)
     try:
         c.apply(service("slow", ns, replicas=2))
-        wait_ready(c, "slow", ns, timeout=120)
+        c.wait_ready("slow", ns, timeout=120)
         assert faulty.api.injected["delay"] > 0
     finally:
         faulty.api.mode("pass")
@@ -153,7 +153,7 @@ def test_prometheus_errors_hold_replicas_and_say_why(faulty: Faulty, ns: str):
                                                "scaleDownStabilizationSeconds": 0}))
     wait_for("MetricsAvailable=True", lambda: (m := c.condition("infsvc", "scaled", ns, "MetricsAvailable"))
              and m["status"] == "True", timeout=90)
-    wait_ready(c, "scaled", ns)
+    c.wait_ready("scaled", ns, timeout=90)
 
     faulty.prometheus.mode("http_error", status=503)
     faulty.exporter.values[(ns, "scaled")] = 20.0  # load the autoscaler must not see during the outage

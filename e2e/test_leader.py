@@ -27,7 +27,7 @@ import yaml
 from .cluster import ROOT, Cluster, Operator, wait_for
 from .conftest import RELEASE, RELEASE_NS
 from .harness.faultproxy import FaultProxy
-from .test_lifecycle import service, wait_ready
+from .test_lifecycle import service
 
 LEASE_SECONDS, RENEW_DEADLINE_SECONDS = 30, 20  # kube/leader.py
 # How long the standby is probed while the leader holds the lease (bench/standby.py sets 600).
@@ -140,7 +140,7 @@ def test_one_replica_leads_and_a_follower_takes_over_when_it_dies(replicas: list
         "every replica serves its metrics; the gauge says which leads"
     c = a.cluster
     c.apply(service("first", ns))
-    wait_ready(c, "first", ns)
+    c.wait_ready("first", ns, timeout=90)
     assert not leading(b), "only one replica acts"
     # More probes of the standby while the leader holds the lease (make bench-standby: 10 minutes).
     time.sleep(STANDBY_SECONDS)
@@ -158,7 +158,7 @@ def test_one_replica_leads_and_a_follower_takes_over_when_it_dies(replicas: list
     wait_for("the new leader's liveness endpoint", b.healthy, timeout=60)
     assert metric(b, "triton_operator_leader") == 1.0
     c.apply(service("second", ns))
-    wait_ready(c, "second", ns)
+    c.wait_ready("second", ns, timeout=90)
     log = b.log_path.read_text()
     assert re.search(r"leading as \S+", log) and "Traceback" not in log
 
@@ -183,7 +183,7 @@ def test_a_frozen_leader_is_replaced_and_exits_when_it_thaws(replicas: list[Oper
     assert code == 1 and "lost the leader lease" in a.log_path.read_text(), a.log_tail()
     c = b.cluster
     c.apply(service("after-freeze", ns))
-    wait_ready(c, "after-freeze", ns)
+    c.wait_ready("after-freeze", ns, timeout=90)
 
 
 def test_a_leader_cut_off_from_the_api_server_steps_down(replicas: list[Operator], ns: str, tmp_path: Path):
@@ -215,7 +215,7 @@ def test_a_leader_cut_off_from_the_api_server_steps_down(replicas: list[Operator
               f"{RENEW_DEADLINE_SECONDS} s), the follower led after {time.monotonic() - cut:.1f} s")
         c = b.cluster
         c.apply(service("after-partition", ns))
-        wait_ready(c, "after-partition", ns)
+        c.wait_ready("after-partition", ns, timeout=90)
     finally:
         proxy.stop()
 
@@ -233,4 +233,4 @@ def test_a_clean_stop_hands_the_lease_over_at_once(replicas: list[Operator], ns:
     wait_for("the new leader's liveness endpoint", b.healthy, timeout=60)
     c = b.cluster
     c.apply(service("handover", ns))
-    wait_ready(c, "handover", ns)
+    c.wait_ready("handover", ns, timeout=90)

@@ -29,10 +29,6 @@ def service(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
             "metadata": {"name": name, "namespace": namespace}, "spec": body}
 
 
-def wait_ready(cluster: Cluster, name: str, ns: str, timeout: int = 90) -> None:
-    cluster.wait_ready(name, ns, timeout=timeout)
-
-
 def pods_of(cluster: Cluster, name: str, ns: str) -> list[dict[str, Any]]:
     return [p for p in cluster.get("pods", namespace=ns, selector=f"{GROUP}/inferenceservice={name}")
             if not p["metadata"].get("deletionTimestamp")]
@@ -45,7 +41,7 @@ def node_product(cluster: Cluster, node: str) -> str:
 def test_apply_creates_children_and_lands_on_the_class(operator: Operator, ns: str):
     c = operator.cluster
     c.apply(service("chat", ns, gpu={"class": "a100-80gb", "count": 2}, replicas=2))
-    wait_ready(c, "chat", ns)
+    c.wait_ready("chat", ns, timeout=90)
     for kind in ("deployment", "service", "poddisruptionbudget"):
         obj = c.get(kind, "chat", ns)
         assert obj is not None, kind
@@ -70,7 +66,7 @@ def test_apply_creates_children_and_lands_on_the_class(operator: Operator, ns: s
 def test_spec_change_rolls_out_and_scale_subresource_works(operator: Operator, ns: str):
     c = operator.cluster
     c.apply(service("roll", ns))
-    wait_ready(c, "roll", ns)
+    c.wait_ready("roll", ns, timeout=90)
     first = c.get("deployment", "roll", ns)["metadata"]["generation"]
     c.kubectl("patch", "infsvc", "roll", "-n", ns, "--type=merge",
               "-p", '{"spec": {"server": {"args": ["--log-verbose=1"]}}}')
@@ -91,7 +87,7 @@ def test_spec_change_rolls_out_and_scale_subresource_works(operator: Operator, n
 def test_children_are_restored_and_collected(operator: Operator, ns: str):
     c = operator.cluster
     c.apply(service("heal", ns, replicas=2))
-    wait_ready(c, "heal", ns)
+    c.wait_ready("heal", ns, timeout=90)
     uid = c.get("deployment", "heal", ns)["metadata"]["uid"]
     c.kubectl("delete", "deployment", "heal", "-n", ns)
     wait_for("Deployment recreated", lambda: (d := c.get("deployment", "heal", ns)) and d["metadata"]["uid"] != uid)
@@ -153,7 +149,7 @@ def test_missing_gpu_class_is_reported_then_picked_up(operator: Operator, ns: st
                      "computeCapability": "10.0"}}
     c.apply(x100)
     try:
-        wait_ready(c, "lost", ns, timeout=60)
+        c.wait_ready("lost", ns, timeout=60)
         assert c.get("infsvc", "lost", ns)["status"]["gpuClass"] == "x100"
     finally:
         c.kubectl("delete", "gpuclass", "x100", check=False)
@@ -195,7 +191,7 @@ def test_pod_security_restricted_admits_serving_pods(operator: Operator, ns: str
     refused = c.apply(bad, check=False)
     assert refused.returncode != 0 and "violates PodSecurity" in refused.stderr  # enforcement is on
     c.apply(service("secure", ns))
-    wait_ready(c, "secure", ns)
+    c.wait_ready("secure", ns, timeout=90)
     assert len(pods_of(c, "secure", ns)) == 1
 
 
@@ -222,7 +218,7 @@ def test_sigkill_during_a_burst_converges_without_duplicates(operator: Operator,
         operator.extra_env.update(saved)
         operator.start()
     for n in names:
-        wait_ready(c, n, ns, timeout=120)
+        c.wait_ready(n, ns, timeout=120)
     created.stop()
     for kind in ("deployments", "services", "pdb"):
         items = c.get(kind, namespace=ns)
@@ -282,7 +278,7 @@ def test_objects_left_by_the_kopf_based_operator_are_cleaned_and_delete(operator
                        and f"{GROUP}/last-handled-configuration" not in (o["metadata"].get("annotations") or {}) and o)
     left = {k for k in cleaned["metadata"]["annotations"] if k != "kubectl.kubernetes.io/last-applied-configuration"}
     assert left == {"team.example.com/owner"}, "only the operator's own keys go"
-    wait_ready(c, "legacy", ns)
+    c.wait_ready("legacy", ns, timeout=90)
     c.kubectl("delete", "infsvc", "legacy", "-n", ns, "--timeout=30s")
     assert c.get("infsvc", "legacy", ns) is None
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from .cluster import Operator, wait_for
-from .test_lifecycle import service, wait_ready
+from .test_lifecycle import service
 
 BROKEN = {
     "invalid class": ("apiVersion: serving.triton-operator.io/v1alpha1\nkind: GPUClass\nmetadata: {name: h100}\n"
@@ -34,7 +34,7 @@ def test_a_broken_catalog_is_reported_and_the_operator_serves_on(operator: Opera
     try:
         second.start()
         c.apply(service("after-broken-catalog", ns))
-        wait_ready(c, "after-broken-catalog", ns)
+        c.wait_ready("after-broken-catalog", ns, timeout=90)
         log = second.log_path.read_text()
         lines = [line for line in log.splitlines() if "GPUClass catalog not applied" in line]
         assert len(lines) == 1 and words in lines[0], log[-2000:]
