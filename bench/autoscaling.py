@@ -5,10 +5,11 @@ unlike the plan; several seeds; a fluid lower bound. Writes bench/results/autosc
 frontier plot per workload and condition, and the README's autoscaling table (between its
 bench-autoscaling markers).
 
-Every policy starts from the same state: the warm replicas that serve the first minute's
-arrivals at 80 % of a replica's saturated throughput (policies.warm_start), HPA and KEDA with
-that count as their first recommendation (as ours), Knative with empty windows that fill from
-the first second.
+Every autoscaling policy starts from the same state: the warm replicas that serve the first
+minute's arrivals at 80 % of a replica's saturated throughput (policies.warm_start), HPA and KEDA
+with that count as their first recommendation (as ours), Knative with empty windows that fill
+from the first second. A `fixed:N` pool runs its N replicas warm from the start (a pool sized in
+advance; it never pays a cold start).
 
 Uses bench/data/azure-llm-trace-2023/conv.csv: Azure LLM inference trace 2023 (conversation),
 CC-BY 4.0, Patel et al., "Splitwise", ISCA 2024 (attribution in the README beside it). The
@@ -395,8 +396,10 @@ def main(argv: list[str] | None = None) -> int:
         f"TensorRT-LLM on {svc.spec.gpu.count} x {svc.spec.gpu.class_}, max batch 64, replicas "
         f"{auto.min_replicas}-{auto.max_replicas}); the SLO is end-to-end latency per request, and ours' "
         "targetP99LatencyMs is set to it. Ours runs at its default settings, told the planner's estimate of a "
-        "replica (never the simulated engine). Every policy starts from the same warm replica count (the first "
-        "minute's arrivals at 80 % of a replica's saturated throughput); Prometheus scrapes every 5 s.", "",
+        "replica (never the simulated engine). Every autoscaling policy starts from the same warm replica count "
+        "(the first minute's arrivals at 80 % of a replica's saturated throughput); a `fixed:N` pool runs its N "
+        "replicas warm from the start, as a pool sized in advance does (it pays no cold start, so its N is chosen "
+        "with hindsight); Prometheus scrapes every 5 s.", "",
         "Swept baselines per workload and condition: " + ", ".join(f"`{s}`" for s in sweep)
         + ", and `fixed:N` pools around the fluid need. The frontier is their Pareto set (GPU-h, violations), "
         "joined by straight lines; comparisons interpolate on it (bench/frontier.py). The fluid lower bound "

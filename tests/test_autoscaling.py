@@ -154,8 +154,9 @@ def test_capacity_is_learned_only_after_a_saturated_minute():
 
 
 def measured(capacity: float, current: int) -> History:
-    """A history that has learned `capacity` req/s per replica (no plan to scale)."""
-    return replace(seed(T0, current), capacity=capacity)
+    """A history that has learned `capacity` req/s per replica (no plan to scale), over more
+    than a minute (its rates are trended and judged from the first tick here on)."""
+    return replace(seed(T0, current), capacity=capacity, since=T0 - timedelta(seconds=60))
 
 
 def test_demand_sizes_for_the_arrival_rate_and_drains_the_queue():
@@ -205,6 +206,51 @@ def test_a_rising_rate_asks_for_capacity_one_start_up_ahead():
     d = ds[10]                                                  # a 100 s trail: the whole start-up
     assert d.wants["demand"] == math.ceil((120 + 0.6 * 100 + BAND_Z * math.sqrt(120 / 60)) / 19)
     assert "(+60 rising over 100s start-up)" in d.reason
+
+
+def test_the_trend_is_fitted_over_a_start_up_when_that_is_longer_than_the_trend_window():
+    """Pods that take 240 s: a steady ramp (+0.1 req/s per s) is fitted over the last 240 s, not
+    TREND_WINDOW_S (120 s), and so is carried over the whole start-up (a slow ramp from a quiet
+    service, carried 120 s of 325, left one replica saturated until the second was up)."""
+    from triton_operator.autoscaling.policy import TREND_WINDOW_S
+    spec = SPEC.model_copy(update={"max_replicas": 40})
+    history, current = measured(20.0, 3), 3
+    for s in range(10, 310, 10):
+        rate = 30.0 + 0.1 * s
+        d = decide(spec, current, rates(0, current, rate, rate, startup=240.0), history, T0 + timedelta(seconds=s))
+        history, current = d.history, d.desired
+    assert TREND_WINDOW_S == 120
+    assert history.rates[-1][2] - history.rates[0][2] == pytest.approx(240)
+    assert history.forecast()[0] == pytest.approx(0.1)
+    assert "(+24 rising over 240s start-up)" in d.reason
+    assert d.wants["demand"] == math.ceil((60 + 24 + BAND_Z * math.sqrt(60 / 60)) / 19)
+
+
+def test_a_new_services_first_minute_is_neither_trended_nor_judged():
+    """Every series of a new service is younger than the rate window for its first minute, so
+    its rate reads low and climbs as they age (5 -> 45 req/s at a steady 45). Trended, that
+    climb asked for +35 req/s over a long start-up; judged as a forecast, the first one stood as
+    a 40 req/s rise in the upper band for half an hour. Only what comes after the first minute
+    counts: no trend, no rise, the band is the counting noise alone."""
+    spec = SPEC.model_copy(update={"max_replicas": 40})
+    history, current = replace(seed(T0, 3), capacity=20.0), 3
+    climb = [5.0, 10.0, 20.0, 30.0, 40.0, 45.0]                    # t = 10 .. 60 s
+    ds = []
+    for s, rate in zip(range(10, 400, 10), climb + [45.0] * 40):
+        d = decide(spec, current, rates(0, current, rate, rate, startup=100), history, T0 + timedelta(seconds=s))
+        history, current = d.history, d.desired
+        ds.append(d)
+    assert history.since == T0 + timedelta(seconds=10)
+    assert all("rising" not in d.reason for d in ds)
+    assert history.forecast() == (0.0, 0.0) and history.rise() == 0.0
+    assert history.rises and len(history.minutes) >= 5                # later minutes were judged
+    assert ds[-1].wants["demand"] == math.ceil((45 + BAND_Z * math.sqrt(45 / 60)) / 19) == 3
+    # the same climb after the first minute is a real one: trended and, a start-up later, a rise
+    later, current = replace(seed(T0, 3), capacity=20.0, since=T0 - timedelta(seconds=60)), 3
+    for s, rate in zip(range(10, 400, 10), climb + [45.0] * 40):
+        d = decide(spec, current, rates(0, current, rate, rate, startup=100), later, T0 + timedelta(seconds=s))
+        later, current = d.history, d.desired
+    assert later.rise() >= 35
 
 
 def test_a_growing_queue_is_drained_as_it_will_be_when_new_pods_are_up():

@@ -15,14 +15,16 @@ Rules, and the failures they prevent (the upstream issue behind each is named; d
   - The arrival rate is the larger of the last minute's (completions plus the growth of what the
     service holds, by conservation of requests) and the last tick's (the same over one tick: a
     minute's average lags a step by up to a minute).
-  - The forecast adds the rate's rising least-squares trend over the start-up time (fitted on a
-    trail of at least half of TREND_WINDOW_S: a shorter one is noise; carried ahead at most as far
-    as the trail spans: a minute's ramp carried over a 325 s start-up asked for 9 replicas where
-    3 served), and an
-    upper band: BAND_Z standard deviations of the rate trail's scatter around its trend and of a
-    minute's counting noise (rate / 60 s), or, if larger, the RISE_QUANTILE of how far the rate
-    went over this forecast within a start-up, once a minute over the last RISE_MEMORY_S (bursts
-    the trend cannot see coming: the band learns them; a steady trend does not widen it).
+  - The forecast adds the rate's rising least-squares trend over the start-up time (fitted on the
+    last TREND_WINDOW_S or start-up time, the longer, and on at least half of TREND_WINDOW_S: a
+    shorter trail is noise; carried ahead at most as far as the trail spans: a minute's ramp
+    carried over a 325 s start-up asked for 9 replicas where 3 served), and an upper band:
+    BAND_Z standard deviations of the rate trail's scatter around its trend and of a minute's
+    counting noise (rate / 60 s), or, if larger, the RISE_QUANTILE of how far the rate went over
+    this forecast within a start-up, once a minute over the last RISE_MEMORY_S (bursts the trend
+    cannot see coming: the band learns them; a steady trend does not widen it). The first minute
+    learned from is neither trended nor judged: a new service's series are younger than the
+    rate window and read low, so its rate climbs as they age.
   - The start-up time is learned per service (its Deployment runs one GPU class) from its pods'
     creation-to-Ready as the loop observes them (a running average), DEFAULT_STARTUP_S until then.
   - A replica's capacity starts from the plan (planning/llm_performance.py: the GPU's bandwidth and
@@ -88,7 +90,7 @@ from ..api import AutoscalingSpec
 UTILIZATION = 0.95         # share of a replica's capacity the demand rule plans to use
 DRAIN_S = 60.0             # the demand rule drains a backlog within this many seconds
 CAPACITY_WEIGHT = 0.2      # weight of a new capacity sample in the running average
-TREND_WINDOW_S = 120.0     # arrival-rate history used for the trend
+TREND_WINDOW_S = 120.0     # arrival-rate history used for the trend (at least; the start-up time if longer)
 DEFAULT_STARTUP_S = 60.0   # pod start-up time assumed when the loop does not measure it
 RATE_WINDOW_S = 60.0       # the window of the throughput query (and of the arrival rate)
 P99_WINDOW_S = 60.0        # Triton's latency summary covers about the last minute
@@ -178,6 +180,7 @@ class History:
     minutes: tuple[tuple[datetime, float, float], ...] = ()  # once a minute: rate, its forecast a start-up ahead
     rises: tuple[tuple[datetime, float], ...] = ()     # how far the rate went over that forecast, once a minute
     rise_band: float = 0.0             # their RISE_QUANTILE, kept with them (the tick reads it, once a minute writes it)
+    since: datetime | None = None      # the first tick learned from
 
     def add(self, now: datetime, replicas: int, window: timedelta, source: str = "") -> History:
         kept = _trail_since(self.recommendations, now - window, keep_equal=False)
@@ -223,9 +226,17 @@ class History:
         hist = hist._sample(now, signals)
         rate = hist.arrival_rate(now, signals)
         if rate is not None:
-            cutoff = now - _TREND_WINDOW
-            hist = _evolve(hist, rates=_trail_since(self.rates, cutoff) + ((now, rate, now.timestamp()),))
-            if not self.minutes or now - self.minutes[-1][0] >= _RATE_WINDOW:
+            # Rates from the first minute learned from are neither trended nor judged as
+            # forecasts: for a new service every series is younger than the rate window and reads
+            # low, so they rise as the series age (a trend of +35 req/s at 325 s start-up) and the
+            # first forecast, a fraction of the load, stood as a rise of the whole load for 30 min.
+            born = self.since or now
+            full = now - born >= _RATE_WINDOW
+            span = max(_TREND_WINDOW, timedelta(seconds=startup or 0.0))
+            cutoff = max(now - span, born + _RATE_WINDOW)
+            hist = _evolve(hist, since=born,
+                           rates=_trail_since(self.rates, cutoff) + ((now, rate, now.timestamp()),))
+            if full and (not self.minutes or now - self.minutes[-1][0] >= _RATE_WINDOW):
                 hist = hist._rise(now, rate)
         return hist
 

@@ -1,5 +1,6 @@
-"""From a parsed --policy to a simulated run (pure): every policy starts from the same warm
-replica count, then runs through the simulation (the oracle through its search)."""
+"""From a parsed --policy to a simulated run (pure): every autoscaling policy starts from the
+same warm replica count (a `fixed:N` pool from its N, warm), then runs through the simulation
+(the oracle through its search)."""
 
 from __future__ import annotations
 
