@@ -267,6 +267,19 @@ def test_a_growing_queue_is_drained_as_it_will_be_when_new_pods_are_up():
     assert "queue growing 100/s until pods start" in ds[1].reason
 
 
+def test_a_backlog_is_drained_within_a_start_up_when_that_is_longer_than_a_minute():
+    """Pods that take 300 s: a replica asked for the backlog serves only 300 s later, so the
+    backlog (1,000 now, growing 10/s for a start-up: 4,000) is sized to drain within 300 s, not
+    within DRAIN_S (which asked for 4,000 / 1,200 = 4 replicas that spend five minutes loading
+    for one minute of draining)."""
+    spec = SPEC.model_copy(update={"max_replicas": 40})
+    ds = run(spec, 4, [(10, rates(900, 4, 80, 80, startup=300)), (20, rates(1000, 4, 80, 80, startup=300))],
+             measured(20.0, 4))
+    upper = 90 + BAND_Z * math.sqrt(90 / 60)
+    assert ds[1].wants["demand"] == math.ceil(upper / 19 + (1000 + 10 * 300) / (20 * 300)) == 6
+    assert "backlog 4000 (queue growing 10/s until pods start) drained within 300s" in ds[1].reason
+
+
 # -- where a replica's capacity comes from ---------------------------------------------------------
 
 def planned(depth: float, ready: int, throughput: float, in_flight: float, hint: float = 20.0,

@@ -10,8 +10,10 @@ Rules, and the failures they prevent (the upstream issue behind each is named; d
   scrape must not block all scaling) and teach nothing about capacity.
 - Demand, whenever a replica's capacity is known, forecast one start-up ahead (pods asked for
   now serve only then): replicas = upper band of the arrival rate at now + start-up / usable
-  capacity per replica, plus what drains the backlog within DRAIN_S, the backlog being the queue
-  as it will be when new pods are up (it grows by its last tick's growth for one start-up time).
+  capacity per replica, plus what drains the backlog within DRAIN_S or a start-up, the longer
+  (a replica asked for the backlog serves only a start-up later: drained faster than that, it
+  spends longer loading than draining), the backlog being the queue as it will be when new pods
+  are up (it grows by its last tick's growth for one start-up time).
   - The arrival rate is the larger of the last minute's (completions plus the growth of what the
     service holds, by conservation of requests) and the last tick's (the same over one tick: a
     minute's average lags a step by up to a minute).
@@ -88,7 +90,7 @@ from typing import Any, TypeVar
 from ..api import AutoscalingSpec
 
 UTILIZATION = 0.95         # share of a replica's capacity the demand rule plans to use
-DRAIN_S = 60.0             # the demand rule drains a backlog within this many seconds
+DRAIN_S = 60.0             # the demand rule drains a backlog within this many seconds (or a start-up if longer)
 CAPACITY_WEIGHT = 0.2      # weight of a new capacity sample in the running average
 TREND_WINDOW_S = 120.0     # arrival-rate history used for the trend (at least; the start-up time if longer)
 DEFAULT_STARTUP_S = 60.0   # pod start-up time assumed when the loop does not measure it
@@ -423,7 +425,8 @@ def _demand(spec: AutoscalingSpec, current: int, queue: float, signals: Signals,
     the rate (the larger of the last minute's and the last tick's), plus its rising trend over
     the start-up, plus BAND_Z standard deviations (the trail's scatter around its trend and a
     minute's counting noise), at UTILIZATION of a replica's batch capacity or PREFILL_UTILIZATION
-    of its prefill time, whichever binds first; plus what drains the backlog within DRAIN_S."""
+    of its prefill time, whichever binds first; plus what drains the backlog within DRAIN_S or a
+    start-up, the longer."""
     known = history.capacity_for(signals)
     rate = history.rates[-1][1] if history.rates and history.rates[-1][0] == now else None
     if known is None or rate is None:
@@ -464,7 +467,8 @@ def _demand(spec: AutoscalingSpec, current: int, queue: float, signals: Signals,
             usable, limit = by_prefill, "prefill"
     growth = history.queue_growth()
     backlog = queue + growth * lead
-    need = upper / usable + backlog / (capacity * DRAIN_S)
+    drain = max(DRAIN_S, lead)
+    need = upper / usable + backlog / (capacity * drain)
     replicas = max(1, math.ceil(need - 1e-9))
     if abs(need / max(current, 1) - 1) <= spec.tolerance and need <= current:
         replicas = current
@@ -485,7 +489,7 @@ def _demand(spec: AutoscalingSpec, current: int, queue: float, signals: Signals,
         note += f", backlog {_fmt(backlog)}"
         if growth > 0:
             note += f" (queue growing {_fmt(growth)}/s until pods start)"
-        note += f" drained within {_fmt(DRAIN_S)}s"
+        note += f" drained within {_fmt(drain)}s"
     return replicas, note
 
 
