@@ -32,6 +32,17 @@ def test_conditions_replicas_by_class_spill_and_the_latency_target():
     assert series["triton_operator_service_latency_target_seconds"] == {(): 0.8}
 
 
+def test_replicas_spilled_to_a_class_that_is_full_too_still_count_as_spilled():
+    """Two replicas moved to h200, which had room for one: the class spilled to reads Full, not
+    SpilledOver, yet both run (or wait) on a fallback class; the count read 0 and the SpilledOver
+    alert stayed quiet (a CI run of e2e/test_dashboards.py)."""
+    status = {**SPILLED_STATUS, "placement": [
+        {"gpuClass": "h100", "desired": 2, "ready": 2, "reason": "Full"},
+        {"gpuClass": "h200", "desired": 2, "ready": 1, "reason": "Full"},
+        {"gpuClass": "a100-80gb", "desired": 0, "ready": 0, "reason": "Standby"}]}
+    assert service_series({}, status)["triton_operator_service_spilled_replicas"] == {(): 2}
+
+
 def test_a_service_without_placement_autoscaling_or_status():
     plain = service_series({"replicas": 2}, {"replicas": 2, "readyReplicas": 0, "gpuClass": "l4",
                                              "conditions": [{"type": "Ready", "status": "False", "reason": "Loading"}]})

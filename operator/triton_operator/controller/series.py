@@ -9,7 +9,8 @@ the gauges equal to them.
 - ``triton_operator_service_replicas{gpu_class, state}``: desired and ready replicas per GPU class
   (status.placement: the preferred class first, then the classes spilled to).
 - ``triton_operator_service_spilled_replicas``: desired replicas placed on another class than the
-  preferred one because it is full (placement reason SpilledOver); 0 when none.
+  preferred one (status.placement after its first entry) because it is full, whether the class
+  spilled to is SpilledOver or itself Full (some of them unschedulable there too); 0 when none.
 - ``triton_operator_service_latency_target_seconds``: spec.autoscaling.targetP99LatencyMs in
   seconds, where set: the latency SLO the alerts measure the service against.
 """
@@ -17,8 +18,6 @@ the gauges equal to them.
 from __future__ import annotations
 
 from typing import Any, Mapping
-
-from ..planning.placement import SPILLED as SPILLED_OVER   # the reason of a class spilled to
 
 CONDITION = "triton_operator_service_condition"
 REPLICAS = "triton_operator_service_replicas"
@@ -56,8 +55,7 @@ def service_series(spec: Mapping[str, Any] | None, status: Mapping[str, Any] | N
         replicas[(status["gpuClass"], "desired")] = float(status.get("replicas") or 0)
         replicas[(status["gpuClass"], "ready")] = float(status.get("readyReplicas") or 0)
     if status.get("gpuClass") or placement:
-        out[SPILLED][()] = float(sum(int(e.get("desired") or 0) for e in placement
-                                     if e.get("reason") == SPILLED_OVER))
+        out[SPILLED][()] = float(sum(int(e.get("desired") or 0) for e in placement[1:]))
     target_ms = (spec.get("autoscaling") or {}).get("targetP99LatencyMs")
     if target_ms:
         out[LATENCY_TARGET][()] = float(target_ms) / 1000.0
