@@ -424,9 +424,10 @@ def main(argv: list[str] | None = None) -> int:
         "that is longer (chosen on diurnal at 325 s), and draining a backlog within a start-up when that is "
         "longer than DRAIN_S (judged on the whole table: fewer GPU-hours at equal attainment on every row it "
         "changes, less attainment on step, spike and mixed tenants at 325 s); three others were rejected on the "
-        "same table (weighting the learned rises by their rate, UTILIZATION 1.0, a hold of two start-ups). The mixed-tenants workload, seed 2 and the curved "
-        "replica were otherwise only looked at in summary tables, never tuned on. Azure trace: CC-BY 4.0, Patel et al., Splitwise, "
-        "ISCA 2024 (bench/data/azure-llm-trace-2023/README.md).", "",
+        "same table (weighting the learned rises by their rate, UTILIZATION 1.0, a hold of two start-ups). "
+        "The mixed-tenants workload, seed 2 and the curved replica were otherwise only looked at in summary "
+        "tables, never tuned on. Azure trace: CC-BY 4.0, Patel et al., Splitwise, ISCA 2024 "
+        "(bench/data/azure-llm-trace-2023/README.md).", "",
     ]
     (out / "autoscaling.md").write_text("\n".join(head + sections))
     if not args.fast and not args.no_readme and not partial:

@@ -182,7 +182,7 @@ class History:
     minutes: tuple[tuple[datetime, float, float], ...] = ()  # once a minute: rate, its forecast a start-up ahead
     rises: tuple[tuple[datetime, float], ...] = ()     # how far the rate went over that forecast, once a minute
     rise_band: float = 0.0             # their RISE_QUANTILE, kept with them (the tick reads it, once a minute writes it)
-    since: datetime | None = None      # the first tick learned from
+    since: datetime | None = None      # the first tick with an arrival rate (its first minute is not trended)
 
     def add(self, now: datetime, replicas: int, window: timedelta, source: str = "") -> History:
         kept = _trail_since(self.recommendations, now - window, keep_equal=False)
@@ -228,7 +228,7 @@ class History:
         hist = hist._sample(now, signals)
         rate = hist.arrival_rate(now, signals)
         if rate is not None:
-            # Rates from the first minute learned from are neither trended nor judged as
+            # Rates from the first minute with a rate are neither trended nor judged as
             # forecasts: for a new service every series is younger than the rate window and reads
             # low, so they rise as the series age (a trend of +35 req/s at 325 s start-up) and the
             # first forecast, a fraction of the load, stood as a rise of the whole load for 30 min.
