@@ -369,6 +369,27 @@ def test_rate_reads_a_young_series_low_as_prometheus_does():
     assert prom.rate(120.0, 60.0, rids={2}) == pytest.approx(10.0 * 20 / 60)
 
 
+
+def test_rate_still_reads_a_gone_pods_samples_within_the_window():
+    """Range vectors ignore staleness markers (Prometheus 2.0 staleness): two pods each complete
+    10/s; pod 2 goes at 60 s (a scale-down). At 65 s its samples still cover the window but the
+    last 5 s, within 1.1 scrape intervals, so it reads its full 10/s; at 90 s its 30 s of samples
+    (extrapolated half an interval past the last) read 10 x 32.5 / 60; once the window has passed
+    its last sample, pod 1 alone. Summed, the service's rate does not drop at once as its pods go."""
+    prom = metrics_path.Prometheus(scrape_interval=5.0)
+    for t in range(0, 130, 5):
+        pods = {1: metrics_path.Sample(float(t), 0.0, math.nan, 10 * t, 0)}
+        if t <= 60:
+            pods[2] = metrics_path.Sample(float(t), 0.0, math.nan, 10 * t, 0)
+        prom.scrape(float(t), pods, [2] if t > 60 else [])
+        if t == 65:
+            assert prom.rate(65.0, 60.0) == pytest.approx(20.0)
+            assert prom.fresh(65.0).keys() == {1}   # an instant query no longer sees it
+        if t == 90:
+            assert prom.rate(90.0, 60.0) == pytest.approx(10.0 + 10.0 * 32.5 / 60)
+    assert prom.rate(125.0, 60.0) == pytest.approx(10.0)
+
+
 # -- minReplicas 0: the gateway's held requests through the metrics path ------------------------
 
 def test_ours_scales_to_zero_when_idle_and_wakes_on_held_requests():

@@ -18,6 +18,10 @@
   series stale at once, and an instant query only looks back 5 minutes (Prometheus staleness
   handling), so during a scrape outage queries return an empty result. A Prometheus outage makes
   every query fail instead.
+- Range vectors ignore staleness markers: `rate(x[1m])` still reads a series that went stale (a pod
+  deleted after a scale-down) from the samples it had within the window, extrapolated half an
+  interval past its last one. Summed over pods, a service's rate does not dip when one of its pods
+  goes: the gone pod's share fades over the window as the others' grows.
 """
 
 from __future__ import annotations
@@ -105,6 +109,8 @@ class Prometheus:
                gateway: GatewaySample | None = None) -> None:
         for rid in gone:
             self.stale.add(rid)
+        for rid in [r for r in self.stale if self.history.get(r) and self.history[r][-1].t < now - LOOKBACK_S]:
+            del self.history[rid]   # no range this simulation queries reaches its samples any more
         if self.in_outage(now) and self.outage_kind == "scrape":
             self.stale.update(samples)
             self.gateway = None
@@ -152,11 +158,13 @@ class Prometheus:
         window, extrapolated to the window's edges where samples reach them (within 1.1 x the
         average interval), else by half an interval (never below the counter's zero), divided by
         the window. A series younger than the window therefore reads low: a pod ready 20 s ago
-        shows about a third of its rate over 1m. None without two samples in the window."""
+        shows about a third of its rate over 1m; a stale series (a pod gone) counts its samples
+        still in the window (range vectors ignore staleness markers). None without two samples
+        in the window."""
         total, found = 0.0, False
         start = now - window
         for rid, hist in self.history.items():
-            if rid in self.stale or (rids is not None and rid not in rids):
+            if not hist or hist[-1].t < start or (rids is not None and rid not in rids):
                 continue
             times = [s.t for s in hist]
             lo = bisect.bisect_left(times, start)
