@@ -15,8 +15,11 @@ Rules, and the failures they prevent (the upstream issue behind each is named; d
   spends longer loading than draining), the backlog being the queue as it will be when new pods
   are up (it grows by its last tick's growth for one start-up time).
   - The arrival rate is the larger of the last minute's (completions plus the growth of what the
-    service holds, by conservation of requests) and the last tick's (the same over one tick: a
-    minute's average lags a step by up to a minute).
+    service holds, by conservation of requests) and, while requests wait, the last tick's (the
+    same over one tick: a minute's average lags a step by up to a minute). With nothing waiting,
+    a tick's growth is batches filling (after a scale-down the remaining replicas' batches fill
+    with their larger share), not a step: read against a minute's completions it asked the
+    replica just taken away back.
   - The forecast adds the rate's rising least-squares trend over the start-up time (fitted on the
     last TREND_WINDOW_S or start-up time, the longer, and on at least half of TREND_WINDOW_S: a
     shorter trail is noise; carried ahead at most as far as the trail spans: a minute's ramp
@@ -71,7 +74,10 @@ Rules, and the failures they prevent (the upstream issue behind each is named; d
   full load with nothing waiting), and partial figures neither start the window nor end it at
   zero. The idle window is the stabilization of that last step, so it goes to zero at once when
   it has passed.
-- The largest request wins. A tolerance band ignores small noise (llm-d-autoscaling#1427).
+- The largest request wins. A tolerance band ignores small noise (llm-d-autoscaling#1427): a
+  demand up to `tolerance` under the current replicas holds them, and so does one up to
+  `tolerance` over them while nothing waits and the trend adds no more than the band (a replica
+  added for noise at the edge of a whole count was taken back a minute later, over and over).
 - Up fast: at once, at most max(2x, +4) per decision. Down slowly: only to the highest
   recommendation seen within the stabilization window, and at most maxStep per decision. Demand
   recommendations forecast a start-up ahead, so once every recommendation within the last
@@ -364,14 +370,15 @@ class History:
         return slope * carried, carried
 
     def recent_arrivals(self, signals: Signals) -> float | None:
-        """Requests/s arriving now: completions plus what the service took on since the previous
-        tick (a minute's rate lags a step by up to a minute)."""
+        """Requests/s arriving now, while requests wait: completions plus what the service took on
+        since the previous tick (a minute's rate lags a step by up to a minute). None with nothing
+        queued: batches filling then are the replicas' share growing, not arrivals."""
         x = signals.throughput
         if x is None or not math.isfinite(x) or len(self.contents) < 2:
             return None
         (t0, q0, b0), (t1, q1, b1) = self.contents[-2], self.contents[-1]
         span = (t1 - t0).total_seconds()
-        if span <= 0 or (b0 is None) != (b1 is None):
+        if span <= 0 or (b0 is None) != (b1 is None) or q1 < 1:
             return None
         return max(0.0, x + (q1 - q0 + (b1 or 0.0) - (b0 or 0.0)) / span)
 
@@ -422,9 +429,9 @@ def startup_of(signals: Signals, history: History) -> float:
 def _demand(spec: AutoscalingSpec, current: int, queue: float, signals: Signals,
             history: History, now: datetime) -> tuple[int, str] | None:
     """Replicas for the arrivals forecast one start-up ahead (pods asked for now serve then):
-    the rate (the larger of the last minute's and the last tick's), plus its rising trend over
-    the start-up, plus BAND_Z standard deviations (the trail's scatter around its trend and a
-    minute's counting noise), at UTILIZATION of a replica's batch capacity or PREFILL_UTILIZATION
+    the rate (the larger of the last minute's and, while requests wait, the last tick's), plus
+    its rising trend over the start-up, plus BAND_Z standard deviations (the trail's scatter
+    around its trend and a minute's counting noise), at UTILIZATION of a replica's batch capacity or PREFILL_UTILIZATION
     of its prefill time, whichever binds first; plus what drains the backlog within DRAIN_S or a
     start-up, the longer."""
     known = history.capacity_for(signals)
@@ -470,7 +477,9 @@ def _demand(spec: AutoscalingSpec, current: int, queue: float, signals: Signals,
     drain = max(DRAIN_S, lead)
     need = upper / usable + backlog / (capacity * drain)
     replicas = max(1, math.ceil(need - 1e-9))
-    if abs(need / max(current, 1) - 1) <= spec.tolerance and need <= current:
+    # Within the tolerance of the current replicas: noise, unless requests wait or the trend
+    # adds more than the band (then it is a rise, not noise).
+    if abs(need / max(current, 1) - 1) <= spec.tolerance and (need <= current or (backlog < 1 and rising <= band)):
         replicas = current
     note = f"demand {_fmt(level)} req/s"
     if rising > 0:
