@@ -298,6 +298,28 @@ def test_batches_filling_with_nothing_queued_are_not_read_as_a_step():
     assert "demand 105 req/s" in ds[-1].reason       # requests wait: (50 + 100) / 10 over the completions
 
 
+def test_a_step_the_minute_rate_has_caught_up_with_is_not_carried_as_a_trend():
+    """A step from 30 to 90 req/s on 2 replicas completing 50 req/s: the queue grows 40/s. The
+    minute's rate climbs to 90 over one window, a slope of 1 req/s per s that, carried over a
+    150 s start-up, asked for 150 req/s more. While requests wait the last tick shows the rate
+    now; once the minute's rate has caught up with it, there is no rise left to carry. Before
+    that, the slope is at most what the tick is ahead of the minute (half a window's lag)."""
+    spec = SPEC.model_copy(update={"max_replicas": 40})
+    history, current, queue, ds = replace(measured(25.0, 2), startup=150.0), 2, 0.0, []
+    minute = [30.0] * 12 + [40.0, 50.0, 60.0, 70.0, 80.0, 90.0] + [90.0] * 3
+    for i, rate in enumerate(minute):
+        queue += 40.0 * 10 if i >= 12 else 0.0
+        d = decide(spec, current, Signals(queue_depth=queue, ready=2, arrival_rate=rate, throughput=50.0,
+                                          startup_s=150.0), history, T0 + timedelta(seconds=10 * (i + 1)))
+        history, current = d.history, d.desired
+        ds.append(d)
+    assert "rising" not in ds[-1].reason and "demand 90 req/s" in ds[-1].reason
+    slope, _ = ds[-1].history.forecast()
+    assert slope > 0.3    # the minute's climb is still in the trail: it would have added 45+ req/s
+    # mid-climb (minute at 60, the tick at 90): the slope is at most (90 - 60) / 30 s
+    assert "(+" in ds[14].reason and "rising over 150s start-up" in ds[14].reason
+
+
 def test_noise_within_the_tolerance_does_not_add_a_replica():
     """At 4 replicas of 20 req/s (19 usable), a steady 75 req/s asks for (75 + 1.65 x sqrt(75 / 60))
     / 19 = 4.04 replicas: held. Without a backlog or a trend beyond the band, needing up to 10 %

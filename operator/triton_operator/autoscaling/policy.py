@@ -23,7 +23,9 @@ Rules, and the failures they prevent (the upstream issue behind each is named; d
   - The forecast adds the rate's rising least-squares trend over the start-up time (fitted on the
     last TREND_WINDOW_S or start-up time, the longer, and on at least half of TREND_WINDOW_S: a
     shorter trail is noise; carried ahead at most as far as the trail spans: a minute's ramp
-    carried over a 325 s start-up asked for 9 replicas where 3 served), and an upper band:
+    carried over a 325 s start-up asked for 9 replicas where 3 served; while requests wait, at
+    most the slope by which the last tick's rate leads the minute's, half a window behind it: a
+    step the minute's rate has caught up with is no trend), and an upper band:
     BAND_Z standard deviations of the rate trail's scatter around its trend and of a minute's
     counting noise (rate / 60 s), or, if larger, the RISE_QUANTILE of how far the rate went over
     this forecast within a start-up, once a minute over the last RISE_MEMORY_S (bursts the trend
@@ -443,6 +445,11 @@ def _demand(spec: AutoscalingSpec, current: int, queue: float, signals: Signals,
     recent = history.recent_arrivals(signals)
     level = max(rate, recent) if recent is not None else rate
     slope, scatter = history.forecast()
+    if recent is not None:
+        # Requests wait: the last tick shows the rate now, half a rate window ahead of the
+        # minute's. A ramp keeps it ahead; a step the minute's rate has caught up with does not
+        # (its climb over one window, carried a start-up ahead, asked for 13 replicas where 5 served).
+        slope = min(slope, max(0.0, (recent - rate) / (RATE_WINDOW_S / 2)))
     rising, carried = history.rising(slope, lead)
     # The upper band: the scatter around the trend and a minute's counting noise, or how far the
     # rate went over the forecast within a start-up lately (bursts the trend cannot see coming),
