@@ -82,6 +82,13 @@ class Comparison:
     dominated: tuple[str, ...]   # swept configurations that dominate ours
     fluid_ratio: float           # ours' GPU-hours / the fluid bound's at ours' attainment
 
+    @property
+    def frontier_fluid_ratio(self) -> float | None:
+        """The frontier's GPU-hours at ours' attainment over the fluid bound's: how far the best
+        swept configuration is from the bound (None where no configuration reaches ours'
+        attainment)."""
+        return None if self.ratio is None else self.fluid_ratio / self.ratio
+
     def goal_met(self, ratio_goal: float = 0.85, fewer_goal: float = 0.30, fluid_goal: float = 1.15) -> bool:
         """Issue 20's goal: not dominated; at most 0.85x the frontier's GPU-hours at equal
         attainment or at least 30 % fewer violations at equal GPU-hours; within 1.15x the fluid

@@ -41,6 +41,10 @@ def test_compare_reports_dominance_ratio_fewer_and_the_goal():
     assert lose.dominated == ("b",) and not lose.goal_met()
     far = fr.compare(POINTS, fr.Point("ours", 4.5, 200), fluid_gpu_hours=3.0)
     assert not far.goal_met(), "1.5x the fluid bound"
+    # the frontier at ours' 200 violations needs 5.0 GPU-h (4.5 / 0.9): 5.0 / 3.0 of the bound
+    assert far.frontier_fluid_ratio == pytest.approx(5.0 / 3.0)
+    alone = fr.compare([fr.Point("x", 1.0, 1000)], fr.Point("ours", 2.0, 10), fluid_gpu_hours=1.5)
+    assert alone.ratio is None and alone.frontier_fluid_ratio is None   # nothing reaches ours' attainment
 
 
 def test_fluid_bound_provisions_whole_replicas_per_bucket_with_the_cold_start():
