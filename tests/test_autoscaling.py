@@ -502,15 +502,35 @@ def test_the_start_up_time_is_learned_and_sets_the_lead_and_the_hold():
     slope, scatter = history.forecast()
     assert slope == pytest.approx(1.0) and scatter == pytest.approx(0.0, abs=1e-9)
     assert d.wants["demand"] == math.ceil((170 + 110 + BAND_Z * math.sqrt(170 / 60)) / 19)
-    # the load falls to 60 req/s: demand asks for 4 at once, but replicas go only after 240 s
+    # the planner's figure for a replica doubles (the load holds at 170 req/s, so nothing falls):
+    # demand asks for fewer at once, but replicas go only after 240 s
     spec = SPEC.model_copy(update={"max_replicas": 40})
     peak, out = current, []
     for s in range(130, 600, 10):
-        d = decide(spec, current, rates(0, current, 60.0, 60.0, startup=240.0), history, T0 + timedelta(seconds=s))
+        d = decide(spec, current, Signals(queue_depth=0, ready=current, arrival_rate=170.0, throughput=170.0,
+                                          startup_s=240.0, capacity_hint=40.0), history, T0 + timedelta(seconds=s))
         history, current = d.history, d.desired
         out.append((s, d))
+    assert out[0][1].wants["demand"] < peak and out[0][1].history.forecast()[0] >= 0
     first = next(s for s, d in out if d.desired < peak)
     assert 120 + 240 <= first < 120 + 300 and "within the last 240s" in next(d.reason for s, d in out if s == first)
+
+
+def test_a_load_falling_beyond_the_band_is_not_held_for_a_start_up():
+    """The same 240 s pods, the load falls from 170 to 60 req/s and stays there: its trend falls
+    by more than the band over a start-up, so what a start-up-old level asked for is not needed
+    again; replicas go after one rate window (MIN_HOLD_S), one per decision."""
+    history, current = replace(measured(20.0, 10), startup=240.0), 10
+    spec = SPEC.model_copy(update={"max_replicas": 40})
+    out = []
+    for s, rate in zip(range(10, 600, 10), [170.0] * 30 + [60.0] * 30):
+        d = decide(spec, current, rates(0, current, rate, rate, startup=240.0), history, T0 + timedelta(seconds=s))
+        history, current = d.history, d.desired
+        out.append((s, d))
+    first = next(s for s, d in out if d.desired < 10)
+    assert 300 + MIN_HOLD_S <= first < 300 + 120 and "within the last 60s" in next(d.reason for s, d in out
+                                                                                 if s == first)
+    assert next(d for s, d in out if s == first).history.forecast()[0] < 0 and out[-1][1].desired < 10
 
 
 def test_the_upper_band_widens_with_the_rates_scatter():

@@ -51,7 +51,10 @@ Rules, and the failures they prevent (the upstream issue behind each is named; d
     over-asked (the cause of losing to a fixed pool on prefill-heavy traffic).
   - Scale down only what the forecast does not need within a start-up: once every
     recommendation within the start-up time (at least MIN_HOLD_S, at most the spec's window)
-    came from demand, that is the hold.
+    came from demand, that is the hold. A rate whose trend falls over a start-up by more than
+    the band (BAND_Z x its scatter plus the learned rises) is held MIN_HOLD_S only: the older
+    recommendations were for a level it has left (a diurnal decline at 325 s kept five-minute-old
+    levels, a replica over what it needed all the way down).
   Demand replaces the queue rule, which over-asks on a backlog (a queue of 400 is not 100
   replicas of steady load) and under-asks when in-flight batching hides the load (nothing waits
   while every batch slot is busy).
@@ -711,8 +714,12 @@ def _scale_down(spec: AutoscalingSpec, current: int, recommendation: int, signal
     scaleDownMaxStep at once; held when that is not below the current replicas."""
     held_s = spec.scale_down_stabilization_seconds
     # Demand forecasts one start-up ahead: what it no longer asks for is not needed within a
-    # start-up, so its hold is the start-up time (at least a rate window, at most the spec's).
+    # start-up, so its hold is the start-up time (at least a rate window, at most the spec's),
+    # or a rate window when its trend falls by more than the band over that hold.
     hold = min(float(held_s), max(MIN_HOLD_S, startup_of(signals, history)))
+    slope, scatter = history.forecast()
+    if slope < 0 and -slope * hold > BAND_Z * scatter + history.rise():
+        hold = MIN_HOLD_S
     if held_s > hold and history.all_from("demand", now - timedelta(seconds=hold)):
         held_s = int(math.ceil(hold))
     stabilized = history.highest(now - timedelta(seconds=held_s)) or recommendation
