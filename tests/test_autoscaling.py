@@ -320,6 +320,27 @@ def test_a_step_the_minute_rate_has_caught_up_with_is_not_carried_as_a_trend():
     assert "(+" in ds[14].reason and "rising over 150s start-up" in ds[14].reason
 
 
+def test_the_learned_band_does_not_lift_the_forecast_over_the_highest_rate_seen():
+    """A step from 30 to 90 req/s teaches the band a rise of about 60 (the forecast a start-up
+    before it said 30). At 90, the highest rate seen within the band's memory, another jump of
+    that size was never seen: the band is the noise's only (on the step at 150 s a one-off step
+    kept two replicas too many for 30 minutes). Back at 30 it is the learned rise again: bursts
+    that came and went are what the band is for."""
+    spec = SPEC.model_copy(update={"max_replicas": 40})
+    history, current = measured(25.0, 2), 2
+    for s, rate in zip(range(10, 1210, 10), [30.0] * 40 + [90.0] * 40 + [30.0] * 40):
+        d = decide(spec, current, rates(0, current, rate, rate), history, T0 + timedelta(seconds=s))
+        history, current = d.history, d.desired
+        if s == 790:
+            at_the_top = d
+    assert at_the_top.history.rise() > 40
+    def shown(x: float) -> str:
+        return f"upper band +{x:.1f}".rstrip("0").rstrip(".") + " "
+
+    assert shown(BAND_Z * math.sqrt(90 / 60)) in at_the_top.reason
+    assert d.history.rise() > 40 and shown(d.history.rise()) in d.reason
+
+
 def test_noise_within_the_tolerance_does_not_add_a_replica():
     """At 4 replicas of 20 req/s (19 usable), a steady 75 req/s asks for (75 + 1.65 x sqrt(75 / 60))
     / 19 = 4.04 replicas: held. Without a backlog or a trend beyond the band, needing up to 10 %

@@ -29,7 +29,9 @@ Rules, and the failures they prevent (the upstream issue behind each is named; d
     BAND_Z standard deviations of the rate trail's scatter around its trend and of a minute's
     counting noise (rate / 60 s), or, if larger, the RISE_QUANTILE of how far the rate went over
     this forecast within a start-up, once a minute over the last RISE_MEMORY_S (bursts the trend
-    cannot see coming: the band learns them; a steady trend does not widen it). The first minute
+    cannot see coming: the band learns them; a steady trend does not widen it), but not past the
+    highest rate logged over that memory (at the top of a step, another jump of its size was
+    never seen: a one-off step at 150 s kept two replicas too many for 30 minutes). The first minute
     learned from is neither trended nor judged: a new service's series are younger than the
     rate window and read low, so its rate climbs as they age.
   - The start-up time is learned per service (its Deployment runs one GPU class) from its pods'
@@ -455,9 +457,11 @@ def _demand(spec: AutoscalingSpec, current: int, queue: float, signals: Signals,
         slope = min(slope, max(0.0, (recent - rate) / (RATE_WINDOW_S / 2)))
     rising, carried = history.rising(slope, lead)
     # The upper band: the scatter around the trend and a minute's counting noise, or how far the
-    # rate went over the forecast within a start-up lately (bursts the trend cannot see coming),
-    # the larger.
-    band = max(BAND_Z * math.sqrt(scatter * scatter + level / RATE_WINDOW_S), history.rise())
+    # rate went over the forecast within a start-up lately (bursts the trend cannot see coming)
+    # up to the highest rate seen lately, the larger.
+    ceiling = max((r for _, r, _ in history.minutes), default=level)
+    band = max(BAND_Z * math.sqrt(scatter * scatter + level / RATE_WINDOW_S),
+               min(history.rise(), max(0.0, ceiling - level)))
     upper = level + rising + band
     usable = capacity * UTILIZATION
     limit = "batch"
