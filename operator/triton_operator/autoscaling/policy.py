@@ -438,9 +438,9 @@ def _demand(spec: AutoscalingSpec, current: int, queue: float, signals: Signals,
     """Replicas for the arrivals forecast one start-up ahead (pods asked for now serve then):
     the rate (the larger of the last minute's and, while requests wait, the last tick's), plus
     its rising trend over the start-up, plus BAND_Z standard deviations (the trail's scatter
-    around its trend and a minute's counting noise), at UTILIZATION of a replica's batch capacity or PREFILL_UTILIZATION
-    of its prefill time, whichever binds first; plus what drains the backlog within DRAIN_S or a
-    start-up, the longer."""
+    around its trend and a minute's counting noise), at UTILIZATION of a replica's batch
+    capacity or PREFILL_UTILIZATION of its prefill time, whichever binds first; plus what drains
+    the backlog within DRAIN_S or a start-up, the longer."""
     known = history.capacity_for(signals)
     rate = history.rates[-1][1] if history.rates and history.rates[-1][0] == now else None
     if known is None or rate is None:

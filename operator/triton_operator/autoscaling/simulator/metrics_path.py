@@ -109,8 +109,10 @@ class Prometheus:
                gateway: GatewaySample | None = None) -> None:
         for rid in gone:
             self.stale.add(rid)
-        for rid in [r for r in self.stale if self.history.get(r) and self.history[r][-1].t < now - LOOKBACK_S]:
-            del self.history[rid]   # no range this simulation queries reaches its samples any more
+        # A gone pod's samples past the lookback are reached by no range this simulation queries.
+        # (The histories are the pods of the last few minutes; `stale` keeps every pod ever gone.)
+        for rid in [r for r, h in self.history.items() if r in self.stale and h and h[-1].t < now - LOOKBACK_S]:
+            del self.history[rid]
         if self.in_outage(now) and self.outage_kind == "scrape":
             self.stale.update(samples)
             self.gateway = None
