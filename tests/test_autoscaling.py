@@ -9,8 +9,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from triton_operator.api import AutoscalingSpec
-from triton_operator.autoscaling.policy import (BAND_Z, DRAIN_S, MIN_HOLD_S, UTILIZATION, Decision, History,
-                                               Signals, decide, seed)
+from triton_operator.autoscaling.policy import (BAND_Z, DRAIN_S, MIN_HOLD_S, RATE_WINDOW_S, TREND_Z, UTILIZATION,
+                                               Decision, History, Signals, decide, seed)
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
 SPEC = AutoscalingSpec(min_replicas=1, max_replicas=10, target_queue_depth=4, target_p99_latency_ms=800,
@@ -189,6 +189,12 @@ def test_demand_sees_load_an_empty_queue_hides():
     assert {d.desired for d in out} == {math.ceil((170 + BAND_Z * math.sqrt(170 / 60)) / 19)} == {10}
 
 
+def carried(slope: float, level: float, span: float) -> float:
+    """The slope a noiseless ramp is carried at: less TREND_Z standard errors of a slope fitted on
+    minute rates (one independent per RATE_WINDOW_S) with the counting noise of `level`."""
+    return slope - TREND_Z * math.sqrt(12 * RATE_WINDOW_S * level / RATE_WINDOW_S) / span ** 1.5
+
+
 def test_a_rising_rate_asks_for_capacity_one_start_up_ahead():
     """A trend over at least half the trend window (60 s) is extrapolated over the start-up; a
     shorter trail is not trusted with one (it is noise at a restart), and a trend is carried
@@ -202,11 +208,13 @@ def test_a_rising_rate_asks_for_capacity_one_start_up_ahead():
         ds.append(d)
     assert "rising" not in ds[5].reason                         # a 50 s trail
     d = ds[6]                                                   # a 60 s trail: carried 60 s, not 100
-    assert d.wants["demand"] == math.ceil((96 + 0.6 * 60 + BAND_Z * math.sqrt(96 / 60)) / 19)
-    assert "(+36 rising over 100s start-up, the trend of 60s carried no further)" in d.reason
+    assert carried(0.6, 96, 60) * 60 == pytest.approx(33.8, abs=0.05)
+    assert d.wants["demand"] == math.ceil((96 + carried(0.6, 96, 60) * 60 + BAND_Z * math.sqrt(96 / 60)) / 19)
+    assert "(+33.8 rising over 100s start-up, the trend of 60s carried no further)" in d.reason
     d = ds[10]                                                  # a 100 s trail: the whole start-up
-    assert d.wants["demand"] == math.ceil((120 + 0.6 * 100 + BAND_Z * math.sqrt(120 / 60)) / 19)
-    assert "(+60 rising over 100s start-up)" in d.reason
+    assert carried(0.6, 120, 100) * 100 == pytest.approx(58.1, abs=0.05)
+    assert d.wants["demand"] == math.ceil((120 + carried(0.6, 120, 100) * 100 + BAND_Z * math.sqrt(120 / 60)) / 19)
+    assert "(+58.1 rising over 100s start-up)" in d.reason
 
 
 def test_the_trend_is_fitted_over_a_start_up_when_that_is_longer_than_the_trend_window():
@@ -223,8 +231,9 @@ def test_the_trend_is_fitted_over_a_start_up_when_that_is_longer_than_the_trend_
     assert TREND_WINDOW_S == 120
     assert history.rates[-1][2] - history.rates[0][2] == pytest.approx(240)
     assert history.forecast()[0] == pytest.approx(0.1)
-    assert "(+24 rising over 240s start-up)" in d.reason
-    assert d.wants["demand"] == math.ceil((60 + 24 + BAND_Z * math.sqrt(60 / 60)) / 19)
+    assert carried(0.1, 60, 240) * 240 == pytest.approx(23.1, abs=0.05)
+    assert "(+23.1 rising over 240s start-up)" in d.reason
+    assert d.wants["demand"] == math.ceil((60 + carried(0.1, 60, 240) * 240 + BAND_Z * math.sqrt(60 / 60)) / 19)
 
 
 def test_a_new_services_first_minute_is_neither_trended_nor_judged():
@@ -353,6 +362,25 @@ def test_noise_within_the_tolerance_does_not_add_a_replica():
     assert {d.desired for d in ds} == {4} and ds[-1].wants["demand"] == 4
     d = decide(spec, 4, rates(30, 4, 75, 75), ds[-1].history, T0 + timedelta(seconds=200))
     assert d.desired == 5
+
+
+def test_a_slope_within_its_counting_noise_does_not_add_a_replica():
+    """4 replicas of 20 req/s (19 usable) and 150 s start-ups; the rate drifts 70 -> 72.5 req/s
+    over 150 s (+1 req/s a minute). Fitted on minute rates, that slope's standard error is about
+    1 req/s a minute: noise. Carried whole over the start-up it added 2.5 req/s, more than the
+    band, and asked for a fifth replica (the step at 150 s flapped 4 <-> 5); only the part beyond
+    TREND_Z standard errors is carried, and 4 replicas hold."""
+    spec = SPEC.model_copy(update={"max_replicas": 40})
+    ticks = [(s, rates(0, 4, 70 + s / 60, 70 + s / 60, startup=150.0)) for s in range(0, 160, 10)]
+    ds = run(spec, 4, ticks, measured(20.0, 4))
+    last = ds[-1]
+    slope, scatter = last.history.forecast()
+    assert slope == pytest.approx(1 / 60) and scatter == pytest.approx(0, abs=1e-6)
+    band = BAND_Z * math.sqrt(72.5 / 60)
+    assert (72.5 + slope * 150 + band) / 19 > 4 and slope * 150 > band      # the whole slope asks for 5
+    assert carried(slope, 72.5, 150) * 150 == pytest.approx(1.3, abs=0.05)
+    assert {d.desired for d in ds} == {4} and last.wants["demand"] == 4
+    assert "(+1.3 rising over 150s start-up)" in last.reason
 
 
 # -- where a replica's capacity comes from ---------------------------------------------------------
