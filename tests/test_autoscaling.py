@@ -329,25 +329,43 @@ def test_a_step_the_minute_rate_has_caught_up_with_is_not_carried_as_a_trend():
     assert "(+" in ds[14].reason and "rising over 150s start-up" in ds[14].reason
 
 
+def shown_band(x: float) -> str:
+    return f"upper band +{x:.1f}".rstrip("0").rstrip(".") + " "
+
+
 def test_the_learned_band_does_not_lift_the_forecast_over_the_highest_rate_seen():
     """A step from 30 to 90 req/s teaches the band a rise of about 60 (the forecast a start-up
     before it said 30). At 90, the highest rate seen within the band's memory, another jump of
     that size was never seen: the band is the noise's only (on the step at 150 s a one-off step
-    kept two replicas too many for 30 minutes). Back at 30 it is the learned rise again: bursts
-    that came and went are what the band is for."""
+    kept two replicas too many for 30 minutes). Back at 30 after the burst came a second time,
+    it is the learned rise again: bursts that come and go are what the band is for."""
     spec = SPEC.model_copy(update={"max_replicas": 40})
     history, current = measured(25.0, 2), 2
-    for s, rate in zip(range(10, 1210, 10), [30.0] * 40 + [90.0] * 40 + [30.0] * 40):
+    trace = [30.0] * 40 + [90.0] * 40 + [30.0] * 40 + [90.0] * 20 + [30.0] * 20
+    for s, rate in zip(range(10, 10 * len(trace) + 10, 10), trace):
         d = decide(spec, current, rates(0, current, rate, rate), history, T0 + timedelta(seconds=s))
         history, current = d.history, d.desired
         if s == 790:
             at_the_top = d
     assert at_the_top.history.rise() > 40
-    def shown(x: float) -> str:
-        return f"upper band +{x:.1f}".rstrip("0").rstrip(".") + " "
+    assert shown_band(BAND_Z * math.sqrt(90 / 60)) in at_the_top.reason
+    assert d.history.rise() > 40 and shown_band(d.history.rise()) in d.reason
 
-    assert shown(BAND_Z * math.sqrt(90 / 60)) in at_the_top.reason
-    assert d.history.rise() > 40 and shown(d.history.rise()) in d.reason
+
+def test_a_burst_seen_once_is_not_hedged_once_it_has_passed():
+    """30 req/s, one burst at 90 for 400 s, 30 again. The band learned a rise of about 60, but
+    the only rates near 90 within its memory came in that one burst: past it (and a start-up
+    after it), the band is the noise's, and 2 replicas serve 30 req/s. Hedged with the learned
+    rise, a one-off spike at 325 s start-up held 6 replicas where 2 served for half an hour."""
+    spec = SPEC.model_copy(update={"max_replicas": 40})
+    history, current = measured(25.0, 2), 2
+    trace = [30.0] * 40 + [90.0] * 40 + [30.0] * 40
+    for s, rate in zip(range(10, 10 * len(trace) + 10, 10), trace):
+        d = decide(spec, current, rates(0, current, rate, rate), history, T0 + timedelta(seconds=s))
+        history, current = d.history, d.desired
+    assert d.history.rise() > 40
+    assert shown_band(BAND_Z * math.sqrt(30 / 60)) in d.reason
+    assert d.wants["demand"] == 2 and d.history.recurring_peak(30.0, 60.0) == 30.0
 
 
 def test_noise_within_the_tolerance_does_not_add_a_replica():

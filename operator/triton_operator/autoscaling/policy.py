@@ -34,7 +34,10 @@ Rules, and the failures they prevent (the upstream issue behind each is named; d
     this forecast within a start-up, once a minute over the last RISE_MEMORY_S (bursts the trend
     cannot see coming: the band learns them; a steady trend does not widen it), but not past the
     highest rate logged over that memory (at the top of a step, another jump of its size was
-    never seen: a one-off step at 150 s kept two replicas too many for 30 minutes). The first minute
+    never seen: a one-off step at 150 s kept two replicas too many for 30 minutes), and, when
+    that rate came in one burst only, not past the highest outside it (a one-off spike at 325 s
+    held 6 replicas where 2 served for the rest of the half hour; a burst that recurs is hedged
+    from its second time on). The first minute
     learned from is neither trended nor judged: a new service's series are younger than the
     rate window and read low, so its rate climbs as they age.
   - The start-up time is learned per service (its Deployment runs one GPU class) from its pods'
@@ -280,6 +283,31 @@ class History:
             band = values[min(len(values) - 1, math.ceil(RISE_QUANTILE * len(values)) - 1)]
         return _evolve(self, minutes=minutes, rises=rises, rise_band=band)
 
+    def recurring_peak(self, level: float, startup_s: float) -> float:
+        """The highest rate logged within RISE_MEMORY_S that recurred: the rates over the midpoint
+        between it and `level` came in at least two bursts more than a start-up apart. After a
+        single burst, the highest rate outside it (and a start-up either side of it). A burst seen
+        once within the memory is not hedged once it has passed: after a one-off spike at 325 s
+        start-up, the band held 6 replicas where 2 served for the rest of the half hour."""
+        minutes = self.minutes
+        peak = max((r for _, r, _ in minutes), default=level)
+        if peak <= level:
+            return level
+        threshold = (peak + level) / 2
+        apart = timedelta(seconds=startup_s)
+        bursts: list[list[datetime]] = []    # [first, last] minute over the threshold
+        for t, r, _ in minutes:
+            if r < threshold:
+                continue
+            if bursts and t - bursts[-1][1] <= apart:
+                bursts[-1][1] = t
+            else:
+                bursts.append([t, t])
+        if len(bursts) > 1:
+            return peak
+        (first, last), = bursts
+        return max((r for t, r, _ in minutes if t < first - apart or t > last + apart), default=level)
+
     def rise(self) -> float:
         """The RISE_QUANTILE of the forecast's errors seen within RISE_MEMORY_S (0 without)."""
         return self.rise_band
@@ -481,8 +509,8 @@ def _demand(spec: AutoscalingSpec, current: int, queue: float, signals: Signals,
     rising, carried = history.rising(history.significant(slope, scatter, level), lead)
     # The upper band: the scatter around the trend and a minute's counting noise, or how far the
     # rate went over the forecast within a start-up lately (bursts the trend cannot see coming)
-    # up to the highest rate seen lately, the larger.
-    ceiling = max((r for _, r, _ in history.minutes), default=level)
+    # up to the highest rate seen lately that recurred, the larger.
+    ceiling = history.recurring_peak(level, lead)
     band = max(BAND_Z * math.sqrt(scatter * scatter + level / RATE_WINDOW_S),
                min(history.rise(), max(0.0, ceiling - level)))
     upper = level + rising + band
