@@ -294,7 +294,7 @@ class History:
         if peak <= level:
             return level
         threshold = (peak + level) / 2
-        apart = timedelta(seconds=startup_s)
+        apart = timedelta(seconds=startup_s) + _RATE_WINDOW   # the log's minutes either side of the gap
         bursts: list[list[datetime]] = []    # [first, last] minute over the threshold
         for t, r, _ in minutes:
             if r < threshold:
