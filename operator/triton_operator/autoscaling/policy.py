@@ -29,15 +29,17 @@ Rules, and the failures they prevent (the upstream issue behind each is named; d
     slope, the counting noise of the minute rates it is fitted on: at a steady 90 req/s a noise
     slope carried over a 150 s start-up asked for a fifth replica, taken back a minute later),
     and an upper band:
-    BAND_Z standard deviations of the rate trail's scatter around its trend and of a minute's
-    counting noise (rate / 60 s), or, if larger, the RISE_QUANTILE of how far the rate went over
+    BAND_Z standard deviations of a minute's counting noise (rate / 60 s), or, if larger, the
+    RISE_QUANTILE of how far the rate went over
     this forecast within a start-up, once a minute over the last RISE_MEMORY_S (bursts the trend
     cannot see coming: the band learns them; a steady trend does not widen it), but not past the
     highest rate logged over that memory (at the top of a step, another jump of its size was
     never seen: a one-off step at 150 s kept two replicas too many for 30 minutes), and, when
     that rate came in one burst only, not past the highest outside it (a one-off spike at 325 s
     held 6 replicas where 2 served for the rest of the half hour; a burst that recurs is hedged
-    from its second time on). The first minute
+    from its second time on). Not the trail's scatter around its trend: around a step that is
+    the line missing both levels, not noise (+23 req/s after a spike had passed, +24 on top of
+    its climb); the forecast's real errors are the learned rises. The first minute
     learned from is neither trended nor judged: a new service's series are younger than the
     rate window and read low, so its rate climbs as they age.
   - The start-up time is learned per service (its Deployment runs one GPU class) from its pods'
@@ -488,8 +490,8 @@ def _demand(spec: AutoscalingSpec, current: int, queue: float, signals: Signals,
             history: History, now: datetime) -> tuple[int, str] | None:
     """Replicas for the arrivals forecast one start-up ahead (pods asked for now serve then):
     the rate (the larger of the last minute's and, while requests wait, the last tick's), plus
-    its rising trend over the start-up, plus BAND_Z standard deviations (the trail's scatter
-    around its trend and a minute's counting noise), at UTILIZATION of a replica's batch
+    its rising trend over the start-up, plus the upper band (BAND_Z standard deviations of a
+    minute's counting noise, or the learned rises), at UTILIZATION of a replica's batch
     capacity or PREFILL_UTILIZATION of its prefill time, whichever binds first; plus what drains
     the backlog within DRAIN_S or a start-up, the longer."""
     known = history.capacity_for(signals)
@@ -507,11 +509,11 @@ def _demand(spec: AutoscalingSpec, current: int, queue: float, signals: Signals,
         # (its climb over one window, carried a start-up ahead, asked for 13 replicas where 5 served).
         slope = min(slope, max(0.0, (recent - rate) / (RATE_WINDOW_S / 2)))
     rising, carried = history.rising(history.significant(slope, scatter, level), lead)
-    # The upper band: the scatter around the trend and a minute's counting noise, or how far the
-    # rate went over the forecast within a start-up lately (bursts the trend cannot see coming)
-    # up to the highest rate seen lately that recurred, the larger.
+    # The upper band: a minute's counting noise, or how far the rate went over the forecast
+    # within a start-up lately (bursts the trend cannot see coming) up to the highest rate seen
+    # lately that recurred, the larger.
     ceiling = history.recurring_peak(level, lead)
-    band = max(BAND_Z * math.sqrt(scatter * scatter + level / RATE_WINDOW_S),
+    band = max(BAND_Z * math.sqrt(level / RATE_WINDOW_S),
                min(history.rise(), max(0.0, ceiling - level)))
     upper = level + rising + band
     usable = capacity * UTILIZATION
