@@ -615,6 +615,28 @@ def test_a_step_in_the_trail_does_not_widen_the_band():
     assert shown_band(BAND_Z * math.sqrt(120 / 60)) in d.reason
 
 
+def test_a_fall_beyond_the_forecasts_band_is_held_a_rate_window():
+    """150 s start-ups; a one-off burst to 90 req/s taught a rise of 60, then the rate falls from
+    60 to 30 over 150 s. The fall (30 req/s over the hold) is beyond the forecast's upper band
+    there (the learned rise, up to the 60 the rate came from: at most 30 - 30 = 0 at the bottom,
+    24 on the way), so the hold is one rate window, not a start-up. Against the learned rise
+    plus the scatter (60 and more) the fall never counted, and the replicas stayed 90 s longer."""
+    spec = SPEC.model_copy(update={"max_replicas": 40})
+    history, current = replace(measured(10.0, 4), startup=150.0), 4
+    trace = [30.0] * 40 + [90.0] * 40 + [60.0] * 60 + [60.0 - 2.0 * i for i in range(16)] + [30.0] * 20
+    downs = []
+    for i, rate in enumerate(trace):
+        s = 10 * (i + 1)
+        d = decide(spec, current, rates(0, current, rate, rate, startup=150.0), history, T0 + timedelta(seconds=s))
+        if s > 1400 and d.desired < current:
+            downs.append((s, d))
+        history, current = d.history, d.desired
+    assert history.rise() == pytest.approx(60)
+    s, first = downs[0]
+    assert s <= 1620 and "highest recommendation within the last 60s" in first.reason
+    assert current == 4
+
+
 def test_p99_is_reported_not_chased_while_demand_sizes_the_service():
     """A draining backlog keeps p99 high after demand has sized it: ready x p99 / target would
     compound into max replicas."""

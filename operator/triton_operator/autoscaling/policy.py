@@ -62,7 +62,7 @@ Rules, and the failures they prevent (the upstream issue behind each is named; d
   - Scale down only what the forecast does not need within a start-up: once every
     recommendation within the start-up time (at least MIN_HOLD_S, at most the spec's window)
     came from demand, that is the hold. A rate whose trend falls over a start-up by more than
-    the band (BAND_Z x its scatter plus the learned rises) is held MIN_HOLD_S only: the older
+    the forecast's upper band is held MIN_HOLD_S only: the older
     recommendations were for a level it has left (a diurnal decline at 325 s kept five-minute-old
     levels, a replica over what it needed all the way down).
   Demand replaces the queue rule, which over-asks on a backlog (a queue of 400 is not 100
@@ -509,12 +509,7 @@ def _demand(spec: AutoscalingSpec, current: int, queue: float, signals: Signals,
         # (its climb over one window, carried a start-up ahead, asked for 13 replicas where 5 served).
         slope = min(slope, max(0.0, (recent - rate) / (RATE_WINDOW_S / 2)))
     rising, carried = history.rising(history.significant(slope, scatter, level), lead)
-    # The upper band: a minute's counting noise, or how far the rate went over the forecast
-    # within a start-up lately (bursts the trend cannot see coming) up to the highest rate seen
-    # lately that recurred, the larger.
-    ceiling = history.recurring_peak(level, lead)
-    band = max(BAND_Z * math.sqrt(level / RATE_WINDOW_S),
-               min(history.rise(), max(0.0, ceiling - level)))
+    band = _band(history, level, lead)
     upper = level + rising + band
     usable = capacity * UTILIZATION
     limit = "batch"
@@ -567,6 +562,15 @@ def _demand(spec: AutoscalingSpec, current: int, queue: float, signals: Signals,
             note += f" (queue growing {_fmt(growth)}/s until pods start)"
         note += f" drained within {_fmt(drain)}s"
     return replicas, note
+
+
+def _band(history: History, level: float, startup_s: float) -> float:
+    """The forecast's upper band at `level` req/s: BAND_Z standard deviations of a minute's
+    counting noise, or how far the rate went over the forecast within a start-up lately (bursts
+    the trend cannot see coming) up to the highest rate seen lately that recurred, the larger."""
+    ceiling = history.recurring_peak(level, startup_s)
+    return max(BAND_Z * math.sqrt(max(0.0, level) / RATE_WINDOW_S),
+               min(history.rise(), max(0.0, ceiling - level)))
 
 
 def decide(spec: AutoscalingSpec, current: int, signals: Signals, history: History,
@@ -772,10 +776,12 @@ def _scale_down(spec: AutoscalingSpec, current: int, recommendation: int, signal
     held_s = spec.scale_down_stabilization_seconds
     # Demand forecasts one start-up ahead: what it no longer asks for is not needed within a
     # start-up, so its hold is the start-up time (at least a rate window, at most the spec's),
-    # or a rate window when its trend falls by more than the band over that hold.
-    hold = min(float(held_s), max(MIN_HOLD_S, startup_of(signals, history)))
-    slope, scatter = history.forecast()
-    if slope < 0 and -slope * hold > BAND_Z * scatter + history.rise():
+    # or a rate window when its trend falls by more than the forecast's upper band over that hold.
+    lead = startup_of(signals, history)
+    hold = min(float(held_s), max(MIN_HOLD_S, lead))
+    slope, _ = history.forecast()
+    level = history.rates[-1][1] if history.rates else 0.0
+    if slope < 0 and -slope * hold > _band(history, level, lead):
         hold = MIN_HOLD_S
     if held_s > hold and history.all_from("demand", now - timedelta(seconds=hold)):
         held_s = int(math.ceil(hold))
