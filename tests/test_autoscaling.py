@@ -390,12 +390,15 @@ def test_noise_within_the_tolerance_does_not_add_a_replica():
     """At 4 replicas of 20 req/s (19 usable), a steady 75 req/s asks for (75 + 1.65 x sqrt(75 / 60))
     / 19 = 4.04 replicas: held. Without a backlog or a trend beyond the band, needing up to 10 %
     more than runs is noise (a replica added for it was taken back a minute later, over and over);
-    with requests waiting it is not."""
+    so is a request or two waiting at 4 replicas (each batch takes one in at its next step); with
+    more requests waiting than replicas run it is not."""
     spec = SPEC.model_copy(update={"max_replicas": 40})
     need = (75 + BAND_Z * math.sqrt(75 / 60)) / 19
     assert 4 < need <= 4 * 1.1
     ds = run(spec, 4, [(s, rates(0, 4, 75, 75)) for s in range(10, 200, 10)], measured(20.0, 4))
     assert {d.desired for d in ds} == {4} and ds[-1].wants["demand"] == 4
+    d = decide(spec, 4, rates(2, 4, 75, 75), ds[-1].history, T0 + timedelta(seconds=200))
+    assert d.desired == 4 and "backlog 2 drained" in d.reason
     d = decide(spec, 4, rates(30, 4, 75, 75), ds[-1].history, T0 + timedelta(seconds=200))
     assert d.desired == 5
 

@@ -91,8 +91,10 @@ Rules, and the failures they prevent (the upstream issue behind each is named; d
   it has passed.
 - The largest request wins. A tolerance band ignores small noise (llm-d-autoscaling#1427): a
   demand up to `tolerance` under the current replicas holds them, and so does one up to
-  `tolerance` over them while nothing waits and the trend adds no more than the band (a replica
-  added for noise at the edge of a whole count was taken back a minute later, over and over).
+  `tolerance` over them while fewer requests wait than replicas run (each batch takes one in at
+  its next step) and the trend adds no more than the band (a replica added for noise at the edge
+  of a whole count was taken back a minute later, over and over; with 150 s start-ups, 1 to 3
+  requests waiting at 4 replicas flapped 4 <-> 5 all hour).
 - Up fast: at once, at most max(2x, +4) per decision. Down slowly: only to the highest
   recommendation seen within the stabilization window, and at most maxStep per decision. Demand
   recommendations forecast a start-up ahead, so once every recommendation within the last
@@ -544,9 +546,11 @@ def _demand(spec: AutoscalingSpec, current: int, queue: float, signals: Signals,
     drain = max(DRAIN_S, lead)
     need = upper / usable + backlog / (capacity * drain)
     replicas = max(1, math.ceil(need - 1e-9))
-    # Within the tolerance of the current replicas: noise, unless requests wait or the trend
-    # adds more than the band (then it is a rise, not noise).
-    if abs(need / max(current, 1) - 1) <= spec.tolerance and (need <= current or (backlog < 1 and rising <= band)):
+    # Within the tolerance of the current replicas: noise, unless more requests wait than
+    # replicas run (each batch takes one in at its next step) or the trend adds more than the
+    # band (then it is a rise, not noise).
+    if abs(need / max(current, 1) - 1) <= spec.tolerance and (
+            need <= current or (backlog < max(1, current) and rising <= band)):
         replicas = current
     note = f"demand {_fmt(level)} req/s"
     if rising > 0:
