@@ -349,6 +349,24 @@ def shown_band(x: float) -> str:
     return f"upper band +{x:.1f}".rstrip("0").rstrip(".") + " "
 
 
+def test_a_tick_ahead_of_the_minute_by_its_counting_noise_carries_no_trend():
+    """The same step, caught up: the minute reads 90 and the last tick 93 (the queue grew 43/s
+    on 50 completed). At 93 req/s a 10 s tick's count is +-3 req/s: a lead of 3 is noise, and the
+    minute's climb in the trail is not carried (carried over 150 s it asked for more replicas
+    than the step needs; at 325 s a ninth, up after the backlog it was for had drained)."""
+    spec = SPEC.model_copy(update={"max_replicas": 40})
+    history, current, queue = replace(measured(25.0, 2), startup=150.0), 2, 0.0
+    minute = [30.0] * 12 + [40.0, 50.0, 60.0, 70.0, 80.0, 90.0] + [90.0] * 3
+    for i, rate in enumerate(minute):
+        queue += (43.0 if i == len(minute) - 1 else 40.0) * 10 if i >= 12 else 0.0
+        d = decide(spec, current, Signals(queue_depth=queue, ready=2, arrival_rate=rate, throughput=50.0,
+                                          startup_s=150.0), history, T0 + timedelta(seconds=10 * (i + 1)))
+        history, current = d.history, d.desired
+    assert "demand 93 req/s" in d.reason and history.forecast()[0] > 0.3
+    assert 93 - 90 < BAND_Z * math.sqrt(93 / 10)
+    assert "rising" not in d.reason
+
+
 def test_the_learned_band_does_not_lift_the_forecast_over_the_highest_rate_seen():
     """A step from 30 to 90 req/s teaches the band a rise of about 60 (the forecast a start-up
     before it said 30). At 90, the highest rate seen within the band's memory, another jump of

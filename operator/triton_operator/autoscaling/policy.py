@@ -24,11 +24,11 @@ Rules, and the failures they prevent (the upstream issue behind each is named; d
     last TREND_WINDOW_S or start-up time, the longer, and on at least half of TREND_WINDOW_S: a
     shorter trail is noise; carried ahead at most as far as the trail spans: a minute's ramp
     carried over a 325 s start-up asked for 9 replicas where 3 served; while requests wait, at
-    most the slope by which the last tick's rate leads the minute's, half a window behind it: a
-    step the minute's rate has caught up with is no trend; less TREND_Z standard errors of the
-    slope, the counting noise of the minute rates it is fitted on: at a steady 90 req/s a noise
-    slope carried over a 150 s start-up asked for a fifth replica, taken back a minute later),
-    and an upper band:
+    most the slope by which the last tick's rate leads the minute's (beyond the tick's counting
+    noise), half a window behind it: a step the minute's rate has caught up with is no trend;
+    less TREND_Z standard errors of the slope, the counting noise of the minute rates it is
+    fitted on: at a steady 90 req/s a noise slope carried over a 150 s start-up asked for a
+    fifth replica, taken back a minute later), and an upper band:
     BAND_Z standard deviations of a minute's counting noise (rate / 60 s), or, if larger, the
     RISE_QUANTILE of how far the rate went over
     this forecast within a start-up, once a minute over the last RISE_MEMORY_S (bursts the trend
@@ -436,6 +436,12 @@ class History:
         carried = min(lead_s, self.rates[-1][2] - self.rates[0][2])
         return slope * carried, carried
 
+    def last_tick_s(self) -> float:
+        """Seconds between the last two ticks (inf before there are two)."""
+        if len(self.contents) < 2:
+            return math.inf
+        return max(1e-9, (self.contents[-1][0] - self.contents[-2][0]).total_seconds())
+
     def recent_arrivals(self, signals: Signals) -> float | None:
         """Requests/s arriving now, while requests wait: completions plus what the service took on
         since the previous tick (a minute's rate lags a step by up to a minute). None with nothing
@@ -514,7 +520,11 @@ def _demand(spec: AutoscalingSpec, current: int, queue: float, signals: Signals,
         # Requests wait: the last tick shows the rate now, half a rate window ahead of the
         # minute's. A ramp keeps it ahead; a step the minute's rate has caught up with does not
         # (its climb over one window, carried a start-up ahead, asked for 13 replicas where 5 served).
-        slope = min(slope, max(0.0, (recent - rate) / (RATE_WINDOW_S / 2)))
+        # Ahead by more than the tick's counting noise: at 90 req/s a 10 s tick reads +-3 req/s, and
+        # a lead of 4 carried the step's climb on and asked for a ninth replica, up after the backlog
+        # the eight coming had drained was gone.
+        ahead = recent - rate - BAND_Z * math.sqrt(level / history.last_tick_s())
+        slope = min(slope, max(0.0, ahead / (RATE_WINDOW_S / 2)))
     rising, carried = history.rising(history.significant(slope, scatter, level), lead)
     band = _band(history, level, lead)
     upper = level + rising + band
