@@ -34,3 +34,17 @@ def test_hostile_specs_never_hang_an_object(operator: Operator, ns: str):
     assert counts.refusals_naming_nothing == [], "every refusal names the field"
     assert counts.tracebacks == 0 and counts.operator_alive
     assert yaml.safe_load(operator.cluster.kubectl("get", "infsvc", "-n", ns, "-o", "yaml").stdout)["items"] == []
+
+
+def test_numbers_json_cannot_carry_are_sent_as_the_largest_json_numbers():
+    """In process, no cluster. JSON has no NaN or infinity (json.dumps writes `NaN`, which the
+    API server refuses as unparsable without naming a field, and kubectl refuses before sending):
+    the generator sends them as +-1e308, still hostile. Which documents Hypothesis draws depends
+    on the modules the process loaded, so `make test` drew infinities a lone run did not."""
+    import json
+    import math
+
+    doc = {"spec": {"a": [math.nan, -math.inf, 1.5], "b": {"c": math.inf}, "d": "x"}}
+    assert adversarial.json_numbers(doc) == {"spec": {"a": [1e308, -1e308, 1.5], "b": {"c": 1e308}, "d": "x"}}
+    for d in adversarial.generate(250):
+        json.dumps(d, allow_nan=False)   # raises on NaN or infinity

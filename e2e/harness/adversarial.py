@@ -12,6 +12,7 @@ gone within `delete_timeout` of its deletion.
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -32,10 +33,28 @@ NAMES_A_FIELD = re.compile(r"(spec|metadata)\.[A-Za-z]|unknown field")
 DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 
 
+def json_numbers(value: Any) -> Any:
+    """`value` with every NaN and infinity made the largest JSON number of its sign: JSON has no
+    NaN or infinity, so no user can send one (kubectl refuses it before the API server sees it),
+    and json.dumps would write `NaN`, which the API server refuses as unparsable JSON without
+    naming a field."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return -1e308 if value < 0 else 1e308
+    if isinstance(value, dict):
+        return {k: json_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_numbers(v) for v in value]
+    return value
+
+
 def generate(n: int, seed_value: int = 20261122) -> list[dict[str, Any]]:
-    """`n` InferenceService documents, always the same for the same seed. The strategies draw
-    names from a small set of good and bad ones: a good name gets a numbered suffix (still good)
-    so that each document is created on its own; a bad one is kept as it is, to be refused."""
+    """`n` InferenceService documents, the same for the same seed in the same process. Not
+    across processes that imported different modules: Hypothesis also draws on constants it
+    finds in the loaded code, so `make test` (every unit test module loaded first) gets other
+    documents than a lone run, among them NaN and infinities (see json_numbers). The
+    strategies draw names from a small set of good and bad ones: a good name gets a numbered
+    suffix (still good) so that each document is created on its own; a bad one is kept as it
+    is, to be refused."""
     out: list[dict[str, Any]] = []
 
     @seed(seed_value)
@@ -45,7 +64,7 @@ def generate(n: int, seed_value: int = 20261122) -> list[dict[str, Any]]:
         name = doc["metadata"].get("name")
         if isinstance(name, str) and DNS_LABEL.fullmatch(name):
             doc = {**doc, "metadata": {**doc["metadata"], "name": f"{name[:40].rstrip('-')}-{len(out)}"}}
-        out.append(doc)
+        out.append(json_numbers(doc))
 
     collect()
     return out
