@@ -334,3 +334,26 @@ def test_a_cached_child_keeps_its_spec_compact_and_whole_on_demand(classes):
     p = plan(obj, classes, Settings(), Children(deployment=cached, service=trim_child(live_children(
         render(obj, classes, Settings(), replicas=2).manifests).service)), replicas=2)
     assert [m["kind"] for m in p.apply] == ["PodDisruptionBudget"], "compared with the whole spec"
+
+
+def test_a_job_that_changed_between_a_write_and_the_memo_is_planned_again():
+    """A preparation Job that completes within a second of its creation can reach the cache
+    between the pass's write and its memo. The memo keeps the Job as the pass wrote it, so the
+    pass its completion queues sees a change and plans again (it skipped, and the service said
+    "waiting for a node" until the operator restarted); a Job unchanged since the write still
+    lets the next pass skip."""
+    from triton_operator.controller.desired import Children
+    from triton_operator.controller.reconcile import _memo_tokens, _tokens
+
+    def job(rv: str) -> dict:
+        return {"kind": "Job", "metadata": {"name": "svc-abc", "uid": "u1", "resourceVersion": rv}}
+
+    before = Children()
+    written = [("Job", job("10"))]
+    completed = Children(jobs=(job("11"),))
+    assert _memo_tokens(completed, before, written) != _tokens(completed)
+    assert _memo_tokens(Children(jobs=(job("10"),)), before, written) == _tokens(Children(jobs=(job("10"),)))
+    # planned from version 10, not written: a version 11 in the cache afterwards is new to it too
+    assert _memo_tokens(completed, Children(jobs=(job("10"),)), []) != _tokens(completed)
+    # a Job the pass neither read nor wrote is unseen
+    assert _memo_tokens(completed, before, []) != _tokens(completed)

@@ -197,9 +197,10 @@ class Reconciler:
             return last.plan
         plan = desired_core.plan(isvc, classes, self.settings, children, replicas, free, now)
         rejected: tuple[str, str] | None = None
+        written: list[tuple[str, dict[str, Any]]] = []
         for manifest in plan.apply:
             try:
-                self._write(manifest)
+                written.append((manifest["kind"], self._write(manifest)))
             except ApiError as e:
                 if not e.rejected:
                     raise
@@ -218,15 +219,16 @@ class Reconciler:
             retry_at = time.monotonic() + pause
             self.enqueue_after(key, pause)
         # The memo keeps what the next passes read, not the manifests just applied.
-        self._converged[key] = Converged(inputs, _tokens(self.views.children(key)), replace(plan, apply=()),
-                                         retry_at, refusals)
+        self._converged[key] = Converged(inputs, _memo_tokens(self.views.children(key), children, written),
+                                         replace(plan, apply=()), retry_at, refusals)
         return plan
 
-    def _write(self, manifest: dict[str, Any]) -> None:
+    def _write(self, manifest: dict[str, Any]) -> dict[str, Any]:
         kind = self.kube.kinds.of(manifest)
         out = self.kube.apply(manifest)
         telemetry.WRITES.labels(kind.kind, "apply").inc()
         self.store.upsert(kind.kind, _trimmed(kind.kind, out))
+        return out
 
     def _write_status(self, raw: dict[str, Any], new_status: dict[str, Any],
                       events: list[Event]) -> dict[str, Any]:
@@ -285,6 +287,21 @@ def _tokens(children: desired_core.Children) -> tuple[Any, ...]:
             content_token(children.pdb),
             content_token(children.network_policy),
             tuple((j["metadata"].get("uid"), j["metadata"].get("resourceVersion")) for j in children.jobs))
+
+
+def _memo_tokens(after: desired_core.Children, before: desired_core.Children,
+                 written: list[tuple[str, dict[str, Any]]]) -> tuple[Any, ...]:
+    """The tokens a converged pass keeps: its children as the cache holds them after its writes,
+    except that a Job counts at the version the pass planned from or wrote itself. A preparation
+    Job that completed within a second of its creation reached the cache between the write and
+    this read: kept as seen, the pass its event queued skipped as if nothing had changed, and the
+    service said "waiting for a node" until the operator restarted. A Job the pass neither read
+    nor wrote counts as unseen."""
+    seen = {j["metadata"]["name"]: j for j in before.jobs}
+    seen.update({o["metadata"]["name"]: o for kind, o in written if kind == JOB.kind})
+    unseen = {"metadata": {}}
+    jobs = tuple(seen.get(j["metadata"]["name"], unseen) for j in after.jobs)
+    return _tokens(replace(after, jobs=jobs))
 
 
 def _preparation_digest(isvc: InferenceService) -> str:
