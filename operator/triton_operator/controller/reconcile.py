@@ -218,7 +218,8 @@ class Reconciler:
             pause = min(REFUSAL_RETRY_MAX, REFUSAL_RETRY_BASE * 2 ** (refusals - 1))
             retry_at = time.monotonic() + pause
             self.enqueue_after(key, pause)
-        # The memo keeps what the next passes read, not the manifests just applied.
+        # The memo keeps what the next passes read, not the manifests just applied; Jobs at the
+        # version this pass planned from or wrote (_memo_tokens).
         self._converged[key] = Converged(inputs, _memo_tokens(self.views.children(key), children, written),
                                          replace(plan, apply=()), retry_at, refusals)
         return plan
