@@ -345,6 +345,36 @@ def test_a_step_the_minute_rate_has_caught_up_with_is_not_carried_as_a_trend():
     assert "(+" in ds[14].reason and "rising over 150s start-up" in ds[14].reason
 
 
+def test_a_step_caught_up_with_nothing_queued_is_carried_no_further_than_the_last_window_rose():
+    """A switch from 6 to 16 req/s with nothing queued (long prompts: requests wait inside
+    batches stalled by prefill, so no tick shows the rate now). The minute's rate climbs to 16
+    over one window and stays; the trail's fit, half climb and half level, kept rising and asked
+    for 9 replicas where 5 served, at every switch (long-context RAG, 150 s start-up). Once the
+    window has caught up the rate rose by nothing over it: the slope is capped at that rise plus
+    its counting noise. A steady ramp is not capped (it rises over the window as over the trail)."""
+    spec = SPEC.model_copy(update={"max_replicas": 40})
+
+    def last(minute: list[float]) -> Decision:
+        history, current = replace(measured(3.6, 2), startup=150.0), 2
+        for i, rate in enumerate(minute):
+            d = decide(spec, current, Signals(queue_depth=0, ready=current, arrival_rate=rate, throughput=rate,
+                                              startup_s=150.0), history, T0 + timedelta(seconds=10 * (i + 1)))
+            history, current = d.history, d.desired
+        return d
+
+    climb = [6.0 + 10.0 * k / 6 for k in range(1, 7)]
+    d = last([6.0] * 12 + climb + [16.0] * 8)
+    slope, _ = d.history.forecast()
+    assert slope * 150 > 8                      # the fit alone would carry the climb on
+    noise = math.sqrt(2 * 16 * RATE_WINDOW_S) / RATE_WINDOW_S
+    assert d.history.still_rising(slope) == pytest.approx(BAND_Z * noise / RATE_WINDOW_S)
+    assert d.wants["demand"] <= math.ceil((16 + BAND_Z * noise / RATE_WINDOW_S * 150 + BAND_Z * math.sqrt(16 / 60))
+                                          / (3.6 * UTILIZATION)) == 6
+    ramp = last([6.0 + 0.05 * 10 * i for i in range(26)])
+    slope, _ = ramp.history.forecast()
+    assert slope == pytest.approx(0.05) and ramp.history.still_rising(slope) == slope
+
+
 def shown_band(x: float) -> str:
     return f"upper band +{x:.1f}".rstrip("0").rstrip(".") + " "
 

@@ -26,7 +26,9 @@ Rules, and the failures they prevent (the upstream issue behind each is named; d
     carried over a 325 s start-up asked for 9 replicas where 3 served; while requests wait, at
     most the slope by which the last tick's rate leads the minute's (beyond the tick's counting
     noise), half a window behind it: a step the minute's rate has caught up with is no trend;
-    less TREND_Z standard errors of the slope, the counting noise of the minute rates it is
+    at most, waiting or not, the rate's rise over the last rate window plus its counting noise:
+    once the window has caught up with a step, the fit over the trail rises on (long-context
+    RAG at 150 s asked for 9 replicas where 5 served at every switch); less TREND_Z standard errors of the slope, the counting noise of the minute rates it is
     fitted on: at a steady 90 req/s a noise slope carried over a 150 s start-up asked for a
     fifth replica, taken back a minute later), and an upper band:
     BAND_Z standard deviations of a minute's counting noise (rate / 60 s), or, if larger, the
@@ -139,6 +141,7 @@ _RISE_MEMORY = timedelta(seconds=RISE_MEMORY_S)
 
 _T = TypeVar("_T")
 _first = itemgetter(0)
+_third = itemgetter(2)
 _E = TypeVar("_E", bound=tuple)  # type: ignore[type-arg]
 
 
@@ -274,7 +277,7 @@ class History:
         memory = now - _RISE_MEMORY
         lead_s = self.startup if self.startup is not None else DEFAULT_STARTUP_S
         slope, scatter = self.forecast()
-        ahead = self.rising(self.significant(slope, scatter, rate), lead_s)[0]
+        ahead = self.rising(self.significant(self.still_rising(slope), scatter, rate), lead_s)[0]
         minutes = _trail_since(self.minutes, memory) + ((now, rate, rate + ahead),)
         rises = _trail_since(self.rises, memory)
         start = bisect_left(minutes, now - timedelta(seconds=lead_s), key=_first)
@@ -410,6 +413,27 @@ class History:
         residual = (sum(map(mul, dy, dy)) - slope * cov) / (n - 2)
         return slope, math.sqrt(max(0.0, residual))
 
+    def still_rising(self, slope: float) -> float:
+        """A rising `slope` (from `forecast`) capped at what the last rate window shows: the rate's
+        rise since the trail's point a window back, plus BAND_Z standard deviations of that
+        difference's counting noise, per second. Seen through a minute's window a step is a
+        one-minute ramp; once the window has caught up the rate is flat, but the trail's fit, half
+        the old level and half the climb, rises on: long-context RAG at 150 s start-up, at its high
+        phase of 16 req/s, carried +10.8 req/s more and asked for 9 replicas where 5 served, at
+        every switch. A steady ramp rises over the window as fast as over the trail."""
+        if slope <= 0 or len(self.rates) < 2:
+            return slope
+        _, now_rate, now = self.rates[-1]
+        i = bisect_right(self.rates, now - RATE_WINDOW_S, key=_third) - 1
+        if i < 0:
+            return slope   # no point a window back yet: the trail is all there is
+        _, then_rate, then = self.rates[i]
+        span = now - then
+        # Two minute-rates `span` apart differ by the arrivals in the part of each window the
+        # other does not cover: 2 x min(span, window) seconds of counts.
+        noise = math.sqrt(2 * max(now_rate, then_rate) * min(span, RATE_WINDOW_S)) / RATE_WINDOW_S
+        return min(slope, max(0.0, (now_rate - then_rate + BAND_Z * noise) / span))
+
     def significant(self, slope: float, scatter: float, level: float) -> float:
         """A rising slope (from `forecast`) less TREND_Z standard errors, 0 when that is not
         positive: the part of the trend that is not the counting noise of the rates it is fitted
@@ -516,6 +540,7 @@ def _demand(spec: AutoscalingSpec, current: int, queue: float, signals: Signals,
     recent = history.recent_arrivals(signals)
     level = max(rate, recent) if recent is not None else rate
     slope, scatter = history.forecast()
+    slope = history.still_rising(slope)
     if recent is not None:
         # Requests wait: the last tick shows the rate now, half a rate window ahead of the
         # minute's. A ramp keeps it ahead; a step the minute's rate has caught up with does not
