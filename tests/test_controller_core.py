@@ -336,24 +336,42 @@ def test_a_cached_child_keeps_its_spec_compact_and_whole_on_demand(classes):
     assert [m["kind"] for m in p.apply] == ["PodDisruptionBudget"], "compared with the whole spec"
 
 
-def test_a_job_that_changed_between_a_write_and_the_memo_is_planned_again():
+def test_a_child_that_changed_between_a_write_and_the_memo_is_planned_again():
     """A preparation Job that completes within a second of its creation can reach the cache
-    between the pass's write and its memo. The memo keeps the Job as the pass wrote it, so the
-    pass its completion queues sees a change and plans again (it skipped, and the service said
-    "waiting for a node" until the operator restarted); a Job unchanged since the write still
-    lets the next pass skip."""
+    between the pass's write and its memo. The memo keeps each child as the pass planned from it
+    or wrote it, so the pass its completion queues sees a change and plans again (it skipped, and
+    the service said "waiting for a node" until the operator restarted); a child unchanged since
+    the write still lets the next pass skip. The same for a Deployment edited or deleted in that
+    gap, and for a child the pass deleted or never saw."""
     from triton_operator.controller.desired import Children
     from triton_operator.controller.reconcile import _memo_tokens, _tokens
 
     def job(rv: str) -> dict:
         return {"kind": "Job", "metadata": {"name": "svc-abc", "uid": "u1", "resourceVersion": rv}}
 
+    def deployment(generation: int, name: str = "svc") -> dict:
+        return {"kind": "Deployment", "metadata": {"name": name, "uid": "d-" + name, "generation": generation,
+                                                   "resourceVersion": str(100 + generation)}}
+
     before = Children()
     written = [("Job", job("10"))]
     completed = Children(jobs=(job("11"),))
-    assert _memo_tokens(completed, before, written) != _tokens(completed)
-    assert _memo_tokens(Children(jobs=(job("10"),)), before, written) == _tokens(Children(jobs=(job("10"),)))
+    assert _memo_tokens(before, written, []) != _tokens(completed)
+    assert _memo_tokens(before, written, []) == _tokens(Children(jobs=(job("10"),)))
     # planned from version 10, not written: a version 11 in the cache afterwards is new to it too
-    assert _memo_tokens(completed, Children(jobs=(job("10"),)), []) != _tokens(completed)
+    assert _memo_tokens(Children(jobs=(job("10"),)), [], []) != _tokens(completed)
     # a Job the pass neither read nor wrote is unseen
-    assert _memo_tokens(completed, before, []) != _tokens(completed)
+    assert _memo_tokens(before, [], []) != _tokens(completed)
+    # a Deployment written at generation 2 and edited by someone to 3 before the memo
+    ours = Children(deployment=deployment(1))
+    assert _memo_tokens(ours, [("Deployment", deployment(2))], []) == _tokens(Children(deployment=deployment(2)))
+    assert _memo_tokens(ours, [("Deployment", deployment(2))], []) != _tokens(Children(deployment=deployment(3)))
+    # ... or deleted in that gap; a Deployment the pass deleted is not expected back
+    spill = Children(deployment=deployment(1), deployments=(deployment(1), deployment(1, "svc-l4")))
+    assert _memo_tokens(spill, [], []) != _tokens(Children())
+    assert _memo_tokens(spill, [], [("apps/v1", "Deployment", "svc-l4")]) == _tokens(Children(deployment=deployment(1)))
+    # the order the cache lists children in does not matter
+    other = Children(deployment=deployment(1, "svc-l4"), deployments=(deployment(1, "svc-l4"), deployment(1)))
+    assert _tokens(spill) == _tokens(other)
+    # a kind that is not a child is not remembered
+    assert _memo_tokens(ours, [("ConfigMap", {"metadata": {"name": "x"}})], []) == _tokens(ours)

@@ -58,7 +58,7 @@ class Converged:
     (a quota, an admission policy) is tried again, with growing pauses, without a retry storm."""
 
     inputs: tuple[Any, ...]
-    tokens: tuple[Any, ...]
+    tokens: frozenset[Any]
     plan: desired_core.Plan
     retry_at: float | None = None
     refusals: int = 0
@@ -218,9 +218,8 @@ class Reconciler:
             pause = min(REFUSAL_RETRY_MAX, REFUSAL_RETRY_BASE * 2 ** (refusals - 1))
             retry_at = time.monotonic() + pause
             self.enqueue_after(key, pause)
-        # The memo keeps what the next passes read, not the manifests just applied; Jobs at the
-        # version this pass planned from or wrote (_memo_tokens).
-        self._converged[key] = Converged(inputs, _memo_tokens(self.views.children(key), children, written),
+        # The memo keeps the children at the version this pass planned from or wrote (_memo_tokens).
+        self._converged[key] = Converged(inputs, _memo_tokens(children, written, plan.delete),
                                          replace(plan, apply=()), retry_at, refusals)
         return plan
 
@@ -281,28 +280,39 @@ def _trimmed(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
 CHILD_KINDS = {DEPLOYMENT.kind, SERVICE.kind, PDB.kind, JOB.kind, NETWORK_POLICY.kind}
 
 
-def _tokens(children: desired_core.Children) -> tuple[Any, ...]:
+def _versions(children: desired_core.Children) -> dict[tuple[str, str], dict[str, Any]]:
+    """The children whose version decides whether a pass must plan, by (kind, name)."""
+    out = {("Deployment", d["metadata"]["name"]): d for d in children.all_deployments()}
+    for kind, obj in ((SERVICE.kind, children.service), (PDB.kind, children.pdb),
+                      (NETWORK_POLICY.kind, children.network_policy)):
+        if obj is not None:
+            out[(kind, obj["metadata"]["name"])] = obj
+    out.update(((JOB.kind, j["metadata"]["name"]), j) for j in children.jobs)
+    return out
+
+
+def _tokens(children: desired_core.Children | dict[tuple[str, str], dict[str, Any]]) -> frozenset[Any]:
     # A Job's state (Complete, Failed) moves its resourceVersion, not its generation, and decides
     # whether serving is held back: Jobs count by resourceVersion.
-    return (tuple(content_token(d) for d in children.all_deployments()), content_token(children.service),
-            content_token(children.pdb),
-            content_token(children.network_policy),
-            tuple((j["metadata"].get("uid"), j["metadata"].get("resourceVersion")) for j in children.jobs))
+    versions = _versions(children) if isinstance(children, desired_core.Children) else children
+    return frozenset((key, (obj["metadata"].get("uid"), obj["metadata"].get("resourceVersion"))
+                      if key[0] == JOB.kind else content_token(obj)) for key, obj in versions.items())
 
 
-def _memo_tokens(after: desired_core.Children, before: desired_core.Children,
-                 written: list[tuple[str, dict[str, Any]]]) -> tuple[Any, ...]:
-    """The tokens a converged pass keeps: its children as the cache holds them after its writes,
-    except that a Job counts at the version the pass planned from or wrote itself. A preparation
-    Job that completed within a second of its creation reached the cache between the write and
-    this read: kept as seen, the pass its event queued skipped as if nothing had changed, and the
-    service said "waiting for a node" until the operator restarted. A Job the pass neither read
-    nor wrote counts as unseen."""
-    seen = {j["metadata"]["name"]: j for j in before.jobs}
-    seen.update({o["metadata"]["name"]: o for kind, o in written if kind == JOB.kind})
-    unseen = {"metadata": {}}
-    jobs = tuple(seen.get(j["metadata"]["name"], unseen) for j in after.jobs)
-    return _tokens(replace(after, jobs=jobs))
+def _memo_tokens(before: desired_core.Children, written: list[tuple[str, dict[str, Any]]],
+                 deleted: list[tuple[str, str, str]]) -> frozenset[Any]:
+    """The tokens a converged pass keeps: its children at the version it planned from, or wrote
+    itself (less what it deleted); never as the cache holds them after its writes. A change that
+    reached the cache between a write and the memo would be kept as seen, and the pass its event
+    queued would skip as if nothing had changed: a preparation Job that completed within a second
+    of its creation left the service saying "waiting for a node" until the operator restarted; a
+    Deployment edited or deleted in that gap would have stayed so. A child the pass neither read
+    nor wrote is not in the memo, so the next pass that sees it plans."""
+    versions = _versions(before)
+    versions.update(((kind, obj["metadata"]["name"]), obj) for kind, obj in written if kind in CHILD_KINDS)
+    for _, kind, name in deleted:
+        versions.pop((kind, name), None)
+    return _tokens(versions)
 
 
 def _preparation_digest(isvc: InferenceService) -> str:
