@@ -19,7 +19,7 @@ from triton_operator.labels import LABEL_SERVICE
 from triton_operator.render import render
 from triton_operator.settings import Settings
 
-from .conftest import isvc
+from .conftest import isvc, isvc_doc
 
 
 class Clock:
@@ -375,3 +375,83 @@ def test_a_child_that_changed_between_a_write_and_the_memo_is_planned_again():
     assert _tokens(spill) == _tokens(other)
     # a kind that is not a child is not remembered
     assert _memo_tokens(ours, [("ConfigMap", {"metadata": {"name": "x"}})], []) == _tokens(ours)
+
+
+class _ApiServer:
+    """Stands in for the API server's apply (no cluster in the unit suite; the e2e suite runs
+    the Reconciler against a real one): the response carries a uid, a generation that moves when
+    the spec does, and a new resourceVersion. `after` runs after each apply, as a watch event
+    arriving in the gap between a pass's write and its memo."""
+
+    def __init__(self, after=None) -> None:
+        from triton_operator.api.kinds import OWN_KINDS
+        from triton_operator.kube.kinds import BUILTIN_KINDS, Kinds
+        self.kinds = Kinds(BUILTIN_KINDS + OWN_KINDS)
+        self.objects: dict[tuple[str, str], dict] = {}
+        self.applied: list[tuple[str, str]] = []
+        self.rv, self.after = 100, after
+
+    def apply(self, manifest: dict) -> dict:
+        kind, name = manifest["kind"], manifest["metadata"]["name"]
+        old = self.objects.get((kind, name))
+        out = copy.deepcopy(manifest)
+        self.rv += 1
+        generation = 1 if old is None else old["metadata"]["generation"] + (old.get("spec") != out.get("spec"))
+        out["metadata"].update(uid=f"uid-{name}", generation=generation, resourceVersion=str(self.rv))
+        self.objects[(kind, name)] = out
+        self.applied.append((kind, name))
+        if self.after is not None:
+            self.after(kind, out)
+        return copy.deepcopy(out)
+
+    def patch_status(self, kind, namespace, name, status):
+        return None
+
+    def post_event(self, obj, event) -> None:
+        pass
+
+    def delete(self, kind, name, namespace=None, propagation=None) -> None:
+        raise AssertionError(f"nothing is deleted here: {kind.kind} {name}")
+
+
+def test_a_deployment_edited_between_a_write_and_the_memo_is_repaired_by_the_next_pass(classes):
+    """Someone scales the Deployment the pass has just written, and the watch delivers it before
+    the pass ends (here: while the pass writes the Service). Remembered as the cache held it after
+    the writes, the edit was seen: the pass its event queued skipped, and the drift stayed. The
+    memo keeps the Deployment as the pass wrote it, so the next pass plans and writes it back; the
+    pass after that, with nothing changed, skips."""
+    from triton_operator.api.kinds import GPU_CLASS, INFERENCE_SERVICE
+    from triton_operator.controller.reconcile import Reconciler
+    from triton_operator.controller.views import Views
+    from triton_operator.kube.store import Store
+
+    store = Store(owner=owner_of)
+    for cls in classes.values():
+        store.upsert(GPU_CLASS.kind, {**cls.model_dump(by_alias=True, exclude_none=True),
+                                      "metadata": {"name": cls.name, "resourceVersion": "1"}})
+    doc = {**isvc_doc(), "metadata": {**isvc_doc()["metadata"], "resourceVersion": "5"}}
+    store.upsert(INFERENCE_SERVICE.kind, doc)
+    edited = []
+
+    def scale_it(kind: str, written: dict) -> None:
+        if kind == "Service" and not edited:
+            d = copy.deepcopy(api.objects[("Deployment", "demo")])
+            d["spec"]["replicas"] = 7
+            api.rv += 1
+            d["metadata"].update(generation=d["metadata"]["generation"] + 1, resourceVersion=str(api.rv))
+            api.objects[("Deployment", "demo")] = d
+            store.upsert("Deployment", trim(d))
+            edited.append(d)
+
+    api = _ApiServer(scale_it)
+    r = Reconciler(api, store, Views(store), Settings())
+    r.reconcile(("ml", "demo"))
+    assert ("Deployment", "demo") in api.applied and edited, "the Deployment was written, then edited"
+    assert store.get("Deployment", ("ml", "demo"))["spec"]["replicas"] == 7
+    api.applied.clear()
+    r.reconcile(("ml", "demo"))     # the pass the edit's event queued
+    assert api.applied == [("Deployment", "demo")] and r.skipped == 0
+    store.upsert("Deployment", trim(api.objects[("Deployment", "demo")]))   # the watch event of that write
+    api.applied.clear()
+    r.reconcile(("ml", "demo"))
+    assert api.applied == [] and r.skipped == 1
