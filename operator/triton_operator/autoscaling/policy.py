@@ -52,7 +52,9 @@ Rules, and the failures they prevent (the upstream issue behind each is named; d
     every ready replica was full) measures throughput / ready directly; an unsaturated minute
     gives, by Little's law, the time a request spent in the batch at the observed occupancy,
     which the plan's line (alone in the batch .. full batch) turns into a full-batch rate. Both
-    need the same ready replicas for the whole minute. Without a plan, saturated minutes alone.
+    need the same ready replicas for the whole minute. Where saturated minutes, averaged alone,
+    measured less, theirs is the capacity: a full batch can run slower than the line through a
+    half-full one says. Without a plan, saturated minutes alone.
   - Usable capacity is UTILIZATION (95 %) of the full-batch rate (an in-flight batch has many
     slots: near its saturated rate a replica queues little), unless prefill binds first: each
     request's prefill stalls the whole batch, one prompt after another, a serial server whose
@@ -199,6 +201,7 @@ class History:
     recommendations: tuple[tuple[datetime, int, str], ...] = ()
     capacity: float | None = None      # measured requests/s per saturated replica (no plan to scale)
     efficiency: float | None = None    # measured capacity / planned capacity
+    full_efficiency: float | None = None  # the same, from saturated minutes alone
     rates: tuple[tuple[datetime, float, float], ...] = ()   # (t, req/s, t in epoch seconds)
     saturated_since: datetime | None = None
     contents: tuple[tuple[datetime, float, float | None], ...] = ()   # (t, queued, in batches)
@@ -231,6 +234,10 @@ class History:
         if hint is not None and math.isfinite(hint) and hint > 0:
             if self.efficiency is None:
                 return hint, "planned"
+            if self.full_efficiency is not None and self.full_efficiency < self.efficiency:
+                # A saturated minute measured what full replicas do; the rest extrapolates a
+                # partial batch along the plan's line, which the engine need not follow.
+                return hint * self.full_efficiency, f"planned x{self.full_efficiency:.2f} as measured full"
             return hint * self.efficiency, f"planned x{self.efficiency:.2f} as measured"
         if self.capacity is not None:
             return self.capacity, "measured"
@@ -327,7 +334,14 @@ class History:
         - otherwise, with a plan: Little's law gives the time a request spent in the batch,
           occupancy / throughput per replica, at the occupancy observed; the plan's line at that
           occupancy over the observed time is how much faster the engine runs than planned. The
-          fuller the batches, the shorter the extrapolation to a full batch, the more it counts."""
+          fuller the batches, the shorter the extrapolation to a full batch, the more it counts.
+        Saturated minutes are also averaged alone, and where they measured less the capacity is
+        theirs: a decode step that grows with the batch, or a KV cache that fills before it, makes
+        a full batch slower than the line through a half-full one says (on the curved replica the
+        extrapolation read x0.69-0.94 where saturated minutes measured x0.61-0.65, and the service
+        ran a replica short at every rise; the planner's own engine measured x0.87-0.90 saturated
+        on the azure trace, its plan being an approximation of it too).
+        """
         window = _RATE_WINDOW
         ready, x = signals.ready, signals.throughput
         if (ready <= 0 or x is None or not math.isfinite(x) or x <= 0 or self.ready_since is None
@@ -340,7 +354,9 @@ class History:
         planned = hint is not None and math.isfinite(hint) and hint > 0
         if self.saturated_since is not None and now - self.saturated_since >= window:
             if planned:
-                return _evolve(self, efficiency=_average(self.efficiency, per_replica / hint, CAPACITY_WEIGHT))
+                sample = per_replica / hint
+                return _evolve(self, efficiency=_average(self.efficiency, sample, CAPACITY_WEIGHT),
+                               full_efficiency=_average(self.full_efficiency, sample, CAPACITY_WEIGHT))
             return _evolve(self, capacity=_average(self.capacity, per_replica, CAPACITY_WEIGHT))
         solo, slots = signals.solo_latency_s, signals.batch_slots
         if not planned or solo is None or not slots or signals.in_flight is None or self.saturated_since is not None:
