@@ -138,6 +138,11 @@ def trim_gpu_pod(pod: dict[str, Any]) -> dict[str, Any] | None:
             "spec": {"nodeName": node}, "requests": requests}
 
 
+# Set by the Deployment controller right after each rollout (the revision), never rendered: a
+# pass that remembers a Deployment as it wrote it would otherwise plan again for each one.
+CONTROLLER_ANNOTATIONS = ("deployment.kubernetes.io/",)
+
+
 def content_token(obj: dict[str, Any] | None) -> tuple[Any, ...] | None:
     """What identifies a child's desired-side content: uid, generation (which moves with every
     spec change but not with status) or else resourceVersion, and a digest of the metadata a
@@ -145,8 +150,11 @@ def content_token(obj: dict[str, Any] | None) -> tuple[Any, ...] | None:
     if obj is None:
         return None
     meta = obj["metadata"]
+    annotations = meta.get("annotations")
+    if annotations and any(k.startswith(CONTROLLER_ANNOTATIONS) for k in annotations):
+        annotations = {k: v for k, v in annotations.items() if not k.startswith(CONTROLLER_ANNOTATIONS)}
     digest = hashlib.blake2b(json.dumps(
-        [meta.get("labels"), meta.get("annotations"), meta.get("ownerReferences")],
+        [meta.get("labels"), annotations, meta.get("ownerReferences")],
         sort_keys=True).encode(), digest_size=8).hexdigest()
     return meta.get("uid"), meta.get("generation") or meta.get("resourceVersion"), digest
 
