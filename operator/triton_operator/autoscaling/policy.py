@@ -28,9 +28,10 @@ Rules, and the failures they prevent (the upstream issue behind each is named; d
     noise), half a window behind it: a step the minute's rate has caught up with is no trend;
     at most, waiting or not, the rate's rise over the last rate window plus its counting noise:
     once the window has caught up with a step, the fit over the trail rises on (long-context
-    RAG at 150 s asked for 9 replicas where 5 served at every switch); less TREND_Z standard errors of the slope, the counting noise of the minute rates it is
-    fitted on: at a steady 90 req/s a noise slope carried over a 150 s start-up asked for a
-    fifth replica, taken back a minute later), and an upper band:
+    RAG at 150 s asked for 9 replicas where 5 served at every switch); less TREND_Z standard
+    errors of the slope, the counting noise of the minute rates it is fitted on: at a steady 90
+    req/s a noise slope carried over a 150 s start-up asked for a fifth replica, taken back a
+    minute later), and an upper band:
     BAND_Z standard deviations of a minute's counting noise (rate / 60 s), or, if larger, the
     RISE_QUANTILE of how far the rate went over
     this forecast within a start-up, once a minute over the last RISE_MEMORY_S (bursts the trend

@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from .. import conditions
 from .. import telemetry
@@ -189,7 +189,7 @@ class Reconciler:
                   always: bool = False) -> desired_core.Plan:
         """`always`: plan even when nothing the skip compares changed (a spill-over placement
         depends on pods, free GPUs and the clock; planning it is pure and takes a millisecond)."""
-        tokens = _tokens(children)
+        tokens = _tokens(_versions(children))
         last = self._converged.get(key)
         if not always and last is not None and last.inputs == inputs and last.tokens == tokens and (
                 last.retry_at is None or time.monotonic() < last.retry_at):
@@ -291,16 +291,16 @@ def _versions(children: desired_core.Children) -> dict[tuple[str, str], dict[str
     return out
 
 
-def _tokens(children: desired_core.Children | dict[tuple[str, str], dict[str, Any]]) -> frozenset[Any]:
-    # A Job's state (Complete, Failed) moves its resourceVersion, not its generation, and decides
-    # whether serving is held back: Jobs count by resourceVersion.
-    versions = _versions(children) if isinstance(children, desired_core.Children) else children
+def _tokens(versions: dict[tuple[str, str], dict[str, Any]]) -> frozenset[Any]:
+    """The tokens of children by (kind, name) (from `_versions`). A Job's state (Complete, Failed)
+    moves its resourceVersion, not its generation, and decides whether serving is held back: Jobs
+    count by resourceVersion."""
     return frozenset((key, (obj["metadata"].get("uid"), obj["metadata"].get("resourceVersion"))
                       if key[0] == JOB.kind else content_token(obj)) for key, obj in versions.items())
 
 
 def _memo_tokens(before: desired_core.Children, written: list[tuple[str, dict[str, Any]]],
-                 deleted: list[tuple[str, str, str]]) -> frozenset[Any]:
+                 deleted: Sequence[tuple[str, str, str]]) -> frozenset[Any]:
     """The tokens a converged pass keeps: its children at the version it planned from, or wrote
     itself (less what it deleted); never as the cache holds them after its writes. A change that
     reached the cache between a write and the memo would be kept as seen, and the pass its event
