@@ -376,6 +376,17 @@ def test_a_child_that_changed_between_a_write_and_the_memo_is_planned_again():
     # the order the cache lists children in does not matter
     other = Children(deployment=deployment(1, "svc-l4"), deployments=(deployment(1, "svc-l4"), deployment(1)))
     assert tokens(spill) == tokens(other)
+    # a running Job re-applied (a label changed) whose write returned it finished: the plan read
+    # "running", so the finished Job the cache holds next is new to the memo; re-applied with
+    # its state unchanged, it is remembered as written
+    def state(j: dict, status: dict) -> dict:
+        return {**j, "status": status}
+    running = Children(jobs=(state(job("10"), {"active": 1}),))
+    finished = state(job("12"), {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]})
+    assert _memo_tokens(running, [("Job", finished)], []) != tokens(Children(jobs=(finished,)))
+    assert _memo_tokens(running, [("Job", finished)], []) == tokens(running)
+    relabelled = state(job("12"), {"active": 1})
+    assert _memo_tokens(running, [("Job", relabelled)], []) == tokens(Children(jobs=(relabelled,)))
     # a kind that is not a child is not remembered
     assert _memo_tokens(ours, [("ConfigMap", {"metadata": {"name": "x"}})], []) == tokens(ours)
 

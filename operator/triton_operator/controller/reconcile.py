@@ -307,9 +307,17 @@ def _memo_tokens(before: desired_core.Children, written: list[tuple[str, dict[st
     queued would skip as if nothing had changed: a preparation Job that completed within a second
     of its creation left the service saying "waiting for a node" until the operator restarted; a
     Deployment edited or deleted in that gap would have stayed so. A child the pass neither read
-    nor wrote is not in the memo, so the next pass that sees it plans."""
-    versions = _versions(before)
-    versions.update(((kind, obj["metadata"]["name"]), obj) for kind, obj in written if kind in CHILD_KINDS)
+    nor wrote is not in the memo, so the next pass that sees it plans. A Job the pass re-applied
+    whose write returned another state than the one it planned from (it finished in between) is
+    kept as planned from: the plan read the state, and the pass its completion queued must plan."""
+    planned = _versions(before)
+    versions = dict(planned)
+    for kind, obj in written:
+        key = (kind, obj["metadata"]["name"])
+        if kind not in CHILD_KINDS or (kind == JOB.kind and key in planned
+                                       and planned[key].get("status") != obj.get("status")):
+            continue
+        versions[key] = obj
     for _, kind, name in deleted:
         versions.pop((kind, name), None)
     return _tokens(versions)
