@@ -13,9 +13,10 @@ runs the simulations).
   that. None when ours is cheaper than every swept point.
 - Dominated: some swept point has no more GPU-hours and no more violations, one of them fewer.
 - The fluid lower bound provisions, per 60 s bucket, the fewest whole replicas whose saturated
-  throughput (on the workload's own mix) serves the bucket's arrivals, charges each replica
-  added one cold start of GPU time before it serves, and starts from the same warm replicas as
-  the policies. At an attainment below 100 % it may leave requests unserved, dropping first the
+  throughput (on the workload's own mix) serves the bucket's arrivals, and starts from the same
+  warm replicas as the policies. A replica added costs one cold start of GPU time before it
+  serves; a replica needed again after a gap is held through the gap or started again,
+  whichever costs less. At an attainment below 100 % it may leave requests unserved, dropping first the
   capacity that serves the fewest requests (greedy on requests lost per replica-bucket saved).
   No policy that cannot see the future or serve faster than saturation needs fewer GPU-hours
   (it ignores queueing, so it is optimistic, as a bound should be)."""
@@ -134,12 +135,26 @@ def fluid_bound(arrivals: Sequence[float], capacity: float, duration: float, col
         need[b] -= 1
         if need[b] > min_replicas:
             heapq.heappush(heap, (_lost(counts[b], need[b], per_replica), b))
-    seconds = sum(n * bucket_s for n in need)
-    previous = initial
-    for n in need:
-        seconds += max(0, n - previous) * cold_s
-        previous = n
-    return seconds * gpus_per_replica / 3600.0
+    return (sum(n * bucket_s for n in need) + _starts(need, initial, bucket_s, cold_s)) * gpus_per_replica / 3600.0
+
+
+def _starts(need: Sequence[int], initial: int, bucket_s: float, cold_s: float) -> float:
+    """GPU-seconds outside the buckets' own need: each replica layer (the k-th replica) that
+    is needed again after a gap is either held through the gap or stopped and started again,
+    whichever costs less (the gap, or one cold start); a layer first needed above the warm
+    replicas is started once. The warm layers count as needed just before the first bucket."""
+    seconds = 0.0
+    for layer in range(1, max(need, default=0) + 1):
+        last = -1 if layer <= initial else None  # the bucket this layer was last needed in
+        for b, n in enumerate(need):
+            if n < layer:
+                continue
+            if last is None:
+                seconds += cold_s
+            elif b - last > 1:
+                seconds += min((b - last - 1) * bucket_s, cold_s)
+            last = b
+    return seconds
 
 
 def _lost(count: int, replicas: int, per_replica: float) -> float:

@@ -58,6 +58,20 @@ def test_fluid_bound_provisions_whole_replicas_per_bucket_with_the_cold_start():
     assert part == pytest.approx((60 + 120 + 50) / 3600)
 
 
+def test_fluid_bound_holds_a_replica_through_a_gap_shorter_than_a_cold_start():
+    # 1, 2, 1, 2 replicas a bucket at 1 req/s each: the second replica is started once (50 s),
+    # then either held through its 60 s gap or started again (50 s): the start is cheaper.
+    # With a 300 s cold start, holding it (60 s) is.
+    arrivals = [b * 60 + i / n for b, n in enumerate((1, 2, 1, 2)) for i in range(60 * n)]
+    assert fr.fluid_bound(arrivals, 1.0, 240.0, 50.0, initial=1, min_replicas=1,
+                          allowed_violations=0) == pytest.approx((6 * 60 + 50 + 50) / 3600)
+    assert fr.fluid_bound(arrivals, 1.0, 240.0, 300.0, initial=1, min_replicas=1,
+                          allowed_violations=0) == pytest.approx((6 * 60 + 300 + 60) / 3600)
+    # a warm replica not needed in the first bucket is held (60 s), not started again
+    assert fr.fluid_bound(arrivals, 1.0, 240.0, 300.0, initial=2, min_replicas=1,
+                          allowed_violations=0) == pytest.approx((6 * 60 + 60 + 60) / 3600)
+
+
 def test_the_reduced_bench_writes_a_report_whose_verdict_follows_from_its_figures(tmp_path):
     import autoscaling as bench
 
