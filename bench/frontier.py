@@ -19,7 +19,9 @@ runs the simulations).
   whichever costs less. At an attainment below 100 % it may leave requests unserved, dropping first the
   capacity that serves the fewest requests (greedy on requests lost per replica-bucket saved).
   No policy that cannot see the future or serve faster than saturation needs fewer GPU-hours
-  (it ignores queueing, so it is optimistic, as a bound should be)."""
+  (it ignores queueing, so it is optimistic, as a bound should be). Below 100 % attainment the
+  greedy drop is optimal for the buckets' own GPU time but does not weigh the start-ups a drop
+  adds or saves, so there the figure is a close estimate of the bound, not a proof of it."""
 
 from __future__ import annotations
 
