@@ -468,6 +468,14 @@ def main(argv: list[str] | None = None) -> int:
         "recurred (little change but on RAG at 325 s), the rise over the last 30 s as the cap (azure and diurnal on the "
         "curved replica lost 0.7-0.9 points more), a saturated minute replacing the estimate outright, and a "
         "saturated figure forgotten after 10 or 30 minutes (less of the curved replica's gain).",
+        "- Eighth session: the decision logs of azure at 325 s, the spike at 50 s and RAG at 150 s, and four "
+        "changes measured on the same table, none kept: scale-down judged at the lowest capacity (token mix) "
+        "seen within a start-up (azure at 325 s 98.74 -> 99.23 % but still dominated; azure on the curved "
+        "replica then dominated by fixed:4), the saturated capacity used only near the token mix it was "
+        "measured at (a move along the curve on azure on the curved replica), the rate read from the batches "
+        "when a load falls (no change: the hold, not the demand, kept the spike's replicas), and a shortest "
+        "hold of 30 s or 10 s (the spike at 50 s -2 % GPU-h; azure on the curved replica +12 % GPU-h and "
+        "dominated; at 10 s the spike at 325 s lost 7 points).",
         "- Seeds 2 and 3 were only looked at in these summary tables, never one decision log at a time; the "
         "curved replica was, in the seventh session (azure and the spike, for the capacity it learned). The "
         "mixed-tenants workload was, once, in the sixth session (its decisions at 325 s, after the code burst, "
