@@ -5,6 +5,13 @@ unlike the plan; several seeds; a fluid lower bound. Writes bench/results/autosc
 frontier plot per workload and condition, and the README's autoscaling table (between its
 bench-autoscaling markers).
 
+Next to the bound, plans with foresight (`oracle:headroom=H` over a range of H: the simulator's
+oracle, which knows every arrival and starts pods one cold start early) run through the same
+simulation. Not baselines (no one can deploy them) and not a bound (one headroom for every
+bucket): they split ours' distance to the fluid bound into what a plan that sees the future
+still pays here (queueing, batching, whole pods, its one headroom) and, roughly, the price of
+not seeing the future.
+
 Every autoscaling policy starts from the same state: the warm replicas that serve the first
 minute's arrivals at 80 % of a replica's saturated throughput (policies.warm_start), HPA and KEDA
 with that count as their first recommendation (as ours), Knative with empty windows that fill
@@ -104,6 +111,13 @@ SWEEP = ([f"hpa:metric=concurrency,target={t}" for t in (8, 16, 24, 32, 48)]
          + [f"keda:metric=concurrency,target={t}" for t in (16, 32)]
          + [f"kpa:target={t}" for t in (8, 16, 32)])
 FAST_SWEEP = ["hpa:metric=concurrency,target=8", "hpa:metric=concurrency,target=32", "kpa:target=16"]
+# Headrooms of the foresight plans: fine where attainment turns (-20 % to 0 on these workloads).
+FORESIGHT = [f"oracle:headroom={h:g}" for h in (-0.4, -0.3, -0.2, -0.15, -0.1, -0.05, 0, 0.1, 0.2, 0.4)]
+FAST_FORESIGHT = ["oracle:headroom=-0.2", "oracle:headroom=0.2"]
+
+
+def is_foresight(name: str) -> bool:
+    return name.startswith("oracle")
 
 
 @lru_cache(maxsize=1)
@@ -204,7 +218,7 @@ def _spread(values: list[float | None], fmt: Any) -> str:
 
 
 def plot_frontier(path: Path, title: str, points: list[fr.Point], ours: list[fr.Point],
-                  fluid: list[tuple[float, float]]) -> None:
+                  fluid: list[tuple[float, float]], foresight: list[fr.Point]) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -222,6 +236,10 @@ def plot_frontier(path: Path, title: str, points: list[fr.Point], ours: list[fr.
     if fluid:
         ax.plot([g for g, _ in fluid], [max(1, v) for _, v in fluid], color="green", linestyle=":",
                 label="fluid lower bound")
+    seen = fr.frontier(foresight)
+    if seen:
+        ax.plot([p.gpu_hours for p in seen], [max(1, p.violations) for p in seen], color="purple",
+                linestyle="--", marker=".", linewidth=1, label="plans with foresight (oracle)")
     ax.scatter([p.gpu_hours for p in ours], [max(1, p.violations) for p in ours], marker="*", s=160,
                color="red", label="ours (default settings)", zorder=5)
     ax.set_yscale("log")
@@ -257,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     loads = (FAST_WORKLOAD,) if args.fast else WORKLOADS
     conditions = FAST_CONDITIONS if args.fast else CONDITIONS
     sweep = FAST_SWEEP if args.fast else SWEEP
+    foresight = FAST_FORESIGHT if args.fast else FORESIGHT
     partial = bool(args.condition or args.workload or args.seeds)
     if args.condition:
         conditions = tuple(c for c in conditions if c.label in args.condition)
@@ -277,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
             for seed in c.seeds:
                 info = infos[(w.label, c.label, seed)] = fluid_info(w, c, seed)
                 fixed = info["fixed"][::3] if args.fast else info["fixed"]
-                tasks += [(w, c, seed, name) for name in ["ours", *sweep, *fixed]]
+                tasks += [(w, c, seed, name) for name in ["ours", *sweep, *fixed, *foresight]]
     figures: dict[tuple[str, str, int, str], dict[str, Any]] = {}
     cache_path = Path(args.reuse_baselines) if args.reuse_baselines else None
     cached: dict[str, dict[str, Any]] = json.loads(cache_path.read_text()) if cache_path and cache_path.exists() else {}
@@ -321,17 +340,20 @@ def main(argv: list[str] | None = None) -> int:
                 info = infos[(w.label, c.label, seed)]
                 runs = {k[3]: v for k, v in figures.items() if k[:3] == (w.label, c.label, seed)}
                 ours = runs.pop("ours")
-                points = [fr.Point(n, v["gpu_hours"], v["slo_violations"]) for n, v in runs.items()]
+                points = [fr.Point(n, v["gpu_hours"], v["slo_violations"]) for n, v in runs.items()
+                          if not is_foresight(n)]
+                plans = [fr.Point(n, v["gpu_hours"], v["slo_violations"]) for n, v in runs.items()
+                         if is_foresight(n)]
                 me = fr.Point("ours", ours["gpu_hours"], ours["slo_violations"])
                 fluid = fr.fluid_bound(info["arrivals"], info["capacity"], w.duration, info["cold"], info["initial"],
                                        info["min_replicas"], ours["slo_violations"],
                                        gpus_per_replica=svc.spec.gpu.count)
-                comp = fr.compare(points, me, fluid)
+                comp = fr.compare(points, me, fluid, plans)
                 comps.append(comp)
                 ours_pts.append(me)
                 ours_rows.append((seed, ours, fluid, comp))
                 if seed == c.seeds[0]:
-                    first_points, first_info = points, info
+                    first_points, first_plans, first_info = points, plans, info
             met = all(cp.goal_met() for cp in comps)
             tag = " (held out)" if w.held_out else ""
             summary_rows.append(
@@ -343,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
                 + (", ".join(sorted({d for cp in comps for d in cp.dominated})) or "no") + " | "
                 + _spread([cp.fluid_ratio for cp in comps], _x) + " | "
                 + _spread([cp.frontier_fluid_ratio for cp in comps], _x) + " | "
+                + _spread([cp.foresight_ratio for cp in comps], _x) + " | "
+                + _spread([cp.foresight_fluid_ratio for cp in comps], _x) + " | "
                 + ("**met**" if met else "not met") + " |")
             # the first seed's sweep, in full
             fluid_curve = []
@@ -355,12 +379,18 @@ def main(argv: list[str] | None = None) -> int:
             name = f"frontier-{slug(w.label)}-{slug(c.label)}.png"
             try:
                 plot_frontier(out / name, f"{w.label}{tag}, {c.label}, seed {c.seeds[0]}", first_points,
-                              ours_pts, fluid_curve)
+                              ours_pts, fluid_curve, first_plans)
                 plot = [f"![frontier]({name})", ""]
             except ImportError:
                 plot = ["(plots need matplotlib)", ""]
-            rows = sorted(((n, v) for n, v in figures.items() if n[:3] == (w.label, c.label, c.seeds[0])),
-                          key=lambda kv: kv[1]["gpu_hours"])
+            rows = sorted(((n, v) for n, v in figures.items() if n[:3] == (w.label, c.label, c.seeds[0])
+                           and not is_foresight(n[3])), key=lambda kv: kv[1]["gpu_hours"])
+            plan_rows = sorted(((n[3], v) for n, v in figures.items()
+                                if n[:3] == (w.label, c.label, c.seeds[0]) and is_foresight(n[3])),
+                               key=lambda kv: float(kv[0].rpartition("=")[2]))
+            plan_line = ["Plans with foresight (seed " + str(c.seeds[0]) + "; headroom: SLO met / GPU-h): "
+                         + "; ".join(f"{n.rpartition('=')[2]}: {v['slo_attainment']:.2%} / {v['gpu_hours']:.2f}"
+                                     for n, v in plan_rows), ""] if plan_rows else []
             front_names = {pt.name for pt in fr.frontier(first_points)}
             table = ["| policy | SLO met | violations | GPU-h | scales | p99 ms | on the frontier |",
                      "| --- | --- | --- | --- | --- | --- | --- |"]
@@ -371,12 +401,13 @@ def main(argv: list[str] | None = None) -> int:
             per_seed = [f"- seed {seed}: ours {o['slo_attainment']:.2%} / {o['gpu_hours']:.2f} GPU-h; frontier at "
                         f"equal attainment {_x(cp.ratio)}, at equal GPU-h {_pct(cp.fewer)} fewer violations; "
                         f"fluid bound {fl:.2f} GPU-h ({_x(cp.fluid_ratio)}; the frontier "
-                        f"{_x(cp.frontier_fluid_ratio)}); dominated by "
+                        f"{_x(cp.frontier_fluid_ratio)}, plans with foresight {_x(cp.foresight_fluid_ratio)}); "
+                        f"plans with foresight at equal attainment {_x(cp.foresight_ratio)}; dominated by "
                         f"{', '.join(cp.dominated) or 'none'}; goal {'met' if cp.goal_met() else 'not met'}"
                         for seed, o, fl, cp in ours_rows]
             sections += [f"### {w.label}{tag}: {first_info['requests']} requests, SLO {w.slo_ms:g} ms, "
                          f"{first_info['capacity']:.1f} req/s per saturated replica, {first_info['initial']} warm "
-                         "replicas at the start", "", *per_seed, "", *plot, *table, ""]
+                         "replicas at the start", "", *per_seed, "", *plot, *table, "", *plan_line]
             verdicts.append((w, c, met, not any(cp.dominated for cp in comps)))
 
     total = time.perf_counter() - t0
@@ -389,8 +420,9 @@ def main(argv: list[str] | None = None) -> int:
     head_table = [
         "| workload | condition | ours: SLO met | ours: GPU-h | GPU-h vs frontier at equal attainment | "
         "fewer violations than frontier at equal GPU-h | dominated by | GPU-h vs fluid bound | "
-        "frontier vs fluid bound | goal |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |", *summary_rows]
+        "frontier vs fluid bound | GPU-h vs plans with foresight at equal attainment | "
+        "plans with foresight vs fluid bound | goal |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |", *summary_rows]
     command = ("make bench-autoscaling (python bench/autoscaling.py)" if not args.fast and not partial
                else "python " + " ".join(["bench/autoscaling.py", *(argv if argv is not None else sys.argv[1:])]))
     head = [
@@ -412,8 +444,15 @@ def main(argv: list[str] | None = None) -> int:
         "saturated throughput, at ours' attainment, charging a replica added one cold start of GPU time and "
         "a replica needed again after a gap the lesser of the gap and a cold start; 'frontier vs "
         "fluid bound' is the frontier's GPU-h at ours' attainment over it: how far the best swept "
-        "configuration, chosen with hindsight, is from the bound. Equal-attainment ratio '-' means no swept "
-        "configuration reaches ours' attainment; equal-GPU-h '-' means ours is cheaper than every swept "
+        "configuration, chosen with hindsight, is from the bound. Plans with foresight (the simulator's "
+        "`oracle:headroom=H`, H in " + ", ".join(f"{n.rpartition('=')[2]}" for n in foresight) + ") know every "
+        "arrival, provision each 60 s bucket's arrivals at saturated throughput times 1 + H one cold start "
+        "early, and start warm with what their first start-up needs; they run through the same simulation "
+        "(queueing, batching, cold starts) but are neither baselines nor a bound. Their frontier at ours' "
+        "attainment over the fluid bound is what a plan that sees the future still pays over the bound here "
+        "(queueing, batching, whole pods, one headroom for every bucket); ours over it is about the price of "
+        "not seeing the future. Equal-attainment ratio '-' means no swept "
+        "configuration (or no plan) reaches ours' attainment; equal-GPU-h '-' means ours is cheaper than every swept "
         "configuration. Several seeds: the mean, then (min..max).", "",
         "Goal (issue 20), per workload and condition, on every seed: not dominated by any swept configuration; "
         "at most 0.85x the frontier's GPU-hours at equal attainment, or at least 30 % fewer violations at equal "

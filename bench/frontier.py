@@ -12,6 +12,11 @@ runs the simulations).
 - At equal GPU-hours: the frontier's violations at ours' GPU-hours; `fewer` is 1 - ours' over
   that. None when ours is cheaper than every swept point.
 - Dominated: some swept point has no more GPU-hours and no more violations, one of them fewer.
+- Foresight plans (the simulator's `oracle:headroom=H` at a range of H) are not swept baselines:
+  they know every arrival. Their own frontier, at ours' violations, says what a plan that sees the
+  future needs in the same simulation (queueing, batching, cold starts included); ours over it is
+  the price of not seeing it, and it over the fluid bound is what the bound leaves out besides
+  foresight. None when no plan reaches ours' attainment.
 - The fluid lower bound provisions, per 60 s bucket, the fewest whole replicas whose saturated
   throughput (on the workload's own mix) serves the bucket's arrivals, and starts from the same
   warm replicas as the policies. A replica added costs one cold start of GPU time before it
@@ -84,6 +89,7 @@ class Comparison:
     fewer: float | None          # 1 - ours' violations / the frontier's at ours' GPU-hours
     dominated: tuple[str, ...]   # swept configurations that dominate ours
     fluid_ratio: float           # ours' GPU-hours / the fluid bound's at ours' attainment
+    foresight_ratio: float | None = None   # ours' GPU-hours / the foresight plans' at ours' attainment
 
     @property
     def frontier_fluid_ratio(self) -> float | None:
@@ -91,6 +97,11 @@ class Comparison:
         swept configuration is from the bound (None where no configuration reaches ours'
         attainment)."""
         return None if self.ratio is None else self.fluid_ratio / self.ratio
+
+    @property
+    def foresight_fluid_ratio(self) -> float | None:
+        """The foresight plans' GPU-hours at ours' attainment over the fluid bound's."""
+        return None if self.foresight_ratio is None else self.fluid_ratio / self.foresight_ratio
 
     def goal_met(self, ratio_goal: float = 0.85, fewer_goal: float = 0.30, fluid_goal: float = 1.15) -> bool:
         """Issue 20's goal: not dominated; at most 0.85x the frontier's GPU-hours at equal
@@ -101,16 +112,19 @@ class Comparison:
         return not self.dominated and better and self.fluid_ratio <= fluid_goal
 
 
-def compare(points: Sequence[Point], ours: Point, fluid_gpu_hours: float) -> Comparison:
+def compare(points: Sequence[Point], ours: Point, fluid_gpu_hours: float,
+            foresight: Sequence[Point] = ()) -> Comparison:
     front = frontier(points)
     at = gpu_at_violations(front, ours.violations)
     ref = violations_at_gpu(front, ours.gpu_hours)
     fewer = None
     if ref is not None:
         fewer = (1 - ours.violations / ref) if ref > 0 else (0.0 if ours.violations == 0 else -math.inf)
+    seen = gpu_at_violations(frontier(foresight), ours.violations)
     return Comparison(None if at is None or at <= 0 else ours.gpu_hours / at, fewer,
                       tuple(p.name for p in dominated_by(points, ours)),
-                      ours.gpu_hours / fluid_gpu_hours if fluid_gpu_hours > 0 else math.inf)
+                      ours.gpu_hours / fluid_gpu_hours if fluid_gpu_hours > 0 else math.inf,
+                      None if seen is None or seen <= 0 else ours.gpu_hours / seen)
 
 
 def fluid_bound(arrivals: Sequence[float], capacity: float, duration: float, cold_s: float,

@@ -47,6 +47,20 @@ def test_compare_reports_dominance_ratio_fewer_and_the_goal():
     assert alone.ratio is None and alone.frontier_fluid_ratio is None   # nothing reaches ours' attainment
 
 
+def test_foresight_plans_are_compared_on_their_own_frontier_not_as_baselines():
+    plans = [fr.Point("oracle:headroom=0", 3.0, 400), fr.Point("oracle:headroom=0.2", 4.0, 0),
+             fr.Point("oracle:headroom=0.1", 4.5, 300)]   # the last is beaten by headroom=0.2
+    seen = fr.compare(POINTS, fr.Point("ours", 4.5, 200), fluid_gpu_hours=3.0, foresight=plans)
+    # the plans at 200 violations: halfway from 3.0 to 4.0 GPU-h; the bound is 3.0
+    assert seen.foresight_ratio == pytest.approx(4.5 / 3.5)
+    assert seen.foresight_fluid_ratio == pytest.approx(3.5 / 3.0)
+    assert seen.dominated == () and seen.ratio == pytest.approx(0.9), "plans cheaper than ours dominate nothing"
+    none = fr.compare(POINTS, fr.Point("ours", 4.5, 200), fluid_gpu_hours=3.0)
+    assert none.foresight_ratio is None and none.foresight_fluid_ratio is None
+    short = fr.compare(POINTS, fr.Point("ours", 6.0, 0), fluid_gpu_hours=3.0, foresight=plans[:1])
+    assert short.foresight_ratio is None, "no plan reaches ours' attainment"
+
+
 def test_fluid_bound_provisions_whole_replicas_per_bucket_with_the_cold_start():
     # 2 buckets of 60 s: 60 then 180 arrivals at 1 req/s per replica -> 1 then 3 replicas; two
     # replicas added, each charged a 50 s cold start; one warm replica at the start.
@@ -91,4 +105,9 @@ def test_the_reduced_bench_writes_a_report_whose_verdict_follows_from_its_figure
     dominated = bool(fr.dominated_by(points, ours))
     summary = next(r for r in rows if r.startswith("| spike (fast) | cold start 50 s |"))
     assert ("not met" in summary) or not dominated
+    assert len(summary.strip("|").split("|")) == 12
+    # the foresight plans are reported on their own line, never among the swept configurations
+    assert not any(r.startswith("| oracle") for r in rows)
+    plans = next(line for line in text.splitlines() if line.startswith("Plans with foresight (seed 1;"))
+    assert [part.split(":")[0].strip() for part in plans.split("GPU-h): ")[1].split(";")] == ["-0.2", "0.2"]
     assert (tmp_path / "frontier-spike-fast-cold-start-50-s.png").stat().st_size > 1000

@@ -27,10 +27,13 @@ def svc(min_replicas: int = 1) -> InferenceService:
 
 
 @pytest.mark.parametrize("text, message", [
-    ("magic", "unknown policy 'magic'; choose from ours, oracle, fixed:N, hpa[:metric=M,target=N,stabilization=S], "
+    ("magic", "unknown policy 'magic'; choose from ours, oracle[:headroom=H], fixed:N, hpa[:metric=M,target=N,stabilization=S], "
               "keda[:metric=M,target=N,activation=A,polling=S,cooldown=S], kpa[:target=N,utilization=U,window=S] "
               "(M: queue|inflight|occupancy|concurrency)"),
     ("ours:x=1", "policy 'ours:x=1': ours takes no settings"),
+    ("oracle:x=1", "policy 'oracle:x=1': unknown key 'x'; oracle takes headroom"),
+    ("oracle:headroom=-1", "policy 'oracle:headroom=-1': headroom must be a number > -1 (a share of the saturated "
+                           "need: 0.1 is 10 % over it), got '-1'"),
     ("fixed:0", "policy 'fixed:0': fixed:N needs a whole number N >= 1"),
     ("hpa:target", "policy 'hpa:target': expected key=value, got 'target'"),
     ("hpa:metric=queue,target=", "policy 'hpa:metric=queue,target=': expected key=value, got 'target='"),

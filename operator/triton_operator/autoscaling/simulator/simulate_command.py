@@ -26,7 +26,7 @@ def add_parser(sub: Any, func: Callable[[argparse.Namespace], int]) -> None:
                           "diurnal:mean=5,amplitude=0.8,period=3600 | spike:base=3,peak=15,at=1200,width=300 | "
                           "mmpp:low=3,high=12,mean_low_s=300,mean_high_s=60")
     s.add_argument("--policy", action="append",
-                   help="repeatable (default: ours): ours | oracle | fixed:N | "
+                   help="repeatable (default: ours): ours | oracle[:headroom=H] | fixed:N | "
                         "hpa[:metric=M,target=N,stabilization=S] | "
                         "keda[:metric=M,target=N,activation=A,polling=S,cooldown=S] | "
                         "kpa[:target=N,utilization=U,window=S]; M: queue|inflight|occupancy|concurrency; "
@@ -35,7 +35,7 @@ def add_parser(sub: Any, func: Callable[[argparse.Namespace], int]) -> None:
     s.add_argument("--time-scale", type=float, default=1.0, help="multiply arrival times (0.5 = twice as fast)")
     s.add_argument("--slo-ms", type=float, help="a request meets the SLO when its latency is at most this "
                                                  "(default: spec.autoscaling.targetP99LatencyMs)")
-    s.add_argument("--slo-target", type=float, default=0.99, help="share of requests that must meet the SLO (oracle)")
+    s.add_argument("--slo-target", type=float, default=0.99, help="share of requests that must meet the SLO (oracle without a headroom)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--scrape-interval", type=float, default=5.0, help="Prometheus scrape interval, seconds")
     s.add_argument("--outage", metavar="START:SECONDS", help="a metrics outage: scrapes fail from START for SECONDS")

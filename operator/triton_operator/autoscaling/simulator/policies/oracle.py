@@ -1,8 +1,11 @@
 """`oracle` (pure): knows every future arrival. Per 60 s bucket it provisions the fewest replicas
 whose saturated throughput (measured on this workload's own request mix) covers the bucket's
 arrivals times (1 + headroom), starting pods one cold start early and removing them the moment
-they are not needed; the headroom is the smallest (bisection) whose run meets the SLO target. It
-is the reference for GPU-hours: an autoscaler without foresight cannot do much better.
+they are not needed, and starts warm with what its first start-up needs. `oracle` searches for the
+smallest headroom (bisection) whose run meets the SLO target; `oracle:headroom=H` runs one plan
+at H, so a sweep of H draws the plan's cost/violation curve. It is a reference, not a bound: one
+headroom for every bucket, so an autoscaler without foresight can still beat it where load is
+steady and it wastes headroom; bench/frontier.py has the lower bound.
 """
 
 from __future__ import annotations
@@ -70,8 +73,10 @@ def oracle_schedule(requests: Sequence[Request], capacity: float, headroom: floa
 
 
 def run_oracle(requests: Sequence[Request], perf: Performance, cold: ColdStart, settings: SimulationSettings,
-               gpu_class: str = "", bucket_s: float = 60.0, iterations: int = 5) -> Run:
-    """The cheapest plan with foresight that meets the SLO target (see the module docstring)."""
+               gpu_class: str = "", bucket_s: float = 60.0, iterations: int = 5,
+               headroom: float | None = None) -> Run:
+    """The plan with foresight at `headroom`, or without one the cheapest (by bisection) that
+    meets the SLO target (see the module docstring)."""
     capacity = saturated_throughput(requests, perf, settings)
     duration = settings.duration if settings.duration is not None else requests[-1].arrival
     lead = cold.ready_after()
@@ -86,6 +91,8 @@ def run_oracle(requests: Sequence[Request], perf: Performance, cold: ColdStart, 
         cfg = SimulationSettings(**{**settings.__dict__, "initial_replicas": initial})
         return simulate(requests, perf, cold, Schedule(counts, bucket_s, lead, note), cfg, gpu_class)
 
+    if headroom is not None:
+        return attempt(headroom)
     lo_h, hi_h = -0.3, 1.5
     best = attempt(hi_h)
     if summarize(best).slo_attainment < settings.slo_target:

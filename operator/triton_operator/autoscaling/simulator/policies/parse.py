@@ -16,8 +16,9 @@ POLICY_KEYS: dict[str, tuple[str, ...]] = {
     "hpa": ("metric", "target", "stabilization"),
     "keda": ("metric", "target", "activation", "polling", "cooldown", "stabilization"),
     "kpa": ("target", "utilization", "window"),
+    "oracle": ("headroom",),
 }
-USAGE = ("ours, oracle, fixed:N, hpa[:metric=M,target=N,stabilization=S], "
+USAGE = ("ours, oracle[:headroom=H], fixed:N, hpa[:metric=M,target=N,stabilization=S], "
          "keda[:metric=M,target=N,activation=A,polling=S,cooldown=S], kpa[:target=N,utilization=U,window=S] "
          f"(M: {'|'.join(METRICS)})")
 # key -> (lowest allowed, whether the lowest itself is allowed, what to say)
@@ -29,6 +30,7 @@ _RANGES = {
     "cooldown": (0.0, True, "a number of seconds >= 0"),
     "utilization": (0.0, False, "a percentage in (0, 100]"),
     "window": (6.0, True, "a number of seconds >= 6 (Knative's minimum)"),
+    "headroom": (-1.0, False, "a number > -1 (a share of the saturated need: 0.1 is 10 % over it)"),
 }
 
 
@@ -45,7 +47,7 @@ class PolicySpec:
 
 
 def parse_policy(text: str | PolicySpec) -> PolicySpec:
-    """`ours`, `oracle`, `fixed:N`, or a baseline with its settings as a user configures it.
+    """`ours`, `oracle[:headroom=H]`, `fixed:N`, or a baseline with its settings as a user configures it.
     Keys left out take the upstream defaults (see HPA, KEDA and KPA). Bare `hpa` and `keda` scale
     on the queue per pod with the InferenceService's targetQueueDepth as the target (a metric and
     its target have no upstream default, so they are given together or not at all); bare `kpa` is
@@ -54,7 +56,7 @@ def parse_policy(text: str | PolicySpec) -> PolicySpec:
         return text
     raw = text.strip()
     family, sep, rest = raw.partition(":")
-    if family in ("ours", "oracle"):
+    if family == "ours" or (family == "oracle" and not sep):
         if sep:
             raise PolicyError(f"policy {text!r}: {family} takes no settings")
         return PolicySpec(family, (), family)

@@ -71,7 +71,8 @@ def run_policy(name: str | PolicySpec, requests: Sequence[Request], perf: Perfor
     check_min_replicas([p], spec)
     settings = warm_start(requests, perf, settings)
     if p.family == "oracle":
-        return run_oracle(requests, perf, cold, settings, gpu_class)
+        h = p.get("headroom")
+        return run_oracle(requests, perf, cold, settings, gpu_class, headroom=None if h is None else float(h))
     slots = float(perf.max_batch if isinstance(perf, LLMPerformance) else perf.slots)
     policy = build_policy(p, spec, cold, slots, planner)
     if p.family == "fixed":
