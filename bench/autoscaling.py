@@ -515,6 +515,8 @@ def main(argv: list[str] | None = None) -> int:
         "when a load falls (no change: the hold, not the demand, kept the spike's replicas), and a shortest "
         "hold of 30 s or 10 s (the spike at 50 s -2 % GPU-h; azure on the curved replica +12 % GPU-h and "
         "dominated; at 10 s the spike at 325 s lost 7 points).",
+        "- Ninth session: no change to ours. The plans with foresight were added as a reference; nothing was "
+        "tuned on them.",
         "- Seeds 2 and 3 were only looked at in these summary tables, never one decision log at a time; the "
         "curved replica was, in the seventh session (azure and the spike, for the capacity it learned). The "
         "mixed-tenants workload was, once, in the sixth session (its decisions at 325 s, after the code burst, "
