@@ -10,7 +10,7 @@ oracle, which knows every arrival and starts pods one cold start early) run thro
 simulation. Not baselines (no one can deploy them) and not a bound (one headroom for every
 bucket): they split ours' distance to the fluid bound into what a plan that sees the future
 still pays here (queueing, batching, whole pods, its one headroom) and, roughly, the price of
-not seeing the future.
+not seeing the future. bench/foresight.py searches plans a minute at a time instead.
 
 Every autoscaling policy starts from the same state: the warm replicas that serve the first
 minute's arrivals at 80 % of a replica's saturated throughput (policies.warm_start), HPA and KEDA
@@ -451,7 +451,8 @@ def main(argv: list[str] | None = None) -> int:
         "(queueing, batching, cold starts) but are neither baselines nor a bound. Their frontier at ours' "
         "attainment over the fluid bound is what a plan that sees the future still pays over the bound here "
         "(queueing, batching, whole pods, one headroom for every bucket); ours over it is about the price of "
-        "not seeing the future. Equal-attainment ratio '-' means no swept "
+        "not seeing the future. `make bench-foresight` searches plans a minute at a time instead, on the rows "
+        "where these sit furthest from the bound (bench/results/foresight.md). Equal-attainment ratio '-' means no swept "
         "configuration (or no plan) reaches ours' attainment; equal-GPU-h '-' means ours is cheaper than every swept "
         "configuration. Several seeds: the mean, then (min..max).", "",
         "Goal (issue 20), per workload and condition, on every seed: not dominated by any swept configuration; "

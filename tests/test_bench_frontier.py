@@ -111,3 +111,50 @@ def test_the_reduced_bench_writes_a_report_whose_verdict_follows_from_its_figure
     plans = next(line for line in text.splitlines() if line.startswith("Plans with foresight (seed 1;"))
     assert [part.split(":")[0].strip() for part in plans.split("GPU-h): ")[1].split(";")] == ["-0.2", "0.2"]
     assert (tmp_path / "frontier-spike-fast-cold-start-50-s.png").stat().st_size > 1000
+
+
+def test_plans_chosen_a_minute_at_a_time_add_replicas_over_the_fluid_need_until_each_minute_meets_its_share(tmp_path):
+    """bench/foresight.py on the reduced bench's workload: the search only adds to each minute's
+    fluid need, asking no misses at all costs the most and meets every request, and the report's
+    row says what its own figures give."""
+    import autoscaling as bench
+    import foresight
+    from triton_operator.autoscaling.simulator import results
+    from triton_operator.autoscaling.simulator.policies import oracle
+
+    w, c = bench.FAST_WORKLOAD, bench.FAST_CONDITIONS[0]
+    reqs, perf, _, cold, _, cfg = bench.setup(w, c, 1)
+    need = oracle.oracle_schedule(reqs, oracle.saturated_throughput(reqs, perf, cfg), 0.0, w.duration, 60.0,
+                                  cfg.min_replicas, cfg.max_replicas)
+    plans = {share: foresight.per_bucket_plan(reqs, perf, cold, cfg, w.duration, share) for share in (0.0, 0.05)}
+    for counts, _, sims in plans.values():
+        assert all(n >= m for n, m in zip(counts, need)) and sims >= len(need)
+    strict, loose = (results.summarize(plans[s][1]) for s in (0.0, 0.05))
+    assert strict.slo_violations == 0 and strict.gpu_hours > loose.gpu_hours
+    assert plans[0.0][0] != need, "at 87 % of a replica's throughput one replica a minute misses some"
+
+    out = tmp_path / "foresight.md"
+    assert foresight.main(["--row", f"{w.label}|{c.label}", "--share", "0.05", "--jobs", "1", "--no-steady",
+                           "--out", str(out)]) == 0
+    row = next(line for line in out.read_text().splitlines() if line.startswith(f"| {w.label} | {c.label} | 0.05 |"))
+    cells = [x.strip() for x in row.strip("|").split("|")]
+    assert cells[3] == f"{loose.slo_attainment:.2%}" and cells[4] == f"{loose.gpu_hours:.2f}"
+    info = bench.fluid_info(w, c, 1)
+    bound = fr.fluid_bound(info["arrivals"], info["capacity"], w.duration, info["cold"], info["initial"],
+                           info["min_replicas"], loose.slo_violations)
+    assert cells[5] == f"{bound:.2f}" and cells[6] == f"{loose.gpu_hours / bound:.2f}x"
+    with pytest.raises(SystemExit, match="--share must be in"):
+        foresight.main(["--share", "1", "--out", str(out)])
+
+
+def test_the_steady_load_table_reports_each_load_from_its_own_run():
+    """Code completion's 4 s SLO at 70 % and 95 % of two replicas' saturated throughput: the
+    heavier load meets it less often and has the longer p99."""
+    import foresight
+
+    (row,) = foresight.steady_load((("code", "code", 4.0),), (0.7, 0.95), replicas=2, duration=300.0)
+    cells = [x.strip() for x in row.strip("|").split("|")]
+    assert cells[:2] == ["code", "4"] and float(cells[2]) > 0
+    (light, light_p99), (heavy, heavy_p99) = (
+        (float(c.split("%")[0]), float(c.split("p99 ")[1].split(" s")[0])) for c in cells[3:])
+    assert heavy < light and heavy_p99 > light_p99
