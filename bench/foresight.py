@@ -139,8 +139,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(auto.OUT / "foresight.md"))
     args = p.parse_args(argv)
     rows = [tuple(r.split("|", 1)) for r in args.row] if args.row else ROWS
-    if any(len(r) != 2 for r in rows):
-        raise SystemExit("--row takes WORKLOAD|CONDITION, e.g. 'azure-conv x8|cold start 50 s'")
+    workloads = {w.label for w in (*auto.WORKLOADS, auto.FAST_WORKLOAD)}
+    conditions = {c.label for c in (*auto.CONDITIONS, *auto.FAST_CONDITIONS)}
+    for r in rows:
+        if len(r) != 2 or r[0] not in workloads or r[1] not in conditions:
+            raise SystemExit(f"--row {'|'.join(r)!r}: expected WORKLOAD|CONDITION from bench-autoscaling, e.g. "
+                             f"'azure-conv x8|cold start 50 s'; workloads: {', '.join(sorted(workloads))}; "
+                             f"conditions: {', '.join(sorted(conditions))}")
     shares = args.share or list(SHARES)
     if any(not 0 <= s < 1 for s in shares):
         raise SystemExit("--share must be in [0, 1)")

@@ -13,10 +13,11 @@ runs the simulations).
   that. None when ours is cheaper than every swept point.
 - Dominated: some swept point has no more GPU-hours and no more violations, one of them fewer.
 - Foresight plans (the simulator's `oracle:headroom=H` at a range of H) are not swept baselines:
-  they know every arrival. Their own frontier, at ours' violations, says what a plan that sees the
-  future needs in the same simulation (queueing, batching, cold starts included); ours over it is
-  the price of not seeing it, and it over the fluid bound is what the bound leaves out besides
-  foresight. None when no plan reaches ours' attainment.
+  they know every arrival. Their own frontier, at ours' violations, says what plans that see the
+  future, with one headroom for every minute, need in the same simulation (queueing, batching,
+  cold starts included); ours over it is roughly the price of not seeing it, and it over the fluid
+  bound is what such a plan still pays over the bound (bench/foresight.py chooses each minute on
+  its own instead). None when no plan reaches ours' attainment.
 - The fluid lower bound provisions, per 60 s bucket, the fewest whole replicas whose saturated
   throughput (on the workload's own mix) serves the bucket's arrivals, and starts from the same
   warm replicas as the policies. A replica added costs one cold start of GPU time before it

@@ -145,6 +145,8 @@ def test_plans_chosen_a_minute_at_a_time_add_replicas_over_the_fluid_need_until_
     assert cells[5] == f"{bound:.2f}" and cells[6] == f"{loose.gpu_hours / bound:.2f}x"
     with pytest.raises(SystemExit, match="--share must be in"):
         foresight.main(["--share", "1", "--out", str(out)])
+    with pytest.raises(SystemExit, match=r"^--row 'azure\|cold start 9 s': expected WORKLOAD\|CONDITION"):
+        foresight.main(["--row", "azure|cold start 9 s", "--out", str(out)])
 
 
 def test_the_steady_load_table_reports_each_load_from_its_own_run():
