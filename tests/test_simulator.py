@@ -251,25 +251,24 @@ def test_kpa_panics_on_a_burst_and_never_scales_down_in_panic():
     assert kpa.decide(View(80.0, n, pods, prom, 1.0))[0] == n
 
 
-def test_oracle_meets_the_slo_target_with_fewer_gpu_hours_than_a_fixed_peak():
+def _run_on_a_step(policy: str):
+    """One policy on a 40 -> 160 req/s step for 25 minutes (the oracle tests' workload)."""
     reqs = workload.generate("step:low=40,high=160,at=600,duration=1500", seed=4)
     svc = llm_spec()
     perf = replica.llm_performance(svc.spec, CLASSES["h100"].spec)
     cold = replica.default_cold_start(svc.spec)
     cfg = SimulationSettings(max_replicas=16, slo_s=8.0, slo_target=0.99, duration=1500.0)
-    oracle = results.summarize(policies.run_policy("oracle", reqs, perf, cold, svc.spec.autoscaling, cfg))
-    peak = results.summarize(policies.run_policy("fixed:10", reqs, perf, cold, svc.spec.autoscaling, cfg))
+    return policies.run_policy(policy, reqs, perf, cold, svc.spec.autoscaling, cfg)
+
+
+def test_oracle_meets_the_slo_target_with_fewer_gpu_hours_than_a_fixed_peak():
+    oracle = results.summarize(_run_on_a_step("oracle"))
+    peak = results.summarize(_run_on_a_step("fixed:10"))
     assert oracle.slo_attainment >= 0.99 and oracle.gpu_hours < peak.gpu_hours
 
 
 def test_an_oracle_at_a_headroom_runs_that_one_plan_and_more_headroom_costs_more():
-    reqs = workload.generate("step:low=40,high=160,at=600,duration=1500", seed=4)
-    svc = llm_spec()
-    perf = replica.llm_performance(svc.spec, CLASSES["h100"].spec)
-    cold = replica.default_cold_start(svc.spec)
-    cfg = SimulationSettings(max_replicas=16, slo_s=8.0, slo_target=0.99, duration=1500.0)
-    runs = {h: policies.run_policy(f"oracle:headroom={h}", reqs, perf, cold, svc.spec.autoscaling, cfg)
-            for h in ("-0.4", "0", "0.5")}
+    runs = {h: _run_on_a_step(f"oracle:headroom={h}") for h in ("-0.4", "0", "0.5")}
     assert all(r.policy == "oracle" for r in runs.values())
     assert all(f"headroom {float(h):+.0%}" in r.decisions[-1][3] for h, r in runs.items())
     lean, even, ample = (results.summarize(runs[h]) for h in ("-0.4", "0", "0.5"))
