@@ -81,7 +81,6 @@ def per_bucket_plan(reqs: list[Any], perf: Any, cold: Any, cfg: SimulationSettin
     """The per-bucket replica counts (see the module docstring), the full run, and how many
     simulations the search took."""
     capacity = oracle.saturated_throughput(reqs, perf, cfg)
-    lead = cold.ready_after()
     counts = oracle.oracle_schedule(reqs, capacity, 0.0, duration, BUCKET_S, cfg.min_replicas, cfg.max_replicas)
     arrivals = [r.arrival for r in reqs]
     sims = 0
@@ -89,10 +88,8 @@ def per_bucket_plan(reqs: list[Any], perf: Any, cold: Any, cfg: SimulationSettin
     def run(upto: int, until: float) -> Any:
         nonlocal sims
         sims += 1
-        initial = max(max(counts[: int(lead // BUCKET_S) + 1]), cfg.initial_replicas or 0)
-        settings = SimulationSettings(**{**cfg.__dict__, "initial_replicas": initial, "duration": until})
-        return simulate(reqs[:upto], perf, cold, oracle.Schedule(counts, BUCKET_S, lead, f"per-bucket, share {share}"),
-                        settings, "h100")
+        return oracle.run_plan(reqs[:upto], perf, cold, SimulationSettings(**{**cfg.__dict__, "duration": until}),
+                               counts, BUCKET_S, f"per-bucket, share {share}", "h100")
 
     for b in range(len(counts)):
         lo, hi = bisect.bisect_left(arrivals, b * BUCKET_S), bisect.bisect_left(arrivals, (b + 1) * BUCKET_S)

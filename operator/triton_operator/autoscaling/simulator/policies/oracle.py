@@ -72,6 +72,18 @@ def oracle_schedule(requests: Sequence[Request], capacity: float, headroom: floa
     return [max(lo, min(hi, math.ceil(c / bucket_s * (1 + headroom) / capacity))) for c in counts]
 
 
+def run_plan(requests: Sequence[Request], perf: Performance, cold: ColdStart, settings: SimulationSettings,
+             counts: list[int], bucket_s: float, note: str, gpu_class: str = "") -> Run:
+    """Simulate per-bucket replica counts decided in advance: pods start one cold start early, and
+    the run starts warm with what the first start-up needs (at least settings.initial_replicas)."""
+    lead = cold.ready_after()
+    initial = max(counts[: int(lead // bucket_s) + 1])
+    if settings.initial_replicas is not None:
+        initial = max(initial, settings.initial_replicas)
+    cfg = SimulationSettings(**{**settings.__dict__, "initial_replicas": initial})
+    return simulate(requests, perf, cold, Schedule(counts, bucket_s, lead, note), cfg, gpu_class)
+
+
 def run_oracle(requests: Sequence[Request], perf: Performance, cold: ColdStart, settings: SimulationSettings,
                gpu_class: str = "", bucket_s: float = 60.0, iterations: int = 5,
                headroom: float | None = None) -> Run:
@@ -79,17 +91,12 @@ def run_oracle(requests: Sequence[Request], perf: Performance, cold: ColdStart, 
     meets the SLO target (see the module docstring)."""
     capacity = saturated_throughput(requests, perf, settings)
     duration = settings.duration if settings.duration is not None else requests[-1].arrival
-    lead = cold.ready_after()
 
     def attempt(h: float) -> Run:
         counts = oracle_schedule(requests, capacity, h, duration, bucket_s, settings.min_replicas,
                                  settings.max_replicas)
-        note = f"capacity {capacity:.2f} req/s/replica, headroom {h:+.0%}"
-        initial = max(counts[: int(lead // bucket_s) + 1])
-        if settings.initial_replicas is not None:
-            initial = max(initial, settings.initial_replicas)
-        cfg = SimulationSettings(**{**settings.__dict__, "initial_replicas": initial})
-        return simulate(requests, perf, cold, Schedule(counts, bucket_s, lead, note), cfg, gpu_class)
+        return run_plan(requests, perf, cold, settings, counts, bucket_s,
+                        f"capacity {capacity:.2f} req/s/replica, headroom {h:+.0%}", gpu_class)
 
     if headroom is not None:
         return attempt(headroom)
