@@ -17,7 +17,8 @@ runs the simulations).
   future, with one headroom for every minute, need in the same simulation (queueing, batching,
   cold starts included); ours over it is roughly the price of not seeing it, and it over the fluid
   bound is what such a plan still pays over the bound (bench/foresight.py chooses each minute on
-  its own instead). None when no plan reaches ours' attainment.
+  its own instead). None when no plan reaches ours' attainment. Judged by the goal themselves
+  (`plans_meeting_goal`), they say where the goal is within reach of foresight at all.
 - The fluid lower bound provisions, per 60 s bucket, the fewest whole replicas whose saturated
   throughput (on the workload's own mix) serves the bucket's arrivals, and starts from the same
   warm replicas as the policies. A replica added costs one cold start of GPU time before it
@@ -34,7 +35,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,14 @@ def compare(points: Sequence[Point], ours: Point, fluid_gpu_hours: float,
                       tuple(p.name for p in dominated_by(points, ours)),
                       ours.gpu_hours / fluid_gpu_hours if fluid_gpu_hours > 0 else math.inf,
                       None if seen is None or seen <= 0 else ours.gpu_hours / seen)
+
+
+def plans_meeting_goal(points: Sequence[Point], plans: Sequence[Point],
+                       fluid_at: Callable[[int], float]) -> list[str]:
+    """The foresight plans that meet issue 20's goal themselves, each judged like ours: against
+    the swept points, and against the fluid bound at the plan's own violations (`fluid_at`).
+    Where none does, the goal asks more than plans that know every arrival deliver here."""
+    return [p.name for p in plans if compare(points, p, fluid_at(p.violations)).goal_met()]
 
 
 def fluid_bound(arrivals: Sequence[float], capacity: float, duration: float, cold_s: float,

@@ -61,6 +61,16 @@ def test_foresight_plans_are_compared_on_their_own_frontier_not_as_baselines():
     assert short.foresight_ratio is None, "no plan reaches ours' attainment"
 
 
+def test_plans_with_foresight_are_judged_by_the_goal_like_ours():
+    plans = [fr.Point("oracle:headroom=0", 4.0, 900),     # cheaper than the frontier but 900 vs 1000: fewer 10 %
+             fr.Point("oracle:headroom=0.1", 4.2, 300),   # 4.2 vs 4.875 at 300: 0.86x; 64 % fewer at 4.2 GPU-h
+             fr.Point("oracle:headroom=0.2", 5.5, 250)]   # dominated by b (5.0 GPU-h, 200)
+    bound = {900: 3.5, 300: 3.9, 250: 4.0}
+    assert fr.plans_meeting_goal(POINTS, plans, bound.__getitem__) == ["oracle:headroom=0.1"]
+    # the same plan 1.16x over its bound no longer meets the goal
+    assert fr.plans_meeting_goal(POINTS, plans, lambda v: 4.2 / 1.16) == []
+
+
 def test_fluid_bound_provisions_whole_replicas_per_bucket_with_the_cold_start():
     # 2 buckets of 60 s: 60 then 180 arrivals at 1 req/s per replica -> 1 then 3 replicas; two
     # replicas added, each charged a 50 s cold start; one warm replica at the start.
@@ -105,11 +115,18 @@ def test_the_reduced_bench_writes_a_report_whose_verdict_follows_from_its_figure
     dominated = bool(fr.dominated_by(points, ours))
     summary = next(r for r in rows if r.startswith("| spike (fast) | cold start 50 s |"))
     assert ("not met" in summary) or not dominated
-    assert len(summary.strip("|").split("|")) == 12
+    cells = [c.strip() for c in summary.strip("|").split("|")]
+    assert len(cells) == 13
+    # 'goal met by a plan with foresight' follows from the plans' own figures and the goal
+    plan_figures = dict((h.strip(), g) for h, g in
+                        (part.split(":") for part in plans_line(text).split("GPU-h): ")[1].split(";")))
+    reach = next(line for line in text.splitlines() if line.startswith("- seed 1: ours"))
+    by_plans = reach.rpartition("(by plans with foresight: ")[2].rstrip(")")
+    assert cells[11] == ("no" if by_plans == "none" else f"yes ({len(by_plans.split(', '))} of 2 headrooms)")
+    assert by_plans == "none" or set(by_plans.removeprefix("at headroom ").split(", ")) <= set(plan_figures)
     # the foresight plans are reported on their own line, never among the swept configurations
     assert not any(r.startswith("| oracle") for r in rows)
-    plans = next(line for line in text.splitlines() if line.startswith("Plans with foresight (seed 1;"))
-    assert [part.split(":")[0].strip() for part in plans.split("GPU-h): ")[1].split(";")] == ["-0.2", "0.2"]
+    assert [part.split(":")[0].strip() for part in plans_line(text).split("GPU-h): ")[1].split(";")] == ["-0.2", "0.2"]
     assert (tmp_path / "frontier-spike-fast-cold-start-50-s.png").stat().st_size > 1000
 
 
@@ -160,3 +177,7 @@ def test_the_steady_load_table_reports_each_load_from_its_own_run():
     (light, light_p99), (heavy, heavy_p99) = (
         (float(c.split("%")[0]), float(c.split("p99 ")[1].split(" s")[0])) for c in cells[3:])
     assert heavy < light and heavy_p99 > light_p99
+
+
+def plans_line(text: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith("Plans with foresight (seed 1;"))
