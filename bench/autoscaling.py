@@ -98,9 +98,9 @@ class Condition:
 
 CONDITIONS = (
     Condition("cold start 50 s", 50, "planner", (1, 2, 3)),
-    Condition("cold start 325 s", 325, "planner", (1,)),
-    Condition("curved replica, cold start 50 s", 50, "curved", (1,)),
-    Condition("cold start 150 s", 150, "planner", (1,)),
+    Condition("cold start 325 s", 325, "planner", (1, 2, 3)),
+    Condition("curved replica, cold start 50 s", 50, "curved", (1, 2, 3)),
+    Condition("cold start 150 s", 150, "planner", (1, 2, 3)),
 )
 FAST_CONDITIONS = (Condition("cold start 50 s", 50, "planner", (1,)),)
 
