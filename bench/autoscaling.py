@@ -444,8 +444,8 @@ def main(argv: list[str] | None = None) -> int:
         text = (f"Plans with foresight (below; each judged by the goal like ours, at its own attainment) meet it on "
                 f"{reach_count} of {len(verdicts)} workload-conditions")
         if reach_count < len(verdicts):
-            text += (f"; on the other {len(verdicts) - reach_count} not even a plan that knows every arrival (and starts "
-                     "warm with what its first start-up needs) meets it here")
+            text += (f" on every seed; on the other {len(verdicts) - reach_count} not even a plan that knows every "
+                     "arrival (and starts warm with what its first start-up needs) meets it on every seed here")
         reach_line = [text + ".", ""]
     head_table = [
         "| workload | condition | ours: SLO met | ours: GPU-h | GPU-h vs frontier at equal attainment | "
