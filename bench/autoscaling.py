@@ -181,6 +181,13 @@ def fluid_info(w: Workload, c: Condition, seed: int) -> dict[str, Any]:
             "min_replicas": cfg.min_replicas, "requests": len(reqs)}
 
 
+def fluid_at(info: dict[str, Any], duration: float, violations: float) -> float:
+    """The fluid bound's GPU-hours for a workload (its `fluid_info`) leaving `violations` unserved."""
+    svc, _ = service()
+    return fr.fluid_bound(info["arrivals"], info["capacity"], duration, info["cold"], info["initial"],
+                          info["min_replicas"], violations, gpus_per_replica=svc.spec.gpu.count)
+
+
 def machine() -> str:
     model = ""
     try:
@@ -356,13 +363,9 @@ def main(argv: list[str] | None = None) -> int:
                 plans = [fr.Point(n, v["gpu_hours"], v["slo_violations"]) for n, v in runs.items()
                          if is_foresight(n)]
                 me = fr.Point("ours", ours["gpu_hours"], ours["slo_violations"])
-                fluid = fr.fluid_bound(info["arrivals"], info["capacity"], w.duration, info["cold"], info["initial"],
-                                       info["min_replicas"], ours["slo_violations"],
-                                       gpus_per_replica=svc.spec.gpu.count)
+                fluid = fluid_at(info, w.duration, ours["slo_violations"])
                 comp = fr.compare(points, me, fluid, plans)
-                reach = fr.plans_meeting_goal(points, plans, lambda v, info=info: fr.fluid_bound(
-                    info["arrivals"], info["capacity"], w.duration, info["cold"], info["initial"],
-                    info["min_replicas"], v, gpus_per_replica=svc.spec.gpu.count))
+                reach = fr.plans_meeting_goal(points, plans, lambda v, info=info: fluid_at(info, w.duration, v))
                 comps.append(comp)
                 ours_pts.append(me)
                 ours_rows.append((seed, ours, fluid, comp, reach))
@@ -388,10 +391,7 @@ def main(argv: list[str] | None = None) -> int:
             fluid_curve = []
             for share in (0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1.0):
                 allowed = (1 - share) * first_info["requests"]
-                fluid_curve.append((fr.fluid_bound(first_info["arrivals"], first_info["capacity"], w.duration,
-                                                   first_info["cold"], first_info["initial"],
-                                                   first_info["min_replicas"], allowed,
-                                                   gpus_per_replica=svc.spec.gpu.count), allowed))
+                fluid_curve.append((fluid_at(first_info, w.duration, allowed), allowed))
             name = f"frontier-{slug(w.label)}-{slug(c.label)}.png"
             try:
                 plot_frontier(out / name, f"{w.label}{tag}, {c.label}, seed {c.seeds[0]}", first_points,

@@ -36,7 +36,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import autoscaling as auto  # noqa: E402
-import frontier as fr  # noqa: E402
 from triton_operator.autoscaling.simulator import policies, replica, results, workload  # noqa: E402
 from triton_operator.autoscaling.simulator.policies import oracle  # noqa: E402
 from triton_operator.autoscaling.simulator.policies.fixed import Fixed  # noqa: E402
@@ -114,15 +113,10 @@ def one(task: tuple[str, str, float]) -> dict[str, Any]:
     plan = results.summarize(run)
     ours = results.summarize(policies.run_policy("ours", reqs, perf, cold, spec, cfg, "h100", planned))
     info = auto.fluid_info(w, c, seed)
-    svc, _ = auto.service()
-
-    def bound(violations: float) -> float:
-        return fr.fluid_bound(info["arrivals"], info["capacity"], w.duration, info["cold"], info["initial"],
-                              info["min_replicas"], violations, gpus_per_replica=svc.spec.gpu.count)
-
     return {"workload": label, "condition": cond, "seed": seed, "share": share, "counts": counts, "sims": sims,
-            "plan": plan.as_dict(), "ours": ours.as_dict(), "plan_bound": bound(plan.slo_violations),
-            "ours_bound": bound(ours.slo_violations), "seconds": time.perf_counter() - started}
+            "plan": plan.as_dict(), "ours": ours.as_dict(),
+            "plan_bound": auto.fluid_at(info, w.duration, plan.slo_violations),
+            "ours_bound": auto.fluid_at(info, w.duration, ours.slo_violations), "seconds": time.perf_counter() - started}
 
 
 def main(argv: list[str] | None = None) -> int:
