@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import secrets
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
@@ -211,3 +212,49 @@ class Rig:
 
 def run(coro_fn: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(coro_fn())
+
+
+class LogLines(logging.Handler):
+    """Every log record of every logger while installed, formatted as the gateway's text logs
+    are, with any traceback: what an operator of the gateway would read."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+        self.records: list[logging.LogRecord] = []
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+        self.lines.append(self.format(record))
+
+    def __enter__(self) -> "LogLines":
+        root = logging.getLogger()
+        self._level = root.level
+        root.setLevel(logging.DEBUG)
+        root.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        root = logging.getLogger()
+        root.removeHandler(self)
+        root.setLevel(self._level)
+
+
+async def connect(port: int, source: str = "127.0.0.1") -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection from `source` (any 127.0.0.0/8 address is this machine's: a second client)."""
+    return await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+
+
+async def closed_within(reader: asyncio.StreamReader, seconds: float) -> bytes:
+    """What the server sent until it closed the connection (fails if it stays open)."""
+    return await asyncio.wait_for(reader.read(), seconds)
+
+
+async def settle(condition: Callable[[], bool], seconds: float = 5.0) -> None:
+    """Wait (bounded) until `condition()` holds; fail with the last state if it does not."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.01)

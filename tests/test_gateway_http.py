@@ -11,6 +11,7 @@ import json
 
 from aiohttp import web
 
+from triton_operator.gateway import guard
 from triton_operator.gateway import telemetry as m
 
 from .gateway_http import KEY_A, KEY_B, Rig, bearer, raw_request, read_reply, run, slice_for
@@ -208,81 +209,6 @@ def test_requests_in_flight_are_capped_per_key():
 
 # -- slow, large and many ------------------------------------------------------------------------------------
 
-def test_headers_that_trickle_are_cut_with_408_at_the_header_timeout():
-    async def scenario():
-        async with Rig(header_timeout_seconds=0.3) as rig:
-            reader, writer = await asyncio.open_connection("127.0.0.1", rig.port)
-            writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
-            await writer.drain()
-            for _ in range(3):   # a byte now and then is not enough
-                await asyncio.sleep(0.1)
-                writer.write(b"X")
-                await writer.drain()
-            reply = await asyncio.wait_for(read_reply(reader), 5)
-            assert (reply.status, reply.headers["connection"]) == (408, "close")
-            assert await asyncio.wait_for(reader.read(), 5) == b""   # and closed
-            writer.close()
-            # a request whose headers arrive in time is not affected, on the next connection
-            assert (await rig.call("GET", "/v1/models")).status == 200
-    run(scenario)
-
-
-def test_many_half_open_connections_are_all_closed():
-    async def scenario():
-        async with Rig(header_timeout_seconds=0.3, idle_timeout_seconds=0.5) as rig:
-            conns = [await asyncio.open_connection("127.0.0.1", rig.port) for _ in range(50)]
-            for i, (_, writer) in enumerate(conns):
-                if i % 2:
-                    writer.write(b"GET /v1/models HTTP/1.1\r\nHost")   # half a header
-            closed = await asyncio.wait_for(asyncio.gather(*(r.read() for r, _ in conns)), 10)
-            assert len(closed) == 50
-            for data in closed:   # silent ones closed at the idle timeout, half-sent ones answered 408
-                assert data in (b"", b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
-            for _, w in conns:
-                w.close()
-            for _ in range(100):
-                if rig.gw.connections.open == 0:
-                    break
-                await asyncio.sleep(0.01)
-            assert rig.gw.connections.open == 0
-    run(scenario)
-
-
-def test_connections_past_the_cap_get_503_and_are_closed():
-    async def scenario():
-        async with Rig(max_connections=3) as rig:
-            held = [await asyncio.open_connection("127.0.0.1", rig.port) for _ in range(3)]
-            await asyncio.sleep(0.05)
-            reader, writer = await asyncio.open_connection("127.0.0.1", rig.port)
-            reply = await asyncio.wait_for(read_reply(reader), 5)
-            assert (reply.status, reply.headers["retry-after"]) == (503, "1")
-            writer.close()
-            for _, w in held:
-                w.close()
-            for _ in range(100):
-                if rig.gw.connections.open == 0:
-                    break
-                await asyncio.sleep(0.01)
-            assert (await rig.call("GET", "/v1/models")).status == 200
-    run(scenario)
-
-
-def test_a_trickled_body_gets_408_at_the_body_timeout():
-    async def scenario():
-        async with Rig(body_timeout_seconds=0.3) as rig:
-            reader, writer = await asyncio.open_connection("127.0.0.1", rig.port)
-            head = (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY_A}\r\n"
-                    f"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
-            writer.write(head.encode() + b'{"model": ')
-            await writer.drain()
-            reply = await asyncio.wait_for(read_reply(reader), 5)
-            assert (reply.status, reply.error) == error(408, "the request body did not arrive within 0.3s",
-                                                        "request_timeout")
-            writer.close()
-            assert rig.gw.bodies.used == 0 and rig.gw.in_flight.by_key == {}
-    run(scenario)
-
-
 def test_bodies_over_the_limit_are_refused_before_they_are_read():
     async def scenario():
         async with Rig(max_body_bytes=4096) as rig:
@@ -305,21 +231,6 @@ def test_bodies_over_the_limit_are_refused_before_they_are_read():
 
 # -- keys ---------------------------------------------------------------------------------------------------
 
-def test_guessing_keys_is_throttled_per_client_address():
-    async def scenario():
-        async with Rig(failed_auth_per_minute=6, trusted_proxies=["127.0.0.0/8"]) as rig:
-            def from_(client):
-                return {"X-Forwarded-For": f"198.51.100.7, {client}"}
-            for _ in range(3):   # the burst: a third of the minute's budget, at least 3
-                assert (await rig.call("GET", "/v1/models", key="sk-guess", headers=from_("203.0.113.9"))).status == 401
-            reply = await rig.call("GET", "/v1/models", key=KEY_A, headers=from_("203.0.113.9"))
-            assert (reply.status, reply.error["code"]) == (429, "too_many_failed_attempts")
-            assert int(reply.headers["retry-after"]) >= 1
-            # another client behind the same proxy is not affected; the spoofable first entry is ignored
-            assert (await rig.call("GET", "/v1/models", key=KEY_A, headers=from_("203.0.113.10"))).status == 200
-    run(scenario)
-
-
 def test_key_files_that_break_fail_closed_and_say_so(tmp_path):
     async def scenario():
         path = tmp_path / "keys.yaml"
@@ -340,15 +251,6 @@ def test_key_files_that_break_fail_closed_and_say_so(tmp_path):
             assert (await rig.call("GET", "/v1/models")).status == 401
             assert (await rig.call("GET", "/v1/models", key=KEY_B)).status == 200
             assert m.KEY_FILES_VALID._value.get() == 1
-    run(scenario)
-
-
-def test_rate_limits_are_split_over_the_gateway_replicas():
-    async def scenario():
-        async with Rig(requests_per_minute=300, replicas=3) as rig:
-            # 300 a minute over 3 replicas: 100 a minute here, bursts of max(5, 10) = 10
-            statuses = [(await rig.call("GET", "/v1/models")).status for _ in range(11)]
-            assert statuses == [200] * 10 + [429]
     run(scenario)
 
 

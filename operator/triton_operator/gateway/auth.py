@@ -111,17 +111,20 @@ class Auth:
                                 "service_unavailable", code="keys_unavailable",
                                 retry_after=self.settings.key_reload_seconds)
         now = self.clock()
-        address = keys_core.client_address(request.remote, request.headers.get("X-Forwarded-For"),
-                                           self.trusted_proxies)
-        blocked = self.failures.blocked(address, now)
-        if blocked > 0:
-            m.REJECTED.labels("auth_throttled").inc()
-            raise t.OpenAIError(429, f"too many failed API key attempts from this address; retry in {blocked:.0f}s",
-                                "rate_limit_error", code="too_many_failed_attempts", retry_after=blocked)
         presented = keys_core.bearer(request.headers.get("Authorization"))
         d = keys_core.digest(presented) if presented is not None else None
         grant = self.grants.get(d) if d is not None else None
         if grant is None or d is None:
+            # Failures only are throttled, per client address, and after the key was looked at: a
+            # valid key is never refused for what others sent from the same address (a proxy's).
+            address = keys_core.client_address(request.remote, request.headers.get("X-Forwarded-For"),
+                                               self.trusted_proxies)
+            blocked = self.failures.blocked(address, now)
+            if blocked > 0:
+                m.REJECTED.labels("auth_throttled").inc()
+                raise t.OpenAIError(429, f"too many failed API key attempts from this address; retry in "
+                                         f"{blocked:.0f}s", "rate_limit_error", code="too_many_failed_attempts",
+                                    retry_after=blocked)
             self.failures.failed(address, now)
             m.REJECTED.labels("unauthorized").inc()
             raise t.OpenAIError(401, "missing API key: send it as 'Authorization: Bearer KEY'" if presented is None

@@ -39,6 +39,12 @@ class GatewaySettings(BaseModel):
     max_held_total: int = Field(1024, ge=0, description="Requests held across all services.")
     max_connections: int = Field(
         512, ge=1, description="Client connections open at once on the API port; more are answered 503 and closed.")
+    max_connections_per_address: int = Field(
+        128, ge=1, description="Client connections one client address may have open at once (a trusted proxy's are "
+                               "not capped); more are answered 503 and closed.")
+    max_header_bytes: int = Field(
+        32768, ge=1024, le=1 << 20, description="Largest request head (request line and headers); larger ones are "
+                                                "answered 431 and the connection closed.")
     header_timeout_seconds: float = Field(
         10.0, gt=0, description="Time from a request's first byte to the end of its headers; then 408 and closed.")
     body_timeout_seconds: float = Field(

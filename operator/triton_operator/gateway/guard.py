@@ -1,51 +1,168 @@
-"""Connection limits aiohttp's server does not have: a cap on open connections and a deadline for
-a request's headers.
+"""Connection limits aiohttp's server does not have: how many connections are open (in all and
+per client address), how large and how slow a request's head may be, and what a malformed
+request may cost.
+
+Each connection's protocol is wrapped (`Guard`); aiohttp's request handler sits inside:
+
+- **Heads are buffered here, bounded.** Bytes of a request's head (request line and headers) are
+  kept by the guard until the blank line that ends them, and only a whole head is handed to
+  aiohttp. A head over `max_head_bytes` is answered `431` and the connection closed, so what a
+  connection can make the gateway hold before it is authenticated is that many bytes, whatever
+  aiohttp's own per-line limits would allow (128 lines of 8 KiB). The guard then passes the body on
+  as it comes: `Content-Length` bytes (from the head it just read), after which the next bytes are
+  the next request's head again, so a head pipelined behind a finished request is bounded and timed
+  like any other. A head with `Transfer-Encoding` (or a `Content-Length` the guard cannot read
+  alone) is passed on whole and the connection closes after that request: aiohttp frames it, and
+  nothing after it is read.
+- **Header deadline**: from the first byte of a head until its blank line, `header_timeout`; when it
+  fires the client gets `408` and the connection is closed.
+- **Connections**: past `max_connections` open ones, or `per_address` from one client address
+  (the peer; a trusted proxy is not capped, its clients are many), a new connection is answered
+  `503` with `Retry-After: 1` and closed before aiohttp sees it. When the pool is nearly full
+  (`REAP_AT` of it), connections idle for `REAP_IDLE_SECONDS` or more are closed, oldest first, to
+  make room: idle keep-alive connections cannot lock others out.
+- **Malformed requests** (`GatewayRequestHandler`) are answered `400` with a fixed body; they cost
+  one log line per `MALFORMED_LOG_SECONDS` at most, naming the client and the kind of error, never
+  the request's bytes (aiohttp's own line quotes the head, Authorization header included).
 
 aiohttp closes a connection that has not delivered a whole request `keepalive_timeout` after it
 opened or after its last answer (web_protocol.RequestHandler._process_keepalive), so that setting
-is the idle timeout. A client that trickles its header one byte at a time still holds the
-connection for all of it, and nothing limits how many connections are open at once. Here each
-connection's protocol is wrapped:
-
-- past `max_connections` open ones, a new connection is answered `503` with `Retry-After: 1` and
-  closed before aiohttp sees it;
-- from the first byte of a request until its handler starts (the gateway's middleware says so),
-  `header_timeout` runs; when it fires the client gets `408` and the connection is closed.
-
-The body's own deadline is the handler's (admission.read_body), where the request is known.
+is the idle timeout. The body's own deadline is the handler's (admission.read_body), where the
+request is known.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import json
+import logging
+import re
+import time
 from typing import Any, Awaitable, Callable
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
 from . import telemetry as m
 
-REFUSED = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
-TIMED_OUT = b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+log = logging.getLogger(__name__)
+
+SERVER_HEADER = "triton-operator-gateway"  # not aiohttp's default, which names its version
+
+
+def _refusal(status: str, message: str, code: str, extra: str = "") -> bytes:
+    body = json.dumps({"error": {"message": message, "type": "invalid_request_error", "param": None,
+                                 "code": code}}).encode()
+    return (f"HTTP/1.1 {status}\r\nServer: {SERVER_HEADER}\r\n{extra}Connection: close\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+REFUSED = _refusal("503 Service Unavailable", "the gateway has as many connections open as it takes; retry",
+                   "too_many_connections", "Retry-After: 1\r\n")
+REFUSED_ADDRESS = _refusal("503 Service Unavailable", "this client address has its share of the gateway's "
+                           "connections open already; retry when one closes", "too_many_connections_from_address",
+                           "Retry-After: 1\r\n")
+TIMED_OUT = _refusal("408 Request Timeout", "the request's headers did not arrive in time", "request_timeout")
+HEAD_TOO_LARGE = _refusal("431 Request Header Fields Too Large", "the request's headers are too large",
+                          "headers_too_large")
+MALFORMED = {"error": {"message": "malformed HTTP request", "type": "invalid_request_error", "param": None,
+                       "code": "bad_request"}}
+
+REAP_AT = 0.9               # reap idle connections once this share of max_connections is open
+REAP_IDLE_SECONDS = 1.0     # a connection idle this long may be reaped to make room
+MALFORMED_LOG_SECONDS = 10.0
+LINGER_SECONDS = 1.0        # a refused connection drops what it still receives this long, then closes
+HEAD_END = re.compile(rb"\r?\n\r?\n")   # the blank line that ends a head (bare LF too: aiohttp refuses it)
+_FRAMING = re.compile(rb"^(content-length|transfer-encoding)[ \t]*:[ \t]*(.*?)[ \t]*$", re.I | re.M)
+
+
+def body_length(head: bytes) -> int | None:
+    """The body length a head announces: its Content-Length, 0 without one; None when the guard
+    should not frame what follows (Transfer-Encoding, several or unreadable Content-Lengths: aiohttp
+    refuses or frames those itself)."""
+    lengths = set()
+    for name, value in _FRAMING.findall(head.replace(b"\r\n", b"\n")):
+        if name.lower() == b"transfer-encoding" or not value.isdigit() or len(value) > 18:
+            return None
+        lengths.add(int(value))
+    if len(lengths) > 1:
+        return None
+    return lengths.pop() if lengths else 0
 
 
 class Limits:
     """The shared state of one listening socket's connections."""
 
-    def __init__(self, max_connections: int, header_timeout: float):
+    def __init__(self, max_connections: int, header_timeout: float, max_head_bytes: int = 32768,
+                 per_address: int | None = None, trusted_proxies: tuple[Any, ...] = (),
+                 clock: Callable[[], float] = time.monotonic):
         self.max_connections = max_connections
         self.header_timeout = header_timeout
+        self.max_head_bytes = max_head_bytes
+        self.per_address = per_address or max_connections
+        self.trusted_proxies = trusted_proxies
+        self.clock = clock
         self.open = 0
+        self.by_address: dict[str, int] = {}
         self.guards: dict[Any, "Guard"] = {}   # aiohttp's protocol -> its guard (it has __slots__)
+        self.idle: dict["Guard", float] = {}   # idle connections -> since when, oldest first
+        self.malformed = MalformedLog(clock)
 
     def protocol_factory(self, inner_factory: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
         return lambda: Guard(self, inner_factory)
+
+    def capped(self, address: str) -> bool:
+        """Whether `address` is held to per_address connections (a trusted proxy is not)."""
+        if not self.trusted_proxies:
+            return True
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return True
+        return not any(ip in n for n in self.trusted_proxies)
+
+    def admit(self, address: str) -> bytes | None:
+        """None when a new connection from `address` may open; else the answer that refuses it."""
+        if self.open >= int(self.max_connections * REAP_AT):
+            self.reap(self.open - int(self.max_connections * REAP_AT) + 1)
+        if self.capped(address) and self.by_address.get(address, 0) >= self.per_address:
+            m.CONNECTIONS_REFUSED.labels("per_address").inc()
+            return REFUSED_ADDRESS
+        if self.open >= self.max_connections:
+            m.CONNECTIONS_REFUSED.labels("too_many").inc()
+            return REFUSED
+        return None
+
+    def reap(self, wanted: int) -> None:
+        """Close up to `wanted` connections idle for REAP_IDLE_SECONDS or more, oldest first."""
+        now = self.clock()
+        for guard, since in list(self.idle.items()):
+            if wanted <= 0 or now - since < REAP_IDLE_SECONDS:
+                break
+            wanted -= 1
+            m.CONNECTIONS_REFUSED.labels("reaped").inc()
+            guard.close()
+
+    def opened(self, guard: "Guard") -> None:
+        self.open += 1
+        self.by_address[guard.address] = self.by_address.get(guard.address, 0) + 1
+        m.CONNECTIONS.set(self.open)
+
+    def closed(self, guard: "Guard") -> None:
+        self.open -= 1
+        left = self.by_address.get(guard.address, 0) - 1
+        if left > 0:
+            self.by_address[guard.address] = left
+        else:
+            self.by_address.pop(guard.address, None)
+        self.idle.pop(guard, None)
+        m.CONNECTIONS.set(self.open)
 
     @web.middleware
     async def middleware(self, request: web.Request,
                          handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
         guard = self.guards.get(request.protocol)
-        if guard is not None:
-            guard.request_started()
         try:
             return await handler(request)
         finally:
@@ -61,60 +178,47 @@ class Guard(asyncio.Protocol):
         self.inner_factory = inner_factory
         self.inner: Any = None
         self.transport: asyncio.Transport | None = None
+        self.address = ""
         self.timer: asyncio.TimerHandle | None = None
-        self.in_request = False
+        self.head = bytearray()     # the head being received, until its blank line
+        self.body_left = 0          # bytes of the current body still to pass on
+        self.framed = True          # False: everything is passed on, and the connection ends after the request
+        self.requests = 0           # heads handed to aiohttp whose handler has not finished
+        self.refused = False        # answered by the guard itself: what still comes is dropped
+
+    # -- the connection ------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        if self.limits.open >= self.limits.max_connections:
-            m.CONNECTIONS_REFUSED.labels("too_many").inc()
-            transport.write(REFUSED)  # type: ignore[attr-defined]
+        peer = transport.get_extra_info("peername")
+        self.address = str(peer[0]) if isinstance(peer, tuple) and peer else "unknown"
+        refusal = self.limits.admit(self.address)
+        if refusal is not None:
+            transport.write(refusal)  # type: ignore[attr-defined]
             transport.close()
             return
-        self.limits.open += 1
-        m.CONNECTIONS.set(self.limits.open)
+        self.limits.opened(self)
         self.inner = self.inner_factory()
         self.limits.guards[self.inner] = self
+        self._idle()
         self.inner.connection_made(transport)
-
-    def data_received(self, data: bytes) -> None:
-        if self.inner is None:
-            return
-        if not self.in_request and self.timer is None and data:
-            self.timer = asyncio.get_running_loop().call_later(self.limits.header_timeout, self._headers_too_slow)
-        self.inner.data_received(data)
-
-    def request_started(self) -> None:
-        self.in_request = True
-        self._disarm()
-
-    def request_finished(self) -> None:
-        self.in_request = False
-
-    def _headers_too_slow(self) -> None:
-        self.timer = None
-        if self.in_request or self.transport is None or self.transport.is_closing():
-            return
-        m.CONNECTIONS_REFUSED.labels("header_timeout").inc()
-        self.transport.write(TIMED_OUT)
-        self.transport.close()
-
-    def _disarm(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-
-    def eof_received(self) -> bool | None:
-        return self.inner.eof_received() if self.inner is not None else None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         if self.inner is None:
             return
-        self.limits.open -= 1
-        m.CONNECTIONS.set(self.limits.open)
+        self.limits.closed(self)
         self.limits.guards.pop(self.inner, None)
         self.inner.connection_lost(exc)
+        self.inner = None
+        self.head = bytearray()
+
+    def close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received() if self.inner is not None else None
 
     def pause_writing(self) -> None:
         if self.inner is not None:
@@ -124,9 +228,139 @@ class Guard(asyncio.Protocol):
         if self.inner is not None:
             self.inner.resume_writing()
 
+    # -- what the client sends -----------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        if self.refused:
+            return
+        while data and self.inner is not None and not self.refused:
+            if not self.framed:
+                self.inner.data_received(data)
+                return
+            if self.body_left:
+                if len(data) <= self.body_left:
+                    self.body_left -= len(data)
+                    self.inner.data_received(data)
+                    return
+                body, data = data[:self.body_left], data[self.body_left:]
+                self.body_left = 0
+                self.inner.data_received(body)
+                continue
+            data = self._head_bytes(data)
+
+    def _head_bytes(self, data: bytes) -> bytes:
+        """Take head bytes from `data`; hand a whole head to aiohttp. Returns what follows the head."""
+        if not self.head:
+            self.limits.idle.pop(self, None)
+            self._disarm()
+            self.timer = asyncio.get_running_loop().call_later(self.limits.header_timeout, self._headers_too_slow)
+        start = max(0, len(self.head) - 3)   # the blank line may straddle two reads
+        room = self.limits.max_head_bytes - len(self.head)
+        self.head += data[:room]              # never more than max_head_bytes held
+        end = HEAD_END.search(self.head, start)
+        if end is None:
+            if len(data) > room:
+                self._refuse(HEAD_TOO_LARGE, "header_too_large")
+            return b""
+        head, rest = bytes(self.head[:end.end()]), bytes(self.head[end.end():]) + data[room:]
+        self.head = bytearray()
+        self._disarm()
+        length = body_length(head)
+        if length is None:
+            self.framed = False
+        else:
+            self.body_left = length
+        self.requests += 1
+        self.inner.data_received(head)
+        return rest
+
+    def request_finished(self) -> None:
+        self.requests = max(0, self.requests - 1)
+        if not self.framed and self.inner is not None:
+            self.inner.close()   # unframed: nothing after this request is read
+        self._idle()
+
+    def _idle(self) -> None:
+        if self.requests == 0 and not self.head and not self.body_left and self.inner is not None:
+            self.limits.idle[self] = self.limits.clock()
+
+    def _headers_too_slow(self) -> None:
+        self.timer = None
+        self._refuse(TIMED_OUT, "header_timeout")
+
+    def _refuse(self, answer: bytes, reason: str) -> None:
+        """Answer, then close after LINGER_SECONDS, reading and dropping what the client still sends:
+        closing at once with unread bytes would reset the connection, and the client would lose the
+        answer."""
+        self.head = bytearray()
+        if self.transport is None or self.transport.is_closing() or self.refused:
+            return
+        m.CONNECTIONS_REFUSED.labels(reason).inc()
+        self.refused = True
+        self.limits.idle.pop(self, None)
+        self.transport.write(answer)
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        asyncio.get_running_loop().call_later(LINGER_SECONDS, self.close)
+
+    def _disarm(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+
+class MalformedLog:
+    """At most one log line per MALFORMED_LOG_SECONDS about malformed requests, with how many there
+    were: a flood of them cannot flood the log."""
+
+    def __init__(self, clock: Callable[[], float]):
+        self.clock = clock
+        self.last = -MALFORMED_LOG_SECONDS
+        self.unlogged = 0
+
+    def seen(self, address: str, kind: str) -> None:
+        m.REJECTED.labels("malformed").inc()
+        self.unlogged += 1
+        now = self.clock()
+        if now - self.last < MALFORMED_LOG_SECONDS:
+            return
+        log.warning("malformed HTTP request from %s (%s), answered 400; %d malformed request(s) since the last "
+                    "such line", address, kind, self.unlogged)
+        self.last, self.unlogged = now, 0
+
+
+class GatewayRequestHandler(RequestHandler):
+    """aiohttp's request handler, with its error path made quiet and fixed: a request it cannot
+    parse is answered 400 with a fixed body (aiohttp's quotes the request back) and counted in one
+    rate-limited line (aiohttp's logs the head with a traceback at ERROR)."""
+
+    malformed: MalformedLog | None = None
+
+    def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        address = request.remote or "unknown"
+        if status < 500:
+            if self.malformed is not None:
+                self.malformed.seen(address, type(exc).__name__ if exc is not None else str(status))
+            body = MALFORMED
+        else:
+            log.error("unexpected %s while answering %s", type(exc).__name__ if exc else "error", address)
+            body = {"error": {"message": "internal error in the gateway", "type": "server_error", "param": None,
+                              "code": "internal_error"}}
+        if request.writer.output_size > 0:
+            raise ConnectionError("the answer had begun; the connection is closed")
+        resp = web.json_response(body, status=status, headers={"Server": SERVER_HEADER, "Connection": "close"})
+        resp.force_close()
+        return resp
+
+    def log_exception(self, *args: Any, **kw: Any) -> None:
+        exc = kw.get("exc_info")
+        log.error("%s (%s)", args[0] if args else "error",
+                  type(exc).__name__ if isinstance(exc, BaseException) else "no details")
+
 
 class GuardedSite(web.TCPSite):
-    """A TCPSite whose connections go through `limits`."""
+    """A TCPSite whose connections go through `limits`, each answered by a GatewayRequestHandler."""
 
     def __init__(self, runner: web.BaseRunner, host: str, port: int, limits: Limits, **kwargs: Any):
         super().__init__(runner, host, port, **kwargs)
@@ -136,8 +370,16 @@ class GuardedSite(web.TCPSite):
         await web.BaseSite.start(self)
         server = self._runner.server
         assert server is not None
-        self._server = await asyncio.get_running_loop().create_server(
-            self.limits.protocol_factory(server), self._host, self._port, ssl=self._ssl_context,
+        loop = asyncio.get_running_loop()
+        options = dict(server._kwargs)   # the runner's handler settings (timeouts, limits, logging)
+
+        def handler() -> GatewayRequestHandler:
+            h = GatewayRequestHandler(server, loop=loop, **options)
+            h.malformed = self.limits.malformed
+            return h
+
+        self._server = await loop.create_server(
+            self.limits.protocol_factory(handler), self._host, self._port, ssl=self._ssl_context,
             backlog=self._backlog, reuse_address=self._reuse_address, reuse_port=self._reuse_port)
         sockets = self._server.sockets
         self._bound_port = sockets[0].getsockname()[1] if sockets else self._port

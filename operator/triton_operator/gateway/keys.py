@@ -272,7 +272,9 @@ class TokenLimiter:
 @dataclass
 class FailureLimiter:
     """Failed key attempts per client address: `per_minute`, bursts of a third of it. Past it the
-    address is refused (429) before any key is looked at, so guessing keys costs time. At most
+    address's failed attempts get 429 instead of 401, so guessing keys costs time; a valid key is
+    looked at first and never refused by this, so an attacker behind a shared proxy address cannot
+    lock out the keys of others behind it. At most
     `capacity` addresses are tracked (the oldest are forgotten first: a full bucket is the same as
     none)."""
 

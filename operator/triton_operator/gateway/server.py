@@ -15,6 +15,7 @@ unexpected exception is logged with its type only and answered 500 without a tra
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import time
 from typing import Any, Awaitable, Callable
@@ -41,7 +42,8 @@ from .watches import Watches
 
 log = logging.getLogger(__name__)
 
-SERVER_HEADER = "triton-operator-gateway"  # not aiohttp's default, which names its version
+SERVER_HEADER = guard.SERVER_HEADER
+MAX_HEADER_LINES = 64   # OpenAI and Triton clients send about ten
 
 
 def _error_response(err: t.OpenAIError) -> web.Response:
@@ -69,7 +71,9 @@ class Gateway:
                                   limits.share(settings.max_held_per_service, settings.key_share),
                                   settings.max_held_total)
         self.in_flight = limits.InFlight()
-        self.connections = guard.Limits(settings.max_connections, settings.header_timeout_seconds)
+        self.connections = guard.Limits(settings.max_connections, settings.header_timeout_seconds,
+                                        settings.max_header_bytes, settings.max_connections_per_address,
+                                        self.auth_proxies(settings), clock)
         wakeups = Wakeups()
         self.auth = Auth(settings, clock, tracing)
         self.admission = Admission(settings, self.bodies, self.in_flight)
@@ -81,6 +85,10 @@ class Gateway:
                                         self.upstream, clock)
         self.passthrough_proxy = PassthroughProxy(self.auth, self.admission, self.resolver, self.upstream)
         self._tasks: list[asyncio.Task[Any]] = []
+
+    @staticmethod
+    def auth_proxies(settings: GatewaySettings) -> tuple[Any, ...]:
+        return tuple(ipaddress.ip_network(c, strict=False) for c in settings.trusted_proxies)
 
     @property
     def ready(self) -> bool:
@@ -139,7 +147,8 @@ class Gateway:
         s = self.settings
         return web.AppRunner(self.api_app(with_health), handler_cancellation=True,
                              shutdown_timeout=s.shutdown_timeout_seconds, access_log=None,
-                             keepalive_timeout=s.idle_timeout_seconds, auto_decompress=False)
+                             keepalive_timeout=s.idle_timeout_seconds, auto_decompress=False,
+                             max_headers=MAX_HEADER_LINES)
 
     def api_site(self, runner: web.AppRunner, host: str, port: int) -> web.TCPSite:
         return guard.GuardedSite(runner, host, port, self.connections)

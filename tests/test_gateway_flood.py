@@ -1,0 +1,153 @@
+"""Floods, driven in process over real loopback sockets: many connections from one client, idle
+connections filling the pool, guessed keys, request rates. Each client must keep its share and
+no client may lock out another. Second clients connect from other 127.0.0.0/8 addresses. The
+upstream is a recording stand-in for Triton (tests/gateway_http.py says why)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from triton_operator.gateway import guard
+
+from .gateway_http import KEY_A, KEY_B, Rig, closed_within, connect, raw_request, read_reply, run, settle
+
+
+def test_one_address_gets_its_share_of_connections_and_no_more():
+    """532 idle connections from one address used to take all 512 places for 60 s."""
+    async def scenario():
+        async with Rig(max_connections=40, max_connections_per_address=8) as rig:
+            mine = [await connect(rig.port) for _ in range(8)]
+            await settle(lambda: rig.gw.connections.open == 8)
+            reader, writer = await connect(rig.port)
+            assert await closed_within(reader, 5) == guard.REFUSED_ADDRESS
+            writer.close()
+            # another client is served while the first one holds its share
+            other = await raw_request_from(rig.port, "127.0.0.2")
+            assert other.status == 200
+            for _, w in mine:
+                w.close()
+    run(scenario)
+
+
+async def raw_request_from(port: int, source: str):
+    reader, writer = await connect(port, source)
+    writer.write(f"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY_B}\r\n"
+                 f"Connection: close\r\n\r\n".encode())
+    await writer.drain()
+    try:
+        return await asyncio.wait_for(read_reply(reader), 5)
+    finally:
+        writer.close()
+
+
+def test_a_trusted_proxy_is_not_held_to_one_address_share():
+    async def scenario():
+        async with Rig(max_connections=40, max_connections_per_address=2, trusted_proxies=["127.0.0.1/32"]) as rig:
+            held = [await connect(rig.port) for _ in range(5)]
+            assert (await raw_request(rig.port, "GET", "/v1/models", {"Authorization": f"Bearer {KEY_A}"})).status == 200
+            assert rig.gw.connections.by_address["127.0.0.1"] >= 5
+            for _, w in held:
+                w.close()
+    run(scenario)
+
+
+def test_idle_connections_are_reaped_when_the_pool_is_nearly_full(monkeypatch):
+    monkeypatch.setattr(guard, "REAP_IDLE_SECONDS", 0.2)
+
+    async def scenario():
+        async with Rig(max_connections=10, max_connections_per_address=10) as rig:
+            # nine clients open a connection each and send nothing
+            idle = [await connect(rig.port, f"127.0.0.{10 + i}") for i in range(9)]
+            await settle(lambda: rig.gw.connections.open == 9)
+            await asyncio.sleep(0.3)
+            # a newcomer is served: the oldest idle connection made room for it
+            served = await raw_request_from(rig.port, "127.0.0.99")
+            assert served.status == 200
+            assert await closed_within(idle[0][0], 5) == b""
+            assert not idle[-1][0].at_eof()
+            for _, w in idle:
+                w.close()
+    run(scenario)
+
+
+def test_a_connection_in_a_request_is_never_reaped(monkeypatch):
+    monkeypatch.setattr(guard, "REAP_IDLE_SECONDS", 0.0)
+
+    async def scenario():
+        async with Rig(max_connections=4, max_connections_per_address=4) as rig:
+            release = asyncio.Event()
+
+            async def slow(request):
+                await release.wait()
+                from aiohttp import web
+                return web.json_response({"text_output": "late"})
+            rig.upstream.answer = slow
+            busy = asyncio.create_task(rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": "x"}))
+            await settle(lambda: len(rig.upstream.seen) == 1)
+            others = [await connect(rig.port, f"127.0.0.{20 + i}") for i in range(3)]   # the pool is full now
+            await asyncio.sleep(0.05)
+            newcomer = await raw_request_from(rig.port, "127.0.0.30")   # reaps idle ones, not the busy one
+            assert newcomer.status == 200
+            release.set()
+            reply = await asyncio.wait_for(busy, 5)
+            assert reply.status == 200 and reply.json()["choices"][0]["text"] == "late"
+            for _, w in others:
+                w.close()
+    run(scenario)
+
+
+def test_guessed_keys_never_lock_out_a_valid_key_from_the_same_address():
+    """Eleven wrong keys from an address used to make the next valid key from it get 429."""
+    async def scenario():
+        async with Rig(failed_auth_per_minute=6) as rig:
+            statuses = [(await rig.call("GET", "/v1/models", key="sk-guess")).status for _ in range(11)]
+            assert statuses == [401] * 3 + [429] * 8   # a burst of 3, then throttled
+            assert (await rig.call("GET", "/v1/models", key=KEY_A)).status == 200
+            assert (await rig.call("GET", "/v1/models", key=KEY_B)).status == 200
+            throttled = await rig.call("GET", "/v1/models", key="sk-guess")
+            assert (throttled.status, throttled.error["code"]) == (429, "too_many_failed_attempts")
+            missing = await rig.call("GET", "/v1/models", key=None)
+            assert (missing.status, missing.error["code"]) == (429, "too_many_failed_attempts")
+    run(scenario)
+
+
+def test_guessing_keys_is_throttled_per_client_address_behind_a_proxy():
+    async def scenario():
+        async with Rig(failed_auth_per_minute=6, trusted_proxies=["127.0.0.0/8"]) as rig:
+            def from_(client):
+                return {"X-Forwarded-For": f"198.51.100.7, {client}"}
+            for _ in range(3):   # the burst: a third of the minute's budget, at least 3
+                assert (await rig.call("GET", "/v1/models", key="sk-guess", headers=from_("203.0.113.9"))).status == 401
+            reply = await rig.call("GET", "/v1/models", key="sk-guess", headers=from_("203.0.113.9"))
+            assert (reply.status, reply.error["code"]) == (429, "too_many_failed_attempts")
+            assert int(reply.headers["retry-after"]) >= 1
+            # the same address with a valid key, and another client behind the same proxy, are served;
+            # the spoofable first entry is ignored
+            assert (await rig.call("GET", "/v1/models", key=KEY_A, headers=from_("203.0.113.9"))).status == 200
+            assert (await rig.call("GET", "/v1/models", key="sk-guess", headers=from_("203.0.113.10"))).status == 401
+    run(scenario)
+
+
+def test_connections_past_the_cap_get_503_and_are_closed():
+    async def scenario():
+        async with Rig(max_connections=3) as rig:
+            held = [await connect(rig.port, f"127.0.0.{40 + i}") for i in range(3)]
+            await settle(lambda: rig.gw.connections.open == 3)
+            reader, writer = await connect(rig.port, "127.0.0.50")   # the others are not idle long enough to reap
+            reply = await asyncio.wait_for(read_reply(reader), 5)
+            assert (reply.status, reply.headers["retry-after"], reply.error["code"]) == (503, "1", "too_many_connections")
+            writer.close()
+            for _, w in held:
+                w.close()
+            await settle(lambda: rig.gw.connections.open == 0)
+            assert (await rig.call("GET", "/v1/models")).status == 200
+    run(scenario)
+
+
+def test_rate_limits_are_split_over_the_gateway_replicas():
+    async def scenario():
+        async with Rig(requests_per_minute=300, replicas=3) as rig:
+            # 300 a minute over 3 replicas: 100 a minute here, bursts of max(5, 10) = 10
+            statuses = [(await rig.call("GET", "/v1/models")).status for _ in range(11)]
+            assert statuses == [200] * 10 + [429]
+    run(scenario)

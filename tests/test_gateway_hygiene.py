@@ -1,0 +1,113 @@
+"""Hygiene, driven in process over real loopback sockets: what the gateway writes to its log and
+tells clients when something goes wrong. No header value (an API key above all) ever reaches a
+log line; a malformed request costs at most one rate-limited line and never a traceback; every
+error is an OpenAI-shaped 4xx or 502 with a fixed text, never a 500, and names no library
+version. The upstream is a recording stand-in for Triton (tests/gateway_http.py says why)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from triton_operator.gateway import guard
+
+from .gateway_http import KEY_A, LogLines, Rig, connect, read_reply, run
+
+# Requests whose heads aiohttp's parser refuses, each carrying the key: bare LF line endings
+# (aiohttp logged the whole head, Authorization included, at ERROR with a traceback), a control
+# character in a header value, a space before the colon, an obsolete line folding, a bad method,
+# a bad version, a header name with a bad character, CR alone.
+MALFORMED_HEADS = [
+    "GET /v1/models HTTP/1.1\nHost: x\nAuthorization: Bearer {key}\n\n",
+    "GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\nX-A: a\x01b\r\n\r\n",
+    "GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization : Bearer {key}\r\n\r\n",
+    "GET /v1/models HTTP/1.1\r\nHost: x\r\nX-A: a\r\n  folded\r\nAuthorization: Bearer {key}\r\n\r\n",
+    "G(T /v1/models HTTP/1.1\r\nAuthorization: Bearer {key}\r\n\r\n",
+    "GET /v1/models HTTP/9.7\r\nAuthorization: Bearer {key}\r\n\r\n",
+    "GET /v1/models HTTP/1.1\r\nHost: x\r\nAuth{{orization: Bearer {key}\r\n\r\n",
+    "GET /v1/models HTTP/1.1\r\nHost: x\rAuthorization: Bearer {key}\r\n\r\n",
+    "POST /v1/completions HTTP/1.1\r\nAuthorization: Bearer {key}\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
+    "POST /v1/completions HTTP/1.1\r\nAuthorization: Bearer {key}\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+]
+
+
+async def send_raw(port: int, data: bytes) -> bytes:
+    reader, writer = await connect(port)
+    writer.write(data)
+    await writer.drain()
+    try:
+        return await asyncio.wait_for(reader.read(), 5)
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize("head", MALFORMED_HEADS)
+def test_a_malformed_request_is_answered_400_and_its_key_never_logged(head):
+    async def scenario():
+        with LogLines() as logs:
+            async with Rig() as rig:
+                answer = await send_raw(rig.port, head.format(key=KEY_A).encode("latin-1"))
+        status, _, rest = answer.partition(b"\r\n")
+        assert status.split(b" ", 1)[1] == b"400 Bad Request", answer[:200]
+        headers, _, body = rest.partition(b"\r\n\r\n")
+        assert b"Server: triton-operator-gateway" in headers and b"aiohttp" not in answer
+        assert json.loads(body) == guard.MALFORMED
+        assert KEY_A.encode() not in answer
+        assert logs.lines, "the malformed request is counted in a line"
+        for line in logs.lines:
+            assert KEY_A not in line and KEY_A[3:20] not in line
+            assert "Traceback" not in line
+        assert all(r.exc_info is None for r in logs.records)
+    run(scenario)
+
+
+def test_a_flood_of_malformed_requests_costs_one_line():
+    async def scenario():
+        with LogLines() as logs:
+            async with Rig() as rig:
+                for i in range(60):
+                    head = MALFORMED_HEADS[i % len(MALFORMED_HEADS)]
+                    await send_raw(rig.port, head.format(key=KEY_A).encode("latin-1"))
+        gateway_lines = [line for line in logs.lines if "malformed" in line]
+        assert len(gateway_lines) == 1, logs.lines
+        assert "malformed HTTP request from 127.0.0.1 (" in gateway_lines[0]
+        assert [r for r in logs.records if r.levelname == "ERROR"] == []
+    run(scenario)
+
+
+def test_valid_requests_with_keys_log_no_header_value():
+    """Every route, refused or answered, at DEBUG: the key appears in no line."""
+    async def scenario():
+        with LogLines() as logs:
+            async with Rig() as rig:
+                await rig.call("GET", "/v1/models")
+                await rig.call("POST", "/v1/chat/completions",
+                               body={"model": "llama", "messages": [{"role": "user", "content": "hi"}]})
+                await rig.call("POST", "/v1/completions", body={"model": "nope", "prompt": "x"})
+                await rig.call("POST", "/v2/models/llama/generate", body={"text_input": "x"})
+                await rig.call("GET", "/v2/models/llama/../x")
+                await rig.call("GET", "/v1/models", key=KEY_A + "x")
+        assert logs.lines is not None
+        for line in logs.lines:
+            assert KEY_A not in line and KEY_A[3:20] not in line
+    run(scenario)
+
+
+def test_a_head_with_transfer_encoding_is_framed_by_aiohttp_and_ends_the_connection():
+    """The guard does not frame chunked bodies: aiohttp does, and the connection closes after."""
+    async def scenario():
+        async with Rig() as rig:
+            reader, writer = await connect(rig.port)
+            body = json.dumps({"model": "ml/llama", "prompt": "x"}).encode()
+            writer.write(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY_A}\r\n"
+                         f"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                         f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n"
+                         + b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+            await writer.drain()
+            reply = await asyncio.wait_for(read_reply(reader), 5)
+            assert reply.status == 200 and reply.json()["choices"][0]["text"] == "hello"
+            assert await asyncio.wait_for(reader.read(), 5) == b""   # the pipelined request is not read
+            writer.close()
+    run(scenario)
