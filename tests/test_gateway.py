@@ -161,8 +161,10 @@ def test_hugging_face_chat_templates_render_in_the_sandbox():
     with pytest.raises(t.OpenAIError, match="no system") as e:
         t.render_chat(template, [t.ChatMessage(role="system", content="x")])
     assert e.value.status == 400
-    with pytest.raises(t.OpenAIError, match="only text content parts"):
-        t.render_chat(None, [t.ChatMessage(role="user", content=[{"type": "image_url", "image_url": {}}])])
+    with pytest.raises(t.OpenAIError, match="only text content parts") as e:
+        t.parse_body(json.dumps({"model": "m", "messages": [
+            {"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}).encode(), t.ChatRequest)
+    assert e.value.param == "messages.0.content"
     with pytest.raises(t.OpenAIError) as e:  # the sandbox refuses attribute games
         t.render_chat("{{ messages.__class__.__mro__ }}", msgs)
     assert e.value.status == 400

@@ -8,10 +8,17 @@ here the bounds themselves are checked. The upstream is a recording stand-in for
 from __future__ import annotations
 
 import asyncio
+import gc
+
+import pytest
+from aiohttp import web
 
 from triton_operator.gateway import guard
+from triton_operator.gateway import translate as t
 
 from .gateway_http import KEY_A, Rig, closed_within, connect, run, settle
+
+CHAT = {"model": "ml/llama", "messages": [{"role": "user", "content": "hi"}]}
 
 LINE = "X-Filler-{i}: " + "a" * 8000 + "\r\n"
 
@@ -59,4 +66,152 @@ def test_more_header_lines_than_clients_send_are_refused():
         async with Rig() as rig:
             reply = await rig.call("GET", "/v1/models", headers={f"X-{i}": "1" for i in range(70)})
             assert reply.status == 400 and reply.error["code"] == "bad_request"
+    run(scenario)
+
+
+# -- what one request holds ----------------------------------------------------------------------------
+
+MIB = 1 << 20
+
+
+def metadata_flood(size: int = MIB - 64) -> bytes:
+    """The shape that cost 25 MiB a request: `"metadata":[{},{},...]` filling a 1 MiB body."""
+    head = b'{"model": "ml/llama", "stream": true, "messages": [{"role": "user", "content": "hi"}], "metadata": ['
+    count = (size - len(head) - 2) // 3
+    return head + b",".join([b"{}"] * count) + b"]}"
+
+
+def test_a_body_of_many_json_containers_is_refused_before_it_is_parsed():
+    async def scenario():
+        async with Rig() as rig:
+            body = metadata_flood()
+            reply = await rig.call("POST", "/v1/chat/completions", body=body)
+            assert (reply.status, reply.error["code"], reply.error["message"]) == (
+                400, "request_too_complex", "the request body has more than 20000 JSON objects and arrays")
+            assert rig.upstream.seen == [] and rig.gw.bodies.used == 0
+    run(scenario)
+
+
+@pytest.mark.parametrize("label, value, param", [
+    ("metadata", {"a": {"b": {"c": "d"}}}, "metadata.a"),
+    ("metadata", [{}] * 3, "metadata"),
+    ("metadata", {f"k{i}": "v" for i in range(17)}, "metadata"),
+    ("metadata", {"k": "v" * 513}, "metadata.k"),
+    ("user", ["a"] * 100, "user"),
+    ("store", {"x": 1}, "store"),
+])
+def test_labels_carry_strings_only_as_openai_types_them(label, value, param):
+    async def scenario():
+        async with Rig() as rig:
+            reply = await rig.call("POST", "/v1/chat/completions", body={**CHAT, label: value})
+            assert reply.status == 400 and reply.error["param"] == param
+            assert rig.upstream.seen == []
+    run(scenario)
+
+
+def test_nesting_deeper_than_any_request_is_a_400_not_a_500():
+    async def scenario():
+        async with Rig() as rig:
+            for depth in (65, 2_000, 100_000):
+                body = b'{"model": "ml/llama", "prompt": "x", "response_format": ' + b"[" * depth + b"]" * depth + b"}"
+                reply = await rig.call("POST", "/v1/completions", body=body)
+                assert (reply.status, reply.error["code"]) == (400, "request_too_complex"), depth
+            body = b'{"model": "ml/llama", "prompt": "x", "stop": ' + b"[" * 60 + b"]" * 60 + b"}"
+            assert (await rig.call("POST", "/v1/completions", body=body)).status == 400   # shallow: the field's own error
+    run(scenario)
+
+
+def test_brackets_inside_strings_are_not_structure():
+    async def scenario():
+        async with Rig() as rig:
+            code = "def f(x): return [x[i] for i in {a: [b]}]  # \\\"[[[{{{\n" * 20_000   # about 1 MiB of code
+            reply = await rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": code[:MIB // 2]})
+            assert reply.status == 200
+    run(scenario)
+
+
+def test_a_streaming_request_holds_only_what_it_sent_while_it_is_answered():
+    """The parsed request used to stay alive for the whole answer (25 MiB for a 1 MiB body of
+    small objects); now only the encoded request is held, and counted."""
+    async def scenario():
+        gate = asyncio.Event()
+
+        async def slow_stream(request):
+            out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await out.prepare(request)
+            await out.write(b'data: {"text_output": "a"}\n\n')
+            await gate.wait()
+            await out.write(b'data: {"text_output": "b", "finish_reason": "stop", "prompt_tokens": 1, '
+                            b'"completion_tokens": 2}\n\n')
+            return out
+
+        async with Rig() as rig:
+            rig.upstream.answer = slow_stream
+            marker = "probe-" + "q" * 14
+            parts = [{"type": "text", "text": marker}] * 15_000
+            body = {**CHAT, "stream": True, "user": marker, "messages": [{"role": "user", "content": parts}]}
+            call = asyncio.create_task(rig.call("POST", "/v1/chat/completions", body=body))
+            await settle(lambda: len(rig.upstream.seen) == 1)
+            await asyncio.sleep(0.05)
+            gc.collect()
+            alive = [o for o in gc.get_objects()
+                     if (isinstance(o, t.ChatRequest) and o.user == marker)
+                     or (isinstance(o, t.TextPart) and o.text == marker)]
+            assert alive == []
+            sent = len(rig.upstream.seen[0].body)
+            assert rig.gw.bodies.used == sent     # the request sent, nothing else
+            gate.set()
+            reply = await asyncio.wait_for(call, 10)
+            assert reply.status == 200 and rig.gw.bodies.used == 0
+    run(scenario)
+
+
+def test_a_whole_answer_larger_than_the_cap_is_a_502_and_counted_while_read():
+    async def scenario():
+        async def huge(request):
+            return web.json_response({"text_output": "y" * (2 * MIB)})
+
+        async with Rig(max_answer_bytes=MIB) as rig:
+            rig.upstream.answer = huge
+            reply = await rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": "x"})
+            assert (reply.status, reply.error["code"]) == (502, "upstream_answer_too_large")
+            reply = await rig.call("POST", "/v2/models/llama/generate", body={"text_input": "x"},
+                                   headers={"X-Inference-Namespace": "ml"})
+            assert (reply.status, reply.error["code"]) == (502, "upstream_answer_too_large")
+            assert rig.gw.bodies.used == 0
+    run(scenario)
+
+
+def test_a_streamed_event_larger_than_the_cap_ends_the_stream_with_an_error():
+    async def scenario():
+        async def huge_event(request):
+            out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await out.prepare(request)
+            await out.write(b'data: {"text_output": "a"}\n\n')
+            await out.write(b'data: {"text_output": "' + b"z" * (2 * MIB))
+            return out
+
+        async with Rig(max_answer_bytes=MIB) as rig:
+            rig.upstream.answer = huge_event
+            reply = await rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": "x", "stream": True})
+            events = [line for line in reply.body.split(b"\n\n") if line]
+            assert reply.status == 200 and b'"upstream_answer_too_large"' in events[-1]
+            assert rig.gw.bodies.used == 0
+    run(scenario)
+
+
+def test_answers_count_in_the_keys_share():
+    """A key's answers being read take from its share like its bodies do."""
+    async def scenario():
+        async def big(request):
+            return web.json_response({"text_output": "y" * (MIB // 2)})
+
+        async with Rig(body_budget_bytes=4 * MIB, key_share=0.25, max_answer_bytes=2 * MIB) as rig:
+            rig.upstream.answer = big
+            reply = await rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": "x"})
+            assert reply.status == 200
+            rig.gw.bodies.reserve(rig.gw.auth.grants and next(d for d, g in rig.gw.auth.grants.items() if g.name == "a"),
+                                  MIB - 1024)   # the key's share nearly used elsewhere
+            reply = await rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": "x"})
+            assert (reply.status, reply.error["code"]) == (429, "too_many_bytes_in_flight")
     run(scenario)

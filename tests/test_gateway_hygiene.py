@@ -10,6 +10,7 @@ import asyncio
 import json
 
 import pytest
+from aiohttp import web
 
 from triton_operator.gateway import guard
 
@@ -110,4 +111,52 @@ def test_a_head_with_transfer_encoding_is_framed_by_aiohttp_and_ends_the_connect
             assert reply.status == 200 and reply.json()["choices"][0]["text"] == "hello"
             assert await asyncio.wait_for(reader.read(), 5) == b""   # the pipelined request is not read
             writer.close()
+    run(scenario)
+
+
+def test_a_replica_answer_that_is_not_json_is_a_502_not_a_500():
+    async def scenario():
+        async def html(request):
+            return web.Response(text="<html>proxy error</html>", content_type="text/html")
+
+        async with Rig() as rig:
+            rig.upstream.answer = html
+            reply = await rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": "x"})
+            assert (reply.status, reply.error) == (502, {"message": "model llama: the replica's answer is not JSON",
+                                                         "type": "upstream_error", "param": None,
+                                                         "code": "upstream_failed"})
+            reply = await rig.call("POST", "/v2/models/llama/generate", body={"text_input": "x"},
+                                   headers={"X-Inference-Namespace": "ml"})
+            assert (reply.status, reply.error["code"]) == (502, "upstream_failed")
+            reply = await rig.call("POST", "/v2/models/resnet/infer", body=b"{}")   # passed as it came
+            assert reply.status == 200 and reply.body == b"<html>proxy error</html>"
+    run(scenario)
+
+
+HOSTILE_BODIES = [
+    b"[" * 5000 + b"]" * 5000,
+    b'{"model": "ml/llama", "prompt": "x", "metadata": ' + b'{"a": ' * 3000 + b'"x"' + b"}" * 3001,
+    b'{"model": "ml/llama", "prompt": "\\ud800"}',
+    b'{"model": "ml/llama", "prompt": "x", "max_tokens": 1e400}',
+    b'{"model": "ml/llama", "prompt": "x", "seed": 123456789012345678901234567890}',
+    b'{"model": "ml/llama", "prompt": "x", "stop": [null]}',
+    b'{"model": "ml/llama", "prompt": "x", "response_format": {"type": "json_schema", "json_schema": '
+    b'{"schema": ' + b'{"a": ' * 60 + b"1" + b"}" * 60 + b"}}}",
+    b"\xff\xfe{}",
+    b'{"model": "ml/llama", "prompt": "x"}' + b" " * 100 + b"x",
+]
+
+
+def test_hostile_bodies_are_4xx_never_500():
+    async def scenario():
+        with LogLines() as logs:
+            async with Rig() as rig:
+                for body in HOSTILE_BODIES:
+                    for target in ("/v1/completions", "/v1/chat/completions"):
+                        reply = await rig.call("POST", target, body=body)
+                        assert reply.status < 500, (target, body[:60], reply.body)
+                    reply = await rig.call("POST", "/v2/models/llama/generate", body=body, headers={
+                        "X-Inference-Namespace": "ml"})
+                    assert reply.status < 500, (body[:60], reply.body)
+        assert [line for line in logs.lines if "unexpected" in line] == []
     run(scenario)

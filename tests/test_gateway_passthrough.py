@@ -5,6 +5,8 @@ stand-in for Triton (tests/gateway_http.py says why)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from triton_operator.gateway import passthrough as p
@@ -103,13 +105,14 @@ ALLOWED = [
     ("HEAD", "/v2/models/llama/ready", "/v2/models/llm/ready"),
     ("GET", "/v2/models/llama/ready", "/v2/models/llm/ready"),
     ("GET", "/v2/models/llama/config", "/v2/models/llm/config"),
-    ("POST", "/v2/models/llama/infer", "/v2/models/llm/infer"),
     ("POST", "/v2/models/llama/generate", "/v2/models/llm/generate"),
     ("POST", "/v2/models/llama/generate_stream", "/v2/models/llm/generate_stream"),
     ("GET", "/v2/models/llama/versions/1", "/v2/models/llm/versions/1"),
     ("GET", "/v2/models/llama/versions/2/ready", "/v2/models/llm/versions/2/ready"),
-    ("POST", "/v2/models/llama/versions/3/infer", "/v2/models/llm/versions/3/infer"),
+    ("POST", "/v2/models/llama/versions/3/generate", "/v2/models/llm/versions/3/generate"),
     ("POST", "/v2/models/resnet/infer", "/v2/models/resnet/infer"),
+    ("POST", "/v2/models/resnet/versions/3/infer", "/v2/models/resnet/versions/3/infer"),
+    ("POST", "/v2/models/resnet/generate", "/v2/models/resnet/generate"),
 ]
 
 
@@ -124,8 +127,24 @@ def test_allowed_routes_reach_exactly_the_services_model(method, target, upstrea
             assert (seen.method, seen.raw_path) == (method, upstream)
             assert seen.headers["Accept-Encoding"] == "identity"   # nothing the client did not ask for
             assert "Authorization" not in seen.headers             # the tenant's key stays at the gateway
-            if method == "POST":
+            if method == "POST" and "/llama/" in target:   # an LLM's generate gets its default max_tokens
+                assert json.loads(seen.body) == {"inputs": [], "max_tokens": 256}
+            elif method == "POST":
                 assert seen.body == body
+    run(scenario)
+
+
+def test_an_llm_service_has_no_infer_route():
+    """Its model is decoupled (Triton answers it through generate only); /infer would also be a way
+    around the key's max_tokens and token budget."""
+    async def scenario():
+        async with Rig() as rig:
+            for target in ("/v2/models/llama/infer", "/v2/models/llama/versions/2/infer"):
+                reply = await rig.call("POST", target, body=b"{}", headers={"X-Inference-Namespace": "ml"})
+                assert (reply.status, reply.error["code"], reply.error["message"]) == (
+                    404, "route_not_allowed", "model llama is an LLM: send its requests to /v2/models/llama/generate "
+                                              "or generate_stream, or to the OpenAI routes")
+            assert rig.upstream.seen == []
     run(scenario)
 
 
@@ -157,9 +176,9 @@ def test_upstream_error_text_stays_at_the_gateway():
     async def scenario():
         async with Rig() as rig:
             rig.upstream.answer = leaky
-            reply = await rig.call("POST", "/v2/models/llama/infer", body=b"{}", headers={"X-Inference-Namespace": "ml"})
+            reply = await rig.call("POST", "/v2/models/resnet/infer", body=b"{}")
             assert (reply.status, reply.error["message"], reply.error["code"]) == \
-                (400, "model llama refused the request (HTTP 400)", "model_error")
+                (400, "model resnet refused the request (HTTP 400)", "model_error")
             assert b"shm" not in reply.body
             reply = await rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": "hi"})
             assert (reply.status, reply.error["message"]) == (400, "model llama refused the request (HTTP 400)")

@@ -61,6 +61,12 @@ class GatewaySettings(BaseModel):
         300.0, gt=0, description="How long a request waits for a replica before a 503 with Retry-After.")
     retry_after_seconds: int = Field(10, ge=1, description="Retry-After of a 503 while a service wakes.")
     upstream_connect_timeout_seconds: float = Field(5.0, gt=0, description="Connect timeout to a replica.")
+    upstream_idle_timeout_seconds: float = Field(
+        60.0, gt=0, description="Longest a replica's answer may pause once it has begun (between two reads of a "
+                                "stream); then the answer ends with an error.")
+    max_answer_bytes: int = Field(
+        8 << 20, ge=1 << 16, description="Largest answer read whole from a replica (a non-streamed generate), and "
+                                         "largest streamed event; larger ones end the answer with a 502.")
     upstream_timeout_seconds: float = Field(
         900.0, gt=0, description="Longest a replica may take to answer (to finish a stream).")
     log_format: str = Field("text", pattern=r"^(text|json)$", description="Log lines as text or JSON objects.")

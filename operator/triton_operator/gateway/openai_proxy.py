@@ -14,12 +14,12 @@ from aiohttp import web
 from . import telemetry as m
 from . import tracing as tr
 from . import translate as t
-from .admission import Admission
+from .admission import Admission, Held
 from .auth import Auth, Caller
 from .holding import Holding
 from .resolution import Resolver
 from .routing import Router, Service
-from .upstream import Upstream, upstream_error
+from .upstream import Upstream, answer_json, read_chunk, read_whole, upstream_error
 
 
 class OpenAIProxy:
@@ -57,12 +57,13 @@ class OpenAIProxy:
             m.REJECTED.labels("bad_request").inc()
             raise t.OpenAIError(415, "compressed request bodies are not accepted on the OpenAI routes",
                                 code="unsupported_content_encoding")
-        async with self.admission.admitted(request, caller) as raw:
-            return await self._openai_admitted(request, caller, raw, kind, route)
+        async with self.admission.admitted(request, caller) as held:
+            return await self._openai_admitted(request, caller, held, kind, route)
 
-    async def _openai_admitted(self, request: web.Request, caller: Caller, raw: bytes | bytearray,
+    async def _openai_admitted(self, request: web.Request, caller: Caller, held: Held,
                                kind: type[t._Request], route: str) -> web.StreamResponse:
-        req = t.parse_body(raw, kind)
+        assert held.body is not None
+        req = t.parse_body(held.body, kind)
         svc = self.resolver.resolve(req.model, caller.grant)
         cap = self.auth.max_tokens_cap(caller)
         asked = t.max_tokens_asked(req)
@@ -70,48 +71,69 @@ class OpenAIProxy:
             m.REJECTED.labels("bad_request").inc()
             raise t.OpenAIError(400, f"max_tokens: at most {cap} for this API key", param="max_tokens",
                                 code="max_tokens_too_large")
-        if not self.router.endpoints(svc.key):
-            # Held with the body as it came and nothing else (the parsed request is dropped and
-            # made again once a replica is ready): a held request costs one copy of its body.
+        chat = isinstance(req, t.ChatRequest)
+        template = svc.chat_template or self.upstream.cached_template(svc)
+        if not self.router.endpoints(svc.key) or (not svc.llm and chat and template is None):
+            # Waits ahead (for a replica, for the model's chat template): the parsed request is
+            # dropped and made again after them, so a waiting request holds its body and nothing else.
             del req
             await self.holding.endpoint(svc, caller)
-            req = t.parse_body(raw, kind)
+            if not svc.llm and chat and template is None:
+                template = await self.upstream.model_template(svc, caller) or ""
+            req = t.parse_body(held.body, kind)
         prompt = None
         if not svc.llm:   # a text model: the gateway renders the chat (the llm model renders its own)
-            if isinstance(req, t.ChatRequest):
-                template = svc.chat_template or await self.upstream.model_template(svc, caller)
-                prompt = t.render_chat(template, req.messages)
-            else:
-                prompt = req.text()  # type: ignore[attr-defined]
+            prompt = t.render_chat(template, req.messages) if chat else req.text()  # type: ignore[attr-defined]
         gen = t.to_generate(req, min(svc.default_max_tokens, cap), svc.llm, prompt)
+        del req, prompt
+        payload = held.replace(t.encode(gen.body))   # the body as it came is no longer held
+        gen = gen.without_body()
         path = f"/v2/models/{svc.generate_model}/" + ("generate_stream" if gen.stream else "generate")
-        async with self.upstream.exchange(svc, caller, route, "POST", path, json.dumps(gen.body).encode(),
+        async with self.upstream.exchange(svc, caller, route, "POST", path, payload,
                                           {"Content-Type": "application/json", "Accept-Encoding": "identity"},
                                           lambda sent: self.auth.account(caller, svc, sent)) as ex:
             resp = ex.resp
             if resp.status != 200:
                 raise await upstream_error(resp, svc)
             if gen.stream:
-                answer = await self._stream(request, resp, gen, svc, ex.started, caller, ex.span)
+                answer = await self._stream(request, resp, gen, svc, ex.started, caller, held, ex.span)
             else:
-                whole = t.answer_of(await resp.json(content_type=None))
-                self.auth.spend(caller, svc, whole.prompt_tokens, whole.completion_tokens)
-                answer = web.json_response(t.completion(gen, whole))
+                answer = await self._whole(request, resp, gen, svc, caller, held)
             ex.code = answer.status
             return answer
 
+    async def _whole(self, request: web.Request, resp: aiohttp.ClientResponse, gen: t.Generate, svc: Service,
+                     caller: Caller, held: Held) -> web.StreamResponse:
+        """A non-streamed answer: read whole within max_answer_bytes, translated, and written to the
+        client while its bytes are still counted."""
+        s = self.upstream.settings
+        data = await read_whole(resp, svc, held, s.max_answer_bytes, s.upstream_idle_timeout_seconds)
+        whole = t.answer_of(answer_json(data, svc))
+        self.auth.spend(caller, svc, whole.prompt_tokens, whole.completion_tokens)
+        body = t.encode(t.completion(gen, whole), request=False)
+        del data, whole
+        held.set(len(body))
+        out = web.Response(body=body, content_type="application/json")
+        await out.prepare(request)
+        await out.write_eof()
+        return out
+
     async def _stream(self, request: web.Request, resp: aiohttp.ClientResponse, gen: t.Generate,
-                      svc: Service, started: float, caller: Caller, span: Any = tr.NO_SPAN) -> web.StreamResponse:
+                      svc: Service, started: float, caller: Caller, held: Held,
+                      span: Any = tr.NO_SPAN) -> web.StreamResponse:
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
                                           "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         await out.prepare(request)
+        s = self.upstream.settings
         stream = t.Stream(gen)
-        buffer = bytearray()
+        events = t.EventBuffer(s.max_answer_bytes)
+        base = held.bytes
         first: float | None = None
         try:
-            async for chunk in resp.content.iter_any():
-                buffer += chunk
-                for event in t.sse_events(buffer):
+            while chunk := await read_chunk(resp, svc, s.upstream_idle_timeout_seconds):
+                held.set(base + events.size + len(chunk))
+                for event in events.feed(chunk):
+                    held.set(base + events.size)
                     piece = t.answer_of(event)
                     if piece.text and first is None:
                         first = self.clock()

@@ -1,19 +1,30 @@
 """The KServe v2 pass-through: /v2/models/<service>/... checked against `passthrough`'s rules
 (before anything else), then passed to that service's Triton model, its answer passed back
-(Triton's own error texts replaced by fixed ones)."""
+(Triton's own error texts replaced by fixed ones).
+
+The generate routes are admitted as the OpenAI routes are: the key's max_tokens cap applies (an
+LLM service's request without max_tokens gets the service's default, capped), the answer's token
+counts are the key's usage and spend its tokens-per-minute. An LLM service's model is decoupled and
+answers only through generate and generate_stream, so /infer is refused for it: no route around
+those limits. `Inference-Header-Content-Length` must be an integer within the body (Triton r26.07
+ends its process on a value past INT_MAX)."""
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
+import aiohttp
 from aiohttp import web
 
 from . import telemetry as m
 from . import passthrough
 from . import translate as t
-from .admission import Admission
+from .admission import Admission, Held
 from .auth import Auth, Caller
 from .resolution import Resolver
 from .routing import Service
-from .upstream import Upstream, upstream_error
+from .upstream import Upstream, answer_json, read_chunk, read_whole, upstream_error
 
 # Request headers passed to a replica on the KServe v2 routes (binary tensors need
 # Inference-Header-Content-Length; a compressed body its Content-Encoding). Accept-Encoding is the
@@ -21,7 +32,11 @@ from .upstream import Upstream, upstream_error
 V2_REQUEST_HEADERS = ("Content-Type", "Accept", "Inference-Header-Content-Length", "Content-Encoding")
 V2_RESPONSE_HEADERS = ("Content-Type", "Inference-Header-Content-Length", "Content-Encoding")
 NAMESPACE_HEADER = "X-Inference-Namespace"
+HEADER_LENGTH = "Inference-Header-Content-Length"
+INT32_MAX = 2**31 - 1
 SMALL_BODY = 1 << 16  # answers up to this size are passed through whole, larger ones streamed
+GENERATE_ROUTES = ("/generate", "/generate_stream")
+_DIGITS = re.compile(r"[0-9]{1,10}")
 
 
 class PassthroughProxy:
@@ -40,15 +55,59 @@ class PassthroughProxy:
             raise t.OpenAIError(e.status, e.message, code=e.code, allow=e.allow) from None
         caller = self.auth.authorize(request)
         svc = self.resolver.resolve(call.service, caller.grant, request.headers.get(NAMESPACE_HEADER), openai=False)
-        path = call.upstream_path(svc.v2_model)
-        async with self.admission.admitted(request, caller) as body:
-            return await self._v2_admitted(request, caller, svc, path, body)
+        if svc.llm and call.route == "/infer":
+            m.REJECTED.labels("not_found").inc()
+            raise t.OpenAIError(404, f"model {call.service} is an LLM: send its requests to /v2/models/"
+                                     f"{call.service}/generate or generate_stream, or to the OpenAI routes",
+                                code="route_not_allowed")
+        try:
+            path = call.upstream_path(svc.v2_model)
+        except passthrough.PathRefused as e:
+            raise t.OpenAIError(e.status, e.message, "upstream_error", code=e.code) from None
+        encoding = request.headers.get("Content-Encoding", "identity").lower()
+        generate = call.route in GENERATE_ROUTES
+        if generate and encoding != "identity":
+            m.REJECTED.labels("bad_request").inc()
+            raise t.OpenAIError(415, "compressed request bodies are not accepted on the generate routes",
+                                code="unsupported_content_encoding")
+        async with self.admission.admitted(request, caller) as held:
+            assert held.body is not None
+            check_header_length(request, len(held.body), encoding == "identity")
+            if generate:
+                held.replace(self._capped(held.body, svc, caller))
+            return await self._v2_admitted(request, caller, svc, path, held, generate)
+
+    def _capped(self, raw: bytes | bytearray, svc: Service, caller: Caller) -> bytes:
+        """A generate request within the key's max_tokens: refused past it; an LLM service's request
+        that names none gets the service's default, capped (the model's own default may be larger)."""
+        data = t.parse_json(raw)
+        if not isinstance(data, dict):
+            m.REJECTED.labels("bad_request").inc()
+            raise t.OpenAIError(400, "the request body must be a JSON object")
+        cap = self.auth.max_tokens_cap(caller)
+        asked = data.get("max_tokens")
+        if isinstance(asked, list) and len(asked) == 1:
+            asked = asked[0]
+        if asked is None:
+            if not svc.llm:
+                return bytes(raw)
+            data["max_tokens"] = min(svc.default_max_tokens, cap)
+            return t.encode(data)
+        if isinstance(asked, bool) or not isinstance(asked, int) or asked < 1:
+            m.REJECTED.labels("bad_request").inc()
+            raise t.OpenAIError(400, "max_tokens must be a positive integer", param="max_tokens")
+        if asked > cap:
+            m.REJECTED.labels("bad_request").inc()
+            raise t.OpenAIError(400, f"max_tokens: at most {cap} for this API key", param="max_tokens",
+                                code="max_tokens_too_large")
+        return bytes(raw)
 
     async def _v2_admitted(self, request: web.Request, caller: Caller, svc: Service, path: str,
-                           body: bytes | bytearray) -> web.StreamResponse:
+                           held: Held, generate: bool) -> web.StreamResponse:
         headers = {h: request.headers[h] for h in V2_REQUEST_HEADERS if h in request.headers}
-        headers["Accept-Encoding"] = request.headers.get("Accept-Encoding", "identity")
-        async with self.upstream.exchange(svc, caller, "v2", request.method, path, body or None, headers,
+        headers["Accept-Encoding"] = "identity" if generate else request.headers.get("Accept-Encoding", "identity")
+        s = self.upstream.settings
+        async with self.upstream.exchange(svc, caller, "v2", request.method, path, held.body or None, headers,
                                           lambda sent: self.auth.account(caller, svc, sent)) as ex:
             resp = ex.resp
             if resp.status >= 400:
@@ -56,16 +115,73 @@ class PassthroughProxy:
                 # CVE-2025-23319's chain); the client gets a fixed one.
                 raise await upstream_error(resp, svc)
             headers = {h: resp.headers[h] for h in V2_RESPONSE_HEADERS if h in resp.headers}
-            if resp.content_length is not None and resp.content_length <= SMALL_BODY:
+            if path.endswith("/generate_stream"):
+                out = await self._stream(request, resp, svc, caller, held, headers)
+            elif generate or (resp.content_length is not None and resp.content_length <= SMALL_BODY):
                 # Most answers: one read and one write (streaming them costs a third more CPU).
-                ex.code = resp.status
-                return web.Response(status=resp.status, body=await resp.read(), headers=headers)
-            out = web.StreamResponse(status=resp.status, headers=headers)
-            if resp.content_length is not None:
-                out.content_length = resp.content_length
-            await out.prepare(request)
-            async for chunk in resp.content.iter_any():
-                await out.write(chunk)
-            await out.write_eof()
+                body = await read_whole(resp, svc, held, s.max_answer_bytes, s.upstream_idle_timeout_seconds)
+                if generate and svc.llm:
+                    counts = answer_json(body, svc)
+                    if isinstance(counts, dict) and "error" not in counts:
+                        answer = t.answer_of(counts)
+                        self.auth.spend(caller, svc, answer.prompt_tokens, answer.completion_tokens)
+                out = web.Response(status=resp.status, body=bytes(body), headers=headers)
+                await out.prepare(request)
+                await out.write_eof()
+            else:
+                out = web.StreamResponse(status=resp.status, headers=headers)
+                if resp.content_length is not None:
+                    out.content_length = resp.content_length
+                await out.prepare(request)
+                while chunk := await read_chunk(resp, svc, s.upstream_idle_timeout_seconds):
+                    await out.write(chunk)
+                await out.write_eof()
             ex.code = resp.status
             return out
+
+    async def _stream(self, request: web.Request, resp: aiohttp.ClientResponse, svc: Service, caller: Caller,
+                      held: Held, headers: dict[str, str]) -> web.StreamResponse:
+        """generate_stream passed through as it comes; an LLM service's events are read on the way for
+        their token counts (the last one carries the totals), each at most max_answer_bytes."""
+        s = self.upstream.settings
+        out = web.StreamResponse(status=resp.status, headers=headers)
+        await out.prepare(request)
+        events = t.EventBuffer(s.max_answer_bytes)
+        base = held.bytes
+        last: Any = None
+        try:
+            while chunk := await read_chunk(resp, svc, s.upstream_idle_timeout_seconds):
+                if svc.llm:
+                    held.set(base + events.size + len(chunk))
+                    for event in events.feed(chunk):
+                        if "error" not in event:
+                            last = event
+                    held.set(base + events.size)
+                await out.write(chunk)
+        except (t.OpenAIError, aiohttp.ClientError) as e:
+            code = e.code if isinstance(e, t.OpenAIError) else "upstream_failed"
+            await out.write(b"data: " + t.encode({"error": {"message": "the replica's stream broke", "code": code}})
+                            + b"\n\n")
+        finally:
+            if last is not None:
+                try:
+                    answer = t.answer_of(last)
+                    self.auth.spend(caller, svc, answer.prompt_tokens, answer.completion_tokens)
+                except t.OpenAIError:
+                    pass
+        await out.write_eof()
+        return out
+
+
+def check_header_length(request: web.Request, body_length: int, identity: bool) -> None:
+    """Inference-Header-Content-Length, when sent: once, an integer from 0 to the body's length (to
+    INT32_MAX for a compressed body, whose length Triton checks once it is decompressed)."""
+    values = request.headers.getall(HEADER_LENGTH, [])
+    if not values:
+        return
+    limit = body_length if identity else INT32_MAX
+    if len(values) > 1 or not _DIGITS.fullmatch(values[0]) or int(values[0]) > limit:
+        m.REJECTED.labels("bad_request").inc()
+        raise t.OpenAIError(400, f"{HEADER_LENGTH} must be sent once, as an integer from 0 to "
+                                 f"{'the body length' if identity else INT32_MAX}", param=HEADER_LENGTH,
+                            code="bad_header")

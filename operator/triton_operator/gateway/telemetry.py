@@ -43,6 +43,10 @@ OUTPUT_TOKENS = Counter(
 TOKENS_PER_SECOND = Histogram(
     "triton_gateway_tokens_per_second", "Decode speed of each streamed answer after its first token, by service.",
     SERVICE, buckets=(1, 5, 10, 20, 40, 60, 100, 150, 250, 500, 1000))
+UPSTREAM_STALLED = Counter(
+    "triton_gateway_upstream_stalled_total",
+    "Answers cut because a replica sent nothing for upstreamIdleTimeoutSeconds once the answer had begun, by "
+    "service.", SERVICE)
 API_KEYS = Gauge("triton_gateway_api_keys", "API keys loaded.")
 SERVICES = Gauge("triton_gateway_services", "InferenceServices known to the gateway.")
 CONNECTIONS = Gauge("triton_gateway_connections", "Client connections open on the API port.")

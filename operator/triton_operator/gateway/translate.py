@@ -25,15 +25,17 @@ accepted; unknown fields are refused as OpenAI's API refuses them.
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field, replace
+from typing import Annotated, Any, Literal
 
 from jinja2 import TemplateError
 from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator,
+                      model_validator)
 
 DEFAULT_CHAT_TEMPLATE = (
     "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
@@ -82,8 +84,13 @@ UNSUPPORTED: dict[str, tuple[Any, str]] = {
 }
 GATEWAY_REFUSES = " by this gateway"
 UNRECOGNIZED = "unrecognized request argument"
-# Fields that label or route a request and change nothing in the answer.
-LABELS = {"user", "metadata", "store", "service_tier", "parallel_tool_calls"}
+# A request body is JSON of a known shape: a chat of at most 4096 messages, a few small objects
+# around it. More containers than this, or deeper nesting, is no request the API has; refused
+# before it is parsed into Python objects (about 20-30 times its size for `[{},{},...]`).
+MAX_JSON_CONTAINERS = 20_000
+MAX_JSON_DEPTH = 64
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b"[]{}")
 
 
 class ResponseFormat(BaseModel):
@@ -114,8 +121,19 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+Label = Annotated[str, StringConstraints(max_length=512)]
+
+
 class _Request(BaseModel):
     model_config = ConfigDict(extra="allow")
+
+    # Fields that label or route a request and change nothing in the answer, typed as OpenAI's API
+    # types them (metadata: at most 16 pairs of strings): a label cannot carry a structure.
+    user: str | None = Field(None, max_length=512)
+    metadata: dict[Annotated[str, StringConstraints(max_length=64)], Label] | None = Field(None, max_length=16)
+    store: bool | None = None
+    service_tier: str | None = Field(None, max_length=32)
+    parallel_tool_calls: bool | None = None
 
     model: str = Field(..., min_length=1, max_length=253)
     max_tokens: int | None = Field(None, ge=1, le=1_000_000)
@@ -135,8 +153,6 @@ class _Request(BaseModel):
     @model_validator(mode="after")
     def _honourable(self) -> _Request:
         for name, value in (self.model_extra or {}).items():
-            if name in LABELS:
-                continue
             if name in UNSUPPORTED:
                 off, why = UNSUPPORTED[name]
                 if value is None or value == off:
@@ -170,23 +186,34 @@ class _Request(BaseModel):
         return bool(self.stream_options and self.stream_options.include_usage)
 
 
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["text"]
+    text: str
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     role: Literal["system", "user", "assistant", "tool", "developer"]
-    content: str | list[dict[str, Any]] | None = None
+    content: str | list[TextPart] | None = None
+    name: str | None = Field(None, max_length=256)
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_parts_only(cls, value: Any) -> Any:
+        if isinstance(value, list) and not all(isinstance(p, dict) and p.get("type") == "text"
+                                               and isinstance(p.get("text"), str) for p in value):
+            raise ValueError("only text content parts are supported")
+        return value
 
     def text(self) -> str:
         if self.content is None:
             return ""
         if isinstance(self.content, str):
             return self.content
-        parts = []
-        for part in self.content:
-            if part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise ValueError("only text content parts are supported")
-            parts.append(part["text"])
-        return "".join(parts)
+        return "".join(part.text for part in self.content)
 
 
 class ChatRequest(_Request):
@@ -208,15 +235,45 @@ class CompletionRequest(_Request):
         return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
 
 
-def parse_body(raw: bytes | bytearray, kind: type[_Request]) -> _Request:
+def check_structure(raw: bytes | bytearray) -> None:
+    """Refuse, before parsing, JSON with more than MAX_JSON_CONTAINERS objects and arrays or nested
+    deeper than MAX_JSON_DEPTH. Brackets inside strings are not counted: the strings are cut out
+    first, which only runs when the plain count of brackets is already high (a prompt of code)."""
+    if raw.count(b"{") + raw.count(b"[") <= MAX_JSON_DEPTH:
+        return
+    structure = _JSON_STRING.sub(b"", raw).translate(None, _NOT_STRUCTURE)
+    if len(structure) > 2 * MAX_JSON_CONTAINERS:
+        raise OpenAIError(400, f"the request body has more than {MAX_JSON_CONTAINERS} JSON objects and arrays",
+                          code="request_too_complex")
+    depth = 0
+    for byte in structure:
+        depth += 1 if byte in (0x5B, 0x7B) else -1
+        if depth > MAX_JSON_DEPTH:
+            raise OpenAIError(400, f"the request body nests JSON deeper than {MAX_JSON_DEPTH} levels",
+                              code="request_too_complex")
+
+
+def parse_json(raw: bytes | bytearray) -> Any:
+    """A request body's JSON, within check_structure's bounds; a 400 for anything else."""
+    check_structure(raw)
     try:
-        data = json.loads(raw)
+        return json.loads(raw)
     except (ValueError, UnicodeDecodeError):
         raise OpenAIError(400, "the request body is not valid JSON") from None
+    except RecursionError:
+        raise OpenAIError(400, f"the request body nests JSON deeper than {MAX_JSON_DEPTH} levels",
+                          code="request_too_complex") from None
+
+
+def parse_body(raw: bytes | bytearray, kind: type[_Request]) -> _Request:
+    data = parse_json(raw)
     if not isinstance(data, dict):
         raise OpenAIError(400, "the request body must be a JSON object")
     try:
         return kind.model_validate(data)
+    except RecursionError:
+        raise OpenAIError(400, f"the request body nests JSON deeper than {MAX_JSON_DEPTH} levels",
+                          code="request_too_complex") from None
     except ValidationError as e:
         first = e.errors()[0]
         param = ".".join(str(p) for p in first["loc"]) or None
@@ -283,6 +340,10 @@ class Generate:
     llm: bool                       # the llm model interface (token counts, finish reasons)
     include_usage: bool = False
 
+    def without_body(self) -> Generate:
+        """What the answer needs, once the body has been encoded and sent."""
+        return replace(self, body={})
+
 
 def max_tokens_asked(req: _Request) -> int | None:
     """The max_tokens the client set (for chat, max_completion_tokens supersedes it)."""
@@ -323,6 +384,19 @@ def to_generate(req: _Request, default_max_tokens: int, llm: bool, prompt: str |
     if req.response_format is not None and (schema := req.response_format.guided_json()) is not None:
         body["guided_json"] = schema
     return Generate(body, req.stream, max_tokens, (), req.model, chat, True, req.include_usage)
+
+
+def encode(payload: Any, request: bool = True) -> bytes:
+    """JSON as sent to a replica (`request`) or a client: compact, UTF-8. Text with a lone UTF-16
+    surrogate (JSON can escape one, UTF-8 cannot carry it) is a 400 in a request, a 502 in an answer."""
+    try:
+        return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        if request:
+            raise OpenAIError(400, "the request holds text that is not valid Unicode (a lone surrogate escape)",
+                              code="invalid_text") from None
+        raise OpenAIError(502, "the model's answer holds text that is not valid Unicode", "upstream_error",
+                          code="upstream_failed") from None
 
 
 @dataclass
@@ -495,7 +569,9 @@ class Stream:
 
 
 def _event(payload: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
+    # a model's text with a lone surrogate escape cannot be UTF-8: it becomes U+FFFD, never a broken stream
+    return b"data: " + json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "replace") \
+        + b"\n\n"
 
 
 def _held(text: str, stops: tuple[str, ...]) -> int:
@@ -507,6 +583,27 @@ def _held(text: str, stops: tuple[str, ...]) -> int:
                 best = k
                 break
     return best
+
+
+class EventBuffer:
+    """A replica's server-sent events as they arrive: whole events out, at most `cap` bytes of a
+    partial one held (a larger event ends the answer with a 502)."""
+
+    def __init__(self, cap: int):
+        self.cap = cap
+        self.buffer = bytearray()
+
+    @property
+    def size(self) -> int:
+        return len(self.buffer)
+
+    def feed(self, chunk: bytes) -> list[dict[str, Any]]:
+        self.buffer += chunk
+        events = sse_events(self.buffer)
+        if len(self.buffer) > self.cap:
+            raise OpenAIError(502, f"the model's stream held an event larger than the gateway takes ({self.cap} "
+                                   f"bytes)", "upstream_error", code="upstream_answer_too_large")
+        return events
 
 
 def sse_events(buffer: bytearray) -> list[dict[str, Any]]:
@@ -524,7 +621,7 @@ def sse_events(buffer: bytearray) -> list[dict[str, Any]]:
             continue
         try:
             event = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise OpenAIError(502, "the model's stream held an event that is not JSON", "upstream_error") from None
         if isinstance(event, dict):
             events.append(event)

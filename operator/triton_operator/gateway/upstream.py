@@ -22,6 +22,7 @@ import yarl
 from . import telemetry as m
 from . import tracing as tr
 from . import translate as t
+from .admission import Held
 from .auth import Caller
 from .config import GatewaySettings
 from .holding import Holding
@@ -165,6 +166,14 @@ class Upstream:
                 self.router.release(address)
                 raise
 
+    def cached_template(self, svc: Service) -> str | None:
+        """The model's chat template if it was read within TEMPLATE_TTL ("" when the model has none),
+        else None (model_template must ask a replica)."""
+        hit = self._model_templates.get((svc.key, svc.generate_model))
+        if hit is None or self.clock() - hit[0] >= TEMPLATE_TTL:
+            return None
+        return hit[1] or ""
+
     async def model_template(self, svc: Service, caller: Caller) -> str | None:
         """The chat template in the Triton model's config (parameter chat_template, where the model
         repository carries its tokenizer's), read once from a replica and kept for TEMPLATE_TTL."""
@@ -193,6 +202,45 @@ class Upstream:
             span.end()
         self._model_templates[cache_key] = (self.clock(), template)
         return template
+
+
+async def read_chunk(resp: aiohttp.ClientResponse, svc: Service, idle: float) -> bytes:
+    """The next bytes of a replica's answer (b"" at its end), within `idle` seconds: a replica that
+    stalls mid-answer ends it with a 502 instead of holding the client for the total timeout."""
+    try:
+        return await asyncio.wait_for(resp.content.readany(), idle)
+    except asyncio.TimeoutError:
+        m.child(m.UPSTREAM_STALLED, *svc.key).inc()
+        raise t.OpenAIError(502, f"model {svc.key[1]}: the replica sent nothing for {idle:g}s mid-answer",
+                            "upstream_error", code="upstream_stalled") from None
+
+
+def answer_too_large(svc: Service, cap: int) -> t.OpenAIError:
+    return t.OpenAIError(502, f"model {svc.key[1]}: the replica's answer is larger than the gateway takes "
+                              f"({cap} bytes)", "upstream_error", code="upstream_answer_too_large")
+
+
+async def read_whole(resp: aiohttp.ClientResponse, svc: Service, held: Held, cap: int, idle: float) -> bytearray:
+    """A replica's whole answer, at most `cap` bytes, counted in `held` as it arrives."""
+    if resp.content_length is not None and resp.content_length > cap:
+        raise answer_too_large(svc, cap)
+    base = held.bytes
+    out = bytearray()
+    while chunk := await read_chunk(resp, svc, idle):
+        if len(out) + len(chunk) > cap:
+            raise answer_too_large(svc, cap)
+        out += chunk
+        held.set(base + len(out))
+    return out
+
+
+def answer_json(data: bytes | bytearray, svc: Service) -> Any:
+    """A replica's answer as JSON; a 502 when it is not (a replica is not trusted to be well-formed)."""
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise t.OpenAIError(502, f"model {svc.key[1]}: the replica's answer is not JSON", "upstream_error",
+                            code="upstream_failed") from None
 
 
 async def upstream_error(resp: aiohttp.ClientResponse, svc: Service) -> t.OpenAIError:

@@ -1,0 +1,162 @@
+"""Scoping, driven in process over real loopback sockets: what a key may reach and what it may
+spend, on every route. A key reaches only the services its grant names (403 for the rest, existing
+or not), and its max_tokens cap, tokens per minute, requests in flight and usage apply on the KServe
+v2 generate routes exactly as on the OpenAI ones. The upstream is a recording stand-in for Triton
+(tests/gateway_http.py says why)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from aiohttp import web
+
+from triton_operator.gateway import keys as k
+from triton_operator.gateway import telemetry as m
+
+from .gateway_http import KEY_A, KEY_B, Rig, run
+
+NS = {"X-Inference-Namespace": "ml"}
+
+
+def value(metric, *labels) -> float:
+    return metric.labels(*labels)._value.get()
+
+
+async def counted(request: web.BaseRequest) -> web.StreamResponse:
+    """An llm model's answers, with the token counts the gateway reads for usage."""
+    if request.raw_path.endswith("/generate_stream"):
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        await out.write(b'data: {"text_output": "he", "finish_reason": "", "prompt_tokens": 7, "completion_tokens": 1}\n\n')
+        await out.write(b'data: {"text_output": "llo", "finish_reason": "stop", "prompt_tokens": 7, '
+                        b'"completion_tokens": 3}\n\n')
+        await out.write_eof()
+        return out
+    return web.json_response({"text_output": "hello", "finish_reason": "stop", "prompt_tokens": 7,
+                              "completion_tokens": 3})
+
+
+def test_max_tokens_caps_the_v2_generate_routes_as_the_openai_ones():
+    """The same key asking for 1,000,000 tokens on /v2/models/*/generate used to get 200s."""
+    async def scenario():
+        async with Rig() as rig:
+            for route in ("generate", "generate_stream"):
+                for asked in (1_000_000, [1_000_000], 32769):
+                    reply = await rig.call("POST", f"/v2/models/llama/{route}", body={"text_input": "x",
+                                                                                      "max_tokens": asked}, headers=NS)
+                    assert (reply.status, reply.error["code"], reply.error["message"]) == (
+                        400, "max_tokens_too_large", "max_tokens: at most 32768 for this API key")
+                for asked in ("many", -1, 0, True, [1, 2]):
+                    reply = await rig.call("POST", f"/v2/models/llama/{route}", body={"text_input": "x",
+                                                                                      "max_tokens": asked}, headers=NS)
+                    assert (reply.status, reply.error["message"]) == (400, "max_tokens must be a positive integer")
+            assert rig.upstream.seen == []
+            reply = await rig.call("POST", "/v2/models/llama/generate", body=b"[1]", headers=NS)
+            assert (reply.status, reply.error["message"]) == (400, "the request body must be a JSON object")
+            reply = await rig.call("POST", "/v2/models/llama/generate", body=b"{", headers=NS)
+            assert (reply.status, reply.error["message"]) == (400, "the request body is not valid JSON")
+    run(scenario)
+
+
+def test_a_keys_own_max_tokens_applies_on_v2_and_is_the_default_when_none_is_asked():
+    async def scenario():
+        async with Rig() as rig:
+            rig.gw.auth.grants = k.parse(f"keys: [{{name: small, key: {KEY_A}, namespaces: [ml], maxTokens: 100}}]", "k")
+            reply = await rig.call("POST", "/v2/models/llama/generate", body={"text_input": "x", "max_tokens": 101},
+                                   headers=NS)
+            assert (reply.status, reply.error["message"]) == (400, "max_tokens: at most 100 for this API key")
+            reply = await rig.call("POST", "/v2/models/llama/generate", body={"text_input": "x"}, headers=NS)
+            assert reply.status == 200
+            assert json.loads(rig.upstream.seen[-1].body) == {"text_input": "x", "max_tokens": 100}
+            reply = await rig.call("POST", "/v2/models/llama/generate", body={"text_input": "x", "max_tokens": 50},
+                                   headers=NS)
+            assert reply.status == 200 and rig.upstream.seen[-1].body == b'{"text_input": "x", "max_tokens": 50}'
+            # a model that is not an LLM keeps its own default when none is asked
+            reply = await rig.call("POST", "/v2/models/resnet/generate", body={"text_input": "x"})
+            assert reply.status == 200 and rig.upstream.seen[-1].body == b'{"text_input": "x"}'
+    run(scenario)
+
+
+def test_v2_generate_answers_count_the_keys_tokens_and_spend_its_budget():
+    """The token counter used to stay at 0 on the v2 routes, and tokensPerMinute never applied."""
+    async def scenario():
+        async with Rig() as rig:
+            rig.gw.auth.grants = k.parse(f"keys: [{{name: tpm, key: {KEY_A}, namespaces: [ml], tokensPerMinute: 15}}]",
+                                         "k")
+            rig.upstream.answer = counted
+            before = value(m.KEY_TOKENS, "tpm", "ml", "llama", "prompt"), value(m.KEY_TOKENS, "tpm", "ml", "llama",
+                                                                                "completion")
+            reply = await rig.call("POST", "/v2/models/llama/generate", body={"text_input": "x"}, headers=NS)
+            assert reply.status == 200 and reply.json()["text_output"] == "hello"   # passed through as it came
+            reply = await rig.call("POST", "/v2/models/llama/generate_stream", body={"text_input": "x"}, headers=NS)
+            assert reply.status == 200 and reply.body.count(b"data: ") == 2
+            assert value(m.KEY_TOKENS, "tpm", "ml", "llama", "prompt") == before[0] + 14
+            assert value(m.KEY_TOKENS, "tpm", "ml", "llama", "completion") == before[1] + 6
+            # 20 tokens of a 15-a-minute budget: the next request waits
+            reply = await rig.call("POST", "/v2/models/llama/generate", body={"text_input": "x"}, headers=NS)
+            assert (reply.status, reply.error["code"]) == (429, "rate_limit_exceeded")
+            reply = await rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": "x"})
+            assert (reply.status, reply.error["code"]) == (429, "rate_limit_exceeded")
+    run(scenario)
+
+
+def test_requests_in_flight_are_capped_per_key_on_every_route():
+    async def scenario():
+        release = asyncio.Event()
+
+        async def slow(request):
+            await release.wait()
+            return web.json_response({"text_output": "late"})
+
+        async with Rig() as rig:
+            rig.gw.auth.grants = k.parse(f"keys: [{{name: one, key: {KEY_A}, namespaces: [ml], maxInFlight: 1}}, "
+                                         f"{{name: b, key: {KEY_B}, namespaces: [ml]}}]", "k")
+            rig.upstream.answer = slow
+            first = asyncio.create_task(rig.call("POST", "/v2/models/llama/generate", body={"text_input": "x"},
+                                                 headers=NS))
+            await asyncio.sleep(0.2)
+            for method, target, body in (("POST", "/v1/completions", {"model": "ml/llama", "prompt": "x"}),
+                                         ("POST", "/v2/models/llama/generate", {"text_input": "x"}),
+                                         ("POST", "/v2/models/resnet/infer", {"inputs": []})):
+                reply = await rig.call(method, target, body=body, headers=NS)
+                assert (reply.status, reply.error["code"]) == (429, "too_many_requests_in_flight")
+            other = asyncio.create_task(rig.call("POST", "/v1/completions", key=KEY_B,
+                                                 body={"model": "ml/llama", "prompt": "x"}))
+            await asyncio.sleep(0.1)
+            release.set()
+            assert [r.status for r in await asyncio.gather(first, other)] == [200, 200]
+    run(scenario)
+
+
+def test_usage_is_counted_per_key_and_service():
+    async def scenario():
+        async with Rig() as rig:
+            before = value(m.KEY_REQUESTS, "b", "ml", "llama"), value(m.KEY_REQUEST_SECONDS, "b", "ml", "llama")
+            other = value(m.KEY_REQUESTS, "a", "ml", "llama")
+            for _ in range(3):
+                assert (await rig.call("POST", "/v1/completions", key=KEY_B,
+                                       body={"model": "llama", "prompt": "x"})).status == 200
+            assert (await rig.call("POST", "/v2/models/llama/generate", key=KEY_B, body=b"{}")).status == 200
+            assert value(m.KEY_REQUESTS, "b", "ml", "llama") == before[0] + 4
+            assert value(m.KEY_REQUEST_SECONDS, "b", "ml", "llama") > before[1]
+            assert value(m.KEY_REQUESTS, "a", "ml", "llama") == other
+            refused = await rig.call("POST", "/v1/completions", key=KEY_B, body={"model": "lab/llama", "prompt": "x"})
+            assert refused.status == 403 and value(m.KEY_REQUESTS, "b", "ml", "llama") == before[0] + 4
+    run(scenario)
+
+
+def test_a_key_reaches_only_its_services_on_every_route():
+    async def scenario():
+        async with Rig() as rig:
+            for method, target, body, headers in (
+                    ("POST", "/v1/completions", {"model": "vault/secret", "prompt": "x"}, {}),
+                    ("POST", "/v1/completions", {"model": "lab/llama", "prompt": "x"}, {}),
+                    ("GET", "/v1/models/vault/secret", b"", {}),
+                    ("GET", "/v2/models/secret", b"", {"X-Inference-Namespace": "vault"}),
+                    ("POST", "/v2/models/llama/generate", {"text_input": "x"}, {"X-Inference-Namespace": "lab"}),
+                    ("POST", "/v2/models/resnet/infer", {"inputs": []}, {"X-Inference-Namespace": "vault"})):
+                reply = await rig.call(method, target, key=KEY_B, body=body, headers=headers)
+                assert (reply.status, reply.error["type"]) == (403, "permission_error"), target
+            assert rig.upstream.seen == []
+    run(scenario)
