@@ -179,9 +179,12 @@ def test_admission_rules_say_what_the_models_say():
     schema = crdgen.inference_service_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     rules = {r["message"]: r for r in schema["x-kubernetes-validations"]}
     assert rules[api.CALIBRATION_MESSAGE]["rule"].endswith("self.model.precision in ['fp8', 'nvfp4', 'int4-awq']")
-    family, int8 = schema["properties"]["model"]["x-kubernetes-validations"]
+    family, int8, reserved = schema["properties"]["model"]["x-kubernetes-validations"]
     assert family["message"] == api.UNBUILT_LLM_MESSAGE and api.UNBUILT_LLM_FAMILIES in family["rule"]
     assert int8["message"] == api.INT8_LLM_MESSAGE and int8["fieldPath"] == ".precision"
+    assert reserved["message"] == api.RESERVED_MODEL_MESSAGE and reserved["fieldPath"] == ".name"
+    top = crdgen.inference_service_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert {"rule": api.MODEL_NAME_RULE, "message": api.RESERVED_SERVICE_MESSAGE} in top["x-kubernetes-validations"]
     assert rules[api.AUTO_PARAMETERS_MESSAGE]["fieldPath"] == ".gpu.class"
     gpu = {r["message"]: r for r in schema["properties"]["gpu"]["x-kubernetes-validations"]}
     for message in (api.COUNT_ZERO_MESSAGE, api.AUTO_FALLBACK_MESSAGE, api.SPILL_TARGET_MESSAGE):

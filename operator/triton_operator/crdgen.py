@@ -119,6 +119,7 @@ def inference_service_crd() -> dict[str, Any]:
         "InferenceService serves a model with Triton Inference Server on a class of GPUs.",
         api.cel(f"size(self.metadata.name) <= 52 && self.metadata.name.matches('{api.DNS_1035_LABEL}')",
                 f"metadata.name must be {api.SERVICE_NAME_RULES}"),
+        api.cel(api.MODEL_NAME_RULE, api.RESERVED_SERVICE_MESSAGE),
     )
     _conditions_as_map(schema["properties"]["status"])
     columns = [

@@ -91,6 +91,14 @@ INT8_LLM_MESSAGE = (
     "precision int8 is not served by TensorRT-LLM's PyTorch backend (its INT8 SmoothQuant path was part of the "
     "removed engine workflow): use fp8 (compute capability 8.9+), int4-awq, or bf16")
 CALIBRATION_MESSAGE = "engine.calibrationDataset applies only to precisions fp8, nvfp4 and int4-awq"
+# Names Triton's HTTP API matches before its model routes (src/http_server.cc, HTTPAPIServer::Handle):
+# GET /v2/models/stats answers every model's statistics, so a model called "stats" has no metadata
+# route and its name would reach another API. The gateway refuses to serve such a name too.
+RESERVED_MODEL_NAMES = ("stats",)
+RESERVED_MODEL_MESSAGE = ("the Triton model name 'stats' is kept by Triton's HTTP API (GET /v2/models/stats "
+                          "answers every model's statistics): choose another")
+RESERVED_SERVICE_MESSAGE = ("metadata.name 'stats' would also be the Triton model's name (model.name defaults to "
+                            "it), which Triton's HTTP API keeps for every model's statistics: set model.name")
 
 
 class ModelSpec(Model):
@@ -101,6 +109,7 @@ class ModelSpec(Model):
             UNBUILT_LLM_MESSAGE, "source"),
         cel("self.format != 'tensorrt-llm' || !has(self.precision) || self.precision != 'int8'",
             INT8_LLM_MESSAGE, "precision"),
+        cel(f"!has(self.name) || !(self.name in {list(RESERVED_MODEL_NAMES)})", RESERVED_MODEL_MESSAGE, "name"),
     ]})
 
     source: str = Field(
@@ -134,6 +143,8 @@ class ModelSpec(Model):
             raise ValueError(UNBUILT_LLM_MESSAGE)
         if self.format == "tensorrt-llm" and self.precision == "int8":
             raise ValueError(INT8_LLM_MESSAGE)
+        if self.name in RESERVED_MODEL_NAMES:
+            raise ValueError(RESERVED_MODEL_MESSAGE)
         return self
 
     def parameter_count(self) -> float | None:
@@ -589,6 +600,12 @@ class InferenceServiceSpec(Model):
 
 
 
+# The CRD's rule for InferenceService._model_name_free (crdgen puts it on the object, where
+# metadata.name is).
+MODEL_NAME_RULE = (f"has(self.spec.model.name) || self.spec.model.format == 'tensorrt-llm' || "
+                   f"!(self.metadata.name in {list(RESERVED_MODEL_NAMES)})")
+
+
 class InferenceService(Model):
     """A model served by Triton Inference Server on a class of GPUs."""
 
@@ -610,3 +627,11 @@ class InferenceService(Model):
     @classmethod
     def _named(cls, v: dict[str, Any]) -> dict[str, Any]:
         return checked_metadata(v, DNS_1035_LABEL, 52, SERVICE_NAME_RULES)
+
+    @model_validator(mode="after")
+    def _model_name_free(self) -> InferenceService:
+        model = self.spec.model
+        if model.name is None and model.format != "tensorrt-llm" and self.name in RESERVED_MODEL_NAMES:
+            raise ValueError(RESERVED_SERVICE_MESSAGE)
+        return self
+

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..api import TRITON_MODEL_NAME, TRITON_MODEL_NAME_MAX_LENGTH
+from ..api import RESERVED_MODEL_NAMES, TRITON_MODEL_NAME, TRITON_MODEL_NAME_MAX_LENGTH
 
 # Routes under /v2/models/NAME[/versions/N] and the methods each answers (Triton server
 # docs/protocol: KServe v2 "Model Metadata", "Model Ready", "Model Configuration" (extension
@@ -39,6 +39,11 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "/generate_stream": ("POST",),
 }
 PREFIX = "/v2/models/"
+# Paths Triton's HTTP dispatcher matches exactly before its model routes (src/http_server.cc,
+# HTTPAPIServer::Handle, r26.07): a model named "stats" cannot have its metadata read there, and
+# the gateway must never send a request that lands on the statistics of every model. The CRD
+# refuses such names (api.RESERVED_MODEL_NAMES); this holds for objects made before that rule.
+TRITON_EXACT_PATHS = frozenset(PREFIX + name for name in RESERVED_MODEL_NAMES)
 _MODEL_NAME = re.compile(TRITON_MODEL_NAME)
 # The name the client puts after /v2/models/: an InferenceService name (a DNS-1123 label).
 SERVICE_NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
@@ -73,7 +78,11 @@ class V2Call:
         if not is_model_name(model):
             raise PathRefused(502, "the service's Triton model name is not a valid model name", "bad_model_name")
         version = f"/versions/{self.version}" if self.version else ""
-        return f"{PREFIX}{model}{version}{self.route}"
+        path = f"{PREFIX}{model}{version}{self.route}"
+        if path in TRITON_EXACT_PATHS:
+            raise PathRefused(502, f"the service's Triton model is named {model!r}, which Triton's HTTP API keeps for "
+                                   f"another route", "bad_model_name")
+        return path
 
 
 def check(raw_path: str, method: str) -> V2Call:

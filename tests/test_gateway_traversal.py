@@ -1,4 +1,4 @@
-"""The KServe v2 pass-through, driven in process over real sockets: every traversal and
+"""Traversal: the KServe v2 pass-through, driven in process over real sockets. Every traversal and
 smuggling variant an attacker tried (issue 19) gets its exact answer and reaches nothing at the
 upstream; the allowed routes reach exactly the service's model path. The upstream is a recording
 stand-in for Triton (tests/gateway_http.py says why)."""
@@ -11,7 +11,7 @@ import pytest
 
 from triton_operator.gateway import passthrough as p
 
-from .gateway_http import KEY_A, KEY_B, Rig, run
+from .gateway_http import KEY_A, KEY_B, Rig, isvc, run, slice_for
 
 BAD_PATH = "bad_path"
 PERCENT = "percent-encoded characters are not accepted in /v2 paths"
@@ -98,6 +98,28 @@ def test_stats_under_a_service_named_stats_is_still_not_a_route():
     service called "stats", which the allow-list maps to /v2/models/<its model>, never to Triton's."""
     assert p.check("/v2/models/stats", "GET") == p.V2Call("stats", None, "")
     assert p.V2Call("stats", None, "").upstream_path("stats_model") == "/v2/models/stats_model"
+
+
+def test_a_model_named_stats_never_reaches_tritons_statistics_of_every_model():
+    """GET /v2/models/stats is matched by Triton before its model routes: a service whose Triton
+    model is called "stats" (the CRD refuses it now; an older object may hold it) gets a 502 on
+    that one route and reaches nothing; its other routes are the model's own."""
+    with pytest.raises(p.PathRefused) as e:
+        p.V2Call("stats", None, "").upstream_path("stats")
+    assert (e.value.status, e.value.code) == (502, "bad_model_name")
+    assert p.V2Call("stats", None, "/ready").upstream_path("stats") == "/v2/models/stats/ready"
+    assert p.V2Call("stats", "1", "").upstream_path("stats") == "/v2/models/stats/versions/1"
+
+    async def scenario():
+        async with Rig() as rig:
+            rig.gw.router.set_service(isvc("stats", fmt="onnx"))
+            rig.gw.router.set_slice(slice_for("stats", rig.upstream.port))
+            reply = await rig.call("GET", "/v2/models/stats", headers={"X-Inference-Namespace": "ml"})
+            assert (reply.status, reply.error["code"]) == (502, "bad_model_name")
+            assert rig.upstream.seen == []
+            reply = await rig.call("GET", "/v2/models/stats/ready", headers={"X-Inference-Namespace": "ml"})
+            assert reply.status == 200 and [s.raw_path for s in rig.upstream.seen] == ["/v2/models/stats/ready"]
+    run(scenario)
 
 
 ALLOWED = [
