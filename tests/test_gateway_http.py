@@ -103,7 +103,7 @@ def test_every_refusal_has_its_exact_answer():
     run(scenario)
 
 
-def test_replica_failures_are_502_with_fixed_texts():
+def test_replica_failures_have_fixed_texts():
     async def broken(request):
         return web.Response(status=500, text="segfault in backend at 0xdeadbeef")
 
@@ -116,7 +116,9 @@ def test_replica_failures_are_502_with_fixed_texts():
             rig.gw.router.set_slice(slice_for("llama", 1, "ml"))   # a port nothing listens on
             reply = await rig.call("POST", "/v1/chat/completions", body=CHAT)
             assert (reply.status, reply.error) == error(
-                502, "model llama: its replicas refused the connection", "upstream_unreachable", "upstream_error")
+                503, "model llama: every ready replica refused the connection or timed out in the last 30s; retry "
+                     "later", "upstream_unreachable", "service_unavailable")
+            assert 1 <= int(reply.headers["retry-after"]) <= 30
     run(scenario)
 
 
@@ -291,7 +293,7 @@ def test_tls_to_the_replicas_is_verified_against_the_services_name(tmp_path):
                 assert [s.raw_path for s in tls.seen] == ["/v2/models/llm/generate"]
                 # lab/llama's replica presents llama.ml.svc's certificate: refused, nothing sent
                 bad = await rig.call("POST", "/v1/completions", body={"model": "lab/llama", "prompt": "x"})
-                assert (bad.status, bad.error["code"]) == (502, "upstream_unreachable")
+                assert (bad.status, bad.error["code"]) == (503, "upstream_unreachable")
                 assert len(tls.seen) == 1
             finally:
                 await tls.stop()

@@ -5,10 +5,12 @@ The upstream is a recording stand-in for Triton (tests/gateway_http.py says why)
 from __future__ import annotations
 
 import asyncio
+import socket
 
-from triton_operator.gateway import guard
+from triton_operator.gateway import guard, holding
+from triton_operator.gateway import telemetry as m
 
-from .gateway_http import KEY_A, Rig, closed_within, connect, read_reply, run, settle
+from .gateway_http import KEY_A, LogLines, Rig, closed_within, connect, isvc, read_reply, run, settle, slice_for
 
 
 def test_headers_that_trickle_are_cut_with_408_at_the_header_timeout():
@@ -116,4 +118,109 @@ def test_a_trickled_body_gets_408_at_the_body_timeout():
                 408, "the request body did not arrive within 0.3s", "request_timeout")
             writer.close()
             assert rig.gw.bodies.used == 0 and rig.gw.in_flight.by_key == {}
+    run(scenario)
+
+
+# -- holding only what will be answered -------------------------------------------------------------------
+
+def status(desired: int, ready: int) -> dict:
+    return {"replicas": desired, "readyReplicas": ready}
+
+
+def test_a_service_with_ready_replicas_the_gateway_cannot_use_is_answered_503_within_seconds(monkeypatch):
+    """A service Ready 1/1 whose endpoints the gateway cannot use (`make dev`'s simulated llama3-8b)
+    used to hold every request for the whole 300 s hold timeout, with no log line."""
+    monkeypatch.setattr(holding, "UNUSABLE_GRACE_SECONDS", 0.3)
+
+    async def scenario():
+        with LogLines() as logs:
+            async with Rig(hold_timeout_seconds=30) as rig:
+                rig.gw.router.set_service({**isvc("llama"), "status": status(1, 1)})
+                no_port = slice_for("llama", rig.upstream.port)
+                no_port["ports"] = [{"name": "grpc", "port": rig.upstream.port}]
+                rig.gw.router.set_slice(no_port)
+                before = m.REJECTED.labels("no_usable_replica")._value.get()
+                started = asyncio.get_running_loop().time()
+                reply = await rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": "x"})
+                assert asyncio.get_running_loop().time() - started < 3
+                assert (reply.status, reply.error["code"], reply.error["message"]) == (
+                    503, "no_usable_replica", "model llama reports 1 ready replica(s) but the gateway can reach "
+                                              "none: its EndpointSlices have no port named 'http'")
+                assert reply.headers["retry-after"] == "10"
+                assert m.REJECTED.labels("no_usable_replica")._value.get() == before + 1
+                rig.gw.router.set_slice({**no_port, "metadata": no_port["metadata"]}, None)
+                rig.gw.router.replace_slices([])
+                reply = await rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": "x"})
+                assert reply.error["message"].endswith("none: no EndpointSlice lists its pods")
+                rig.gw.router.set_service({**isvc("llama"), "status": status(0, 0)})
+                reply = await rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": "x"})
+                assert reply.error["message"] == ("model llama has no replicas (it is scaled to 0 and does not "
+                                                  "scale from zero)")
+        said = [line for line in logs.lines if "ml/llama: model llama reports 1 ready" in line]
+        assert len(said) == 1 and "WARNING" in said[0]
+    run(scenario)
+
+
+def test_a_request_is_held_while_replicas_start_and_answered_when_one_is_ready(monkeypatch):
+    monkeypatch.setattr(holding, "UNUSABLE_GRACE_SECONDS", 0.3)
+
+    async def scenario():
+        async with Rig(hold_timeout_seconds=30) as rig:
+            rig.gw.router.replace_slices([])
+            rig.gw.router.set_service({**isvc("llama"), "status": status(2, 0)})   # starting
+            call = asyncio.create_task(rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": "x"}))
+            await asyncio.sleep(1.0)   # well past the grace: it is held, not refused
+            assert not call.done() and rig.gw.holds.count == 1
+            rig.gw.watches._service_event("MODIFIED", {**isvc("llama"), "status": status(2, 1)})
+            rig.gw.watches._slice_event("ADDED", slice_for("llama", rig.upstream.port))
+            reply = await asyncio.wait_for(call, 5)
+            assert reply.status == 200
+    run(scenario)
+
+
+def test_a_held_request_is_answered_503_once_the_service_says_its_replicas_are_up_but_unusable(monkeypatch):
+    monkeypatch.setattr(holding, "UNUSABLE_GRACE_SECONDS", 0.3)
+
+    async def scenario():
+        async with Rig(hold_timeout_seconds=30) as rig:
+            rig.gw.router.replace_slices([])
+            rig.gw.router.set_service({**isvc("llama"), "status": status(1, 0)})
+            call = asyncio.create_task(rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": "x"}))
+            await settle(lambda: rig.gw.holds.count == 1)
+            rig.gw.watches._service_event("MODIFIED", {**isvc("llama"), "status": status(1, 1)})
+            reply = await asyncio.wait_for(call, 5)
+            assert (reply.status, reply.error["code"]) == (503, "no_usable_replica")
+    run(scenario)
+
+
+def test_a_replica_that_does_not_accept_connections_is_ejected_and_the_next_request_goes_elsewhere():
+    """Outlier ejection: a connect timeout takes a replica out for a while; the request that met it
+    is tried on another replica, and later ones do not try it again."""
+    async def scenario():
+        stuck = socket.socket()
+        stuck.bind(("127.0.0.2", 0))   # another address of this machine
+        stuck.listen(0)
+        fillers = []
+        for _ in range(4):   # fill its accept queue: the kernel drops further SYNs, a connect hangs
+            f = socket.socket()
+            f.setblocking(False)
+            f.connect_ex(stuck.getsockname())
+            fillers.append(f)
+        try:
+            async with Rig(upstream_connect_timeout_seconds=0.3) as rig:
+                good = slice_for("llama", rig.upstream.port)
+                bad = slice_for("llama", stuck.getsockname()[1], address="127.0.0.2")
+                bad["metadata"] = {**bad["metadata"], "name": "llama-y"}
+                rig.gw.router.replace_slices([good, bad])
+                before = m.UPSTREAM_CONNECT_FAILURES.labels("ml", "llama", "timeout")._value.get()
+                replies = [await rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": "x"})
+                           for _ in range(6)]
+                assert [r.status for r in replies] == [200] * 6
+                assert m.UPSTREAM_CONNECT_FAILURES.labels("ml", "llama", "timeout")._value.get() == before + 1
+                assert stuck.getsockname() in rig.gw.router.ejected   # tried once, then left out
+                assert len(rig.upstream.seen) == 6
+        finally:
+            stuck.close()
+            for f in fillers:
+                f.close()
     run(scenario)

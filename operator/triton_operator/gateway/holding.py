@@ -1,10 +1,12 @@
-"""Holding: a request for a service with no ready replica (scaled to zero, starting) waits for one,
-bounded by the hold queues (`limits.Holds`) and hold_timeout_seconds, and is woken when the
-watches see the service's replicas or state change, or when the gateway stops."""
+"""Holding: a request for a service whose replicas are starting (scaled to zero, new, scaling up)
+waits for one, bounded by the hold queues (`limits.Holds`) and hold_timeout_seconds, and is woken
+when the watches see the service's replicas or state change, or when the gateway stops. A service
+whose replicas are up but unusable is answered at once, saying why."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Callable, Iterable
 
 from . import limits
@@ -14,6 +16,12 @@ from . import translate as t
 from .auth import Caller
 from .config import GatewaySettings
 from .routing import Address, Router, Service, ServiceKey
+
+log = logging.getLogger(__name__)
+
+UNUSABLE_GRACE_SECONDS = 5.0   # a service with ready replicas the gateway cannot use: answered 503 after this
+EJECT_SECONDS = 30.0           # a replica that failed to connect sits out this long
+LOG_EVERY_SECONDS = 60.0       # one line per service about replicas it cannot use, at most this often
 
 
 class Wakeups:
@@ -37,6 +45,12 @@ class Wakeups:
 
 
 class Holding:
+    """Holds a request only while it will be answered: while the service's replicas are starting
+    (it scales from zero, is new, or has fewer ready replicas than it asked for). A service that says
+    it has its replicas but none the gateway can use gets a 503 saying why within
+    UNUSABLE_GRACE_SECONDS (the EndpointSlices may lag the status by a moment), with a log line
+    (once a minute per service) and triton_gateway_rejected_requests_total{reason="no_usable_replica"}."""
+
     def __init__(self, settings: GatewaySettings, router: Router, holds: limits.Holds, wakeups: Wakeups,
                  clock: Callable[[], float], tracing: tr.Off | tr.On):
         self.settings = settings
@@ -46,14 +60,17 @@ class Holding:
         self.clock = clock
         self.tracing = tracing
         self.draining = False
+        self._said: dict[ServiceKey, float] = {}   # service -> when its last no-usable-replica line was logged
 
     async def endpoint(self, svc: Service, caller: Caller) -> Address:
-        """A ready replica for `svc`, waiting for one (bounded, and within the caller's share of
-        the service's hold queue) while there is none."""
-        address = self.router.pick(svc.key)
+        """A usable replica for `svc`, waiting for one (bounded, and within the caller's share of
+        the service's hold queue) while its replicas are starting."""
+        now = self.clock()
+        address = self.router.pick(svc.key, now)
         if address is not None:
             return address
         self._check_servable(svc)
+        self._check_reachable(svc, now)
         full = self.holds.admit(svc.key, caller.digest)
         if full is not None:
             m.REJECTED.labels("hold_full").inc()
@@ -67,22 +84,26 @@ class Holding:
                                 code="model_starting", retry_after=self.settings.retry_after_seconds)
         gauge = m.HELD.labels(*svc.key)
         gauge.inc()
-        started = self.clock()
-        deadline = started + self.settings.hold_timeout_seconds
         try:
             with self.tracing.span("gateway.hold", {tr.NAMESPACE: svc.key[0], tr.NAME: svc.key[1]}):
-                return await self._wait_for_replica(svc, started, deadline)
+                return await self._wait_for_replica(svc, now)
         finally:
             self.holds.leave(svc.key, caller.digest)
             gauge.dec()
 
-    async def _wait_for_replica(self, svc: Service, started: float, deadline: float) -> Address:
-        """The wait of endpoint(): until a replica is ready, the service goes away or fails, or the
-        deadline passes."""
+    async def _wait_for_replica(self, svc: Service, started: float) -> Address:
+        """The wait of endpoint(): until a replica is usable, the service goes away or fails, or the
+        wait's deadline passes: hold_timeout_seconds while replicas are starting, else
+        UNUSABLE_GRACE_SECONDS."""
         while True:
             event = self.wakeups.event(svc.key)
-            remaining = deadline - self.clock()
+            starting = svc.starting()
+            wait = self.settings.hold_timeout_seconds if starting else min(self.settings.hold_timeout_seconds,
+                                                                           UNUSABLE_GRACE_SECONDS)
+            remaining = started + wait - self.clock()
             if remaining <= 0:
+                if not starting:
+                    raise self._unusable(svc)
                 m.REJECTED.labels("hold_timeout").inc()
                 raise t.OpenAIError(
                     503, f"model {svc.key[1]} has no ready replica after "
@@ -95,11 +116,44 @@ class Holding:
             current = self.router.services.get(svc.key)
             if current is None:
                 raise t.OpenAIError(404, f"model {svc.key[1]} was deleted", code="model_not_found")
-            self._check_servable(current)
-            address = self.router.pick(svc.key)
+            svc = current
+            self._check_servable(svc)
+            now = self.clock()
+            address = self.router.pick(svc.key, now)
             if address is not None:
-                m.HOLD_SECONDS.labels(*svc.key).observe(self.clock() - started)
+                m.HOLD_SECONDS.labels(*svc.key).observe(now - started)
                 return address
+            self._check_reachable(svc, now)
+
+    def _unusable(self, svc: Service) -> t.OpenAIError:
+        """The 503 (and the log line and metric) for a service that has its replicas, none usable."""
+        m.REJECTED.labels("no_usable_replica").inc()
+        if svc.desired == 0:
+            why = f"model {svc.key[1]} has no replicas (it is scaled to 0 and does not scale from zero)"
+        else:
+            why = (f"model {svc.key[1]} reports {svc.ready} ready replica(s) but the gateway can reach none: "
+                   f"{self.router.why_no_endpoint(svc.key)}")
+        self._say(svc.key, why)
+        return t.OpenAIError(503, why, "service_unavailable", code="no_usable_replica",
+                             retry_after=self.settings.retry_after_seconds)
+
+    def _check_reachable(self, svc: Service, now: float) -> None:
+        """Every ready replica failed to connect a moment ago (outlier ejection): a 503 at once."""
+        if not self.router.endpoints(svc.key) or self.router.usable(svc.key, now):
+            return
+        m.REJECTED.labels("replicas_unreachable").inc()
+        until = min(self.router.ejected.get(a, now) for a in self.router.endpoints(svc.key))
+        why = (f"model {svc.key[1]}: every ready replica refused the connection or timed out in the last "
+               f"{EJECT_SECONDS:.0f}s")
+        self._say(svc.key, why)
+        raise t.OpenAIError(503, why + "; retry later", "service_unavailable", code="upstream_unreachable",
+                            retry_after=max(1.0, until - now))
+
+    def _say(self, key: ServiceKey, why: str) -> None:
+        now = self.clock()
+        if now - self._said.get(key, -LOG_EVERY_SECONDS) >= LOG_EVERY_SECONDS:
+            self._said[key] = now
+            log.warning("%s/%s: %s", key[0], key[1], why)
 
     def _check_servable(self, svc: Service) -> None:
         if self.draining:

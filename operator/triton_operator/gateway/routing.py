@@ -35,6 +35,15 @@ class Service:
     default_max_tokens: int = DEFAULT_MAX_TOKENS
     scales_to_zero: bool = False    # autoscaling.minReplicas 0
     degraded: str | None = None     # why it cannot serve now (Degraded=True), if it cannot
+    desired: int | None = None      # status.replicas: what the operator asked for (None: not reported yet)
+    ready: int | None = None        # status.readyReplicas
+
+    def starting(self) -> bool:
+        """Replicas are on their way: a service that scales from zero (the held requests ask for one), a
+        new one the operator has not reported on, or one with fewer ready replicas than it asked for."""
+        if self.scales_to_zero or self.desired is None:
+            return True
+        return (self.ready or 0) < self.desired
 
     @property
     def id(self) -> str:
@@ -59,7 +68,8 @@ def service_from(obj: dict[str, Any]) -> Service | None:
         enabled = fmt == "tensorrt-llm" or bool(openai)
     autoscaling = spec.get("autoscaling") or {}
     degraded = None
-    for cond in (obj.get("status") or {}).get("conditions") or []:
+    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    for cond in status.get("conditions") or []:
         if cond.get("type") == "Degraded" and cond.get("status") == "True":
             degraded = f"{cond.get('reason')}: {cond.get('message')}".rstrip(": ")
     max_tokens = openai.get("defaultMaxTokens")
@@ -78,7 +88,13 @@ def service_from(obj: dict[str, Any]) -> Service | None:
         default_max_tokens=int(max_tokens) if isinstance(max_tokens, int) and max_tokens > 0 else DEFAULT_MAX_TOKENS,
         scales_to_zero=autoscaling.get("minReplicas") == 0,
         degraded=degraded,
+        desired=_count(status.get("replicas")),
+        ready=_count(status.get("readyReplicas")),
     )
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def ready_addresses(slice_: dict[str, Any], port_name: str = "http") -> tuple[Address, ...]:
@@ -109,7 +125,9 @@ class Router:
     services: dict[ServiceKey, Service] = field(default_factory=dict)
     slices: dict[tuple[str, str], tuple[ServiceKey, tuple[Address, ...]]] = field(default_factory=dict)
     in_flight: dict[Address, int] = field(default_factory=dict)
+    ejected: dict[Address, float] = field(default_factory=dict)   # replicas that failed to connect -> until when
     _endpoints: dict[ServiceKey, tuple[Address, ...]] = field(default_factory=dict)
+    _unnamed_port: set[tuple[str, str]] = field(default_factory=set)   # slices without port_name
     _turn: int = 0
 
     # -- updates from the watches (each returns the services whose ready endpoints changed) -----
@@ -137,10 +155,13 @@ class Router:
         slice_key = (namespace, meta.get("name") or "")
         service = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
         before = self.slices.get(slice_key)
+        self._unnamed_port.discard(slice_key)
         if obj is None or not service:
             self.slices.pop(slice_key, None)
         else:
             self.slices[slice_key] = ((namespace, service), ready_addresses(obj, self.port_name))
+            if not self._has_port(obj):
+                self._unnamed_port.add(slice_key)
         touched = {entry[0] for entry in (before, self.slices.get(slice_key)) if entry is not None}
         return self._recompute(touched)
 
@@ -148,12 +169,16 @@ class Router:
         """A fresh listing of every slice (after a relist)."""
         touched = {k for k, _ in self.slices.values()}
         self.slices = {}
+        self._unnamed_port = set()
         for obj in objs:
             meta = obj.get("metadata") or {}
             service = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
             if service:
                 ns = meta.get("namespace") or "default"
-                self.slices[(ns, meta.get("name") or "")] = ((ns, service), ready_addresses(obj, self.port_name))
+                slice_key = (ns, meta.get("name") or "")
+                self.slices[slice_key] = ((ns, service), ready_addresses(obj, self.port_name))
+                if not self._has_port(obj):
+                    self._unnamed_port.add(slice_key)
         touched |= {k for k, _ in self.slices.values()}
         return self._recompute(touched)
 
@@ -177,9 +202,33 @@ class Router:
     def find(self, name: str) -> list[Service]:
         return [s for k, s in self.services.items() if k[1] == name]
 
-    def pick(self, key: ServiceKey) -> Address | None:
-        """The ready endpoint with the fewest requests in flight (round robin among equals)."""
-        addresses = self._endpoints.get(key)
+    def _has_port(self, slice_: dict[str, Any]) -> bool:
+        return any(p.get("name") == self.port_name for p in slice_.get("ports") or [])
+
+    def usable(self, key: ServiceKey, now: float) -> tuple[Address, ...]:
+        """The ready endpoints not ejected at `now` (a replica that failed to connect sits out a while)."""
+        addresses = self._endpoints.get(key, ())
+        if not self.ejected:
+            return addresses
+        for address in [a for a, until in self.ejected.items() if until <= now]:
+            del self.ejected[address]
+        return tuple(a for a in addresses if a not in self.ejected)
+
+    def eject(self, address: Address, until: float) -> None:
+        self.ejected[address] = until
+
+    def why_no_endpoint(self, key: ServiceKey) -> str:
+        """Why `key` has no ready endpoint, as the EndpointSlices say it."""
+        mine = [sk for sk, (service, _) in self.slices.items() if service == key]
+        if not mine:
+            return "no EndpointSlice lists its pods"
+        if all(sk in self._unnamed_port for sk in mine):
+            return f"its EndpointSlices have no port named {self.port_name!r}"
+        return "its EndpointSlices list no ready endpoint"
+
+    def pick(self, key: ServiceKey, now: float = 0.0) -> Address | None:
+        """The usable endpoint with the fewest requests in flight (round robin among equals)."""
+        addresses = self.usable(key, now)
         if not addresses:
             return None
         least = min(self.in_flight.get(a, 0) for a in addresses)

@@ -19,7 +19,8 @@ REJECTED = Counter(
     "triton_gateway_rejected_requests_total",
     "Requests refused before reaching a service, by reason (unauthorized, forbidden, rate_limited, "
     "too_large, bad_request, bad_path, not_found, hold_full, hold_timeout, unavailable, keys_unavailable, "
-    "auth_throttled, too_many_in_flight, key_memory_share, memory_full, body_timeout).", ["reason"])
+    "auth_throttled, too_many_in_flight, key_memory_share, memory_full, body_timeout, malformed, no_usable_replica, "
+    "replicas_unreachable).", ["reason"])
 HELD = Gauge(
     "triton_gateway_held_requests",
     "Requests waiting for a ready replica (a service scaled to zero or starting); demand for the autoscaler.",
@@ -47,6 +48,10 @@ UPSTREAM_STALLED = Counter(
     "triton_gateway_upstream_stalled_total",
     "Answers cut because a replica sent nothing for upstreamIdleTimeoutSeconds once the answer had begun, by "
     "service.", SERVICE)
+UPSTREAM_CONNECT_FAILURES = Counter(
+    "triton_gateway_upstream_connect_failures_total",
+    "Connections to a replica that failed (refused, timeout, tls); the replica then sits out 30 s, by service.",
+    SERVICE + ["reason"])
 API_KEYS = Gauge("triton_gateway_api_keys", "API keys loaded.")
 SERVICES = Gauge("triton_gateway_services", "InferenceServices known to the gateway.")
 CONNECTIONS = Gauge("triton_gateway_connections", "Client connections open on the API port.")

@@ -25,12 +25,13 @@ from . import translate as t
 from .admission import Held
 from .auth import Caller
 from .config import GatewaySettings
-from .holding import Holding
+from .holding import EJECT_SECONDS, Holding
 from .routing import Address, Router, Service, ServiceKey, url
 
 log = logging.getLogger(__name__)
 
 TEMPLATE_TTL = 600.0  # seconds a chat template read from a model's config is used before it is read again
+CONNECT_ATTEMPTS = 3  # replicas a request tries when they refuse the connection or do not accept it in time
 
 
 @dataclass
@@ -129,17 +130,15 @@ class Upstream:
 
     async def send(self, svc: Service, caller: Caller, method: str, path: str, body: bytes | bytearray | None,
                    headers: dict[str, str]) -> tuple[Address, aiohttp.ClientResponse, float, Any]:
-        """A request to a ready replica; a replica that refuses the connection is tried once more
-        on another (nothing reached the first one). Two refusals end it, on two replicas or on the
-        only one. Returns the replica, its answer (headers read), when the request was sent, and
-        the attempt's upstream span (tracing.py), which the caller ends when the answer is over.
-        The caller also releases the replica (router.release) and the answer."""
-        tried: set[Address] = set()
+        """A request to a usable replica. A replica that refuses the connection or does not accept it
+        within upstream_connect_timeout_seconds (nothing reached it) is ejected for EJECT_SECONDS and
+        the request tried on another, up to CONNECT_ATTEMPTS; when none is left, a 503 that says so.
+        Returns the replica, its answer (headers read), when the request was sent, and the attempt's
+        upstream span (tracing.py), which the caller ends when the answer is over. The caller also
+        releases the replica (router.release) and the answer."""
         attempts = 0
         while True:
             address = await self.holding.endpoint(svc, caller)
-            if address in tried:
-                address = next((a for a in self.router.endpoints(svc.key) if a not in tried), address)
             attempts += 1
             self.router.acquire(address)
             span = self.tracing.upstream(method, address[0], address[1], path, headers)
@@ -152,14 +151,23 @@ class Upstream:
                                                     server_hostname=self.tls_name(svc))
                 span.status_code(resp.status)
                 return address, resp, sent, span
-            except aiohttp.ClientConnectorError as e:
+            except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
                 span.fail(e)
                 span.end()
                 self.router.release(address)
-                tried.add(address)
-                if attempts >= 2:
-                    raise t.OpenAIError(502, f"model {svc.key[1]}: its replicas refused the connection",
-                                        "upstream_error", code="upstream_unreachable") from None
+                self.router.eject(address, self.clock() + EJECT_SECONDS)
+                reason = "timeout" if isinstance(e, aiohttp.ConnectionTimeoutError) else (
+                    "tls" if isinstance(e, aiohttp.ClientSSLError) else "refused")
+                m.child(m.UPSTREAM_CONNECT_FAILURES, *svc.key, reason).inc()
+                log.info("%s/%s: replica %s:%d %s; it sits out %.0fs", svc.key[0], svc.key[1], address[0],
+                         address[1], {"timeout": "did not accept the connection in time",
+                                      "tls": "failed the TLS handshake", "refused": "refused the connection"}[reason],
+                         EJECT_SECONDS)
+                if attempts >= CONNECT_ATTEMPTS:
+                    raise t.OpenAIError(503, f"model {svc.key[1]}: its replicas refused the connection or timed "
+                                             f"out ({attempts} tried); retry later", "service_unavailable",
+                                        code="upstream_unreachable",
+                                        retry_after=self.settings.retry_after_seconds) from None
             except BaseException as e:
                 span.fail(e)
                 span.end()

@@ -46,9 +46,8 @@ class Watches:
         self.router.set_service(None if kind == "DELETED" else obj, obj)
         m.SERVICES.set(len(self.router.services))
         meta = obj.get("metadata") or {}
-        key = (meta.get("namespace") or "default", meta.get("name") or "")
-        if kind == "DELETED" or (self.router.services.get(key) and self.router.services[key].degraded):
-            self._wake_up({key})  # held requests learn the service is gone or failing
+        # held requests look again: the service may be gone, failing, or no longer starting
+        self._wake_up({(meta.get("namespace") or "default", meta.get("name") or "")})
 
     def _slices_listed(self, namespace: str | None) -> Callable[[list[dict[str, Any]]], None]:
         def listed(items: list[dict[str, Any]]) -> None:
