@@ -1,4 +1,5 @@
-"""make bench-gateway: what the gateway adds to a request, and how long a wake from zero takes.
+"""make bench-gateway: what the gateway adds to a request, what a hostile client can make it hold,
+and how long a wake from zero takes.
 
 1. Overhead: a real Triton (the CPU build from the nvidia-pytriton wheel) serving the textgen
    model (e2e/harness/textgen.py, no per-token delay), called directly and through the gateway
@@ -7,7 +8,11 @@
    Triton's generate directly; the same generate through the gateway's KServe v2 pass-through;
    /v1/completions (the OpenAI route, translated to generate). The gateway here routes from a
    fixed table (no cluster is needed to measure the data path; discovery only changes the table).
-2. Wake: the time from the first request held for a service at zero to its answer, measured by
+2. Holding and a determined attacker: the gateway's RSS with 1,000 held requests, then per
+   connection (2,000 connections that never end their head), per request (small, and each
+   worst-shape body up to a key's byte share), with another key's request answered meanwhile, and
+   the bound these give against the chart's memory limit.
+3. Wake: the time from the first request held for a service at zero to its answer, measured by
    e2e/test_gateway.py::test_wake_from_zero_answers_every_held_request on a local kwok cluster
    with the real operator, Prometheus (1 s scrape) and a 1 s autoscaler tick (--no-wake skips it).
 
@@ -221,7 +226,8 @@ def holding(n: int, mib: float, n_keys: int = HOLD_KEYS) -> tuple[str, dict[str,
             codes: dict[str, int] = {}
             held_seen = 0
 
-            async def one(i: int, session: aiohttp.ClientSession) -> None:
+            async def one(i: int, sessions: list[aiohttp.ClientSession]) -> None:
+                session = sessions[i % n_keys]
                 body = json.dumps({"model": f"bench/s{i % HOLD_SERVICES}", "max_tokens": 4,
                                    "messages": [{"role": "user", "content": content}]})
                 try:
@@ -236,9 +242,11 @@ def holding(n: int, mib: float, n_keys: int = HOLD_KEYS) -> tuple[str, dict[str,
                     code = type(e).__name__
                 codes[code] = codes.get(code, 0) + 1
 
-            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
-                                             timeout=aiohttp.ClientTimeout(total=300)) as session:
-                tasks = [asyncio.create_task(one(i, session)) for i in range(n)]
+            # each key's client from an address of its own (one address may open 128 connections)
+            sessions = [aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, local_addr=(f"127.0.3.{k + 1}", 0)),
+                                              timeout=aiohttp.ClientTimeout(total=300)) for k in range(n_keys)]
+            try:
+                tasks = [asyncio.create_task(one(i, sessions)) for i in range(n)]
                 steady = time.monotonic() + 120
                 while time.monotonic() < steady:   # until every request is held or answered
                     await asyncio.sleep(0.5)
@@ -249,6 +257,9 @@ def holding(n: int, mib: float, n_keys: int = HOLD_KEYS) -> tuple[str, dict[str,
                 rss, peak = _rss_mib(gateway.pid)
                 gateway.terminate()   # held requests are answered 503 at once
                 await asyncio.gather(*tasks)
+            finally:
+                for session in sessions:
+                    await session.close()
             return codes, held_seen, rss, peak
 
         codes, held, rss, peak = asyncio.run(burst())
@@ -257,9 +268,10 @@ def holding(n: int, mib: float, n_keys: int = HOLD_KEYS) -> tuple[str, dict[str,
             gateway.terminate()
         gateway.wait(30)
     per_held = (rss - idle) / held if held else float("nan")
+    peak_per_counted = (peak - idle) / (held * mib) if held else float("nan")
     table = "\n".join(f"| {code} | {count} |" for code, count in sorted(codes.items()))
     limit = 512
-    text = f"""{n} chat requests of {mib:g} MiB each sent at once, spread over {n_keys} key(s) and {HOLD_SERVICES} services scaled to
+    text = f"""{n} chat requests of {mib:g} MiB each sent at once, spread over {n_keys} key(s) (each from an address of its own) and {HOLD_SERVICES} services scaled to
 zero (every request that is admitted is held), against a gateway with the chart's default limits (body budget
 {defaults.body_budget_bytes >> 20} MiB, a key's share {defaults.key_share:g} of it and of each service's hold queue of
 {defaults.max_held_per_service}, {defaults.max_connections} connections).
@@ -278,7 +290,255 @@ Answers (after the gateway was stopped, held requests get 503 gateway_stopping):
 {table}
 """
     print(text, flush=True)
-    return text, {"held": held, "peak": peak, "per_held": per_held}
+    return text, {"held": held, "peak": peak, "per_held": per_held, "peak_per_counted": peak_per_counted}
+
+
+# -- a determined attacker: memory per connection and per request --------------------------------------
+
+HOSTILE_CONNECTIONS, HOSTILE_ADDRESSES = 2000, 16
+FAST_MARK = b"answer-at-once"
+SMALL = "small (the most requests, not bytes)"
+
+
+def serve_gateway_hostile(port: int, health_port: int, keys: str, upstream_port: int) -> None:
+    """The gateway process for the hostile measurement: the chart's default limits but the request
+    rate (the attacker may send as fast as it likes), one LLM service `bench/llm` whose replica is
+    the bench's stand-in (it holds every answer open until told)."""
+    from triton_operator.gateway import gateway_command
+    from triton_operator.gateway.config import GatewaySettings
+    from triton_operator.gateway.server import Gateway
+
+    gw = Gateway(GatewaySettings(address="127.0.0.1", port=port, metrics_port=health_port, key_files=[keys],
+                                 requests_per_minute=1e9), None)
+    gw.router.set_service({"metadata": {"name": "llm", "namespace": "bench"},
+                           "spec": {"model": {"format": "tensorrt-llm"}},
+                           "status": {"replicas": 1, "readyReplicas": 1}})
+    gw.router.set_slice({"metadata": {"name": "llm-1", "namespace": "bench",
+                                      "labels": {"kubernetes.io/service-name": "llm"}},
+                         "ports": [{"name": "http", "port": upstream_port}],
+                         "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": True}}]})
+    gateway_command.run_loop(gateway_command.serve(gw))
+
+
+def worst_bodies(mib: float = 1.0) -> dict[str, bytes]:
+    """The request shapes that make the gateway hold the most per byte on the wire, each as large
+    as a body may be: a prompt of quotes (the request sent on is about twice the body: a quote is
+    escaped again inside the llm model's messages JSON), content parts at the container limit (the
+    most Python objects per parse), and the small-object shape the parse check now refuses."""
+    size = int(mib * (1 << 20)) - 400
+    quotes = json.dumps({"model": "bench/llm", "stream": True, "max_tokens": 4,
+                         "messages": [{"role": "user", "content": '"' * (size // 2)}]}).encode()
+    parts = json.dumps({"model": "bench/llm", "stream": True, "max_tokens": 4, "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "x" * 12}] * 19_000}]}).encode()
+    head = b'{"model": "bench/llm", "stream": true, "messages": [{"role": "user", "content": "hi"}], "metadata": ['
+    flood = head + b",".join([b"{}"] * ((size - len(head)) // 3)) + b"]}"
+    small = json.dumps({"model": "bench/llm", "stream": True, "max_tokens": 4,
+                        "messages": [{"role": "user", "content": "hello"}]}).encode()
+    return {"prompt of quotes": quotes, "content parts at the container limit": parts,
+            "metadata of empty objects (refused at parse)": flood, SMALL: small}
+
+
+def hostile(connections: int = HOSTILE_CONNECTIONS) -> tuple[str, dict[str, float]]:
+    """One key's 250 small streaming requests held open (what a request costs beyond its bytes);
+    then 2,000 connections that send a head of 8 KB lines up to just under the head limit and never
+    end it, from 16 addresses; while they stay, one key sends its whole byte share of each
+    worst-shape body as streaming requests its replica holds open, and another key a request. The
+    gateway runs with the chart's default limits; its RSS is read from /proc at each step."""
+    from triton_operator.gateway.config import GatewaySettings
+    from aiohttp import web
+
+    defaults = GatewaySettings()
+    work = Path(tempfile.mkdtemp(prefix="bench-gateway-hostile-"))
+    hog, other = ("sk-hog-" + secrets.token_urlsafe(32), "sk-other-" + secrets.token_urlsafe(32))
+    (work / "keys.yaml").write_text(json.dumps({"keys": [{"name": "hog", "key": hog, "namespaces": ["bench"]},
+                                                         {"name": "other", "key": other, "namespaces": ["bench"]}]}))
+    bodies = worst_bodies()
+    figures: dict[str, float] = {}
+    lines: list[str] = []
+
+    async def run() -> None:
+        release = [asyncio.Event()]
+        seen = 0
+
+        async def upstream(request: web.BaseRequest) -> web.StreamResponse:
+            nonlocal seen
+            body = bytearray()
+            async for chunk in request.content.iter_any():
+                body += chunk
+            fast = FAST_MARK in body   # the other key's request is answered at once
+            seen += not fast
+            out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await out.prepare(request)
+            await out.write(b'data: {"text_output": "a", "finish_reason": "", "prompt_tokens": 1, '
+                            b'"completion_tokens": 1}\n\n')
+            if not fast:
+                await release[-1].wait()
+            await out.write(b'data: {"text_output": "b", "finish_reason": "stop", "prompt_tokens": 1, '
+                            b'"completion_tokens": 2}\n\n')
+            return out
+
+        server = await asyncio.get_running_loop().create_server(web.Server(upstream), "127.0.0.1", 0)
+        upstream_port = server.sockets[0].getsockname()[1]
+        port, health = free_port(), free_port()
+        gateway = subprocess.Popen([sys.executable, __file__, "--serve-gateway-hostile", str(port), str(health),
+                                    str(work / "keys.yaml"), str(upstream_port)],
+                                   stdout=open(work / "gateway.log", "wb"), stderr=subprocess.STDOUT, cwd=ROOT)
+        conns: list[asyncio.StreamWriter] = []
+        try:
+            for _ in range(600):
+                try:
+                    urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=1)
+                    break
+                except OSError:
+                    await asyncio.sleep(0.1)
+            idle, _ = _rss_mib(gateway.pid)
+            figures["idle"] = idle
+
+            # a key's requests (its byte share of each worst shape, or 250 small ones), held open upstream
+            codes: dict[str, int] = {}
+            session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                            timeout=aiohttp.ClientTimeout(total=600))
+
+            async def send(body: bytes, key: str) -> str:
+                headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+                try:
+                    async with session.post(f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
+                                            headers=headers) as resp:
+                        data = await resp.read()
+                        code = str(resp.status) if resp.status == 200 else \
+                            f"{resp.status} {json.loads(data)['error']['code']}"
+                except (aiohttp.ClientError, ValueError, KeyError) as e:
+                    code = type(e).__name__
+                codes[code] = codes.get(code, 0) + 1
+                return code
+
+            async def shape(name: str, body: bytes) -> None:
+                before, codes_before = seen, dict(codes)
+                base, _ = _rss_mib(gateway.pid)
+                count = 60 if len(body) > 4096 else 250   # a key's requests in flight: 256
+                shape_tasks = [asyncio.create_task(send(body, hog)) for _ in range(count)]
+                deadline = time.monotonic() + 120
+                while time.monotonic() < deadline and sum(t.done() for t in shape_tasks) + seen - before < count:
+                    await asyncio.sleep(0.2)
+                await asyncio.sleep(1.0)
+                rss, _ = _rss_mib(gateway.pid)
+                with urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=30) as r:
+                    counted = json.load(r)["heldBytes"] / (1 << 20)
+                held = seen - before
+                refusals = {c: n - codes_before.get(c, 0) for c, n in codes.items() if c != "200"}
+                refused = ", ".join(f"{c} x{n}" for c, n in sorted(refusals.items()) if n)
+                lines.append(f"| + key `hog` sends {count} bodies of {len(body) / 1024:.0f} KiB: {name} | {held} held open at "
+                             f"the replica, {counted:.1f} MiB counted; the rest {refused or 'none'} | {rss:.0f} MiB | "
+                             + (f"{(rss - base) / held:.2f} MiB per held request"
+                                + (f", {(rss - base) / counted:.2f} MiB of RSS per MiB counted |" if len(body) > 4096
+                                   else " |") if held else "nothing held |"))
+                figures[f"held {name}"] = held
+                if held:
+                    figures[f"per request {name}"] = (rss - base) / held
+                if held and len(body) > 4096:
+                    figures[f"per counted {name}"] = (rss - base) / counted
+                # the other key, while this key's share is held and the pool is full of hostile heads
+                if name == next(iter(bodies)):
+                    started = time.perf_counter()
+                    answer = await send(json.dumps({"model": "bench/llm", "stream": True, "max_tokens": 4, "messages": [
+                        {"role": "user", "content": FAST_MARK.decode()}]}).encode(), other)
+                    figures["other key served"] = answer == "200"
+                    lines.append(f"| key `other` sends a chat request meanwhile | answered {answer} in "
+                                 f"{time.perf_counter() - started:.2f} s | | |")
+                release[-1].set()
+                release.append(asyncio.Event())
+                await asyncio.gather(*shape_tasks)
+                after, _ = _rss_mib(gateway.pid)
+                lines.append(f"| answers released | | {after:.0f} MiB | |")
+
+            await shape(SMALL, bodies.pop(SMALL))
+            # hostile connections, each a head of 8 KB lines just under the limit, never ended
+            before_attack, _ = _rss_mib(gateway.pid)
+            line = b"X-Filler: " + b"a" * 8000 + b"\r\n"
+            head = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n" + line * ((defaults.max_header_bytes - 64) // len(line))
+            refused = 0
+
+            async def attack(i: int) -> None:
+                nonlocal refused
+                try:
+                    reader, writer = await asyncio.open_connection(
+                        "127.0.0.1", port, local_addr=(f"127.0.2.{1 + i % HOSTILE_ADDRESSES}", 0))
+                    writer.write(head)
+                    await writer.drain()
+                    conns.append(writer)
+                except OSError:
+                    refused += 1
+            await asyncio.gather(*(attack(i) for i in range(connections)))
+            await asyncio.sleep(2.0)
+            with urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=30) as r:
+                open_now = json.load(r)["connections"]
+            rss_conns, _ = _rss_mib(gateway.pid)
+            figures["connections open"] = open_now
+            figures["per connection"] = (rss_conns - before_attack) * 1024 / max(1, open_now)
+            lines.append(f"| {connections} hostile connections (head of {len(head)} bytes, never ended), "
+                         f"{HOSTILE_ADDRESSES} addresses | {open_now} open (the cap {defaults.max_connections}; "
+                         f"the rest refused 503 or reaped) | {rss_conns:.0f} MiB | "
+                         f"{figures['per connection']:.0f} KiB per open connection |")
+
+            for name, body in bodies.items():
+                await shape(name, body)
+
+            rss, peak = _rss_mib(gateway.pid)
+            figures["rss"], figures["peak"] = rss, peak
+            await session.close()
+            figures["codes"] = codes   # type: ignore[assignment]
+        finally:
+            for w in conns:
+                w.close()
+            gateway.terminate()
+            gateway.wait(30)
+            server.close()
+
+    asyncio.run(run())
+    codes = figures.pop("codes")   # type: ignore[arg-type]
+    limit = 512
+    per_conn = figures["per connection"]
+    per_counted = max(v for k, v in figures.items() if k.startswith("per counted"))
+    per_request = figures[f"per request {SMALL}"]
+    figures["per counted"] = per_counted
+    figures["per request"] = per_request
+    text = f"""One key's 250 small streaming requests are held open by the stand-in replica (what a request costs beyond
+its bytes); then {HOSTILE_CONNECTIONS} connections from {HOSTILE_ADDRESSES} addresses each send a head of 8 KB header
+lines just under the head limit ({defaults.max_header_bytes} bytes) and never end it; while they stay, one key sends its whole byte
+share ({defaults.body_budget_bytes * defaults.key_share / (1 << 20):.0f} MiB of {defaults.body_budget_bytes >> 20}) of
+each worst-shape body as streaming chat requests, which the stand-in replica holds open; then another key sends a
+request. The gateway runs with the chart's default limits; RSS is read from /proc after each step.
+
+| step | what the gateway holds | gateway RSS | per unit |
+| --- | --- | --- | --- |
+| idle | | {figures['idle']:.0f} MiB | |
+{chr(10).join(lines)}
+
+Peak RSS (VmHWM) over the run: {figures['peak']:.0f} MiB, the chart's memory limit {limit} MiB:
+{'under it' if figures['peak'] < limit else 'OVER it'}. Another key was {'served' if figures['other key served'] else 'NOT served'}.
+Answers to the key `hog`: {', '.join(f'{c}: {n}' for c, n in sorted(codes.items()))}.
+"""
+    print(text, flush=True)
+    return text, figures
+
+
+def bound_text(hostile_figures: dict[str, float], held_figures: dict[str, float]) -> str:
+    """The RSS bound the measured figures give against the chart's memory limit, whatever the mix."""
+    from triton_operator.gateway.config import GatewaySettings
+
+    d = GatewaySettings()
+    factor = max(hostile_figures["per counted"], held_figures.get("peak_per_counted", 0.0))
+    budget = d.body_budget_bytes / (1 << 20)
+    connections = d.max_connections * (hostile_figures["per connection"] / 1024 + hostile_figures["per request"])
+    bound = hostile_figures["idle"] + connections + budget * factor + 32
+    return f"""
+The bound these figures give, whatever the mix and the number of clients: idle RSS ({hostile_figures['idle']:.0f} MiB)
++ {d.max_connections} connections x ({hostile_figures['per connection']:.0f} KiB + {hostile_figures['per request'] * 1024:.0f}
+KiB for the request each may have in flight) + the byte budget ({budget:.0f} MiB, every key's bytes together) x
+{factor:.2f} (the most RSS per counted MiB measured: a held request's peak above, or a worst shape in flight here,
+parse leftovers included) + 32 MiB for one request's parse at a time (parses run one at a time; the largest body parses
+into about 30 MiB of objects at most) = {bound:.0f} MiB, {'under' if bound < 512 else 'OVER'} the 512 MiB limit.
+"""
 
 
 def wake() -> str:
@@ -303,6 +563,8 @@ def main() -> int:
     p.add_argument("--hold", type=int, default=1000, help="requests held at once for the memory figure (0: skip)")
     p.add_argument("--hold-mib", type=float, default=1.0, help="body size of each held request")
     p.add_argument("--only-hold", action="store_true", help="measure holding only, print it, write nothing")
+    p.add_argument("--serve-gateway-hostile", nargs=4, metavar=("PORT", "HEALTH_PORT", "KEYS", "UPSTREAM_PORT"))
+    p.add_argument("--only-hostile", action="store_true", help="measure the hostile mix only, print it, write nothing")
     args = p.parse_args()
     if args.serve_gateway:
         serve_gateway(int(args.serve_gateway[0]), int(args.serve_gateway[1]), args.serve_gateway[2])
@@ -311,6 +573,13 @@ def main() -> int:
         serve_gateway_holding(int(args.serve_gateway_holding[0]), int(args.serve_gateway_holding[1]),
                               args.serve_gateway_holding[2])
         return 0
+    if args.serve_gateway_hostile:
+        a = args.serve_gateway_hostile
+        serve_gateway_hostile(int(a[0]), int(a[1]), a[2], int(a[3]))
+        return 0
+    if args.only_hostile:
+        hostile()
+        return 0
     if args.hold and args.only_hold:
         print(holding(args.hold, args.hold_mib)[0])
         print(holding(args.hold, args.hold_mib, n_keys=1)[0])
@@ -318,9 +587,11 @@ def main() -> int:
     started = datetime.now(timezone.utc)
     load = os.getloadavg()
     rows, figures = overhead(args.n, args.seconds, args.concurrency)
-    held = (holding(args.hold, args.hold_mib)[0] + "\nThe same from one key alone (it may hold its share, "
-            "a quarter, of the body budget and of each service's queue):\n\n" + holding(args.hold, args.hold_mib, 1)[0]
-            if args.hold else "not measured (--hold 0)")
+    held_text, held_figures = holding(args.hold, args.hold_mib) if args.hold else ("not measured (--hold 0)", {})
+    held = (held_text + "\nThe same from one key alone (it may hold its share, a quarter, of the body budget and of "
+            "each service's queue):\n\n" + holding(args.hold, args.hold_mib, 1)[0] if args.hold else held_text)
+    attacked, hostile_figures = hostile()
+    attacked += bound_text(hostile_figures, held_figures)
     woke = "not measured (--no-wake)" if args.no_wake else wake()
     p50_added = figures["gateway /v1/completions (OpenAI, translated) p50 added"]
     loss = max(v for k, v in figures.items() if k.endswith("rps loss"))
@@ -357,6 +628,9 @@ The figure to watch on a quiet machine is the added p50; rerun `make bench-gatew
 
 {held}
 
+## A determined attacker: memory per connection and per request
+
+{attacked}
 ## Wake from zero
 
 Wake from zero (e2e/test_gateway.py on a local kwok cluster, real operator, Prometheus scrape 1 s,

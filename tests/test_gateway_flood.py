@@ -151,3 +151,25 @@ def test_rate_limits_are_split_over_the_gateway_replicas():
             statuses = [(await rig.call("GET", "/v1/models")).status for _ in range(11)]
             assert statuses == [200] * 10 + [429]
     run(scenario)
+
+
+def test_slow_heads_filling_the_pool_make_room_for_a_newcomer(monkeypatch):
+    """Connections that trickle their head are bounded by the header timeout; when they fill the
+    pool, the oldest are reaped like idle ones, so other clients are still served."""
+    monkeypatch.setattr(guard, "REAP_IDLE_SECONDS", 0.2)
+
+    async def scenario():
+        async with Rig(max_connections=10, max_connections_per_address=10, header_timeout_seconds=30) as rig:
+            slow = []
+            for i in range(10):
+                reader, writer = await connect(rig.port, f"127.0.1.{i + 1}")
+                writer.write(b"GET /v1/models HTTP/1.1\r\nX-Slow: ")
+                slow.append((reader, writer))
+            await settle(lambda: rig.gw.connections.open == 10)
+            await asyncio.sleep(0.3)
+            served = await raw_request_from(rig.port, "127.0.0.99")
+            assert served.status == 200
+            assert await closed_within(slow[0][0], 5) == b""
+            for _, w in slow:
+                w.close()
+    run(scenario)

@@ -19,8 +19,9 @@ Each connection's protocol is wrapped (`Guard`); aiohttp's request handler sits 
 - **Connections**: past `max_connections` open ones, or `per_address` from one client address
   (the peer; a trusted proxy is not capped, its clients are many), a new connection is answered
   `503` with `Retry-After: 1` and closed before aiohttp sees it. When the pool is nearly full
-  (`REAP_AT` of it), connections idle for `REAP_IDLE_SECONDS` or more are closed, oldest first, to
-  make room: idle keep-alive connections cannot lock others out.
+  (`REAP_AT` of it), connections idle for `REAP_IDLE_SECONDS` or more, or whose head has been
+  arriving that long, are closed, oldest first, to make room: idle keep-alive connections and slow
+  heads cannot lock others out.
 - **Malformed requests** (`GatewayRequestHandler`) are answered `400` with a fixed body; they cost
   one log line per `MALFORMED_LOG_SECONDS` at most, naming the client and the kind of error, never
   the request's bytes (aiohttp's own line quotes the head, Authorization header included).
@@ -106,7 +107,8 @@ class Limits:
         self.open = 0
         self.by_address: dict[str, int] = {}
         self.guards: dict[Any, "Guard"] = {}   # aiohttp's protocol -> its guard (it has __slots__)
-        self.idle: dict["Guard", float] = {}   # idle connections -> since when, oldest first
+        self.idle: dict["Guard", float] = {}   # reapable connections (idle, or in a head) -> since when, oldest first
+        self.reaped: set["Guard"] = set()      # closed by reap(), not yet gone
         self.malformed = MalformedLog(clock)
 
     def protocol_factory(self, inner_factory: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
@@ -124,24 +126,30 @@ class Limits:
 
     def admit(self, address: str) -> bytes | None:
         """None when a new connection from `address` may open; else the answer that refuses it."""
-        if self.open >= int(self.max_connections * REAP_AT):
-            self.reap(self.open - int(self.max_connections * REAP_AT) + 1)
+        if self.staying() >= int(self.max_connections * REAP_AT):
+            self.reap(self.staying() - int(self.max_connections * REAP_AT) + 1)
         if self.capped(address) and self.by_address.get(address, 0) >= self.per_address:
             m.CONNECTIONS_REFUSED.labels("per_address").inc()
             return REFUSED_ADDRESS
-        if self.open >= self.max_connections:
+        if self.staying() >= self.max_connections:
             m.CONNECTIONS_REFUSED.labels("too_many").inc()
             return REFUSED
         return None
 
+    def staying(self) -> int:
+        """Open connections, less those reaped and closing."""
+        return self.open - len(self.reaped)
+
     def reap(self, wanted: int) -> None:
-        """Close up to `wanted` connections idle for REAP_IDLE_SECONDS or more, oldest first."""
+        """Close up to `wanted` connections idle (or in a head) for REAP_IDLE_SECONDS or more, oldest first."""
         now = self.clock()
         for guard, since in list(self.idle.items()):
             if wanted <= 0 or now - since < REAP_IDLE_SECONDS:
                 break
             wanted -= 1
             m.CONNECTIONS_REFUSED.labels("reaped").inc()
+            del self.idle[guard]
+            self.reaped.add(guard)
             guard.close()
 
     def opened(self, guard: "Guard") -> None:
@@ -157,6 +165,7 @@ class Limits:
         else:
             self.by_address.pop(guard.address, None)
         self.idle.pop(guard, None)
+        self.reaped.discard(guard)
         m.CONNECTIONS.set(self.open)
 
     @web.middleware
@@ -251,7 +260,10 @@ class Guard(asyncio.Protocol):
     def _head_bytes(self, data: bytes) -> bytes:
         """Take head bytes from `data`; hand a whole head to aiohttp. Returns what follows the head."""
         if not self.head:
+            # Reapable from when its head began: a head that takes a second is no client's
+            # (heads come in one packet), so a pool full of slow heads makes room like an idle one.
             self.limits.idle.pop(self, None)
+            self.limits.idle[self] = self.limits.clock()
             self._disarm()
             self.timer = asyncio.get_running_loop().call_later(self.limits.header_timeout, self._headers_too_slow)
         start = max(0, len(self.head) - 3)   # the blank line may straddle two reads
@@ -264,6 +276,7 @@ class Guard(asyncio.Protocol):
             return b""
         head, rest = bytes(self.head[:end.end()]), bytes(self.head[end.end():]) + data[room:]
         self.head = bytearray()
+        self.limits.idle.pop(self, None)
         self._disarm()
         length = body_length(head)
         if length is None:

@@ -44,6 +44,13 @@ log = logging.getLogger(__name__)
 
 SERVER_HEADER = guard.SERVER_HEADER
 MAX_HEADER_LINES = 64   # OpenAI and Triton clients send about ten
+# A body's bytes that arrive before its handler reads them wait in aiohttp's reader, up to twice
+# this (then the socket is paused) plus one read from the socket (up to 256 KiB): per connection,
+# uncounted. 16 KiB instead of aiohttp's 64 KiB keeps that small on a full pool.
+READ_BUFSIZE = 16 * 1024
+# The unread rest of a refused body is read and dropped for at most this long, then the
+# connection is closed: a refused 1 MiB upload must not keep a connection reading for 10 s.
+LINGERING_SECONDS = 2.0
 
 
 def _error_response(err: t.OpenAIError) -> web.Response:
@@ -102,7 +109,7 @@ class Gateway:
     async def readyz(self, _request: web.Request) -> web.Response:
         body = {"ready": self.ready, "keys": len(self.auth.grants), "keysError": self.auth.keys_error,
                 "services": len(self.router.services), "watches": self.watches.status(),
-                "held": self.holds.count, "connections": self.connections.open}
+                "held": self.holds.count, "heldBytes": self.bodies.used, "connections": self.connections.open}
         return web.json_response(body, status=200 if self.ready else 503)
 
     async def metrics(self, _request: web.Request) -> web.Response:
@@ -148,7 +155,8 @@ class Gateway:
         return web.AppRunner(self.api_app(with_health), handler_cancellation=True,
                              shutdown_timeout=s.shutdown_timeout_seconds, access_log=None,
                              keepalive_timeout=s.idle_timeout_seconds, auto_decompress=False,
-                             max_headers=MAX_HEADER_LINES)
+                             max_headers=MAX_HEADER_LINES, read_bufsize=READ_BUFSIZE,
+                             lingering_time=LINGERING_SECONDS)
 
     def api_site(self, runner: web.AppRunner, host: str, port: int) -> web.TCPSite:
         return guard.GuardedSite(runner, host, port, self.connections)
