@@ -589,9 +589,17 @@ def test_p99_over_target_with_full_batches_is_not_service_time():
     assert d.unattainable is None and "with full batches" in d.reason
 
 
-def test_p99_over_target_with_light_batches_and_no_queue_is_out_of_reach():
-    d = decide(SPEC, 4, replace(planned(0, 4, 20, 30), p99_ms=5000), seed(T0, 4), T0 + timedelta(seconds=10))
+def test_p99_over_target_with_about_one_request_a_replica_and_no_queue_is_out_of_reach():
+    d = decide(SPEC, 4, replace(planned(0, 4, 20, 4), p99_ms=5000), seed(T0, 4), T0 + timedelta(seconds=10))
     assert d.unattainable and "service time" in d.reason and d.desired == 4
+
+
+def test_p99_over_target_with_shared_batches_is_never_called_out_of_reach():
+    """Five requests a replica share its batches: others' prefills stretch each of them, and
+    spreading the load would cut latency. The rule used to call that service time (batches under
+    half full) and refuse the scale-up that helps."""
+    d = decide(SPEC, 4, replace(planned(0, 4, 20, 30), p99_ms=5000), seed(T0, 4), T0 + timedelta(seconds=10))
+    assert d.unattainable is None and "with the batches shared" in d.reason
 
 
 def test_new_fields_default_so_the_live_loop_keeps_working():

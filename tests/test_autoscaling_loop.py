@@ -26,7 +26,7 @@ def series(signal: str, value: str, ns: str = "prod", svc: str = "chat") -> dict
 
 def test_one_query_tags_every_signal_and_substitutes_the_labels():
     q = combined_query(Settings())
-    assert q.count("label_replace(") == len(SIGNALS) == 9
+    assert q.count("label_replace(") == len(SIGNALS) == 11
     for signal in SIGNALS:
         assert f'"{SIGNAL_LABEL}", "{signal}", "", ""' in q
     assert "$service" not in q and "$namespace" not in q
@@ -35,6 +35,9 @@ def test_one_query_tags_every_signal_and_substitutes_the_labels():
     # the gateway's gauges are two more signals of the same query (no second query for them)
     assert 'sum by (namespace, inferenceservice) (triton_gateway_held_requests{inferenceservice!=""})' in q
     assert 'sum by (namespace, inferenceservice) (triton_gateway_in_flight_requests{inferenceservice!=""})' in q
+    # and so are the requests it counted against the service level, met and all (status.metrics.sloAttainment)
+    assert ('sum by (namespace, inferenceservice) (increase(triton_gateway_slo_requests_total{met="true", '
+            'inferenceservice!=""}[10m]))') in q
     custom = Settings(metrics_service_label="app", queue_query='sum by ($namespace, $service) (my_queue)')
     assert "sum by (namespace, app) (my_queue)" in combined_query(custom)
 

@@ -89,3 +89,25 @@ def test_a_target_out_of_reach_is_written_and_announced_when_it_becomes_so():
     still = decide(SPEC, 2, q(0, 2, p99=4000), out.history, T0 + timedelta(seconds=20))
     r3, events3 = report(still, 2, r2, T0 + timedelta(seconds=20))
     assert r3 is r2 and events3 == []
+
+
+def test_the_share_of_requests_within_the_target_is_shown_and_rewritten_only_when_it_moves():
+    """status.metrics.sloAttainment: met / counted over the last 10 minutes, from the gateway's
+    counter (signals.attainment), at three decimals: 0.9996 is not shown as all."""
+    from dataclasses import replace as evolve
+    from triton_operator.autoscaling.report import attainment_shown
+    from triton_operator.autoscaling.signals import attainment
+
+    assert attainment(973, 1000) == 0.973 and attainment(5, 0) is None and attainment(None, 10) is None
+    assert attainment(float("nan"), 10) is None
+    assert [attainment_shown(x) for x in (0.9996, 1.0, 0.97349, None)] == [0.999, 1.0, 0.973, None]
+    first = decide(SPEC, 3, evolve(q(0, 3, p99=412), attainment=0.9731), seed(T0, 3), T0)
+    r, _ = report(first, 3, None, T0)
+    assert r.status()["metrics"]["sloAttainment"] == 0.973
+    same = decide(SPEC, 3, evolve(q(0, 3, p99=412), attainment=0.9738), first.history, T0 + timedelta(seconds=10))
+    assert report(same, 3, r, T0 + timedelta(seconds=10))[0] is r
+    moved = decide(SPEC, 3, evolve(q(0, 3, p99=412), attainment=0.951), first.history, T0 + timedelta(seconds=20))
+    r3, _ = report(moved, 3, r, T0 + timedelta(seconds=20))
+    assert r3 is not r and r3.status()["metrics"]["sloAttainment"] == 0.951
+    assert Report.from_status(r3.status() | {"conditions": [{"type": "MetricsAvailable", "status": "True"}]}
+                              ).slo_attainment == 0.951

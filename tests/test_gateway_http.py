@@ -14,7 +14,7 @@ from aiohttp import web
 from triton_operator.gateway import guard
 from triton_operator.gateway import telemetry as m
 
-from .gateway_http import KEY_A, KEY_B, Rig, bearer, raw_request, read_reply, run, slice_for
+from .gateway_http import KEY_A, KEY_B, Rig, bearer, isvc, raw_request, read_reply, run, slice_for
 
 CHAT = {"model": "ml/llama", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -297,4 +297,43 @@ def test_tls_to_the_replicas_is_verified_against_the_services_name(tmp_path):
                 assert len(tls.seen) == 1
             finally:
                 await tls.stop()
+    run(scenario)
+
+
+# -- the service level ---------------------------------------------------------------------------------------
+
+def test_requests_are_counted_against_the_services_own_latency_target():
+    """triton_gateway_slo_requests_total{met} per service, against spec.autoscaling.slo: end to end
+    (targetP99LatencyMs too), to the first token, or between tokens (streams only); a request that
+    failed, or a stream that broke, did not meet it."""
+    def count(name, met):
+        return m.SLO_REQUESTS.labels("ml", name, met)._value.get()
+
+    async def slow(request):
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        await asyncio.sleep(0.25)   # the first token after 0.25 s, the next 0.01 s later
+        for piece in ("a", "b", "c"):
+            await out.write(b'data: {"text_output": "' + piece.encode() + b'"}\n\n')
+            await asyncio.sleep(0.01)
+        await out.write_eof()
+        return out
+
+    async def scenario():
+        async with Rig() as rig:
+            for name, slo in (("e2e", {"latencyMs": 100}), ("ttft", {"latencyMs": 100, "latency": "timeToFirstToken"}),
+                              ("itl", {"latencyMs": 100, "latency": "interToken"})):
+                rig.gw.router.set_service(isvc(name, fmt="python", openai={"enabled": True},
+                                               autoscaling={"maxReplicas": 2, "slo": slo}))
+                rig.gw.router.set_slice(slice_for(name, rig.upstream.port))
+            rig.upstream.answer = slow
+            before = {(n, k): count(n, k) for n in ("e2e", "ttft", "itl") for k in ("true", "false")}
+            for name in ("e2e", "ttft", "itl"):
+                reply = await rig.call("POST", "/v1/completions", body={"model": f"ml/{name}", "prompt": "x",
+                                                                         "stream": True})
+                assert reply.status == 200
+            after = {(n, k): count(n, k) - before[(n, k)] for n in ("e2e", "ttft", "itl") for k in ("true", "false")}
+            assert after == {("e2e", "true"): 0, ("e2e", "false"): 1,     # 0.28 s end to end: over 0.1 s
+                             ("ttft", "true"): 0, ("ttft", "false"): 1,   # 0.25 s to the first token
+                             ("itl", "true"): 1, ("itl", "false"): 0}     # 0.01 s between tokens
     run(scenario)

@@ -487,3 +487,63 @@ def test_a_shortage_with_spill_over_serves_what_waiting_cannot(classes):
     # never leave it: its queue rule then shrinks under the steady load once and scales back up
     # on the queue (about 0.82 met). Waiting for h100 meets almost nothing.
     assert ok_spilled > 0.75 and ok_waiting < 0.05, (ok_spilled, ok_waiting)
+
+
+def test_the_slo_measured_is_the_specs_service_level(capsys, tmp_path):
+    """spec.autoscaling.slo sets what a run is measured against (which latency, its target, the
+    share to meet) and what ours aims at; --slo-latency/--slo-ms/--slo-target override it. A
+    request's first token comes before its last, so the same run meets a time-to-first-token
+    target that its end-to-end latency misses."""
+    spec = tmp_path / "s.yaml"
+    spec.write_text(Path(EXAMPLE).read_text().replace(
+        "    targetP99LatencyMs: 800\n", "    slo: {latencyMs: 300, latency: timeToFirstToken, attainment: 0.95}\n"))
+    args = ["simulate", "-f", str(spec), "--generate", "poisson:rate=4,duration=300", "--policy", "fixed:2",
+            "--json", "--seed", "3"]
+    assert cli.main(args) == 0
+    ttft = json.loads(capsys.readouterr().out)
+    assert cli.main([*args, "--slo-latency", "endToEnd"]) == 0
+    e2e = json.loads(capsys.readouterr().out)
+    assert ttft["policies"][0]["slo_ms"] == e2e["policies"][0]["slo_ms"] == 300
+    assert ttft["policies"][0]["slo_attainment"] > 0.9 > e2e["policies"][0]["slo_attainment"]
+    assert cli.main([*args, "--slo-latency", "interToken", "--slo-ms", "1000"]) == 0
+    itl = json.loads(capsys.readouterr().out)["policies"][0]
+    assert itl["slo_attainment"] == 1 - itl["dropped"] / itl["requests"]   # every answer streams faster than 1 s/token
+
+
+def test_simulate_recommends_the_warm_floor_bursts_need(capsys, tmp_path):
+    """Bursts of a minute, twice as long apart as a start-up: ours alone misses the target, and
+    the smallest minReplicas with which it meets it is recommended (fixed pools of the same
+    sizes shown next to it)."""
+    trace = tmp_path / "bursts.csv"
+    rows = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
+    t = 0.0
+    while t < 1800:
+        burst = (t % 300) < 60
+        rows.append(f"{t:.3f},2000,30")
+        t += 0.02 if burst else 0.5
+    trace.write_text("\n".join(rows) + "\n")
+    assert cli.main(["simulate", "-f", EXAMPLE, "--trace", str(trace), "--slo-ms", "4000", "--slo-target", "0.95",
+                     "--json"]) == 0
+    advice = json.loads(capsys.readouterr().out)["recommendation"]
+    floors = {int(n): s["slo_attainment"] for n, s in advice["floors"].items()}
+    assert floors[1] < 0.95 <= floors[advice["minReplicas"]]
+    assert all(a < 0.95 for n, a in floors.items() if n < advice["minReplicas"])
+    assert set(advice["pools"]) == set(advice["floors"])
+    assert cli.main(["simulate", "-f", EXAMPLE, "--trace", str(trace), "--slo-ms", "4000", "--slo-target", "0.95"]) == 0
+    out = capsys.readouterr().out
+    assert f"Recommendation: minReplicas {advice['minReplicas']} (now 1)" in out
+
+
+def test_the_gateways_slo_counter_is_read_over_ten_minutes():
+    """The simulated gateway counts requests met and counted, as triton_gateway_slo_requests_total;
+    the autoscaler reads their increase over 10 minutes (status.metrics.sloAttainment)."""
+    from triton_operator.autoscaling.simulator.metrics_path import GatewaySample, Prometheus
+    from triton_operator.autoscaling.signals import attainment
+
+    prom = Prometheus()
+    assert prom.slo_increase(0.0) is None
+    for t in range(0, 1201, 5):
+        prom.scrape(float(t), {}, [], GatewaySample(float(t), 0.0, 0.0, slo_met=t // 5 * 9, slo_counted=t // 5 * 10))
+    met, counted = prom.slo_increase(1200.0)
+    assert (met, counted) == (1080.0, 1200.0)     # the last 600 s: 120 scrapes of 9 met in 10
+    assert attainment(met, counted) == 0.9

@@ -130,6 +130,8 @@ def inference_service_crd() -> dict[str, Any]:
          "description": "Ready/desired replicas per GPU class (spill-over)"},
         {"name": "Queue", "type": "number", "jsonPath": ".status.metrics.queueDepth", "description": "Queue depth per replica"},
         {"name": "P99ms", "type": "number", "jsonPath": ".status.metrics.p99LatencyMs", "description": "p99 latency (ms)"},
+        {"name": "SLO", "type": "number", "jsonPath": ".status.metrics.sloAttainment",
+         "description": "Share of the last 10 minutes' requests within the latency target"},
         {"name": "Status", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status", "description": "Ready condition"},
         {"name": "Reason", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].reason", "description": "Why: Serving, Loading, ScaledToZero, Waking, ..."},
         {"name": "Zero", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"ScaledToZero\")].status", "priority": 1, "description": "Scaled to zero (minReplicas 0 only)"},

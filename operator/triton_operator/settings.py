@@ -121,6 +121,14 @@ class Settings(BaseModel):
         'sum by ($namespace, $service) (triton_gateway_in_flight_requests{$service!=""})',
         description="PromQL for requests the gateway has sent to a service's replicas and not yet finished (use "
                     "that keeps a minReplicas 0 service from the idle window).")
+    slo_met_query: str = Field(
+        'sum by ($namespace, $service) (increase(triton_gateway_slo_requests_total{met="true", $service!=""}[10m]))',
+        description="PromQL for the requests per service that met its latency target (spec.autoscaling.slo) over "
+                    "the last 10 minutes, as the gateway counts them.")
+    slo_requests_query: str = Field(
+        'sum by ($namespace, $service) (increase(triton_gateway_slo_requests_total{$service!=""}[10m]))',
+        description="PromQL for the requests per service counted against its latency target over the last 10 "
+                    "minutes; met / counted is status.metrics.sloAttainment.")
     watch_gpu_capacity: bool = Field(
         True,
         description="Watch Nodes and every pod's GPU requests (cluster-wide list/watch) to know the free GPUs per "

@@ -290,11 +290,31 @@ class GPUSpec(Model):
         return [self.class_, *self.fallback_classes]
 
 
+SLO_LATENCIES = ("endToEnd", "timeToFirstToken", "interToken")
+SLO_BOTH_MESSAGE = ("set slo or targetP99LatencyMs, not both (targetP99LatencyMs is slo with latency endToEnd and "
+                    "attainment 0.99)")
+
+
+class SLOSpec(Model):
+    """The service level the autoscaler keeps: the share of requests whose latency meets a target.
+    It trades GPU-hours for that share: a higher attainment keeps more replicas warm between bursts."""
+
+    latency_ms: float = Field(..., ge=1, le=3_600_000, description="The latency target, in milliseconds.")
+    latency: Literal["endToEnd", "timeToFirstToken", "interToken"] = Field(
+        "endToEnd", description="Which latency: endToEnd (request to the end of its answer), timeToFirstToken "
+                                "(request to the first streamed token), or interToken (the mean time between the "
+                                "tokens of a streamed answer).")
+    attainment: float = Field(
+        0.99, ge=0.5, lt=1, description="The share of requests that must meet latencyMs (0.99: 99 %). The "
+                                             "status shows the share met over the last 10 minutes.")
+
+
 class AutoscalingSpec(Model):
-    """Scale replicas from Triton's own queue depth and p99 latency."""
+    """Scale replicas from Triton's own queue depth and latency, to a service level."""
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
         cel("self.minReplicas <= self.maxReplicas", "minReplicas must be less than or equal to maxReplicas", "maxReplicas"),
+        cel("!has(self.slo) || !has(self.targetP99LatencyMs)", SLO_BOTH_MESSAGE, "slo"),
     ]})
 
     min_replicas: int = Field(
@@ -306,7 +326,11 @@ class AutoscalingSpec(Model):
     target_queue_depth: float = Field(
         4, ge=0.01, le=1_000_000, description="Requests waiting in Triton's queue per ready replica that the autoscaler aims for.")
     target_p99_latency_ms: float | None = Field(
-        None, ge=1, le=3_600_000, description="p99 end-to-end request latency the autoscaler aims to stay under, in milliseconds.")
+        None, ge=1, le=3_600_000, description="p99 end-to-end request latency the autoscaler aims to stay under, in "
+                                              "milliseconds: the same as slo {latencyMs, attainment: 0.99}.")
+    slo: SLOSpec | None = Field(
+        None, description="The service level to keep: a latency target (end to end, to the first token, or between "
+                          "tokens) and the share of requests that must meet it.")
     scale_down_stabilization_seconds: int = Field(
         300, ge=0, le=3600,
         description="Scale down only to the highest replica count recommended within this many seconds.")
@@ -326,6 +350,26 @@ class AutoscalingSpec(Model):
         if info.data.get("min_replicas", 1) > v:
             raise ValueError("minReplicas must be less than or equal to maxReplicas")
         return v
+
+    @field_validator("slo")
+    @classmethod
+    def _one_target(cls, v: SLOSpec | None, info: ValidationInfo) -> SLOSpec | None:
+        if v is not None and info.data.get("target_p99_latency_ms") is not None:
+            raise ValueError(SLO_BOTH_MESSAGE)
+        return v
+
+    def service_level(self) -> SLOSpec | None:
+        """The service level to keep: `slo`, or targetP99LatencyMs as one (end to end, 99 %)."""
+        if self.slo is not None:
+            return self.slo
+        if self.target_p99_latency_ms is not None:
+            return SLOSpec(latency_ms=self.target_p99_latency_ms)
+        return None
+
+    def end_to_end_target_ms(self) -> float | None:
+        """The end-to-end latency target, when the service level is one (what Triton's p99 is read against)."""
+        level = self.service_level()
+        return level.latency_ms if level is not None and level.latency == "endToEnd" else None
 
 
 ResourceList = dict[Literal[RESOURCE_NAMES], Quantity]

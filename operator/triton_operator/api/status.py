@@ -36,6 +36,9 @@ class LiveMetrics(Model):
 
     queue_depth: float | None = Field(None, description="Requests waiting per ready replica.")
     p99_latency_ms: float | None = Field(None, description="p99 request latency in milliseconds.")
+    slo_attainment: float | None = Field(
+        None, description="The share of the last 10 minutes' requests that met the latency target of "
+                          "spec.autoscaling.slo (or targetP99LatencyMs), as the gateway counted them: 0.973 is 97.3 %.")
     observed_at: str | None = Field(None, description="When the figures were read (RFC 3339).")
 
 

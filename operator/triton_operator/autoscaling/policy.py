@@ -133,6 +133,12 @@ LATENCY_SHARE = 0.5        # share of targetP99LatencyMs a request may spend in 
 RISE_QUANTILE = 0.9        # the upper band covers this quantile of the rises seen over one start-up
 RISE_MEMORY_S = 1800.0     # how long rises are remembered
 STARTUP_WEIGHT = 0.5       # weight of a new start-up observation in the learned start-up time
+NEED_MEMORY_S = 3600.0     # how long the replicas each tick asked for are remembered (the keep-alive's gaps)
+MIN_GAP_S = 30.0           # a replica unasked for less than this (a tick or two) was needed throughout
+MIN_GAPS = 1               # gaps seen before the keep-alive is chosen from them (ski rental until then)
+RESTART_PENALTY = 0.2     # a restart's cost in start-ups, per unit of attainment/(1 - attainment) (see keep_alive)
+DEFAULT_ATTAINMENT = 0.99  # the share of requests that must meet the latency target when the spec says none
+SOLO_BATCH = 1.5           # requests a replica's batch holds at most when latency is service time alone
 
 _RATE_WINDOW = timedelta(seconds=RATE_WINDOW_S)
 _RATE_WINDOW_SHORT, _RATE_WINDOW_LONG = 0.75 * _RATE_WINDOW, 1.5 * _RATE_WINDOW  # a trail point that can stand for it
@@ -140,6 +146,7 @@ _TWO_RATE_WINDOWS = 2 * _RATE_WINDOW
 _TREND_WINDOW = timedelta(seconds=TREND_WINDOW_S)
 _TWO_P99_WINDOWS = timedelta(seconds=2 * P99_WINDOW_S)
 _RISE_MEMORY = timedelta(seconds=RISE_MEMORY_S)
+_NEED_MEMORY = timedelta(seconds=NEED_MEMORY_S)
 
 
 _T = TypeVar("_T")
@@ -183,6 +190,7 @@ class Signals:
     reporting: int | None = None       # pods whose metrics Prometheus has (fewer than ready: partial figures)
     held: float | None = None          # requests the gateway holds for a ready replica (none is ready)
     gateway_in_flight: float | None = None  # requests the gateway has sent to replicas and not finished
+    attainment: float | None = None    # share of the last 10 minutes' requests that met the latency target
 
     def busy(self) -> bool:
         """Any sign of use: something queued, held, inside a batch, in flight at the gateway, or
@@ -214,6 +222,7 @@ class History:
     rises: tuple[tuple[datetime, float], ...] = ()     # how far the rate went over that forecast, once a minute
     rise_band: float = 0.0             # their RISE_QUANTILE, kept with them (the tick reads it, once a minute writes it)
     since: datetime | None = None      # the first tick with an arrival rate (its first minute is not trended)
+    needs: tuple[tuple[datetime, int, bool], ...] = ()   # (t, replicas asked for, requests waited), NEED_MEMORY_S long
 
     def add(self, now: datetime, replicas: int, window: timedelta, source: str = "") -> History:
         kept = _trail_since(self.recommendations, now - window, keep_equal=False)
@@ -510,6 +519,62 @@ def _average(old: float | None, sample: float, weight: float) -> float:
     return sample if old is None else (1 - weight) * old + weight * sample
 
 
+def keep_alive(gaps: list[float], restart_s: float, unseen_s: float) -> float:
+    """How long to keep an idle replica before releasing it (seconds), by break-even: holding it
+    through a gap of g seconds costs g replica-seconds; releasing it and starting one again when it
+    is next needed costs `restart_s` (its start-up, and the requests it misses while it starts, in
+    replica-seconds). Over the gaps seen (the service's own history of needs for this replica), the
+    keep-alive W minimizes the mean of min(g, W) + restart_s x [g > W]: W is 0 (release at once)
+    when gaps run long, the longest gap worth holding through when they recur ("Serverless in the
+    Wild", ATC 2020, keeps functions alive on the same reasoning). Until MIN_GAPS gaps are seen,
+    nothing says the need recurs: `unseen_s` (the scale-down's own hold applies: a level left for
+    good, the end of a one-off spike, is not held longer)."""
+    if len(gaps) < MIN_GAPS:
+        return unseen_s
+    ordered = sorted(gaps)
+    n = len(ordered)
+    best_w, best = 0.0, restart_s * n          # W = 0: every gap pays a restart
+    held = 0.0                                   # sum of the gaps up to and including the j-th
+    for j, g in enumerate(ordered):
+        held += g
+        cost = held + (n - j - 1) * (g + restart_s)
+        if cost < best:
+            best_w, best = g, cost
+    return best_w
+
+
+def layer_gaps(needs: tuple[tuple[datetime, int, bool], ...], layer: int,
+               now: datetime) -> tuple[list[float], float, float]:
+    """For replica number `layer`, from the needs remembered: the gaps (seconds) between the ticks
+    that asked for it (shorter than MIN_GAP_S: needed throughout), how long it has been unasked
+    for now (inf: never asked within them), and the seconds it was asked for while requests
+    waited, per time it was needed again (what a replica that has to start again would have
+    missed; 0 when its needs never found requests waiting)."""
+    gaps: list[float] = []
+    waited = 0.0
+    last: datetime | None = None
+    for t, n, queued in needs:
+        if n >= layer:
+            step = (t - last).total_seconds() if last is not None else 0.0
+            if step > MIN_GAP_S:
+                gaps.append(step)
+            elif queued and last is not None:
+                waited += step
+            last = t
+    idle = math.inf if last is None else (now - last).total_seconds()
+    return gaps, idle, waited / (len(gaps) + 1)
+
+
+def restart_cost(lead_s: float, attainment: float, short_s: float) -> float:
+    """A restart's cost in replica-seconds: the start-up it pays, and the requests it serves late
+    while it starts, priced by the SLO: the service runs a replica short, with requests waiting,
+    for as much of the start-up as its needs found them waiting (`short_s` a need, from
+    layer_gaps), and the fewer violations the target allows, the dearer each second of that
+    (RESTART_PENALTY x attainment / (1 - attainment) replica-seconds)."""
+    a = min(max(attainment, 0.5), 0.9999)
+    return lead_s + min(short_s, lead_s) * RESTART_PENALTY * a / (1.0 - a)
+
+
 def seed(now: datetime, current: int) -> History:
     """History for a service first seen (e.g. after an operator restart): it counts as having
     recommended its current replicas just now, so nothing scales down before a full window."""
@@ -526,6 +591,7 @@ class Decision:
     p99_ms: float | None = None
     wants: dict[str, int] = field(default_factory=dict)
     unattainable: str | None = None    # a target no replica count can meet, and why
+    attainment: float | None = None    # share of recent requests that met the latency target (shown, not used)
 
 
 def _fmt(x: float) -> str:
@@ -570,29 +636,7 @@ def _demand(spec: AutoscalingSpec, current: int, queue: float, signals: Signals,
     rising, carried = history.rising(history.significant(slope, scatter, level), lead)
     band = _band(history, level, lead)
     upper = level + rising + band
-    usable = capacity * UTILIZATION
-    limit = "batch"
-    target = spec.target_p99_latency_ms
-    hint, solo, slots = signals.capacity_hint, signals.solo_latency_s, signals.batch_slots
-    if target and hint and solo is not None and slots:
-        # The plan's line: a request spends solo + per-slot x B in a batch of B. Keep B where
-        # that is at most LATENCY_SHARE of the target (the rest is for waiting and the tail).
-        efficiency = capacity / hint
-        budget = LATENCY_SHARE * target / 1000.0
-        per_slot = (slots / hint - solo) / slots
-        fill = min(slots, (budget * efficiency - solo) / per_slot) if per_slot > 0 else slots
-        rate_at_fill = fill * efficiency / (solo + per_slot * fill) if fill >= 1 else math.inf
-        if rate_at_fill < usable:
-            usable, limit = rate_at_fill, "latency"
-    prefill = signals.prefill_s
-    if prefill is not None and math.isfinite(prefill) and prefill > 0:
-        # Prefill stalls the whole batch, one request at a time: a serial server in front of the
-        # batch, whose wait grows as rho / (1 - rho). Past PREFILL_UTILIZATION of its time the
-        # wait, not the batch, sets latency (prompts of thousands of tokens).
-        efficiency = capacity / signals.capacity_hint if signals.capacity_hint else 1.0
-        by_prefill = PREFILL_UTILIZATION * efficiency / prefill
-        if by_prefill < usable:
-            usable, limit = by_prefill, "prefill"
+    usable, limit = planned_usable(spec, signals, capacity)
     growth = history.queue_growth()
     backlog = queue + growth * lead
     drain = max(DRAIN_S, lead)
@@ -615,6 +659,7 @@ def _demand(spec: AutoscalingSpec, current: int, queue: float, signals: Signals,
         note += (f" / {_fmt(usable)} req/s/replica: batches kept to {LATENCY_SHARE:.0%} of the latency target "
                  f"({_fmt(capacity)} req/s full, {source})")
     else:
+        prefill = signals.prefill_s or 0.0
         note += (f" / {_fmt(usable)} req/s/replica: prefill ({_fmt(prefill * 1000)}ms a request) at "
                  f"{PREFILL_UTILIZATION:.0%} binds before the batch ({_fmt(capacity)} req/s, {source})")
     if backlog >= 1:
@@ -623,6 +668,36 @@ def _demand(spec: AutoscalingSpec, current: int, queue: float, signals: Signals,
             note += f" (queue growing {_fmt(growth)}/s until pods start)"
         note += f" drained within {_fmt(drain)}s"
     return replicas, note
+
+
+def planned_usable(spec: AutoscalingSpec, signals: Signals, capacity: float) -> tuple[float, str]:
+    """Requests/s a replica of `capacity` (saturated) serves within the latency target by the plan:
+    UTILIZATION of its batch, or less where the plan's latency line or its prefill binds first;
+    and which limit that is (batch, latency, prefill)."""
+    usable = capacity * UTILIZATION
+    limit = "batch"
+    target = spec.end_to_end_target_ms()
+    hint, solo, slots = signals.capacity_hint, signals.solo_latency_s, signals.batch_slots
+    if target and hint and solo is not None and slots:
+        # The plan's line: a request spends solo + per-slot x B in a batch of B. Keep B where
+        # that is at most LATENCY_SHARE of the target (the rest is for waiting and the tail).
+        efficiency = capacity / hint
+        budget = LATENCY_SHARE * target / 1000.0
+        per_slot = (slots / hint - solo) / slots
+        fill = min(slots, (budget * efficiency - solo) / per_slot) if per_slot > 0 else slots
+        rate_at_fill = fill * efficiency / (solo + per_slot * fill) if fill >= 1 else math.inf
+        if rate_at_fill < usable:
+            usable, limit = rate_at_fill, "latency"
+    prefill = signals.prefill_s
+    if prefill is not None and math.isfinite(prefill) and prefill > 0:
+        # Prefill stalls the whole batch, one request at a time: a serial server in front of the
+        # batch, whose wait grows as rho / (1 - rho). Past PREFILL_UTILIZATION of its time the
+        # wait, not the batch, sets latency (prompts of thousands of tokens).
+        efficiency = capacity / signals.capacity_hint if signals.capacity_hint else 1.0
+        by_prefill = PREFILL_UTILIZATION * efficiency / prefill
+        if by_prefill < usable:
+            usable, limit = by_prefill, "prefill"
+    return usable, limit
 
 
 def _band(history: History, level: float, startup_s: float) -> float:
@@ -705,13 +780,16 @@ def _decide(spec: AutoscalingSpec, current: int, signals: Signals, history: Hist
     recommendation = max(lo, min(spec.max_replicas, wants[driver]))
     window = timedelta(seconds=spec.scale_down_stabilization_seconds)
     history = history.add(now, recommendation, window, driver)
+    # What this tick asked for, and whether requests waited: the needs the keep-alive learns from.
+    waited = queue >= max(1, signals.ready)
+    history = _evolve(history, needs=_trail_since(history.needs, now - _NEED_MEMORY) + ((now, recommendation, waited),))
     signals_text = ", ".join(notes)
     if unattainable:
         signals_text += f" ({unattainable})"
     desired, reason = _move_towards(spec, current, recommendation, f"{driver} asks for {wants[driver]}",
                                     signals_text, signals, history, now)
     return Decision(desired, reason, True, history, round(per_replica, 3),
-                    None if p99 is None else round(p99, 3), wants, unattainable)
+                    None if p99 is None else round(p99, 3), wants, unattainable, signals.attainment)
 
 
 def _hold_without_figures(spec: AutoscalingSpec, current: int, signals: Signals, history: History,
@@ -753,7 +831,7 @@ def _ask_for_latency(wants: dict[str, int], notes: list[str], spec: AutoscalingS
                      now: datetime) -> str | None:
     """What the p99 latency asks for, into `wants` and `notes`, when a target is set and replicas
     serve; returns a target no replica count can meet, and why (None: none)."""
-    target = spec.target_p99_latency_ms
+    target = spec.end_to_end_target_ms()
     ready = signals.ready
     if target is None or p99 is None or not ready > 0:
         return None
@@ -761,7 +839,7 @@ def _ask_for_latency(wants: dict[str, int], notes: list[str], spec: AutoscalingS
     tol = spec.tolerance
     notes.append(f"p99 {_fmt(p99)}ms (target {_fmt(target)}ms)")
     if ratio > 1 + tol and queue < 1:
-        return _latency_without_queue(notes, p99, target, signals, history, now)
+        return _latency_without_queue(notes, wants, p99, target, signals, history, now, by_demand)
     if abs(ratio - 1) <= tol:
         wants["p99"] = current
     elif not by_demand and queue >= 1 and not _waited_the_tick_before(history):
@@ -782,8 +860,8 @@ def _waited_the_tick_before(history: History) -> bool:
     return len(history.contents) >= 2 and history.contents[-2][1] >= 1
 
 
-def _latency_without_queue(notes: list[str], p99: float, target: float, signals: Signals, history: History,
-                           now: datetime) -> str | None:
+def _latency_without_queue(notes: list[str], wants: dict[str, int], p99: float, target: float, signals: Signals,
+                           history: History, now: datetime, by_demand: bool) -> str | None:
     """A p99 over target with nothing queued: noted as left by a queue that has just drained, by
     full batches or by batches stalled by prefill; otherwise it is service time, a target no
     replica count meets (returned)."""
@@ -795,17 +873,20 @@ def _latency_without_queue(notes: list[str], p99: float, target: float, signals:
     prefill = signals.prefill_s
     stalled = (prefill is not None and signals.throughput is not None and ready > 0
                and signals.throughput / ready * prefill >= FULL_BATCH)
+    # Without the batches' figure (not an LLM), nothing says the requests shared a batch.
+    solo = signals.in_flight is None or signals.in_flight < SOLO_BATCH * ready
     if waited:
         notes.append("from a queue that has drained")
-    elif full:
-        notes.append("with full batches")
-    elif stalled:
-        notes.append("with batches stalled by prefill")
+    elif not solo or full or stalled:
+        # Under load, others' prefills and decode steps stretch every request in a batch, and
+        # spreading the load cuts latency: not service time, and never reported as out of reach.
+        notes.append("with full batches" if full else "with batches stalled by prefill" if stalled else
+                     "with the batches shared")
     else:
-        # Nothing waited for the summary's requests and the batches are light: the
+        # Nothing waited for the summary's requests and about one request runs a replica: the
         # latency is service time, which more replicas do not shorten.
         return (f"p99 {_fmt(p99)}ms is over the {_fmt(target)}ms target with no "
-                f"queue: that is service time, more replicas would not meet it")
+                f"queue and about one request a replica: that is service time, more replicas would not meet it")
     return None
 
 
@@ -850,6 +931,35 @@ def _scale_down(spec: AutoscalingSpec, current: int, recommendation: int, signal
     if stabilized >= current:
         return current, (f"holding {current}: {signals_text} ask for {recommendation}, but "
                          f"{stabilized} was recommended within the last {held_s}s")
-    desired = max(stabilized, current - spec.scale_down_max_step)
+    kept, why = _kept_alive(spec, current, stabilized, history, lead, now, signals.attainment)
+    if kept >= current:
+        return current, f"holding {current}: {signals_text} ask for {recommendation}, but {why}"
+    desired = max(stabilized, kept, current - spec.scale_down_max_step)
     return desired, (f"scale down {current}->{desired}: {signals_text}; highest recommendation within the last "
-                     f"{held_s}s {stabilized}")
+                     f"{held_s}s {stabilized}" + (f"; {why}" if kept > stabilized else ""))
+
+
+def _kept_alive(spec: AutoscalingSpec, current: int, wanted: int, history: History, lead: float,
+                now: datetime, attained: float | None) -> tuple[int, str]:
+    """The highest replica above `wanted` that break-even keeps (keep_alive over the gaps between
+    the ticks that asked for it), and why; `wanted` when none, or when the service meets its
+    attainment target (`attained`, the last 10 minutes' share; None: not measured): replicas are
+    kept idle to buy attainment that is missing, not more of what is there."""
+    attainment = attainment_target(spec)
+    if attained is None or attained >= attainment:
+        return wanted, ""
+    for layer in range(current, wanted, -1):
+        gaps, idle, short = layer_gaps(history.needs, layer, now)
+        restart = restart_cost(lead, attainment, short)
+        hold = keep_alive(gaps, restart, 0.0)
+        if idle < hold:
+            return layer, (f"replica {layer} was needed {_fmt(idle)}s ago and is kept {_fmt(hold)}s "
+                           f"(break-even over {len(gaps)} gaps, a restart costing {_fmt(restart)}s)")
+    return wanted, ""
+
+
+def attainment_target(spec: AutoscalingSpec) -> float:
+    """The share of requests that must meet the latency target (spec.autoscaling.slo; 0.99 for
+    targetP99LatencyMs or none)."""
+    level = spec.service_level()
+    return DEFAULT_ATTAINMENT if level is None else level.attainment

@@ -39,10 +39,12 @@ class Report:
     p99_ms: float | None = None
     observed_at: str | None = None
     unattainable: bool = False          # a target no replica count can meet (lastDecision says which)
+    slo_attainment: float | None = None  # share of the last 10 minutes' requests within the latency target
 
     def shown(self) -> tuple[Any, ...]:
         """What is worth a write when it changes (not the reason text, not the timestamps)."""
-        return self.desired, self.metrics_available, self.queue_depth, self.p99_ms, self.unattainable
+        return (self.desired, self.metrics_available, self.queue_depth, self.p99_ms, self.unattainable,
+                self.slo_attainment)
 
     def same_as(self, other: Report | None) -> bool:
         return other is not None and self.shown() == other.shown()
@@ -53,7 +55,8 @@ class Report:
         auto = {"desiredReplicas": self.desired, "lastDecision": self.reason, "lastScaleTime": self.last_scale_time}
         out: dict[str, Any] = {"autoscaling": {k: v for k, v in auto.items() if v is not None}}
         if self.metrics_available:
-            metrics = {"queueDepth": self.queue_depth, "p99LatencyMs": self.p99_ms, "observedAt": self.observed_at}
+            metrics = {"queueDepth": self.queue_depth, "p99LatencyMs": self.p99_ms,
+                       "sloAttainment": self.slo_attainment, "observedAt": self.observed_at}
             out["metrics"] = {k: v for k, v in metrics.items() if v is not None}
         return out
 
@@ -72,7 +75,8 @@ class Report:
         metrics = status.get("metrics") or {}
         return Report(int(auto["desiredReplicas"]), bool(cond and cond.get("status") == "True"),
                       auto.get("lastDecision") or "", auto.get("lastScaleTime"),
-                      metrics.get("queueDepth"), metrics.get("p99LatencyMs"), metrics.get("observedAt"))
+                      metrics.get("queueDepth"), metrics.get("p99LatencyMs"), metrics.get("observedAt"),
+                      slo_attainment=metrics.get("sloAttainment"))
 
 
 def report(decision: Decision, current: int, previous: Report | None, now: datetime, stamp: str | None = None
@@ -88,6 +92,7 @@ def report(decision: Decision, current: int, previous: Report | None, now: datet
     queue = significant(decision.queue_per_replica) if available else None
     p99 = significant(decision.p99_ms) if available else None
     unattainable = decision.unattainable is not None
+    attained = attainment_shown(decision.attainment) if available else None
     events: list[tuple[str, str, str]] = []
     if scaled:
         events.append(("Normal", "ScaledUp" if decision.desired > base else "ScaledDown", decision.reason))
@@ -99,11 +104,20 @@ def report(decision: Decision, current: int, previous: Report | None, now: datet
     if decision.unattainable is not None and not (previous is not None and previous.unattainable):
         events.append(("Warning", "TargetUnattainable", decision.unattainable))
     if previous is not None and not scaled and (
-            decision.desired, available, queue, p99, unattainable) == previous.shown():
+            decision.desired, available, queue, p99, unattainable, attained) == previous.shown():
         return previous, events   # nothing worth a write: the same object, and no timestamp to format
     stamp = stamp or c.timestamp(now)
     new = Report(
         desired=decision.desired, metrics_available=available, reason=decision.reason,
         last_scale_time=stamp if scaled else (previous.last_scale_time if previous else None),
-        queue_depth=queue, p99_ms=p99, observed_at=stamp if available else None, unattainable=unattainable)
+        queue_depth=queue, p99_ms=p99, observed_at=stamp if available else None, unattainable=unattainable,
+        slo_attainment=attained)
     return new, events
+
+
+def attainment_shown(x: float | None) -> float | None:
+    """The attainment as status shows it: three decimals of the share (0.973), never 1.0 for a
+    share that is not all (0.9996 shows 0.999)."""
+    if x is None or math.isnan(x):
+        return None
+    return 1.0 if x >= 1.0 else math.floor(x * 1000) / 1000

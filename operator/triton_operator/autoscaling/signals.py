@@ -20,7 +20,8 @@ def service_signals(*, ready: int, current: int, error: str | None = None, queue
                     p99_ms: float | None = None, throughput: float | None = None, in_flight: float | None = None,
                     reporting: float | None = None, held: float | None = None,
                     gateway_in_flight: float | None = None, startup_s: float | None = None,
-                    sizing: Sizing | None = None) -> Signals:
+                    sizing: Sizing | None = None, slo_met: float | None = None,
+                    slo_requests: float | None = None) -> Signals:
     """A failed query is an error (the policy holds, at zero too); so is no queue series for a
     service with replicas. A service scaled to zero (`current` 0) has no replica to report, so
     there no series is no demand, unless the gateway holds requests for it. Any other signal the
@@ -30,7 +31,8 @@ def service_signals(*, ready: int, current: int, error: str | None = None, queue
     if error is not None:
         return Signals(ready=ready, error=error)
 
-    gateway = {"held": _finite(held), "gateway_in_flight": _finite(gateway_in_flight)}
+    gateway = {"held": _finite(held), "gateway_in_flight": _finite(gateway_in_flight),
+               "attainment": attainment(slo_met, slo_requests)}
     if queue is None:
         if current == 0:
             return Signals(queue_depth=0.0, ready=ready, **gateway)
@@ -43,6 +45,14 @@ def service_signals(*, ready: int, current: int, error: str | None = None, queue
         in_flight=_finite(in_flight), startup_s=startup_s, reporting=None if pods is None else int(pods),
         capacity_hint=sizing.rate if sizing else None, solo_latency_s=sizing.solo_s if sizing else None,
         batch_slots=sizing.slots if sizing else None, prefill_s=sizing.prefill_s if sizing else None, **gateway)
+
+
+def attainment(met: float | None, requests: float | None) -> float | None:
+    """The share of the last window's requests that met the latency target (None: none counted)."""
+    met, requests = _finite(met), _finite(requests)
+    if met is None or requests is None or requests < 1:
+        return None
+    return min(1.0, max(0.0, met / requests))
 
 
 def _finite(v: float | None) -> float | None:

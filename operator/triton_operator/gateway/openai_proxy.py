@@ -6,20 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Callable
+from typing import Callable
 
 import aiohttp
 from aiohttp import web
 
 from . import telemetry as m
-from . import tracing as tr
 from . import translate as t
 from .admission import Admission, Held
 from .auth import Auth, Caller
 from .holding import Holding
 from .resolution import Resolver
 from .routing import Router, Service
-from .upstream import Upstream, answer_json, read_chunk, read_whole, upstream_error
+from .upstream import Exchange, Upstream, answer_json, read_chunk, read_whole, upstream_error
 
 
 class OpenAIProxy:
@@ -96,7 +95,7 @@ class OpenAIProxy:
             if resp.status != 200:
                 raise await upstream_error(resp, svc)
             if gen.stream:
-                answer = await self._stream(request, resp, gen, svc, ex.started, caller, held, ex.span)
+                answer = await self._stream(request, resp, gen, svc, ex, caller, held)
             else:
                 answer = await self._whole(request, resp, gen, svc, caller, held)
             ex.code = answer.status
@@ -119,8 +118,8 @@ class OpenAIProxy:
         return out
 
     async def _stream(self, request: web.Request, resp: aiohttp.ClientResponse, gen: t.Generate,
-                      svc: Service, started: float, caller: Caller, held: Held,
-                      span: Any = tr.NO_SPAN) -> web.StreamResponse:
+                      svc: Service, ex: Exchange, caller: Caller, held: Held) -> web.StreamResponse:
+        started, span = ex.started, ex.span
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
                                           "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         await out.prepare(request)
@@ -148,12 +147,15 @@ class OpenAIProxy:
             await out.write(stream.end())
         except t.OpenAIError as e:
             span.fail(e)
+            ex.failed = True
             await out.write(stream.error(e))
         except (aiohttp.ClientError, asyncio.TimeoutError) as e:
             span.fail(e)   # the answer began (200) and broke: the upstream span says so
+            ex.failed = True
             await out.write(stream.error(t.OpenAIError(502, f"the replica failed mid-stream: {type(e).__name__}",
                                                        "upstream_error", code="upstream_failed")))
         finally:
+            ex.first, ex.tokens = first, stream.tokens
             if gen.llm:
                 self.auth.spend(caller, svc, stream.prompt_tokens, stream.tokens)
             else:

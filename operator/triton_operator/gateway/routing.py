@@ -37,6 +37,7 @@ class Service:
     degraded: str | None = None     # why it cannot serve now (Degraded=True), if it cannot
     desired: int | None = None      # status.replicas: what the operator asked for (None: not reported yet)
     ready: int | None = None        # status.readyReplicas
+    slo: tuple[str, float] | None = None   # (which latency, its target in seconds): spec.autoscaling.slo
 
     def starting(self) -> bool:
         """Replicas are on their way: a service that scales from zero (the held requests ask for one), a
@@ -90,7 +91,21 @@ def service_from(obj: dict[str, Any]) -> Service | None:
         degraded=degraded,
         desired=_count(status.get("replicas")),
         ready=_count(status.get("readyReplicas")),
+        slo=_slo(autoscaling),
     )
+
+
+def _slo(autoscaling: dict[str, Any]) -> tuple[str, float] | None:
+    """The service level the gateway counts requests against: spec.autoscaling.slo, or
+    targetP99LatencyMs as an end-to-end one."""
+    slo = autoscaling.get("slo")
+    if isinstance(slo, dict) and isinstance(slo.get("latencyMs"), (int, float)) and slo["latencyMs"] > 0:
+        kind = slo.get("latency") if slo.get("latency") in ("endToEnd", "timeToFirstToken", "interToken") else "endToEnd"
+        return kind, float(slo["latencyMs"]) / 1000.0
+    target = autoscaling.get("targetP99LatencyMs")
+    if isinstance(target, (int, float)) and not isinstance(target, bool) and target > 0:
+        return "endToEnd", float(target) / 1000.0
+    return None
 
 
 def _count(value: Any) -> int | None:

@@ -44,6 +44,12 @@ OUTPUT_TOKENS = Counter(
 TOKENS_PER_SECOND = Histogram(
     "triton_gateway_tokens_per_second", "Decode speed of each streamed answer after its first token, by service.",
     SERVICE, buckets=(1, 5, 10, 20, 40, 60, 100, 150, 250, 500, 1000))
+SLO_REQUESTS = Counter(
+    "triton_gateway_slo_requests_total",
+    "Requests a replica answered, by service and whether they met the service's latency target "
+    "(spec.autoscaling.slo: end to end, to the first token, or between tokens); the autoscaler reads the share "
+    "met over the last 10 minutes into status.metrics.sloAttainment. Requests that failed count as not met; "
+    "an interToken target counts streamed answers only.", SERVICE + ["met"])
 UPSTREAM_STALLED = Counter(
     "triton_gateway_upstream_stalled_total",
     "Answers cut because a replica sent nothing for upstreamIdleTimeoutSeconds once the answer had begun, by "

@@ -44,6 +44,9 @@ class Exchange:
     span: Any
     started: float
     code: int = 500
+    first: float | None = None    # when the first token went to the client (streams)
+    tokens: int = 0               # tokens streamed to the client
+    failed: bool = False          # the answer began (200) and broke
 
 
 class Upstream:
@@ -101,6 +104,7 @@ class Upstream:
         started = self.clock()
         code = 500
         in_flight_gauge = m.child(m.IN_FLIGHT, *svc.key)
+        ex: Exchange | None = None
         try:
             address, resp, sent, span = await self.send(svc, caller, method, path, body, headers)
             in_flight_gauge.inc()
@@ -125,8 +129,13 @@ class Upstream:
             raise t.OpenAIError(502, f"model {svc.key[1]}: the replica failed: {type(e).__name__}",
                                 "upstream_error", code="upstream_failed") from None
         finally:
+            ended = self.clock()
             m.child(m.REQUESTS, *svc.key, route, str(code)).inc()
-            m.child(m.LATENCY, *svc.key, route).observe(self.clock() - started)
+            m.child(m.LATENCY, *svc.key, route).observe(ended - started)
+            if svc.slo is not None and ex is not None:
+                met = slo_met(svc.slo, 502 if ex.failed else code, started, ex.first, ended, ex.tokens)
+                if met is not None:
+                    m.child(m.SLO_REQUESTS, *svc.key, "true" if met else "false").inc()
 
     async def send(self, svc: Service, caller: Caller, method: str, path: str, body: bytes | bytearray | None,
                    headers: dict[str, str]) -> tuple[Address, aiohttp.ClientResponse, float, Any]:
@@ -210,6 +219,22 @@ class Upstream:
             span.end()
         self._model_templates[cache_key] = (self.clock(), template)
         return template
+
+
+def slo_met(slo: tuple[str, float], code: int, started: float, first: float | None, ended: float,
+            tokens: int) -> bool | None:
+    """Whether a request answered with `code` met the service level (which latency, its target in
+    seconds); None when it cannot be told (a latency between tokens of an answer not streamed)."""
+    kind, target = slo
+    if code >= 400:
+        return False
+    if kind == "timeToFirstToken":
+        return (first if first is not None else ended) - started <= target
+    if kind == "interToken":
+        if first is None or tokens < 2:
+            return None
+        return (ended - first) / (tokens - 1) <= target
+    return ended - started <= target
 
 
 async def read_chunk(resp: aiohttp.ClientResponse, svc: Service, idle: float) -> bytes:

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 SUMMARY_MAX_AGE_S = 60.0
 SUMMARY_AGE_BUCKETS = 5
 LOOKBACK_S = 300.0
+SLO_WINDOW_S = 600.0   # the window of the service-level queries (settings.slo_met_query)
 
 
 class WindowQuantiles:
@@ -86,6 +87,8 @@ class GatewaySample:
     t: float
     held: float         # triton_gateway_held_requests
     in_flight: float    # triton_gateway_in_flight_requests
+    slo_met: int = 0    # triton_gateway_slo_requests_total{met="true"} (a counter)
+    slo_counted: int = 0   # ... summed over met
 
 
 @dataclass
@@ -101,6 +104,7 @@ class Prometheus:
     first_seen: dict[int, float] = field(default_factory=dict)
     in_system: deque[tuple[float, float]] = field(default_factory=deque)  # sum(pending + active) per scrape
     gateway: GatewaySample | None = None          # the gateway's newest sample (None: stale)
+    gateway_history: deque[GatewaySample] = field(default_factory=deque)   # the last SLO_WINDOW_S of them
 
     def in_outage(self, now: float) -> bool:
         return self.outage is not None and self.outage[0] <= now < self.outage[1]
@@ -118,6 +122,10 @@ class Prometheus:
             self.gateway = None
             return
         self.gateway = gateway
+        if gateway is not None:
+            self.gateway_history.append(gateway)
+            while self.gateway_history and self.gateway_history[0].t < now - SLO_WINDOW_S:
+                self.gateway_history.popleft()
         for rid, sample in samples.items():
             self.latest[rid] = sample
             self.stale.discard(rid)
@@ -139,6 +147,16 @@ class Prometheus:
         """The gateway's series as an instant query at `now` sees them."""
         g = self.gateway
         return g if g is not None and now - g.t <= LOOKBACK_S else None
+
+    def slo_increase(self, now: float) -> tuple[float, float] | None:
+        """increase(triton_gateway_slo_requests_total[10m]), met and counted, from the gateway's
+        samples in the window (their difference, without Prometheus's extrapolation to the window's
+        edges: a share of the two is what is read, and extrapolation scales both alike); None
+        without two samples."""
+        inside = [g for g in self.gateway_history if now - SLO_WINDOW_S <= g.t <= now]
+        if len(inside) < 2:
+            return None
+        return float(inside[-1].slo_met - inside[0].slo_met), float(inside[-1].slo_counted - inside[0].slo_counted)
 
     def fresh(self, now: float) -> dict[int, Sample]:
         """Per pod, the newest sample an instant query at `now` sees."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from .simulation import Run
+from .simulation import Run, slo_latency
 
 
 def quantile(sorted_values: list[float], q: float) -> float:
@@ -57,6 +57,7 @@ def timeline_gpu_seconds(run: Run) -> float:
 
 def summarize(run: Run) -> Summary:
     slo_s = run.settings.slo_s
+    kind = run.settings.slo_latency
     latencies, ttfts = [], []
     within = 0
     for r, f, ft, dropped in zip(run.requests, run.finish, run.first_token, run.dropped):
@@ -65,7 +66,7 @@ def summarize(run: Run) -> Summary:
         latency = f - r.arrival
         latencies.append(latency * 1000.0)
         ttfts.append((ft - r.arrival) * 1000.0)
-        if latency <= slo_s:
+        if slo_latency(kind, r.arrival, ft, f, r.output_tokens) <= slo_s:
             within += 1
     latencies.sort()
     ttfts.sort()

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from ...api import GPUClass, InferenceService
-from . import policies, reader, replica, report_files, results, workload
+from ...api import SLO_LATENCIES, GPUClass, InferenceService, SLOSpec
+from . import policies, reader, recommend, replica, report_files, results, workload
 from .simulation import SimulationSettings
 
 
@@ -34,8 +34,14 @@ def add_parser(sub: Any, func: Callable[[argparse.Namespace], int]) -> None:
     s.add_argument("--rate-scale", type=float, default=1.0, help="multiply the request rate, keeping the duration")
     s.add_argument("--time-scale", type=float, default=1.0, help="multiply arrival times (0.5 = twice as fast)")
     s.add_argument("--slo-ms", type=float, help="a request meets the SLO when its latency is at most this "
-                                                 "(default: spec.autoscaling.targetP99LatencyMs)")
-    s.add_argument("--slo-target", type=float, default=0.99, help="share of requests that must meet the SLO (oracle without a headroom)")
+                                                 "(default: spec.autoscaling.slo.latencyMs or targetP99LatencyMs); "
+                                                 "ours aims at the SLO measured")
+    s.add_argument("--slo-latency", choices=list(SLO_LATENCIES),
+                   help="which latency the SLO bounds (default: spec.autoscaling.slo.latency, else endToEnd)")
+    s.add_argument("--slo-target", type=float,
+                   help="share of requests that must meet the SLO (default: spec.autoscaling.slo.attainment, else 0.99)")
+    s.add_argument("--no-recommend", action="store_true",
+                   help="skip the warm-floor recommendation (ours with minReplicas raised, and fixed pools, run too)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--scrape-interval", type=float, default=5.0, help="Prometheus scrape interval, seconds")
     s.add_argument("--outage", metavar="START:SECONDS", help="a metrics outage: scrapes fail from START for SECONDS")
@@ -57,6 +63,19 @@ def add_parser(sub: Any, func: Callable[[argparse.Namespace], int]) -> None:
                    help="CSV per pod (replica,gpu_class,gpus,created,ready,deleted,stopped), named as --requests-out; "
                         "bench/recompute.py recomputes GPU-hours, scale events and SLO attainment from the two")
     s.set_defaults(func=func)
+
+
+def _recommendation(requests: Any, perf: Any, cold: Any, auto: Any, settings: SimulationSettings, class_name: str,
+                    planner: Any) -> recommend.Recommendation:
+    """Ours with minReplicas raised, and fixed pools, on the same workload (recommend.py)."""
+    def run(name: str, floor: int) -> results.Summary:
+        spec = auto.model_copy(update={"min_replicas": floor, "max_replicas": max(floor, auto.max_replicas)})
+        st = SimulationSettings(**{**settings.__dict__, "min_replicas": floor,
+                                   "max_replicas": max(floor, settings.max_replicas),
+                                   "initial_replicas": max(floor, settings.initial_replicas or 0)})
+        return results.summarize(policies.run_policy(name, requests, perf, cold, spec, st, class_name, planner))
+
+    return recommend.recommend(run, auto.min_replicas, auto.max_replicas, settings.slo_target)
 
 
 def _slug(policy: str) -> str:
@@ -92,7 +111,7 @@ def _run(args: argparse.Namespace, load_objects: LoadObjects, load_catalog: Load
                         (args.service_time_ms, "--service-time-ms")):
         _positive(value, flag)
     _positive(args.cold_start, "--cold-start", allow_zero=True)
-    if not 0 < args.slo_target <= 1:
+    if args.slo_target is not None and not 0 < args.slo_target <= 1:
         raise error(f"--slo-target must be in (0, 1], got {args.slo_target}")
     if args.batch_size < 1:
         raise error(f"--batch-size must be 1 or more, got {args.batch_size}")
@@ -155,12 +174,18 @@ def _run(args: argparse.Namespace, load_objects: LoadObjects, load_catalog: Load
     if duration is not None:
         duration *= args.time_scale
 
-    slo_ms = args.slo_ms if args.slo_ms is not None else auto.target_p99_latency_ms
+    level = auto.service_level()
+    slo_ms = args.slo_ms if args.slo_ms is not None else (level.latency_ms if level is not None else None)
     if slo_ms is None:
-        raise error("set --slo-ms or spec.autoscaling.targetP99LatencyMs: the SLO to measure against")
+        raise error("set --slo-ms or spec.autoscaling.slo (or targetP99LatencyMs): the SLO to measure against")
+    latency = args.slo_latency or (level.latency if level is not None else "endToEnd")
+    target = args.slo_target if args.slo_target is not None else (level.attainment if level is not None else 0.99)
+    # ours aims at the service level measured here
+    auto = auto.model_copy(update={"target_p99_latency_ms": None,
+                                   "slo": SLOSpec(latency_ms=slo_ms, latency=latency, attainment=target)})
     settings = SimulationSettings(min_replicas=auto.min_replicas, max_replicas=auto.max_replicas,
                         gpus_per_replica=svc.spec.gpu.count, price_per_gpu_hour=gpu.price_per_hour,
-                        slo_s=slo_ms / 1000.0, slo_target=args.slo_target, seed=args.seed,
+                        slo_s=slo_ms / 1000.0, slo_target=target, slo_latency=latency, seed=args.seed,
                         scrape_interval=args.scrape_interval, outage=outage, outage_kind=args.outage_kind,
                         duration=duration)
     settings = policies.warm_start(requests, perf, settings)
@@ -189,12 +214,23 @@ def _run(args: argparse.Namespace, load_objects: LoadObjects, load_catalog: Load
                 write(r, path)
             except OSError as e:
                 raise error(f"{flag} {path}: {e.strerror}") from None
+    advice = None
+    if any(p.family == "ours" for p in names) and not args.no_recommend and args.outage is None:
+        advice = _recommendation(requests, perf, cold, auto, settings, class_name, planner)
     if args.json:
-        json.dump({"details": details, "policies": [s.as_dict() for s in summaries]}, sys.stdout, indent=2)
+        out: dict[str, Any] = {"details": details, "policies": [s.as_dict() for s in summaries]}
+        if advice is not None:
+            out["recommendation"] = {"minReplicas": advice.min_replicas, "fixedPool": advice.pool,
+                                     "attainmentTarget": advice.target,
+                                     "floors": {n: s.as_dict() for n, s in advice.floors},
+                                     "pools": {n: s.as_dict() for n, s in advice.pools}}
+        json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print(details)
         print(results.text_table(summaries))
+        if advice is not None:
+            print(advice.text(auto.min_replicas))
     if args.report:
         try:
             written = report_files.write_report(Path(args.report), runs, summaries, f"Autoscaling simulation: {svc.name}", details)

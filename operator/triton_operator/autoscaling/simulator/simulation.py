@@ -39,12 +39,23 @@ class SimulationSettings:
     price_per_gpu_hour: float | None = None
     slo_s: float = 1.0
     slo_target: float = 0.99
+    slo_latency: str = "endToEnd"      # which latency slo_s bounds: endToEnd | timeToFirstToken | interToken
     seed: int = 0
     scrape_interval: float = 5.0
     outage: tuple[float, float] | None = None
     outage_kind: str = "scrape"
     horizon_s: float = 3600.0
     duration: float | None = None      # the workload's length (default: the last arrival)
+
+
+def slo_latency(kind: str, arrival: float, first_token: float, finish: float, output_tokens: int) -> float:
+    """The latency an SLO of `kind` bounds, in seconds: to the end of the answer, to its first
+    token, or the mean time between its tokens (0 for an answer of one token)."""
+    if kind == "timeToFirstToken":
+        return first_token - arrival
+    if kind == "interToken":
+        return (finish - first_token) / (output_tokens - 1) if output_tokens > 1 else 0.0
+    return finish - arrival
 
 
 @dataclass(frozen=True)
@@ -135,6 +146,8 @@ class Simulation:
                                None if settings.outage is None else (settings.outage[0], settings.outage[0] + settings.outage[1]),
                                settings.outage_kind)
         self.done = 0
+        self.slo_met = 0          # the gateway's counter of requests within the SLO (and of all it counted)
+        self.slo_counted = 0
 
     # -- events ------------------------------------------------------------------------------
     def _push(self, t: float, kind: int, a: int = 0, b: int = 0) -> None:
@@ -233,6 +246,10 @@ class Simulation:
             counts[1] += self.requests[i].output_tokens
             if summary is not None:
                 summary.observe(now, (now - self.requests[i].arrival) * 1000.0)
+            r = self.requests[i]
+            self.slo_counted += 1
+            self.slo_met += slo_latency(self.cfg.slo_latency, r.arrival, self.first[i], now,
+                                        r.output_tokens) <= self.cfg.slo_s
         if rep.state == "draining" and rep.active() == 0:
             rep.state = "gone"
             self.pods_log[rep.rid][2] = now
@@ -252,7 +269,8 @@ class Simulation:
         # The gateway holds what waits while no replica is ready; otherwise it has sent it on.
         held = 0 if ready else len(self.queue)
         running = sum(r.active() for r in self.replicas.values())
-        gateway = GatewaySample(now, float(held), float(running + len(self.queue) - held))
+        gateway = GatewaySample(now, float(held), float(running + len(self.queue) - held), self.slo_met,
+                                self.slo_counted)
         self.prom.scrape(now, samples, gone, gateway)
 
     def view(self, now: float) -> View:

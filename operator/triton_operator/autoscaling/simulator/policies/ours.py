@@ -51,9 +51,12 @@ def live_signals(view: View, perf: Performance | None = None) -> live_policy.Sig
                    "reporting": len(fresh), "throughput": prom.rate(now, 60.0),
                    "in_flight": float(sum(s.active for s in fresh.values())) if llm else None,
                    "sizing": _measured_sizing(view, perf) if llm else None, "startup_s": _startup_s(view)}
+    slo = None if error is not None else prom.slo_increase(now)
     return service_signals(ready=view.ready, current=view.desired, error=error,
                            held=None if gw is None else gw.held,
-                           gateway_in_flight=None if gw is None else gw.in_flight, **figures)
+                           gateway_in_flight=None if gw is None else gw.in_flight,
+                           slo_met=None if slo is None else slo[0], slo_requests=None if slo is None else slo[1],
+                           **figures)
 
 
 def _measured_sizing(view: View, perf: Performance | None) -> Sizing | None:

@@ -1,0 +1,95 @@
+"""The break-even keep-alive (autoscaling.policy): which idle replica is kept, for how long, and
+when none is. Table-driven on the pure functions, then the policy over recurring bursts."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from triton_operator.api import AutoscalingSpec
+from triton_operator.autoscaling.policy import (RESTART_PENALTY, History, Signals, decide, keep_alive, layer_gaps,
+                                                restart_cost)
+
+T0 = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize("gaps, restart, hold", [
+    ([], 300.0, 0.0),                     # no gap seen: nothing says the need recurs
+    ([120.0], 300.0, 120.0),              # a gap shorter than a restart: hold through it
+    ([900.0], 300.0, 0.0),                # longer: releasing and starting again costs less
+    ([60.0, 90.0, 2000.0], 300.0, 90.0),  # hold through the short ones, restart after the long one
+    # three gaps of 200 and one of 1000: holding 1000 costs 1600, holding 200 costs 600 + 300, releasing 1200
+    ([200.0, 200.0, 200.0, 1000.0], 300.0, 200.0),
+    ([200.0, 200.0, 200.0, 1000.0], 1000.0, 1000.0),   # a dearer restart: hold through all
+])
+def test_keep_alive_minimizes_holding_plus_restarts_over_the_gaps_seen(gaps, restart, hold):
+    assert keep_alive(gaps, restart, 0.0) == hold
+
+
+def test_a_restart_costs_its_start_up_and_the_waiting_it_would_see_priced_by_the_target():
+    assert restart_cost(50.0, 0.99, 0.0) == 50.0                     # its needs never found requests waiting
+    assert restart_cost(50.0, 0.99, 200.0) == pytest.approx(50.0 + 50.0 * RESTART_PENALTY * 99)  # at most a start-up short
+    assert restart_cost(50.0, 0.9, 30.0) == pytest.approx(50.0 + 30.0 * RESTART_PENALTY * 9)
+    assert restart_cost(50.0, 0.99, 30.0) > restart_cost(50.0, 0.95, 30.0) > restart_cost(50.0, 0.9, 30.0)
+
+
+def test_layer_gaps_reads_the_needs_a_tick_at_a_time():
+    ticks = [T0 + timedelta(seconds=10 * i) for i in range(40)]
+    # replica 3 asked for at ticks 0-5 (requests waiting at 2-4), then 20-22, then not again
+    asked = {i: 3 for i in (*range(6), 20, 21, 22)}
+    needs = tuple((t, asked.get(i, 1), 2 <= i <= 4) for i, t in enumerate(ticks))
+    gaps, idle, short = layer_gaps(needs, 3, ticks[-1])
+    assert gaps == [150.0]                       # tick 5 to tick 20
+    assert idle == 170.0                         # since tick 22
+    assert short == pytest.approx(30.0 / 2)      # 30 s with requests waiting, over two needs
+    assert layer_gaps(needs, 4, ticks[-1]) == ([], float("inf"), 0.0)
+
+
+SPEC = AutoscalingSpec(min_replicas=1, max_replicas=10, target_queue_depth=4, target_p99_latency_ms=4000)
+
+
+def after_bursts(attainment: float | None, gap_s: int = 240) -> tuple[History, datetime, Signals]:
+    """A service that needed 4 replicas, with requests waiting, for a minute every `gap_s`
+    seconds (two bursts behind it, the last ended 100 s ago) and 1 in between, now at 4 replicas with
+    a light load; its replicas start in 50 s."""
+    needs = []
+    t = T0
+    for burst in range(2):
+        for i in range(6):
+            needs.append((t, 4, i < 5))
+            t += timedelta(seconds=10)
+        for i in range(gap_s // 10 if burst == 0 else 10):
+            needs.append((t, 1, False))
+            t += timedelta(seconds=10)
+    history = replace(History(((T0, 1, "restart"),)), capacity=20.0, startup=50.0, needs=tuple(needs))
+    return history, t, Signals(queue_depth=0.0, p99_ms=500.0, ready=4, arrival_rate=10.0, throughput=10.0,
+                               startup_s=50.0, attainment=attainment)
+
+
+def test_a_replica_a_recurring_burst_needs_is_kept_while_the_target_is_missed():
+    """One gap of 250 s seen between two bursts that found requests waiting for 40 s each: a
+    restart (its 50 s start-up, and 40 s short with requests waiting, priced at 0.99: 50 + 40 x
+    RESTART_PENALTY x 99 = 842 s) costs more than holding through such a gap, so replica 4 is
+    kept, with the reason."""
+    history, now, signals = after_bursts(attainment=0.9)
+    d = decide(SPEC, 4, signals, history, now)
+    assert d.desired == 4
+    assert ("replica 4 was needed 110s ago and is kept 250s (break-even over 1 gaps, a restart costing "
+            f"{50 + 40 * RESTART_PENALTY * 99:.0f}s)") in d.reason
+
+
+def test_a_gap_longer_than_a_restart_is_not_held_through():
+    history, now, signals = after_bursts(attainment=0.9, gap_s=3000)
+    d = decide(SPEC, 4, signals, history, now)
+    assert d.desired == 3 and "is kept" not in d.reason
+
+
+def test_a_service_that_meets_its_target_keeps_no_idle_replica():
+    """Replicas are kept idle to buy attainment that is missing; at the target, or with no
+    measure of it, the scale-down's own hold is all."""
+    for attainment in (0.995, None):
+        history, now, signals = after_bursts(attainment)
+        d = decide(SPEC, 4, signals, history, now)
+        assert d.desired == 3 and "is kept" not in d.reason
