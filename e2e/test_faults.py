@@ -174,3 +174,83 @@ def test_prometheus_errors_hold_replicas_and_say_why(faulty: Faulty, ns: str):
              timeout=90)
     assert c.condition("infsvc", "scaled", ns, "MetricsAvailable")["status"] == "True"
     assert "Traceback" not in op.log_path.read_text()
+
+
+class DeploymentWatch:
+    """Every Deployment created in a namespace, seen from outside the operator (a watch of the
+    test's own, straight to the API server): name, the uid of the InferenceService owning it, when."""
+
+    def __init__(self, cluster: Any, namespace: str) -> None:
+        from kubernetes import client, config, watch
+
+        configuration = client.Configuration()
+        config.load_kube_config(config_file=cluster.kubeconfig, client_configuration=configuration)
+        self.api = client.AppsV1Api(client.ApiClient(configuration))
+        self.created: list[tuple[str, str, float]] = []
+        self.watch = watch.Watch()
+        self.namespace = namespace
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        seen: set[str] = set()
+        while True:
+            try:
+                for event in self.watch.stream(self.api.list_namespaced_deployment, self.namespace,
+                                               timeout_seconds=300):
+                    d = event["object"]
+                    if event["type"] == "ADDED" and d.metadata.uid not in seen:
+                        seen.add(d.metadata.uid)
+                        owners = [o.uid for o in d.metadata.owner_references or []]
+                        self.created.append((d.metadata.name, owners[0] if owners else "", time.monotonic()))
+            except Exception:  # noqa: BLE001 - a stream ends; watch again (ADDED replays what exists)
+                time.sleep(0.2)
+
+    def stop(self) -> None:
+        self.watch.stop()
+
+
+@pytest.mark.parametrize("outage", [30, 90])
+def test_after_an_api_outage_changes_converge_within_seconds_and_nothing_is_made_for_a_deleted_service(
+        faulty: Faulty, ns: str, outage: int):
+    """Services are deleted while the operator cannot reach the API server; when it can again,
+    changes made after that converge within 5 s (the watches wait for the server to answer, not
+    for a doubling pause), and no Deployment is ever created for a deleted service (the
+    InferenceServices are listed again before anything is written, and an owner is read afresh
+    before a child of its is created)."""
+    c = faulty.operator.cluster
+    gone = [f"gone-{outage}-{i}" for i in range(3)]
+    kept = [f"kept-{outage}-{i}" for i in range(2)]
+    c.apply([service(n, ns) for n in gone + kept])
+    for n in gone + kept:
+        wait_for(f"{n}'s Deployment", lambda n=n: c.get("deployment", n, ns), timeout=60)
+    uids = {n: c.get("infsvc", n, ns)["metadata"]["uid"] for n in gone}
+    watcher = DeploymentWatch(c, ns)
+    try:
+        time.sleep(1.0)
+        faulty.api.mode("reset")
+        cut = time.monotonic()
+        time.sleep(2.0)
+        c.kubectl("delete", "infsvc", *gone, "-n", ns, "--wait=false")
+        deleted = time.monotonic()
+        for n in gone:   # the garbage collector removes their Deployments meanwhile
+            wait_for(f"{n}'s Deployment collected", lambda n=n: c.get("deployment", n, ns) is None, timeout=60)
+        time.sleep(max(0.0, cut + outage - time.monotonic()))
+        faulty.api.mode("pass")
+        back = time.monotonic()
+        c.apply([service(n, ns, replicas=2) for n in kept] + [service(f"new-{outage}", ns)])
+
+        def converged() -> bool:
+            deps = [c.get("deployment", n, ns) for n in kept]
+            return all(d is not None and d["spec"].get("replicas") == 2 for d in deps) and c.get(
+                "deployment", f"new-{outage}", ns) is not None
+        wait_for("the changes made after the outage", converged, timeout=60, interval=0.2)
+        took = time.monotonic() - back
+        print(f"\nafter a {outage} s API outage: changes converged {took:.1f} s after the API server came back")
+        assert took <= 5.0, f"{took:.1f} s to converge after a {outage} s outage"
+        time.sleep(5.0)   # and nothing comes back for the deleted services afterwards either
+        made = [(name, owner) for name, owner, t in watcher.created if owner in uids.values() and t > deleted]
+        assert made == [], f"Deployments created for deleted services: {made}"
+        assert all(c.get("deployment", n, ns) is None for n in gone)
+    finally:
+        watcher.stop()

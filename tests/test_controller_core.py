@@ -404,6 +404,12 @@ class _ApiServer:
         self.objects: dict[tuple[str, str], dict] = {}
         self.applied: list[tuple[str, str]] = []
         self.rv, self.after = 100, after
+        self.owners: dict[tuple[str, str], dict] = {}   # InferenceServices as a fresh read returns them
+        self.reads = 0
+
+    def get(self, kind, name, namespace=None):
+        self.reads += 1
+        return copy.deepcopy(self.owners.get((namespace, name)))
 
     def apply(self, manifest: dict) -> dict:
         kind, name = manifest["kind"], manifest["metadata"]["name"]
@@ -458,6 +464,7 @@ def test_a_deployment_edited_between_a_write_and_the_memo_is_repaired_by_the_nex
             edited.append(d)
 
     api = _ApiServer(scale_it)
+    api.owners[("ml", "demo")] = doc
     r = Reconciler(api, store, Views(store), Settings())
     r.reconcile(("ml", "demo"))
     assert ("Deployment", "demo") in api.applied and edited, "the Deployment was written, then edited"
@@ -483,3 +490,54 @@ def test_the_deployment_controllers_revision_annotation_is_not_a_change():
     edited = copy.deepcopy(d)
     edited["metadata"]["annotations"]["a"] = "2"
     assert token(edited) != token(d)
+
+
+def _reconciler_with_one_service(classes):
+    from triton_operator.api.kinds import GPU_CLASS, INFERENCE_SERVICE
+    from triton_operator.controller.reconcile import Reconciler
+    from triton_operator.controller.views import Views
+    from triton_operator.kube.store import Store
+
+    store = Store(owner=owner_of)
+    for cls in classes.values():
+        store.upsert(GPU_CLASS.kind, {**cls.model_dump(by_alias=True, exclude_none=True),
+                                      "metadata": {"name": cls.name, "resourceVersion": "1"}})
+    doc = {**isvc_doc(), "metadata": {**isvc_doc()["metadata"], "resourceVersion": "5", "uid": "uid-isvc"}}
+    store.upsert(INFERENCE_SERVICE.kind, doc)
+    api = _ApiServer()
+    later: list = []
+    return store, api, Reconciler(api, store, Views(store), Settings(), enqueue_after=lambda k, d: later.append((k, d))), \
+        doc, later
+
+
+def test_nothing_is_written_while_the_inference_services_cache_has_a_gap(classes):
+    """After a watch gap on InferenceServices (an API outage), a service in the cache may have been
+    deleted meanwhile: no child, status or Event is written for it until the kind is listed again;
+    the pass comes back a second later."""
+    from triton_operator.api.kinds import INFERENCE_SERVICE
+
+    store, api, r, doc, later = _reconciler_with_one_service(classes)
+    api.owners[("ml", "demo")] = doc
+    store.mark_stale(INFERENCE_SERVICE.kind)
+    assert r.reconcile(("ml", "demo")) is None
+    assert api.applied == [] and api.reads == 0 and later == [(("ml", "demo"), 1.0)]
+    store.mark_fresh(INFERENCE_SERVICE.kind)
+    assert r.reconcile(("ml", "demo")) is not None and ("Deployment", "demo") in api.applied
+
+
+def test_no_child_is_created_for_an_owner_a_fresh_read_finds_gone(classes):
+    """The cache still holds a service the API server has deleted (its deletion not yet seen): the
+    pass that would create its children reads the owner first and creates nothing; a service with
+    the same name but another uid (deleted and made again) is not the owner either."""
+    store, api, r, doc, _ = _reconciler_with_one_service(classes)
+    r.reconcile(("ml", "demo"))
+    assert api.applied == [] and api.reads == 1
+    api.owners[("ml", "demo")] = {**doc, "metadata": {**doc["metadata"], "uid": "another"}}
+    r.reconcile(("ml", "demo"))
+    assert api.applied == [] and api.reads == 2
+    api.owners[("ml", "demo")] = doc
+    r.reconcile(("ml", "demo"))
+    assert ("Deployment", "demo") in api.applied and api.reads == 3
+    api.applied.clear()
+    r.reconcile(("ml", "demo"))   # nothing left to create: no read
+    assert api.reads == 3

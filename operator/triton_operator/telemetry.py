@@ -31,6 +31,10 @@ QUEUE_DEPTH = Gauge(
     "triton_operator_workqueue_depth", "InferenceServices waiting to be reconciled.")
 RECONCILES = Counter(
     "triton_operator_reconciles_total", "Reconcile passes by outcome.", ["outcome"])
+OWNER_READS = Counter(
+    "triton_operator_owner_reads_total",
+    "InferenceServices read from the API server before a child of theirs was created (the cache may lag a "
+    "deletion; nothing is created for an owner that is gone).")
 WRITES = Counter(
     "triton_operator_writes_total", "Writes to the API server by kind and verb.", ["kind", "verb"])
 SERVICE_GPUS = Gauge(

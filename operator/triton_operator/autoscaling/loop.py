@@ -46,6 +46,7 @@ class Services(Protocol):
     """What the autoscaler reads: the cache's parsed InferenceServices, their Deployments and
     pods, and the GPU classes."""
 
+    def fresh(self) -> bool: ...   # no gap in the InferenceServices' cache
     def autoscaled(self) -> list[tuple[Key, InferenceService, dict[str, Any]]]: ...
     def scaling(self, key: Key) -> tuple[dict[str, Any] | None, tuple[dict[str, Any], ...]]: ...
     # (the Deployment, replicas totalled over every class, or None; the serving pods, trimmed)
@@ -136,6 +137,10 @@ class Autoscaler:
             return self._reports.get(key)
 
     def tick(self) -> dict[Key, policy.Decision]:
+        if not self.services.fresh():
+            # The InferenceServices' cache has a gap (an API outage): a service in it may be gone.
+            # Nothing is decided, reported or announced until the kind is listed again.
+            return {}
         services = self.services.autoscaled()
         telemetry.AUTOSCALED_SERVICES.set(len(services))
         live = {key for key, _, _ in services}

@@ -17,6 +17,7 @@ from ..autoscaling.prometheus import source_for
 from ..kube.client import ApiError, Kube, describe_api_error, namespace_terminating
 from ..kube.failures import FailureLog
 from ..kube.informer import Informer
+from ..kube.reach import Reachability
 from ..kube.kinds import DEPLOYMENT, JOB, NETWORK_POLICY, NODE, PDB, POD, SERVICE
 from ..kube.queue import WorkQueue
 from ..kube.store import Key, Store, key_of
@@ -56,21 +57,31 @@ class Manager:
                  (JOB, CHILDREN_SELECTOR, trim_child), (POD, PODS_SELECTOR, trim_pod)]
         if settings.network_policy.enabled:
             kinds.append((NETWORK_POLICY, CHILDREN_SELECTOR, trim_child))
+        # One probe of the API server for every watch while it cannot be reached: they reopen as
+        # soon as it answers (kube/reach.py).
+        self.reach = Reachability(self.kube.ready)
         for kind, selector, project in kinds:
             for ns in namespaces:
-                kwargs: dict[str, Any] = {"label_selector": selector}
+                kwargs: dict[str, Any] = {"label_selector": selector, "reach": self.reach,
+                                          "on_listed": self.on_listed}
                 if project is not None:
                     kwargs["project"] = project
+                if kind is INFERENCE_SERVICE:
+                    # children are written for these: after a gap they are listed again first
+                    kwargs["relist_after_gap"] = True
                 self.informers.append(Informer(self.kube, self.store, kind, ns, self.on_change, self.failures, **kwargs))
-        self.informers.append(Informer(self.kube, self.store, GPU_CLASS, None, self.on_change, self.failures))
+        self.informers.append(Informer(self.kube, self.store, GPU_CLASS, None, self.on_change, self.failures,
+                                       reach=self.reach))
         if settings.watch_gpu_capacity:
             # The free-GPU view for spill-over: Nodes (GPU nodes only, trimmed) and every pod's GPU
             # requests (cluster-wide; a pod without GPUs is a watch event and nothing more). They do
             # not hold back the start: until they are listed, placement treats room as unknown.
             self.capacity_informers = [
-                Informer(self.kube, self.store, NODE, None, self.on_capacity_change, self.failures, project=trim_node),
+                Informer(self.kube, self.store, NODE, None, self.on_capacity_change, self.failures, project=trim_node,
+                         reach=self.reach),
                 Informer(self.kube, self.store, POD, None, self.on_capacity_change, self.failures,
-                         project=trim_gpu_pod, field_selector=GPU_PODS_FIELDS, store_kind=GPU_POD_KIND)]
+                         project=trim_gpu_pod, field_selector=GPU_PODS_FIELDS, store_kind=GPU_POD_KIND,
+                         reach=self.reach)]
         self.synced = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -95,6 +106,23 @@ class Manager:
             owner = owner_of(obj)
             if owner is not None:
                 self.queue.add(owner)
+
+    def on_listed(self, kind: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        """A change a listing found (after a start, an expired watch or an outage): a re-check, served
+        after created and changed services, unless the InferenceService changed since it last
+        converged (a generation its status has not observed, or no status yet)."""
+        obj = new if new is not None else old
+        if obj is None:
+            return
+        if kind == INFERENCE_SERVICE.kind:
+            self.queue.add(key_of(obj), low=new is not None and _converged(new) and (
+                old is None or old["metadata"].get("generation") == new["metadata"].get("generation")))
+        elif kind == GPU_CLASS.kind:
+            self.on_change(kind, old, new)
+        else:
+            owner = owner_of(obj)
+            if owner is not None:
+                self.queue.add(owner, low=True)
 
     def on_capacity_change(self, kind: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         """Free GPUs changed somewhere: the services whose placement could change look again
@@ -169,7 +197,7 @@ class Manager:
     def _resync(self) -> None:
         while not self._stop.wait(self.settings.resync_seconds):
             for key in self.store.keys(INFERENCE_SERVICE.kind):
-                self.queue.add(key)
+                self.queue.add(key, low=True)
             self.observe()
 
     def observe(self) -> None:
@@ -196,3 +224,9 @@ class Manager:
             informer.stop()
         for thread in self._threads:
             thread.join(timeout=10)
+
+
+def _converged(obj: dict[str, Any]) -> bool:
+    """The operator observed this generation of the object (its status says so)."""
+    observed = (obj.get("status") or {}).get("observedGeneration")
+    return observed is not None and observed == obj["metadata"].get("generation")

@@ -49,6 +49,7 @@ LEGACY_FINALIZER = f"{GROUP}/finalizer"
 LEGACY_ANNOTATION_PREFIX = f"{GROUP}/"
 # A child the API server refused is tried again after these pauses (doubling), whatever happens.
 REFUSAL_RETRY_BASE, REFUSAL_RETRY_MAX = 30.0, 600.0
+STALE_RETRY_SECONDS = 1.0   # a pass that met a gap in the InferenceServices' cache comes back after this
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,13 @@ class Reconciler:
     # -- the pass -------------------------------------------------------------------------------
 
     def reconcile(self, key: Key) -> dict[str, Any] | None:
-        """Bring one InferenceService's children to its spec and write its status. Returns the status."""
+        """Bring one InferenceService's children to its spec and write its status. Returns the status.
+        Nothing is written, and no Event posted, while the InferenceServices' cache has a gap (its
+        watch broke and the kind has not been listed again): the service may have been deleted
+        meanwhile, and its children with it (the pass comes back when the listing is done)."""
+        if not self.store.fresh(INFERENCE_SERVICE.kind):
+            self.enqueue_after(key, STALE_RETRY_SECONDS)
+            return None
         raw, isvc, invalid = self.views.inference_service(key)
         if raw is None:
             self.forget(key)
@@ -196,6 +203,13 @@ class Reconciler:
             self.skipped += 1
             return last.plan
         plan = desired_core.plan(isvc, classes, self.settings, children, replicas, free, now)
+        existing = _versions(children)
+        if any((m["kind"], m["metadata"]["name"]) not in existing for m in plan.apply) and not self._owner_exists(
+                key, inputs[0]):
+            # A child is about to be created: its owner is read afresh first (the cache may not have
+            # seen it deleted yet), and nothing is created for an owner that is gone.
+            self.forget(key)
+            return replace(plan, apply=(), delete=())
         rejected: tuple[str, str] | None = None
         written: list[tuple[str, dict[str, Any]]] = []
         for manifest in plan.apply:
@@ -222,6 +236,14 @@ class Reconciler:
         self._converged[key] = Converged(inputs, _memo_tokens(children, written, plan.delete),
                                          replace(plan, apply=()), retry_at, refusals)
         return plan
+
+    def _owner_exists(self, key: Key, uid: str | None) -> bool:
+        """The InferenceService, read from the API server now, is the one the pass planned for (same
+        uid) and is not being deleted."""
+        fresh = self.kube.get(INFERENCE_SERVICE, key[1], key[0])
+        telemetry.OWNER_READS.inc()
+        meta = (fresh or {}).get("metadata") or {}
+        return fresh is not None and meta.get("uid") == uid and not meta.get("deletionTimestamp")
 
     def _write(self, manifest: dict[str, Any]) -> dict[str, Any]:
         kind = self.kube.kinds.of(manifest)

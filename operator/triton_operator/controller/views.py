@@ -76,6 +76,10 @@ class Views:
             self._classes = (version, out)
         return out
 
+    def fresh(self) -> bool:
+        """The InferenceServices' cache follows the API server without a gap (kube/store.py)."""
+        return self.store.fresh(INFERENCE_SERVICE.kind)
+
     def autoscaled(self) -> list[tuple[Key, InferenceService, dict[str, Any]]]:
         out = []
         for key in self.store.keys(INFERENCE_SERVICE.kind):

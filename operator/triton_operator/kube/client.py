@@ -219,6 +219,16 @@ class Kube:
         finally:
             resp.response.release_conn()
 
+    def ready(self) -> bool:
+        """Whether the API server answers its readiness check (GET /readyz, readable by every
+        authenticated client); False when it cannot be reached or is not ready."""
+        try:
+            resp = self._open("GET", "/readyz", timeout=(2.0, 3.0))
+        except ApiError:
+            return False
+        resp.read()
+        return resp.status == 200
+
     def get(self, kind: Kind, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         try:
             return self.request("GET", kind.path(namespace, name))

@@ -20,8 +20,9 @@ from typing import Any, Callable
 
 from .client import ApiError, Kind, Kube, describe_api_error
 from .failures import FailureLog
+from .reach import Reachability, unreachable
 from .store import Store, trim
-from .watching import GONE, WATCH_SECONDS, Retry, read_event
+from .watching import GONE, RETRY_MAX, WATCH_SECONDS, Retry, read_event
 
 log = logging.getLogger(__name__)
 OnChange = Callable[[str, "dict[str, Any] | None", "dict[str, Any] | None"], None]
@@ -31,14 +32,25 @@ class Informer:
     def __init__(self, kube: Kube, store: Store, kind: Kind, namespace: str | None, on_change: OnChange,
                  failures: FailureLog, label_selector: str | None = None,
                  project: Callable[[dict[str, Any]], dict[str, Any] | None] = trim, watch_timeout: int = WATCH_SECONDS,
-                 field_selector: str | None = None, store_kind: str | None = None):
+                 field_selector: str | None = None, store_kind: str | None = None,
+                 reach: Reachability | None = None, relist_after_gap: bool = False,
+                 on_listed: OnChange | None = None):
         """`project` trims what is stored (None: not stored at all); `store_kind` names the
-        cache's kind when one API kind is watched twice (serving pods, and every pod's GPUs)."""
+        cache's kind when one API kind is watched twice (serving pods, and every pod's GPUs).
+        `reach`: the API server's shared probe, which an unreachable server is waited for on (else
+        the doubling pause). `relist_after_gap`: after the watch broke, list the kind again (not
+        resume from the last resourceVersion), and have the store say the kind is not fresh until
+        then: for the parents children are written for, whose deletion during a gap must be seen
+        before anything is written for them. `on_listed` takes the changes a listing finds (after
+        a start, an expired watch or a gap) instead of `on_change`, which takes the watch's."""
         self.kube, self.store, self.kind, self.namespace = kube, store, kind, namespace
         self.on_change, self.failures, self.selector, self.project = on_change, failures, label_selector, project
         self.field_selector = field_selector
         self.store_kind = store_kind or kind.kind
         self.watch_timeout = watch_timeout
+        self.reach = reach
+        self.relist_after_gap = relist_after_gap
+        self.on_listed = on_listed or on_change
         self.synced = threading.Event()
         self.stopped = threading.Event()
         self.lists = 0      # LIST passes (the first, and one per expired watch)
@@ -59,8 +71,10 @@ class Informer:
         items, version = self.kube.list(self.kind, self.namespace, self.selector,
                                         field_selector=self.field_selector, project=self.project)
         self.lists += 1
-        for old, new in self.store.replace(self.store_kind, self.namespace, items):
-            self.on_change(self.store_kind, old, new)
+        changes = self.store.replace(self.store_kind, self.namespace, items)
+        self.store.mark_fresh(self.store_kind)
+        for old, new in changes:
+            self.on_listed(self.store_kind, old, new)
         self.synced.set()
         return version
 
@@ -86,11 +100,29 @@ class Informer:
                 if e.status == GONE:
                     version = None
                     continue
+                version = self._gap(version)
                 self.failures.failure(topic, describe_api_error(e))
-                self.stopped.wait(retry.failed())
+                self._pause(retry, unreachable(e.status))
             except Exception as e:  # noqa: BLE001 - a broken stream must never end the informer
+                version = self._gap(version)
                 self.failures.failure(topic, describe_api_error(e))
-                self.stopped.wait(retry.failed())
+                self._pause(retry, True)
+
+    def _gap(self, version: str | None) -> str | None:
+        """The watch broke: what may have changed meanwhile is not known. A parent kind is listed
+        again (None) and not fresh until then; any other resumes from `version`."""
+        if not self.relist_after_gap:
+            return version
+        self.store.mark_stale(self.store_kind)
+        return None
+
+    def _pause(self, retry: Retry, waiting_helps: bool) -> None:
+        """Before the next attempt: until the API server answers its probe, when it could not be
+        reached (as soon as it is back), else the doubling pause."""
+        if waiting_helps and self.reach is not None:
+            self.reach.wait(self.stopped, RETRY_MAX)
+        else:
+            self.stopped.wait(retry.failed())
 
     def _apply(self, event: dict[str, Any], version: str) -> str | None:
         """Store one watch event; returns the resourceVersion to resume from (None: list again)."""

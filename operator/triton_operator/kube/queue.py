@@ -1,7 +1,11 @@
 """A work queue of object keys, as client-go's: a key waiting to be processed is held
 once however many events name it (ten child events during a creation become one reconcile); a
 key being processed is never handed to a second worker, and if it is added meanwhile it is
-processed once more afterwards; failures come back after an exponential backoff per key."""
+processed once more afterwards; failures come back after an exponential backoff per key.
+
+Two levels: keys added `low` (a periodic re-check, the listing after a restart or an outage of
+objects that had converged) wait behind every other key, so a service created or changed while a
+thousand others are re-checked is served first; a low key added again normally moves up."""
 
 from __future__ import annotations
 
@@ -20,6 +24,8 @@ class WorkQueue:
         self._cond = threading.Condition()
         self._queue: deque[Hashable] = deque()
         self._dirty: set[Hashable] = set()
+        self._low: deque[Hashable] = deque()       # served when _queue is empty
+        self._low_dirty: set[Hashable] = set()
         self._processing: set[Hashable] = set()
         self._delayed: list[tuple[float, int, Hashable]] = []
         self._seq = itertools.count()
@@ -28,17 +34,30 @@ class WorkQueue:
         self.adds = 0        # keys added (before coalescing), for the operator's metrics
         self.processed = 0   # keys handed to workers
 
-    def add(self, key: Hashable) -> None:
+    def add(self, key: Hashable, low: bool = False) -> None:
         with self._cond:
-            self._add(key)
+            if low:
+                self._add_low(key)
+            else:
+                self._add(key)
 
     def _add(self, key: Hashable) -> None:
         self.adds += 1
         if self._closed or key in self._dirty:
             return
         self._dirty.add(key)
+        self._low_dirty.discard(key)   # waiting low, it moves up (its low entry is skipped)
         if key not in self._processing:
             self._queue.append(key)
+            self._cond.notify()
+
+    def _add_low(self, key: Hashable) -> None:
+        self.adds += 1
+        if self._closed or key in self._dirty or key in self._low_dirty:
+            return
+        self._low_dirty.add(key)
+        if key not in self._processing:
+            self._low.append(key)
             self._cond.notify()
 
     def add_after(self, key: Hashable, delay: float) -> None:
@@ -81,6 +100,14 @@ class WorkQueue:
                     self._processing.add(key)
                     self.processed += 1
                     return key
+                while self._low:
+                    key = self._low.popleft()
+                    if key not in self._low_dirty or key in self._processing:
+                        continue   # moved up since, or handed out already: its entry is stale
+                    self._low_dirty.discard(key)
+                    self._processing.add(key)
+                    self.processed += 1
+                    return key
                 if self._closed:
                     return None
                 waits = [t - now for t in ([deadline] if deadline is not None else [])]
@@ -96,6 +123,9 @@ class WorkQueue:
             if key in self._dirty:
                 self._queue.append(key)
                 self._cond.notify()
+            elif key in self._low_dirty:
+                self._low.append(key)
+                self._cond.notify()
 
     def shutdown(self) -> None:
         with self._cond:
@@ -104,9 +134,9 @@ class WorkQueue:
 
     def __len__(self) -> int:
         with self._cond:
-            return len(self._queue) + len(self._delayed)
+            return len(self._queue) + len(self._low_dirty) + len(self._delayed)
 
     def idle(self) -> bool:
         """Nothing waiting (delayed retries aside) and nothing being processed."""
         with self._cond:
-            return not self._queue and not self._processing
+            return not self._queue and not self._low_dirty and not self._processing

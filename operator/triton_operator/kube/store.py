@@ -65,6 +65,7 @@ class Store:
         self._objects: dict[str, dict[Key, dict[str, Any]]] = {}
         self._owned: dict[str, dict[Key, dict[str, dict[str, Any]]]] = {}
         self._versions: dict[str, int] = {}
+        self._stale: set[str] = set()   # kinds whose watch broke and that have not been listed again
 
     # -- writes (informers and write-through) ---------------------------------------------------
 
@@ -82,6 +83,20 @@ class Store:
                 siblings.pop(name, None)
                 if not siblings:
                     del owned[owner]
+
+    def mark_stale(self, kind: str) -> None:
+        """The kind's watch broke: what is cached may have been deleted since (fresh() is False
+        until the kind is listed again)."""
+        with self._lock:
+            self._stale.add(kind)
+
+    def mark_fresh(self, kind: str) -> None:
+        with self._lock:
+            self._stale.discard(kind)
+
+    def fresh(self, kind: str) -> bool:
+        """Whether the kind's cache follows the API server without a gap since its last listing."""
+        return kind not in self._stale
 
     def upsert(self, kind: str, obj: dict[str, Any]) -> tuple[dict[str, Any] | None, bool]:
         """Store `obj` unless an object of the same or a newer resourceVersion is there.
