@@ -346,6 +346,25 @@ def main() -> int:
         figures["drift_repair_seconds"] = time.monotonic() - t0
         log(f"drift on one Deployment repaired in {figures['drift_repair_seconds']:.2f}s")
 
+        # 4b. new work first (P2b): the operator restarts, lists the N converged services (each to be
+        # re-checked) and a new service is applied at once: its Deployment, against the re-check.
+        op.stop()
+        op.start()
+        t0 = time.monotonic()
+        kube.apply(isvc_doc("p2b-new", "fleet"))
+        figures["new_behind_recheck_seconds"] = watch.wait(
+            "the new service's Deployment", lambda: s.get("Deployment", ("fleet", "p2b-new")) is not None, 300) - t0
+        figures["recheck_queued_when_served"] = op.health().get("queued")
+        deadline = time.monotonic() + 600
+        while op.health().get("queued", 1) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        figures["recheck_seconds"] = time.monotonic() - t0
+        log(f"after a restart, a new service's Deployment in {figures['new_behind_recheck_seconds']:.2f}s with "
+            f"{figures['recheck_queued_when_served']} services still queued for their re-check "
+            f"(re-check of {n} done after {figures['recheck_seconds']:.0f}s)")
+        kube.delete(INFERENCE_SERVICE, "p2b-new", "fleet")
+        watch.wait("the new service gone", lambda: s.get("InferenceService", ("fleet", "p2b-new")) is None, 120)
+
         # 5. autoscaling -------------------------------------------------------------------------------
         exporter = Exporter("fleet", names)
         prom = Prometheus([Target(exporter.address)], scrape_interval="2s", evaluation_interval="2s")
@@ -415,18 +434,22 @@ def write_results(f: dict[str, Any], out: Path, command: str) -> None:
         ("bare client: N services' writes (N InferenceServices, 3N children, N status), seen through a watch",
          f"{f['bare_seconds']:.1f} s", f"the client's last answer after {f['bare_client_seconds']:.1f} s", ""),
         ("operator: N applied -> every child and status written", f"{f['written_seconds']:.1f} s",
-         f"{f['bulk_ratio']:.2f}x bare", ok(f["bulk_ratio"] <= 1.3)),
+         f"{f['bulk_ratio']:.2f}x bare (goal 1.2x)", ok(f["bulk_ratio"] <= 1.2)),
         ("operator: N applied -> every service Ready", f"{f['ready_seconds']:.1f} s",
          f"bare: every Deployment ready after {f['bare_ready_seconds']:.1f} s", ""),
         ("reconcile passes during the bulk", f"{f['bulk_reconciles']}", "", ""),
         ("idle: operator CPU", f"{f['idle_cpu_percent']:.2f} % of a core", "<= 1 %", ok(f["idle_cpu_percent"] <= 1)),
-        ("idle: operator RSS", f"{f['idle_rss_mib']:.0f} MiB (peak {f['bulk_peak_rss_mib']:.0f})", "<= 150 MiB",
-         ok(f["idle_rss_mib"] <= 150)),
+        ("idle: operator RSS", f"{f['idle_rss_mib']:.0f} MiB (peak {f['bulk_peak_rss_mib']:.0f})",
+         "<= 150 MiB" if f["services"] <= 1000 else "<= 300 MiB",
+         ok(f["idle_rss_mib"] <= (150 if f["services"] <= 1000 else 300))),
         ("idle: API requests per minute (audit log, watches excluded)", f"{f['idle_requests_per_minute']:.1f}",
-         "<= 60", ok(f["idle_requests_per_minute"] <= 60)),
+         "<= 30", ok(f["idle_requests_per_minute"] <= 30)),
         ("idle: what those requests were", ", ".join(f"{k}: {v}" for k, v in sorted(f["idle_requests"].items())) or "none", "", ""),
         ("drift on a Deployment (replicas) repaired", f"{f['drift_repair_seconds']:.2f} s", "seconds",
          ok(f["drift_repair_seconds"] <= 10)),
+        ("after a restart: a new service's Deployment, while the N are re-checked (P2b)",
+         f"{f['new_behind_recheck_seconds']:.2f} s ({f['recheck_queued_when_served']} still queued then; the "
+         f"re-check done after {f['recheck_seconds']:.0f} s)", "<= 5 s", ok(f["new_behind_recheck_seconds"] <= 5)),
         ("autoscaler: Prometheus queries per tick", f"{f['autoscale_queries_per_tick']:.0f}", "2",
          ok(f["autoscale_queries_per_tick"] <= 2)),
         ("autoscaler: decision CPU per tick (N autoscaled services)", f"{f['autoscale_decision_cpu_ms_per_tick']:.1f} ms",
