@@ -83,7 +83,8 @@ spec:
 {{- define "triton-operator.namespacedRules" }}
 - apiGroups: [serving.triton-operator.io]
   resources: [inferenceservices]
-  verbs: [list, watch, patch]
+  # get: an owner is read afresh before a child of its is created (the cache may lag its deletion)
+  verbs: [get, list, watch, patch]
 - apiGroups: [serving.triton-operator.io]
   resources: [inferenceservices/status]
   verbs: [patch]
