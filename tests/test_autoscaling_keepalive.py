@@ -25,7 +25,7 @@ T0 = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
     ([200.0, 200.0, 200.0, 1000.0], 1000.0, 1000.0),   # a dearer restart: hold through all
 ])
 def test_keep_alive_minimizes_holding_plus_restarts_over_the_gaps_seen(gaps, restart, hold):
-    assert keep_alive(gaps, restart, 0.0) == hold
+    assert keep_alive(gaps, restart) == hold
 
 
 def test_a_restart_costs_its_start_up_and_the_waiting_it_would_see_priced_by_the_target():
