@@ -316,17 +316,23 @@ def test_an_object_stored_under_an_older_schema_says_why_and_deletes(operator: O
     c = operator.cluster
     crd_name = f"inferenceservices.{GROUP}"
     crd = c.get("crd", crd_name)
-    path = "/spec/versions/0/schema/openAPIV3Schema/properties/spec"
-    original = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    relaxed = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-    c.kubectl("patch", "crd", crd_name, "--type=json", "-p", json.dumps([{"op": "replace", "path": path, "value": relaxed}]))
+    root = "/spec/versions/0/schema/openAPIV3Schema"
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    original = [{"op": "replace", "path": f"{root}/properties/spec", "value": schema["properties"]["spec"]},
+                {"op": "replace", "path": f"{root}/x-kubernetes-validations", "value": schema["x-kubernetes-validations"]}]
+    # an older CRD had no schema for spec, nor the object-level rules that read spec's fields
+    relaxed = [{"op": "replace", "path": f"{root}/properties/spec",
+                "value": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+               {"op": "replace", "path": f"{root}/x-kubernetes-validations",
+                "value": [r for r in schema["x-kubernetes-validations"] if "self.spec" not in r["rule"]]}]
+    assert len(relaxed[1]["value"]) < len(original[1]["value"])
+    c.kubectl("patch", "crd", crd_name, "--type=json", "-p", json.dumps(relaxed))
     try:
         doc = service("older", ns)
         doc["spec"]["gpu"]["count"] = 0
         wait_for("the relaxed schema to admit it", lambda: c.apply(doc, check=False).returncode == 0, timeout=30)
     finally:
-        c.kubectl("patch", "crd", crd_name, "--type=json", "-p",
-                  json.dumps([{"op": "replace", "path": path, "value": original}]))
+        c.kubectl("patch", "crd", crd_name, "--type=json", "-p", json.dumps(original))
     degraded = wait_for("Degraded=InvalidSpec", lambda: (d := c.condition("infsvc", "older", ns, "Degraded"))
                         and d["reason"] == "InvalidSpec" and d, timeout=60)
     assert degraded["status"] == "True" and "spec.gpu.count" in degraded["message"], degraded
