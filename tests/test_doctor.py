@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from triton_runtime import doctor
+from triton_runtime import doctor, image
 from triton_runtime.fetch import FetchError, MissingLibrary, SourceUnavailable
 from triton_runtime.prepare import Request as Preparation
 
@@ -64,6 +64,24 @@ def test_the_prepared_model_of_this_version_is_found(tmp_path):
     assert doctor.check_prepared(tmp_path, SPEC, "1.2.1") == []
     (line,) = doctor.check_prepared(tmp_path, SPEC, "1.3.0")
     assert "this image has TensorRT-LLM 1.3.0 but the model was prepared for 1.2.1" in line
+
+
+@pytest.mark.parametrize("installed", ["1.2.1.2510", "1.2.1", "v1.2.1", "1.2.1.post1", "1.2.1+cu131"])
+def test_an_image_reporting_a_build_of_the_same_release_passes(tmp_path, installed):
+    """NGC images report TensorRT-LLM with a build or local tag after the release; the model
+    prepared for that release is the one to serve."""
+    folder = tmp_path / SPEC.key()
+    folder.mkdir()
+    (folder / "manifest.json").write_text(json.dumps({"source": SPEC.source, "trtllm_version": "1.2.1"}))
+    assert doctor.check_prepared(tmp_path, SPEC, installed) == []
+
+
+@pytest.mark.parametrize("installed, expected, same", [
+    ("1.0.3.2510", "1.0.3", True), ("1.2.0rc2.post1", "1.2.0", True), ("1.2", "1.2.0", True),
+    ("1.2.1.2510", "1.2.0", False), ("1.3.0", "1.2.1", False), ("2.1.1", "1.2.1", False),
+    ("nightly", "nightly", True), ("nightly", "1.2.1", False)])
+def test_versions_are_compared_by_release(installed, expected, same):
+    assert image.same_release(installed, expected) is same
 
 
 @pytest.mark.parametrize("driver, warned", [("590.44.01", False), ("595.10", False), ("580.65.06", True), (None, False)])
@@ -157,3 +175,20 @@ def test_an_image_without_the_sources_client_leaves_the_disk_to_the_download_ste
     assert report.problems == []
     assert report.warnings == ["disk not checked here (s3:// needs the boto3 package in this image): the download "
                                "step, in the operator's image, checks it"]
+
+
+@pytest.mark.parametrize("installed, code", [("1.3.0", 2), ("1.2.1.2510", 0)])
+def test_prepare_refuses_another_release_but_not_a_build_of_the_same(tmp_path, monkeypatch, capsys, installed, code):
+    """Quantizing needs the release the service expects; a build tag after it is the same release."""
+    from triton_runtime import cli, prepare
+
+    monkeypatch.setattr(image, "trtllm_version", lambda: installed)
+    monkeypatch.setattr(prepare, "run", lambda req, cache_dir, scratch, downloaded: cache_dir / req.key())
+    assert cli.main(["prepare", "--source", SPEC.source, "--precision", "fp8", "--trtllm-version", "1.2.1",
+                     "--cache", str(tmp_path)]) == code
+    out, err = capsys.readouterr()
+    if code:
+        assert err.strip() == ("triton-runtime prepare: this image has TensorRT-LLM 1.3.0, the service expects "
+                               "1.2.1: set the operator's trtllmVersion to match its llmImage")
+    else:
+        assert out.startswith("model prepared: ")

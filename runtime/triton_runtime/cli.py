@@ -47,7 +47,7 @@ def cmd_prepare(a: argparse.Namespace) -> int:
         return _download(req, a)
     if req.precision in prepare.QUANTIZED:
         installed = image.trtllm_version()
-        if installed is not None and req.trtllm_version and installed != req.trtllm_version:
+        if installed is not None and req.trtllm_version and not image.same_release(installed, req.trtllm_version):
             raise prepare.PrepareError(f"this image has TensorRT-LLM {installed}, the service expects "
                                        f"{req.trtllm_version}: set the operator's trtllmVersion to match its llmImage")
     _prepare_home()

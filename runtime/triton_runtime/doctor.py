@@ -101,7 +101,7 @@ def check_trtllm(version: str | None) -> list[str]:
 
 def check_prepared(cache_dir: Path, prep: Preparation, version: str | None) -> list[str]:
     """The model this pod will serve is prepared in the cache, for the TensorRT-LLM version here."""
-    if version is not None and prep.trtllm_version and version != prep.trtllm_version:
+    if version is not None and prep.trtllm_version and not image.same_release(version, prep.trtllm_version):
         return [f"this image has TensorRT-LLM {version} but the model was prepared for {prep.trtllm_version}: set "
                 f"the operator's trtllmVersion to the image's (chart triton.trtllmVersion) so that a preparation "
                 f"for {version} runs"]

@@ -14,6 +14,7 @@ version, so a new version prepares again), and run the GPU smoke procedure in ru
 
 from __future__ import annotations
 
+import re
 from importlib import metadata
 
 IMAGE = "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3"
@@ -55,3 +56,24 @@ def trtllm_version() -> str | None:
 
 def version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in text.split(".") if p.isdigit())
+
+
+def release(text: str) -> tuple[int, int, int] | None:
+    """A TensorRT-LLM version's release, major.minor.patch: what a preparation depends on. Images
+    report more than the release ("1.0.3.2510" carries a build, "1.2.0rc2.post1" a pre-release
+    and a post tag), so versions are compared by release, never as strings. None when `text`
+    does not start with major.minor."""
+    m = _RELEASE.match(text.strip())
+    if m is None:
+        return None
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+def same_release(installed: str, expected: str) -> bool:
+    """The image's TensorRT-LLM and the one a service expects are the same release (equal
+    strings when either has no release to read)."""
+    a, b = release(installed), release(expected)
+    return installed == expected if a is None or b is None else a == b
+
+
+_RELEASE = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
