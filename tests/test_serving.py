@@ -192,3 +192,17 @@ def test_model_yaml_holds_llm_api_arguments_and_the_checkpoints_chat(tmp_path):
     assert repository.model_yaml(own)["chat_template"] == "{{ messages[0]['content'] }}"
     with pytest.raises(repository.RepositoryError, match="has its preparation Job finished"):
         repository.write(repository.Spec(engine="trtllm", model=str(tmp_path / "absent")), repo)
+
+
+@pytest.mark.parametrize("ids, bos, adds, expected", [
+    ([5, 6], 1, True, [1, 5, 6]),        # a completion: the tokenizer's BOS first
+    ([1, 5, 6], 1, True, [1, 5, 6]),     # a chat template that wrote it: once, not twice
+    ([5, 6], 1, False, [5, 6]),          # a tokenizer that adds none (Qwen, SmolLM2's GGUF)
+    ([5, 6], None, True, [5, 6]),        # no BOS token at all
+    ([5, 6], -1, True, [5, 6]),          # llama.cpp's "none"
+    ([], 1, True, [1]),
+])
+def test_every_engine_puts_the_tokenizers_bos_first_once(ids, bos, adds, expected):
+    from triton_runtime.serving.engine import with_bos
+
+    assert with_bos(ids, bos, adds) == expected

@@ -165,6 +165,7 @@ def test_what_the_llm_api_refuses_is_the_requests_error_not_the_servers(trtllm):
 
 def test_statistics_become_queue_active_and_kv_cache_figures(trtllm):
     engine = trtllm()
+    run(engine, [Piece("x", False)], Sampling(max_tokens=3, temperature=0))   # statistics exist from here on
     engine.llm.stats = [{"numQueuedRequests": 9, "numActiveRequests": 1},
                         {"numQueuedRequests": 3, "numActiveRequests": 5,
                          "kvCacheStats": {"usedNumBlocks": 30, "maxNumBlocks": 120}}]
@@ -192,3 +193,42 @@ def test_an_empty_drain_keeps_the_figures_while_requests_are_in_flight():
     assert TrtllmEngine.figures(entries, busy, received=2, outstanding=6) == Stats(3, 3, 0.25)
     # No KV figures in the entry: 0, not a division by zero.
     assert TrtllmEngine.figures([{"numActiveRequests": 2}], busy, received=0, outstanding=2) == Stats(0, 2, 0.0)
+
+
+def test_statistics_are_not_read_before_the_first_request(trtllm):
+    """Before the first submission, every get_stats call prints a line into the Triton log (twice a
+    second on an idle replica); the engine waits for a request before it reads them."""
+    engine = trtllm()
+    time.sleep(0.3)   # six stats periods of 0.05 s
+    assert engine.llm.warnings == 0
+    assert engine.stats().active == 0 and engine.stats().queued == 0
+    run(engine, [Piece("x", False)], Sampling(max_tokens=3, temperature=0))
+    engine.llm.stats = [{"numQueuedRequests": 0, "numActiveRequests": 1}]
+    deadline = time.monotonic() + 5
+    while engine.llm.stats and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert engine.llm.stats == [], "after a request the statistics are read"
+    assert engine.llm.warnings == 0
+
+
+def test_a_completion_prompt_starts_with_the_tokenizers_bos_once(trtllm):
+    """The prompt pieces are encoded without special tokens; the tokenizer's BOS (Llama 3 adds
+    <|begin_of_text|>) goes first, and only once when a chat template wrote it already."""
+    engine = trtllm()
+    run(engine, [Piece("Once upon", True)], Sampling(max_tokens=3, temperature=0))
+    run(engine, [Piece("<|bos|>user: ", True), Piece("hi", False)], Sampling(max_tokens=3, temperature=0))
+    run(engine, [Piece("<|bos|>", False)], Sampling(max_tokens=3, temperature=0))
+    completion, chat, user_text = (r[0] for r in engine.llm.requests)
+    assert completion == [1, *map(ord, "Once upon")]
+    assert chat == [1, *map(ord, "user: hi")]
+    # A user's "<|bos|>" is text, never the special token: the BOS is still added in front.
+    assert user_text == [1, *map(ord, "<|bos|>")]
+
+
+def test_a_tokenizer_without_bos_gets_none(trtllm, monkeypatch):
+    import tensorrt_llm
+
+    monkeypatch.setattr(tensorrt_llm._Tokenizer, "adds_bos", False)   # as Qwen's: no BOS added
+    engine = trtllm()
+    run(engine, [Piece("Once", True)], Sampling(max_tokens=3, temperature=0))
+    assert engine.llm.requests[0][0] == list(map(ord, "Once"))

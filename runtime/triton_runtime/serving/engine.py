@@ -79,6 +79,17 @@ class Engine(Protocol):
     def shutdown(self) -> None: ...
 
 
+def with_bos(ids: list[int], bos_id: int | None, adds_bos: bool) -> list[int]:
+    """A prompt's token ids as the model's tokenizer would give them: its begin-of-sequence token
+    first when the tokenizer adds one (Llama 3 does, Qwen does not), and once only: a chat
+    template that writes the token itself (Llama 3's starts with `{{ bos_token }}`) already has
+    it. Every engine tokenizes a prompt piece by piece without special tokens, so this is the
+    one place the rule lives; a completion's `text_input` gets its BOS here."""
+    if not adds_bos or bos_id is None or bos_id < 0 or ids[:1] == [bos_id]:
+        return ids
+    return [bos_id, *ids]
+
+
 class Counter:
     """A thread-safe count (queued and active requests)."""
 

@@ -25,7 +25,7 @@ import random
 import threading
 from typing import Any
 
-from .engine import Counter, Job, RequestError, Stats, Step
+from .engine import Counter, Job, RequestError, Stats, Step, with_bos
 from .text import StopScanner, Utf8Pieces
 
 log = logging.getLogger(__name__)
@@ -67,10 +67,10 @@ class LlamaCppEngine:
             return False
 
     def tokenize(self, pieces: Any) -> list[int]:
-        ids = [self.bos_id] if self.add_bos and self.bos_id >= 0 else []
+        ids: list[int] = []
         for piece in pieces:
             ids += self.llm.tokenize(piece.text.encode("utf-8"), add_bos=False, special=piece.trusted)
-        return ids
+        return with_bos(ids, self.bos_id, self.add_bos)
 
     # -- the Engine interface ----------------------------------------------------------------------
 

@@ -41,7 +41,7 @@ import logging
 import threading
 from typing import Any
 
-from .engine import Counter, Job, RequestError, Sampling, Stats, Step
+from .engine import Counter, Job, RequestError, Sampling, Stats, Step, with_bos
 from .text import StopScanner
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,10 @@ class TrtllmEngine:
         # Never code from the checkpoint (the API refuses ChatGLM/Baichuan sources by name for it).
         self.llm = LLM(model=model_dir, **{**args, "trust_remote_code": False})
         self.hf_tokenizer = getattr(self.llm.tokenizer, "tokenizer", self.llm.tokenizer)
+        # The tokenizer's own rule for BOS: what it adds to an empty text (prompts are encoded
+        # piece by piece without special tokens, and with_bos puts it back once).
+        self.bos_id = getattr(self.hf_tokenizer, "bos_token_id", None)
+        self.adds_bos = self.bos_id is not None and self.bos_id in self.hf_tokenizer.encode("", add_special_tokens=True)
         self.stop_token_ids = list(stop_token_ids or [])
         self.received = Counter()   # submitted, not yet seen by the engine's statistics
         self.outstanding = Counter()  # submitted, not finished
@@ -71,6 +75,7 @@ class TrtllmEngine:
         self._thread = threading.Thread(target=self._loop.run_forever, name="trtllm", daemon=True)
         self._thread.start()
         self._stopping = threading.Event()
+        self._submitted = threading.Event()   # a request reached the LLM API: it has statistics
         self._stats_thread = threading.Thread(target=self._poll_stats, name="trtllm-stats", daemon=True)
         self._stats_thread.start()
 
@@ -79,7 +84,7 @@ class TrtllmEngine:
         for piece in pieces:
             ids += self.hf_tokenizer.encode(piece.text, add_special_tokens=False,
                                             split_special_tokens=not piece.trusted)
-        return ids
+        return with_bos(ids, self.bos_id, self.adds_bos)
 
     @staticmethod
     def refusal(sampling: Sampling) -> str | None:
@@ -143,6 +148,7 @@ class TrtllmEngine:
                 raise RequestError("the prompt is empty")
             params = self.sampling_params(job)
             result = self.llm.generate_async(ids, params, streaming=True)
+            self._submitted.set()
             self.received.add(-1)
             counted = False
             scanner = StopScanner(job.stops)
@@ -175,6 +181,11 @@ class TrtllmEngine:
 
     def _poll_stats(self) -> None:
         while not self._stopping.wait(STATS_PERIOD_S):
+            if not self._submitted.is_set():
+                # Before the first generate_async, get_stats prints a warning on every call
+                # ("Iteration statistics are not available yet ..."): with nothing submitted the
+                # figures are idle anyway.
+                continue
             try:
                 # Drains what is queued, returning once the queue has been quiet for the timeout.
                 entries = self.llm.get_stats(timeout=STATS_QUIET_S)

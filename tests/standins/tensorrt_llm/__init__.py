@@ -107,12 +107,18 @@ class _Tokenizer:
     """Hugging Face's tokenizer as TransformersTokenizer.tokenizer: one id per character, and
     '<|eot|>' one special id unless split_special_tokens."""
 
+    bos_token_id = 1
+    adds_bos = True     # as Llama 3's tokenizer: encode(..., add_special_tokens=True) starts with BOS
+
     def encode(self, text: str, *, add_special_tokens: bool = True, split_special_tokens: bool = False) -> list[int]:
-        ids: list[int] = []
+        ids: list[int] = [self.bos_token_id] if add_special_tokens and self.adds_bos else []
         while text:
             if not split_special_tokens and text.startswith("<|eot|>"):
                 ids.append(2)
                 text = text[len("<|eot|>"):]
+            elif not split_special_tokens and text.startswith("<|bos|>"):
+                ids.append(self.bos_token_id)
+                text = text[len("<|bos|>"):]
             else:
                 ids.append(ord(text[0]))
                 text = text[1:]
@@ -144,6 +150,7 @@ class LLM:
         self.requests: list[tuple[list[int], SamplingParams, bool]] = []
         self.aborted: list[int] = []
         self.stats: list[dict] = []
+        self.warnings = 0      # get_stats calls made before any request was submitted
         self.token_seconds = 0.001
         self.shut = False
         LLM.instances.append(self)
@@ -161,6 +168,13 @@ class LLM:
         return GenerationResult(self, len(self.requests), list(inputs), sampling_params, list(self.script))
 
     def get_stats(self, timeout: float | None = 2) -> list[dict]:
+        if not self.requests:
+            # As upstream (llmapi/llm.py): no statistics before the first submission, and a line
+            # printed on every such call.
+            self.warnings += 1
+            print("Iteration statistics are not available yet. To collect runtime statistics, please call "
+                  "get_stats() AFTER prompts have been submitted.")
+            return []
         out, self.stats = self.stats, []
         return out
 
