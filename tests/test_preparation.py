@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+from triton_operator.api.status import PreparationStatus
 from triton_operator.conditions import find
 from triton_operator.controller.status import Observed, compute
 from triton_operator.planning import preparation
@@ -136,6 +137,25 @@ def test_preparation_state_from_the_job():
     assert preparation.states(rendered, [], [done], "fp8")[0]["phase"] == "Ready"
     assert preparation.ready_classes([done], ["h100", "a100-80gb"]) == {"h100", "a100-80gb"}
     assert preparation.ready_classes([waiting], ["h100"]) == set()
+
+
+def test_the_commit_a_preparation_fetched_is_in_status_and_remembered():
+    """runtime/'s prepare writes "... at commit <sha>" to its termination log; the pod of the
+    completed Job says it once, and status keeps it after the Job and its pod are gone."""
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    rendered = [{"metadata": {"name": "p"}}]
+    pod = {"metadata": {"labels": {"batch.kubernetes.io/job-name": "p"}},
+           "status": {"containerStatuses": [{"name": "prepare", "state": {"terminated": {
+               "exitCode": 0, "message": f"prepared hf://org/m at commit {sha}"}}}]}}
+    other = {"metadata": {"labels": {"batch.kubernetes.io/job-name": "q"}}, "status": pod["status"]}
+    (done,) = preparation.states(rendered, [job("p", "Complete")], [], "fp8", [other, pod])
+    assert done["commit"] == sha and done["message"] == f"model prepared (fp8) and cached, from commit {sha}"
+    assert PreparationStatus.model_validate(done).commit == sha
+    (later,) = preparation.states(rendered, [], [done], "fp8", [])
+    assert later["commit"] == sha
+    # a source without commits (s3://, pvc://) or a pod already gone: no commit, no guess
+    (plain,) = preparation.states(rendered, [job("p", "Complete")], [], "fp8", [other])
+    assert "commit" not in plain and plain["message"] == "model prepared (fp8) and cached"
 
 
 def _status(phase: str, dep=None, message="m"):

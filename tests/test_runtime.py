@@ -4,6 +4,7 @@ commands as pods run them in test_runtime_build.py.)"""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -242,3 +243,49 @@ def test_stage_refuses_what_triton_could_not_load(pvc, tmp_path, files, fmt, wor
 def test_missing_claim_path_is_reported(pvc, tmp_path):
     with pytest.raises(StageError, match="does not exist in the mounted claim store"):
         stage("pvc://store/nothing", "onnx", "m", tmp_path / "repo", tmp_path / "s")
+
+
+def test_a_preparation_downloads_one_commit_and_records_it(tmp_path, monkeypatch):
+    """The revision ("main") is resolved to a commit once; both download steps (side files, then
+    the weights the index names) ask for that commit, so a push to main between them cannot mix
+    two versions; the manifest and the termination log carry the commit. A stand-in for
+    huggingface_hub (not installed here, and no network) whose main moves after the first call."""
+    import sys
+    import types
+
+    from triton_runtime import cli, prepare
+    sha1, sha2 = "1" * 40, "2" * 40
+    heads = [sha1, sha2]   # main moves after it is first resolved
+    asked: list[tuple[str, str]] = []
+    hub = types.ModuleType("huggingface_hub")
+
+    class HfApi:
+        def __init__(self, token=None):
+            pass
+
+        def repo_info(self, repo_id, revision, repo_type, files_metadata=False):
+            asked.append(("info", revision))
+            names = ["config.json", "model.safetensors", "tokenizer.json"]
+            sha = heads.pop(0) if revision == "main" and len(heads) > 1 else (revision if len(revision) == 40 else sha2)
+            return types.SimpleNamespace(sha=sha, siblings=[types.SimpleNamespace(rfilename=n, size=1) for n in names])
+
+    def snapshot_download(repo_id, revision, local_dir, repo_type, token, allow_patterns):
+        asked.append(("download", revision))
+        for name in allow_patterns:
+            (Path(local_dir) / name).write_text("{}" if name.endswith(".json") else "weights")
+
+    hub.HfApi, hub.snapshot_download = HfApi, snapshot_download
+    monkeypatch.setitem(sys.modules, "huggingface_hub", hub)
+    termination = tmp_path / "termination-log"
+    termination.write_text("")
+    monkeypatch.setattr("triton_runtime.doctor.TERMINATION_LOG", termination)
+    cache_dir = tmp_path / "cache"
+    code = cli.main(["prepare", "--source", "hf://org/tiny", "--precision", "bf16", "--cache", str(cache_dir),
+                     "--scratch", str(tmp_path)])
+    assert code == 0
+    assert asked[0] == ("info", "main")
+    assert {r for kind, r in asked if kind == "download"} == {sha1}, asked
+    req = prepare.Request(source="hf://org/tiny", precision="bf16", revision="main", trtllm_version="1.2.1")
+    manifest = json.loads((cache_dir / req.key() / "manifest.json").read_text())
+    assert manifest["commit"] == sha1 and manifest["revision"] == "main"
+    assert termination.read_text() == f"prepared hf://org/tiny at commit {sha1}"

@@ -58,6 +58,15 @@ def lookup(cache: Path, key: str) -> Path | None:
                          f"the claim's volume read access for uid/gid {os.getuid()}/{os.getgid()}") from None
 
 
+def manifest_of(folder: Path) -> dict:
+    """A published folder's manifest ({} when it has none readable)."""
+    try:
+        found = json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
 def manifests(cache: Path) -> list[dict]:
     """Every published manifest (unreadable ones skipped)."""
     out = []

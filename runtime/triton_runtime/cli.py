@@ -53,7 +53,11 @@ def cmd_prepare(a: argparse.Namespace) -> int:
     _prepare_home()
     path = prepare.run(req, Path(a.cache), Path(a.scratch) if a.scratch else None,
                        Path(a.downloaded) if a.downloaded else None)
-    print(f"model prepared: {path}")
+    commit = cache.manifest_of(path).get("commit")
+    print(f"model prepared: {path}" + (f" (commit {commit})" if commit else ""))
+    if commit:
+        # The operator reads it from the Job's pod and shows it in the service's status.
+        doctor.write_termination_message([f"prepared {req.source} at commit {commit}"])
     return 0
 
 
@@ -76,8 +80,9 @@ def _download(req: prepare.Request, a: argparse.Namespace) -> int:
         doctor.write_termination_message(disk.problems)
         return doctor.PROBLEMS_EXIT
     _prepare_home()
-    checkpoint, calibration = prepare.download_inputs(req, dest)
-    print(f"downloaded: {checkpoint}" + (f" and the calibration set {calibration}" if calibration else ""))
+    checkpoint, calibration, commit = prepare.download_inputs(req, dest)
+    print(f"downloaded: {checkpoint}" + (f" at commit {commit}" if commit else "")
+          + (f" and the calibration set {calibration}" if calibration else ""))
     return 0
 
 

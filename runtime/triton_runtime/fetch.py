@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -147,6 +148,26 @@ def _gcs_blobs(bucket: str, prefix: str) -> list:
     except ImportError:
         raise MissingLibrary("gs:// needs the google-cloud-storage package in this image") from None
     return [b for b in storage.Client().list_blobs(bucket, prefix=prefix) if not b.name.endswith("/")]
+
+
+COMMIT = re.compile(r"[0-9a-f]{40}")   # a Hugging Face commit id: what a revision resolves to
+
+
+def resolve(source: str, revision: str | None = None, repo_type: str = "model") -> str | None:
+    """The commit an hf:// source's revision (a branch, a tag or a commit; "main" by default)
+    points at now, so that everything fetched for one preparation comes from that one commit
+    even if the branch moves meanwhile; None for sources without commits (s3://, gs://, pvc://)."""
+    if local_path(source) is not None or split(source)[0] != "hf":
+        return None
+    if revision and COMMIT.fullmatch(revision):
+        return revision
+    try:
+        _, head, tail = split(source)
+        return str(_hf_api().repo_info(f"{head}/{tail}", revision=revision or "main", repo_type=repo_type).sha)
+    except FetchError:
+        raise
+    except Exception as e:  # the clients' own errors, as one line
+        raise _explain(source, e) from None
 
 
 def fetch(source: str, dest: Path, revision: str | None = None, select: Selector | None = None,

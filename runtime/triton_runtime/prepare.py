@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from . import cache
-from .fetch import CHECKPOINT_SIDE_FILES, FetchError, fetch
+from .fetch import CHECKPOINT_SIDE_FILES, FetchError, fetch, resolve
 
 PRECISIONS = ("fp32", "fp16", "bf16", "fp8", "nvfp4", "int4-awq")
 QUANTIZED = ("fp8", "nvfp4", "int4-awq")
@@ -120,19 +120,23 @@ def side_files(listing: list[str]) -> list[str]:
     return sorted(f for f in listing if "/" not in f and f.endswith(CHECKPOINT_SIDE_FILES))
 
 
-def download(source: str, revision: str, dest: Path) -> Path:
-    """Fetch the checkpoint in two steps (its index first, then what the index names)."""
+def download(source: str, revision: str, dest: Path) -> tuple[Path, str | None]:
+    """Fetch the checkpoint in two steps (its index first, then what the index names), both from
+    the one commit the revision points at when the download starts (a push between the two
+    steps cannot mix two versions); the folder, and that commit (None: the source has none)."""
     names: list[str] = []
+    commit = resolve(source, revision)
+    at = commit or revision
 
     def sides(files: Any) -> list[str]:
         names[:] = list(files)
         return side_files(names)
 
-    where = fetch(source, dest, revision, select=sides)
+    where = fetch(source, dest, at, select=sides)
     if where != dest:   # pvc:// sources are used in place
-        return where
-    fetch(source, dest, revision, select=lambda files: weight_files(dest, list(files)))
-    return dest
+        return where, commit
+    fetch(source, dest, at, select=lambda files: weight_files(dest, list(files)))
+    return dest, commit
 
 
 def quantize(checkpoint: Path, precision: str, out: Path, calibration: Path | None, samples: int = 512) -> None:
@@ -176,21 +180,23 @@ def calibration_texts(folder: Path | None, samples: int) -> list[str]:
 DOWNLOADED = "download.json"   # what a download step fetched, for the step that quantizes
 
 
-def download_inputs(request: Request, dest: Path) -> tuple[Path, Path | None]:
-    """Fetch the checkpoint (and the calibration set) under dest, or find them on their claims;
-    the paths are also written to dest/download.json for a later step in another image."""
+def download_inputs(request: Request, dest: Path) -> tuple[Path, Path | None, str | None]:
+    """Fetch the checkpoint (and the calibration set) under dest, or find them on their claims,
+    with the commit the checkpoint came from; all three are also written to dest/download.json
+    for a later step in another image."""
     dest.mkdir(parents=True, exist_ok=True)
-    checkpoint = download(request.source, request.revision, dest / "checkpoint")
+    checkpoint, commit = download(request.source, request.revision, dest / "checkpoint")
     calibration = None
     # plan() refuses a checkpoint quantized otherwise here already, before the calibration download.
     if request.calibration_dataset and plan(request.precision, quantized_as(checkpoint)) == "quantize":
         calibration = fetch(request.calibration_dataset, dest / "calibration", repo_type="dataset")
     (dest / DOWNLOADED).write_text(json.dumps({"request": request.key(), "checkpoint": str(checkpoint),
-                                               "calibration": str(calibration) if calibration else None}))
-    return checkpoint, calibration
+                                               "calibration": str(calibration) if calibration else None,
+                                               "commit": commit}))
+    return checkpoint, calibration, commit
 
 
-def downloaded_inputs(request: Request, dest: Path) -> tuple[Path, Path | None]:
+def downloaded_inputs(request: Request, dest: Path) -> tuple[Path, Path | None, str | None]:
     """What a download step left under dest for this request."""
     try:
         found = json.loads((dest / DOWNLOADED).read_text())
@@ -198,7 +204,8 @@ def downloaded_inputs(request: Request, dest: Path) -> tuple[Path, Path | None]:
         raise PrepareError(f"no download of this model under {dest} ({e}): the download step has not run") from None
     if found.get("request") != request.key():
         raise PrepareError(f"the download under {dest} is of another preparation ({found.get('request')})")
-    return Path(found["checkpoint"]), Path(found["calibration"]) if found.get("calibration") else None
+    calibration = Path(found["calibration"]) if found.get("calibration") else None
+    return Path(found["checkpoint"]), calibration, found.get("commit")
 
 
 def run(request: Request, cache_dir: Path, scratch: Path | None = None, downloaded: Path | None = None) -> Path:
@@ -211,9 +218,9 @@ def run(request: Request, cache_dir: Path, scratch: Path | None = None, download
     def build(out: Path) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(dir=scratch) as tmp:
             if downloaded is not None:
-                checkpoint, calibration = downloaded_inputs(request, downloaded)
+                checkpoint, calibration, commit = downloaded_inputs(request, downloaded)
             else:
-                checkpoint, calibration = download_inputs(request, Path(tmp))
+                checkpoint, calibration, commit = download_inputs(request, Path(tmp))
             action = plan(request.precision, quantized_as(checkpoint))
             if action == "quantize":
                 quantize(checkpoint, request.precision, out, calibration)
@@ -221,8 +228,8 @@ def run(request: Request, cache_dir: Path, scratch: Path | None = None, download
                 for f in checkpoint.iterdir():
                     if f.is_file():
                         shutil.copyfile(f, out / f.name)
-        return {"source": request.source, "revision": request.revision, "precision": request.precision,
-                "trtllm_version": request.trtllm_version, "action": action}
+        return {"source": request.source, "revision": request.revision, "commit": commit,
+                "precision": request.precision, "trtllm_version": request.trtllm_version, "action": action}
 
     return cache.publish(cache_dir, request.key(), build)
 

@@ -120,7 +120,10 @@ class ModelSpec(Model):
     name: str | None = Field(
         None, pattern=TRITON_MODEL_NAME, max_length=TRITON_MODEL_NAME_MAX_LENGTH,
         description="Name of the model inside Triton, used for metrics. Defaults to 'llm' for tensorrt-llm and to the InferenceService name otherwise.")
-    revision: str | None = Field(None, max_length=128, description="Revision (branch, tag or commit) of an hf:// source.")
+    revision: str | None = Field(None, max_length=128, description="Revision (branch, tag or commit) of an hf:// source. A branch or tag is resolved "
+                                      "to a commit once, when the model is first prepared, and everything is downloaded "
+                                      "from that commit (status.preparation[].commit); the cache keeps it until this "
+                                      "field changes, so name a commit to say which one is served.")
     parameters: str | None = Field(
         None, pattern=PARAMETERS_PATTERN, max_length=16,
         description="Model size as a positive count of parameters, e.g. 8B or 70B or 350M; used to plan GPU memory.")

@@ -58,6 +58,9 @@ class PreparationStatus(Model):
     phase: Literal["Preparing", "Ready", "Failed"] = Field(..., description="Preparing, Ready or Failed.")
     job: str = Field(..., description="The preparation Job.")
     key: str | None = Field(None, description="The prepared model's key in the cache.")
+    commit: str | None = Field(None, pattern=r"^[0-9a-f]{40}$",
+                               description="The commit of an hf:// source the model was prepared from (the "
+                                           "revision resolved once, when the download started).")
     message: str = Field("", description="Details, e.g. the Job's failure reason.")
 
 

@@ -9,6 +9,7 @@ serve."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, Collection
 
 from ..labels import LABEL_GPU_CLASS
@@ -37,17 +38,38 @@ def _said(job_name: str, pods: list[dict[str, Any]]) -> str | None:
     return None
 
 
+_COMMIT = re.compile(r"\bat commit ([0-9a-f]{40})\b")
+
+
+def _commit(job_name: str, pods: list[dict[str, Any]]) -> str | None:
+    """The commit a finished preparation fetched (runtime/'s prepare writes "... at commit <sha>"
+    to its termination log), if its pod is still there to say it."""
+    for pod in pods:
+        labels = pod["metadata"].get("labels") or {}
+        if job_name not in (labels.get("batch.kubernetes.io/job-name"), labels.get("job-name")):
+            continue
+        st = pod.get("status") or {}
+        for cs in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
+            term = (cs.get("state") or {}).get("terminated") or {}
+            if term.get("exitCode") == 0 and (m := _COMMIT.search(term.get("message") or "")):
+                return m.group(1)
+    return None
+
+
 def states(rendered: list[dict[str, Any]], observed: list[dict[str, Any]], known: list[dict[str, Any]] | None,
            precision: str, pods: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     by_name = {j["metadata"]["name"]: j for j in observed}
-    ready_before = {e["job"] for e in known or [] if e.get("phase") == "Ready"}
+    ready_before = {e["job"]: e for e in known or [] if e.get("phase") == "Ready"}
     out = []
     for job in rendered:
         name = job["metadata"]["name"]
         gpu_class = (job["metadata"].get("labels") or {}).get(LABEL_GPU_CLASS)
         live = by_name.get(name)
+        commit = None
         if name in ready_before or (live and _condition(live, "Complete")):
-            phase, message = "Ready", f"model prepared ({precision}) and cached"
+            commit = (ready_before.get(name) or {}).get("commit") or _commit(name, pods or [])
+            phase, message = "Ready", f"model prepared ({precision}) and cached" + (
+                f", from commit {commit}" if commit else "")
         elif live and (failed := _condition(live, "Failed")):
             phase = "Failed"
             why = _said(name, pods or []) or failed.get("message") or ""
@@ -58,7 +80,7 @@ def states(rendered: list[dict[str, Any]], observed: list[dict[str, Any]], known
             where = f"a {gpu_class} node to quantize on" if gpu_class else "a node"
             message = f"preparation Job {name} is running" if active else f"preparation Job {name} is waiting for {where}"
         out.append({"precision": precision, **({"gpuClass": gpu_class} if gpu_class else {}), "phase": phase,
-                    "job": name, "message": message})
+                    "job": name, **({"commit": commit} if commit else {}), "message": message})
     return out
 
 
