@@ -36,6 +36,7 @@ import triton_python_backend_utils as pb_utils
 import yaml
 
 from . import chat
+from .delivery import CancelWatch, Outbox
 from .engine import Job, RequestError, Sampling, Step
 
 log = logging.getLogger("triton_llm")
@@ -93,6 +94,9 @@ class TritonPythonModel:
         self.max_tokens_limit = int(self.settings.get("max_tokens_limit", 1 << 20))
         self._metrics_lock = threading.Lock()
         self._metrics()
+        # Sends and cancellation checks run off the engine's token path (delivery.py).
+        self.outbox = Outbox()
+        self.cancels = CancelWatch()
         self._stopping = threading.Event()
         self._stats_thread = threading.Thread(target=self._poll, name="llm-stats", daemon=True)
         self._stats_thread.start()
@@ -208,31 +212,43 @@ class TritonPythonModel:
         parts: list[str] = []
         job: Job
 
+        # Called on the engine's thread: it notes the time and hands the rest (building the
+        # response, sending it, the metrics) to the outbox's thread, in order.
         def emit(step: Step) -> None:
             now = time.monotonic()
-            if step.completion_tokens and job.first_token is None:
+            first = bool(step.completion_tokens) and job.first_token is None
+            if first:
                 job.first_token = now
-                self._observe(self.ttft, now - job.arrived)
             if step.completion_tokens:
                 job.last_token = now
             final = step.finish_reason is not None
+            if final:
+                self.cancels.forget(cancelled)
             if stream:
-                sender.send(self._response(step.text, step), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-                            if final else 0)
+                text = step.text
             else:
                 parts.append(step.text)
-                if final:
-                    sender.send(self._response("".join(parts), step),
-                                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-            if final:
-                self._finished(job, step)
+                if not final:
+                    return
+                text = "".join(parts)
+            self.outbox.put(lambda: self._deliver(sender, job, step, text, final, first, now))
 
         def fail(error: Exception) -> None:
-            self._fail(sender, error, job.arrived)
+            self.cancels.forget(cancelled)
+            self.outbox.put(lambda: self._fail(sender, error, job.arrived))
 
+        cancelled = self.cancels.watch(sender)
         job = Job(prompt=pieces, sampling=sampling, stops=stops, emit=emit, fail=fail,
-                  cancelled=sender.is_cancelled, arrived=arrived)
+                  cancelled=cancelled, arrived=arrived)
         return job
+
+    def _deliver(self, sender: Any, job: Job, step: Step, text: str, final: bool, first: bool, at: float) -> None:
+        """On the outbox's thread: one response, and the metrics it completes."""
+        if first:
+            self._observe(self.ttft, at - job.arrived)
+        sender.send(self._response(text, step), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0)
+        if final:
+            self._finished(job, step, at)
 
     def _response(self, text: str, step: Step) -> Any:
         return pb_utils.InferenceResponse(output_tensors=[
@@ -242,8 +258,7 @@ class TritonPythonModel:
             pb_utils.Tensor("completion_tokens", np.array([step.completion_tokens], dtype=np.int32)),
         ])
 
-    def _finished(self, job: Job, step: Step) -> None:
-        now = time.monotonic()
+    def _finished(self, job: Job, step: Step, now: float) -> None:
         self._observe(self.duration, now - job.arrived)
         if job.first_token is not None and job.last_token is not None and step.completion_tokens > 1:
             self._observe(self.itl, (job.last_token - job.first_token) / (step.completion_tokens - 1))
@@ -277,3 +292,5 @@ class TritonPythonModel:
     def finalize(self) -> None:
         self._stopping.set()
         self.engine.shutdown()
+        self.cancels.close()
+        self.outbox.close()
