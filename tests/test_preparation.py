@@ -96,7 +96,14 @@ def test_serving_is_held_until_the_model_is_prepared_and_runs_the_stock_image(cl
     assert [c["name"] for c in pod["initContainers"]] == ["model-repository", "doctor"]
     triton = pod["containers"][0]
     assert triton["image"] == "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3" and "command" not in triton
-    assert triton["args"][:2] == ["tritonserver", "--model-repository=/models/repository"]
+    # two GPUs: the LLM API spawns its second worker with MPI, so the server runs under mpirun,
+    # as upstream's launcher starts it; one GPU needs no MPI
+    assert triton["args"][:6] == ["mpirun", "--allow-run-as-root", "-n", "1", "tritonserver",
+                                  "--model-repository=/models/repository"]
+    single = isvc(**{**LLM, "gpu": {"class": "h100", "count": 1}})
+    one = render(single, classes, Settings(), engines_ready={"h100"}).by_kind("Deployment")
+    assert one["spec"]["template"]["spec"]["containers"][0]["args"][:2] == [
+        "tritonserver", "--model-repository=/models/repository"]
     assert {"name": "model-cache", "mountPath": "/models/cache", "readOnly": True} in triton["volumeMounts"]
     repo = pod["initContainers"][0]
     assert repo["image"] == Settings().runtime_image and repo["args"][:3] == ["make-repository", "--engine", "trtllm"]
@@ -282,7 +289,8 @@ def test_the_llm_path_renders_for_each_gpu_generation(classes, gpu_class, precis
     pod = r.by_kind("Deployment")["spec"]["template"]["spec"]
     triton = pod["containers"][0]
     assert triton["image"] == "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3"
-    assert triton["args"][:2] == ["tritonserver", "--model-repository=/models/repository"]
+    launcher = ["mpirun", "--allow-run-as-root", "-n", "1"] if count > 1 else []
+    assert triton["args"][:len(launcher) + 2] == [*launcher, "tritonserver", "--model-repository=/models/repository"]
     repo = pod["initContainers"][0]["args"]
     assert repo[repo.index("--precision") + 1] == precision and repo[repo.index("--tensor-parallelism") + 1] == str(count)
     assert triton["resources"]["limits"]["nvidia.com/gpu"] == str(count)

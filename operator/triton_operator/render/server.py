@@ -77,14 +77,22 @@ RESTRICTED_ARGS = [f"--http-restricted-api={RESTRICTED_APIS}:{ADMIN_HEADER}=$({A
 ADMIN_KEY_FROM_POD = {"name": ADMIN_KEY_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}
 
 
+MPI_LAUNCHER = ["mpirun", "--allow-run-as-root", "-n", "1"]
+
+
 def server_args(isvc: InferenceService, repository: str) -> list[str]:
     """The serving container's args, program first. No `command`: the NGC images' entrypoint
     (/opt/nvidia/nvidia_entrypoint.sh: CUDA forward compatibility, driver checks) runs and then
     execs them, as in Triton server v2.54.0 deploy/k8s-onprem/templates/deployment.yaml
     (`args: [tritonserver, ...]`)."""
     # One tritonserver also for tensor parallelism: TensorRT-LLM's LLM API starts its own worker
-    # per GPU (MPI) from the model's process.
+    # per GPU from the model's process with MPI spawn, which needs the server to run under an MPI
+    # launcher: upstream's launcher (TensorRT-LLM triton_backend/scripts/launch_triton_server.py)
+    # runs `mpirun --allow-run-as-root -n 1 tritonserver ...` unless told --no-mpi, which it
+    # allows for a world of one only. A single GPU needs no MPI.
+    launcher = MPI_LAUNCHER if isvc.spec.model.format == "tensorrt-llm" and isvc.spec.gpu.count > 1 else []
     return [
+        *launcher,
         "tritonserver",
         f"--model-repository={repository}",
         f"--http-port={HTTP_PORT}",
