@@ -16,7 +16,7 @@ define covered_pytest
 	  $(COVERAGE) combine --quiet && $(COVERAGE) report; exit $$status
 endef
 
-.PHONY: help venv test unit unit-coverage e2e crds golden dashboards check-generated dev dev-down tools lint lock bench-autoscaling bench-scale bench-spill bench-foresight bench-robustness bench-gateway bench-standby
+.PHONY: help venv test unit unit-coverage e2e crds golden dashboards check-generated dev dev-down tools lint lock bench-autoscaling bench-scale bench-spill bench-foresight bench-robustness bench-gateway bench-standby bench-delivery
 
 help:
 	@echo "make dev       local cluster with simulated GPU nodes + operator + an example service"
@@ -36,6 +36,7 @@ help:
 	@echo "make bench-robustness   1,000 hostile specs against the API server and the operator -> bench/results/robustness.md"
 	@echo "make bench-gateway  gateway overhead vs Triton direct, and a wake from zero -> bench/results/gateway.md"
 	@echo "make bench-standby  a standby operator probed for 10 minutes, then the leader killed -> bench/results/standby.md"
+	@echo "make bench-delivery LLM responses sent on and off the engine's token path -> bench/results/delivery.md"
 
 # The venv installs exactly requirements/dev.lock (hash-checked), then the two packages of this
 # repository without resolving anything more.
@@ -111,6 +112,9 @@ bench-gateway: $(STAMP)
 
 bench-standby: $(STAMP)
 	$(PY) bench/standby.py
+
+bench-delivery: $(STAMP)
+	$(PY) bench/delivery.py
 
 lint: $(STAMP)
 	$(VENV)/bin/lint-imports
