@@ -541,3 +541,27 @@ def test_no_child_is_created_for_an_owner_a_fresh_read_finds_gone(classes):
     api.applied.clear()
     r.reconcile(("ml", "demo"))   # nothing left to create: no read
     assert api.reads == 3
+
+
+def test_a_status_only_change_of_a_pdb_or_network_policy_does_not_requeue_its_service():
+    """The disruption controller rewrites a PDB's status as pods come up; no pass reads it, so
+    it is not a reason for a pass. A spec change (generation), a label, a deletion, and any
+    change of a Deployment (whose status the service's status is made of) are."""
+    from triton_operator.controller.trim import concerns_owner
+
+    def pdb(generation=1, healthy=0, labels=None, deleting=None):
+        return {"metadata": {"name": "m", "namespace": "ml", "uid": "u1", "generation": generation,
+                             "resourceVersion": str(100 + healthy + generation), "labels": labels or {"a": "b"},
+                             "deletionTimestamp": deleting},
+                "spec": {"minAvailable": 1}, "status": {"currentHealthy": healthy}}
+
+    assert not concerns_owner("PodDisruptionBudget", pdb(), pdb(healthy=2))
+    assert not concerns_owner("NetworkPolicy", pdb(), pdb(healthy=2))
+    assert concerns_owner("PodDisruptionBudget", pdb(), pdb(generation=2))
+    assert concerns_owner("PodDisruptionBudget", pdb(), pdb(labels={"a": "c"}))
+    assert concerns_owner("PodDisruptionBudget", pdb(), pdb(deleting="2026-11-27T00:00:00Z"))
+    assert concerns_owner("PodDisruptionBudget", None, pdb()) and concerns_owner("PodDisruptionBudget", pdb(), None)
+    assert concerns_owner("Deployment", pdb(), pdb(healthy=2))
+    no_generation = pdb()
+    no_generation["metadata"]["generation"] = None
+    assert concerns_owner("PodDisruptionBudget", no_generation, pdb(healthy=2))

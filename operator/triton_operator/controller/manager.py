@@ -24,7 +24,7 @@ from ..kube.store import Key, Store, key_of
 from ..labels import LABEL_SERVICE, MANAGED_BY, MANAGED_BY_LABEL
 from ..settings import Settings
 from .reconcile import Reconciler
-from .trim import owner_of, trim_child, trim_gpu_pod, trim_node, trim_pod
+from .trim import concerns_owner, owner_of, trim_child, trim_gpu_pod, trim_node, trim_pod
 from .views import GPU_POD_KIND, Views
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,7 @@ class Manager:
                     self.queue.add(key_of(isvc))
         else:
             owner = owner_of(obj)
-            if owner is not None:
+            if owner is not None and concerns_owner(kind, old, new):
                 self.queue.add(owner)
 
     def on_listed(self, kind: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:

@@ -159,3 +159,21 @@ def content_token(obj: dict[str, Any] | None) -> tuple[Any, ...] | None:
     return meta.get("uid"), meta.get("generation") or meta.get("resourceVersion"), digest
 
 
+
+
+# Children whose status no pass reads: a change to it alone (a PodDisruptionBudget's healthy counts
+# as pods come up) cannot change what a pass writes, so it does not re-queue the service.
+STATUS_UNREAD_KINDS = ("PodDisruptionBudget", "NetworkPolicy")
+
+
+def concerns_owner(kind: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
+    """Whether a child's change can change what a pass of its service does: always, but for a
+    kind whose status no pass reads when only its status moved (same uid, generation, labels,
+    annotations and owners)."""
+    if kind not in STATUS_UNREAD_KINDS or old is None or new is None:
+        return True
+    if new["metadata"].get("deletionTimestamp") != old["metadata"].get("deletionTimestamp"):
+        return True
+    if not old["metadata"].get("generation") or not new["metadata"].get("generation"):
+        return True   # no generation to tell a spec change from a status one
+    return content_token(old) != content_token(new)
