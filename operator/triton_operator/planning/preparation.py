@@ -10,7 +10,7 @@ serve."""
 from __future__ import annotations
 
 import re
-from typing import Any, Collection
+from typing import Any, Collection, Iterator
 
 from ..labels import LABEL_GPU_CLASS
 
@@ -22,19 +22,28 @@ def _condition(job: dict[str, Any], type_: str) -> dict[str, Any] | None:
     return None
 
 
-def _said(job_name: str, pods: list[dict[str, Any]]) -> str | None:
-    """What a failed container of the Job's pods said on its way out (runtime/'s doctor writes
-    its findings to the termination log), if anything."""
+def _terminations(job_name: str, pods: list[dict[str, Any]],
+                  last_too: bool) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(container name, terminated state) of every container of the Job's pods that ended, from
+    its current state (and its last one, with `last_too`)."""
     for pod in pods:
         labels = pod["metadata"].get("labels") or {}
         if job_name not in (labels.get("batch.kubernetes.io/job-name"), labels.get("job-name")):
             continue
         st = pod.get("status") or {}
         for cs in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
-            for state in (cs.get("state") or {}, cs.get("lastState") or {}):
-                term = state.get("terminated") or {}
-                if term.get("exitCode") not in (None, 0) and (term.get("message") or "").strip():
-                    return f"{cs.get('name')}: {term['message'].strip()}"
+            for state in (cs.get("state") or {}, cs.get("lastState") or {}) if last_too else (cs.get("state") or {},):
+                term = state.get("terminated")
+                if term:
+                    yield cs.get("name") or "", term
+
+
+def _said(job_name: str, pods: list[dict[str, Any]]) -> str | None:
+    """What a failed container of the Job's pods said on its way out (runtime/'s doctor writes
+    its findings to the termination log), if anything."""
+    for name, term in _terminations(job_name, pods, last_too=True):
+        if term.get("exitCode") not in (None, 0) and (term.get("message") or "").strip():
+            return f"{name}: {term['message'].strip()}"
     return None
 
 
@@ -44,15 +53,9 @@ _COMMIT = re.compile(r"\bat commit ([0-9a-f]{40})\b")
 def _commit(job_name: str, pods: list[dict[str, Any]]) -> str | None:
     """The commit a finished preparation fetched (runtime/'s prepare writes "... at commit <sha>"
     to its termination log), if its pod is still there to say it."""
-    for pod in pods:
-        labels = pod["metadata"].get("labels") or {}
-        if job_name not in (labels.get("batch.kubernetes.io/job-name"), labels.get("job-name")):
-            continue
-        st = pod.get("status") or {}
-        for cs in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
-            term = (cs.get("state") or {}).get("terminated") or {}
-            if term.get("exitCode") == 0 and (m := _COMMIT.search(term.get("message") or "")):
-                return m.group(1)
+    for _, term in _terminations(job_name, pods, last_too=False):
+        if term.get("exitCode") == 0 and (m := _COMMIT.search(term.get("message") or "")):
+            return m.group(1)
     return None
 
 
