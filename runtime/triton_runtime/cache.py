@@ -69,13 +69,8 @@ def manifest_of(folder: Path) -> dict:
 
 def manifests(cache: Path) -> list[dict]:
     """Every published manifest (unreadable ones skipped)."""
-    out = []
-    for path in sorted(cache.glob(f"*/{MANIFEST}")) if cache.is_dir() else []:
-        try:
-            out.append(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            continue
-    return out
+    paths = sorted(cache.glob(f"*/{MANIFEST}")) if cache.is_dir() else []
+    return [found for path in paths if (found := manifest_of(path.parent))]
 
 
 @contextlib.contextmanager
