@@ -15,17 +15,22 @@ from triton_operator.autoscaling.policy import (RESTART_PENALTY, History, Signal
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
 
 
-@pytest.mark.parametrize("gaps, restart, hold", [
-    ([], 300.0, 0.0),                     # no gap seen: nothing says the need recurs
-    ([120.0], 300.0, 120.0),              # a gap shorter than a restart: hold through it
-    ([900.0], 300.0, 0.0),                # longer: releasing and starting again costs less
-    ([60.0, 90.0, 2000.0], 300.0, 90.0),  # hold through the short ones, restart after the long one
+@pytest.mark.parametrize("gaps, restart, idle, hold", [
+    ([], 300.0, 0.0, 300.0),                   # no gap seen: held for a restart's cost (ski rental)
+    ([120.0], 300.0, 0.0, 120.0),              # a gap shorter than a restart: hold through it
+    ([900.0], 300.0, 0.0, 0.0),                # longer: releasing and starting again costs less
+    ([60.0, 90.0, 2000.0], 300.0, 0.0, 90.0),  # hold through the short ones, restart after the long one
     # three gaps of 200 and one of 1000: holding 1000 costs 1600, holding 200 costs 600 + 300, releasing 1200
-    ([200.0, 200.0, 200.0, 1000.0], 300.0, 200.0),
-    ([200.0, 200.0, 200.0, 1000.0], 1000.0, 1000.0),   # a dearer restart: hold through all
+    ([200.0, 200.0, 200.0, 1000.0], 300.0, 0.0, 200.0),
+    ([200.0, 200.0, 200.0, 1000.0], 1000.0, 0.0, 1000.0),   # a dearer restart: hold through all
+    # idle 250 s already: the gaps of 200 are over, only the one of 1000 says how long this lasts
+    # (750 s more, dearer than a restart of 300): release now
+    ([200.0, 200.0, 200.0, 1000.0], 300.0, 250.0, 0.0),
+    ([200.0, 200.0, 200.0, 1000.0], 1000.0, 250.0, 1000.0),  # ... unless a restart costs more
+    ([60.0, 90.0], 300.0, 100.0, 300.0),       # quieter than any gap seen: held for a restart's cost
 ])
-def test_keep_alive_minimizes_holding_plus_restarts_over_the_gaps_seen(gaps, restart, hold):
-    assert keep_alive(gaps, restart) == hold
+def test_keep_alive_minimizes_holding_plus_restarts_over_the_gaps_still_possible(gaps, restart, idle, hold):
+    assert keep_alive(gaps, restart, idle) == hold
 
 
 def test_a_restart_costs_its_start_up_and_the_waiting_it_would_see_priced_by_the_target():
@@ -40,11 +45,24 @@ def test_layer_gaps_reads_the_needs_a_tick_at_a_time():
     # replica 3 asked for at ticks 0-5 (requests waiting at 2-4), then 20-22, then not again
     asked = {i: 3 for i in (*range(6), 20, 21, 22)}
     needs = tuple((t, asked.get(i, 1), 2 <= i <= 4) for i, t in enumerate(ticks))
-    gaps, idle, short = layer_gaps(needs, 3, ticks[-1])
+    gaps, idle, short = layer_gaps(needs, 3, ticks[-1], 50.0)
     assert gaps == [150.0]                       # tick 5 to tick 20
     assert idle == 170.0                         # since tick 22
     assert short == pytest.approx(30.0 / 2)      # 30 s with requests waiting, over two needs
-    assert layer_gaps(needs, 4, ticks[-1]) == ([], float("inf"), 0.0)
+    assert layer_gaps(needs, 4, ticks[-1], 50.0) == ([], float("inf"), 0.0)
+
+
+def test_a_need_first_asked_for_with_requests_waiting_was_met_a_whole_start_up_late():
+    """The load came before the replica: a restart would meet the next such need late again."""
+    ticks = [T0 + timedelta(seconds=10 * i) for i in range(30)]
+    asked = {i: 3 for i in (*range(3), 20, 21)}
+    late = {0, 1, 20}                            # the first need began with requests waiting, the second with them at once too
+    needs = tuple((t, asked.get(i, 1), i in late) for i, t in enumerate(ticks))
+    gaps, idle, short = layer_gaps(needs, 3, ticks[-1], 50.0)
+    assert (gaps, idle) == ([180.0], 80.0)
+    assert short == pytest.approx(50.0)          # both needs met late: a whole start-up each
+    early = tuple((t, n, q and i != 20) for i, (t, n, q) in enumerate(needs))
+    assert layer_gaps(early, 3, ticks[-1], 50.0)[2] == pytest.approx((50.0 + 0.0) / 2)
 
 
 SPEC = AutoscalingSpec(min_replicas=1, max_replicas=10, target_queue_depth=4, target_p99_latency_ms=4000)
@@ -69,15 +87,43 @@ def after_bursts(attainment: float | None, gap_s: int = 240) -> tuple[History, d
 
 
 def test_a_replica_a_recurring_burst_needs_is_kept_while_the_target_is_missed():
-    """One gap of 250 s seen between two bursts that found requests waiting for 40 s each: a
-    restart (its 50 s start-up, and 40 s short with requests waiting, priced at 0.99: 50 + 40 x
-    RESTART_PENALTY x 99 = 842 s) costs more than holding through such a gap, so replica 4 is
-    kept, with the reason."""
+    """One gap of 250 s seen between two bursts that found requests waiting from their first tick
+    (met late): a restart (its 50 s start-up, and a whole start-up short with requests waiting,
+    priced at 0.99: 50 + 50 x RESTART_PENALTY x 99 = 1040 s) costs more than holding through such a
+    gap, so replica 4 is kept, with the reason."""
     history, now, signals = after_bursts(attainment=0.9)
     d = decide(SPEC, 4, signals, history, now)
     assert d.desired == 4
-    assert ("replica 4 was needed 110s ago and is kept 250s (break-even over 1 gaps, a restart costing "
-            f"{50 + 40 * RESTART_PENALTY * 99:.0f}s)") in d.reason
+    assert ("replica 4 was needed 110s ago and is kept 250s (break-even over the 1 longer gap seen, a restart "
+            f"costing {50 + 50 * RESTART_PENALTY * 99:.0f}s)") in d.reason
+
+
+def test_a_need_seen_once_is_held_for_what_a_restart_costs():
+    """A burst seen for the first time, met late: nothing says whether it recurs, so replica 4 is
+    held for a restart's cost (ski rental) and released after it."""
+    history, now, signals = after_bursts(attainment=0.9)
+    first = tuple(n for n in history.needs if n[0] < T0 + timedelta(seconds=60 + 240))   # the first burst and its gap
+    history = replace(history, needs=first)
+    now = first[-1][0] + timedelta(seconds=10)
+    d = decide(SPEC, 4, signals, history, now)
+    assert d.desired == 4
+    assert ("replica 4 was needed 250s ago and is kept 1040s (no longer gap seen: held for what a restart "
+            "costs, a restart costing 1040s)") in d.reason
+    later = decide(SPEC, 4, signals, history, first[-1][0] + timedelta(seconds=1100))
+    assert later.desired == 3 and "is kept" not in later.reason
+
+
+def test_replicas_asked_only_to_drain_a_backlog_are_not_a_need_that_recurs():
+    """A backlog asks for more replicas than the arrivals do; the needs remember the arrivals'."""
+    history = replace(History(((T0, 2, "restart"),)), capacity=20.0, startup=50.0)
+    now = T0
+    for i in range(8):                          # 10 req/s arriving, 400 requests waiting
+        now = T0 + timedelta(seconds=10 * i)
+        d = decide(SPEC, 2, Signals(queue_depth=400.0, p99_ms=9000.0, ready=2, arrival_rate=10.0, throughput=10.0,
+                                    startup_s=50.0, attainment=0.9), history, now)
+        history = d.history
+    assert d.wants["demand"] > 1                # the backlog asks for more ...
+    assert {n for _, n, _ in history.needs} == {1}   # ... the arrivals for one replica
 
 
 def test_a_gap_longer_than_a_restart_is_not_held_through():

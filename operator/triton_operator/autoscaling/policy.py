@@ -106,12 +106,20 @@ Rules, and the failures they prevent (the upstream issue behind each is named; d
   recommendations forecast a start-up ahead, so once every recommendation within the last
   start-up time was demand's, that shorter window is the hold (see Demand).
 - Keep-alive by break-even, while the service misses its attainment target (spec slo, 0.99 for a
-  p99 target; measured by the gateway over 10 minutes; unknown: none): a replica no longer asked
-  for is kept as long as holding it costs less than starting it again when it is next needed,
-  judged over the gaps seen between the ticks that asked for it in the last hour (keep_alive).
-  A restart costs its start-up plus the time its past needs found requests waiting, priced by the
-  target (restart_cost). Bursts that recur a few minutes apart then find their replicas warm; a
-  need seen once (a step, a one-off spike) is not held beyond the scale-down's hold.
+  p99 target; measured by the gateway over 10 minutes; unknown: none): a replica no longer needed
+  is kept as long as holding it costs less than starting it again when it is next needed
+  (keep_alive). A restart costs its start-up plus the time it would run short with requests
+  waiting, priced by the target (restart_cost): a whole start-up when its past needs were first
+  asked for with requests already waiting (met late: the load came before the replica), else the
+  time they were asked for while requests waited. The needs are what the arrivals asked for each
+  tick over the last hour, not the replicas asked to drain a backlog (a debt paid once). Judged
+  over the gaps seen between needs that were longer than the current one has lasted (a burst's
+  own pauses say nothing about the quiet after it); where none was longer (a need seen for the
+  first time), the hold is the restart's cost itself, the ski-rental break-even, which never pays
+  more than twice what hindsight would. On the real code-completion trace the bursts of its first
+  ten minutes met one warm replica each time before (a need seen once was released at once), and
+  a fixed pool of two served more requests for less; holding for a restart's cost keeps the
+  second and third replicas warm between them.
 """
 
 from __future__ import annotations
@@ -143,7 +151,6 @@ RISE_MEMORY_S = 1800.0     # how long rises are remembered
 STARTUP_WEIGHT = 0.5       # weight of a new start-up observation in the learned start-up time
 NEED_MEMORY_S = 3600.0     # how long the replicas each tick asked for are remembered (the keep-alive's gaps)
 MIN_GAP_S = 30.0           # a replica unasked for less than this (a tick or two) was needed throughout
-MIN_GAPS = 1               # gaps seen before a replica is kept between needs (until then, nothing says they recur)
 RESTART_PENALTY = 0.2      # replica-seconds a second short with requests waiting costs, per attainment/(1 - attainment)
 DEFAULT_ATTAINMENT = 0.99  # the share of requests that must meet the latency target when the spec says none
 SOLO_BATCH = 1.5           # requests a replica's batch holds at most when latency is service time alone
@@ -527,51 +534,67 @@ def _average(old: float | None, sample: float, weight: float) -> float:
     return sample if old is None else (1 - weight) * old + weight * sample
 
 
-def keep_alive(gaps: list[float], restart_s: float) -> float:
-    """How long to keep an idle replica before releasing it (seconds), by break-even: holding it
-    through a gap of g seconds costs g replica-seconds; releasing it and starting one again when it
-    is next needed costs `restart_s` (its start-up, and the requests it misses while it starts, in
-    replica-seconds). Over the gaps seen (the service's own history of needs for this replica), the
-    keep-alive W minimizes the mean of min(g, W) + restart_s x [g > W]: W is 0 (release at once)
-    when gaps run long, the longest gap worth holding through when they recur ("Serverless in the
-    Wild", ATC 2020, keeps functions alive on the same reasoning). Until MIN_GAPS gaps are seen,
-    nothing says the need recurs: 0 (the scale-down's own hold applies: a level left for good, the
-    end of a one-off spike, is not held longer; holding those for a restart's cost added 0.3-3.4
-    GPU-h on the bench's step and spike rows for under 1.5 points of attainment)."""
-    if len(gaps) < MIN_GAPS:
-        return 0.0
-    ordered = sorted(gaps)
-    n = len(ordered)
+def keep_alive(gaps: list[float], restart_s: float, idle_s: float = 0.0) -> float:
+    """How long to keep an idle replica after it was last needed (seconds), by break-even: holding
+    it through a gap of g seconds costs g replica-seconds; releasing it and starting one again when
+    it is next needed costs `restart_s` (its start-up, and the requests it misses while it starts,
+    in replica-seconds).
+
+    The replica has been idle `idle_s` so far, so this gap is longer than that: only the gaps seen
+    that were longer say how much longer it may last (a burst's own short pauses say nothing about
+    the quiet after it). Over those, the remaining hold W minimizes the mean of
+    min(g - idle, W) + restart_s x [g - idle > W] ("Serverless in the Wild", ATC 2020, keeps
+    functions alive on the same reasoning): 0 (release now) when they run long, the longest worth
+    holding through when they recur.
+
+    When no gap seen was longer (a need seen for the first time, or a quiet longer than any
+    remembered), nothing says when it ends: the hold is `restart_s` itself, the break-even of the
+    ski-rental problem, which never pays more than twice what hindsight would have (a need that
+    never recurs costs one restart's worth of holding; one that does is met warm)."""
+    longer = sorted(g - idle_s for g in gaps if g > idle_s)
+    if not longer:
+        return restart_s
+    n = len(longer)
     best_w, best = 0.0, restart_s * n          # W = 0: every gap pays a restart
     held = 0.0                                   # sum of the gaps up to and including the j-th
-    for j, g in enumerate(ordered):
+    for j, g in enumerate(longer):
         held += g
         cost = held + (n - j - 1) * (g + restart_s)
         if cost < best:
             best_w, best = g, cost
-    return best_w
+    return idle_s + best_w if best_w > 0 else 0.0
 
 
 def layer_gaps(needs: tuple[tuple[datetime, int, bool], ...], layer: int,
-               now: datetime) -> tuple[list[float], float, float]:
+               now: datetime, lead_s: float) -> tuple[list[float], float, float]:
     """For replica number `layer`, from the needs remembered: the gaps (seconds) between the ticks
     that asked for it (shorter than MIN_GAP_S: needed throughout), how long it has been unasked
-    for now (inf: never asked within them), and the seconds it was asked for while requests
-    waited, per time it was needed again (what a replica that has to start again would have
-    missed; 0 when its needs never found requests waiting)."""
+    for now (inf: never asked within them), and the seconds a replica that has to start again
+    would run short with requests waiting, per time it was needed (0 when its needs never found
+    requests waiting): a need first asked for with requests already waiting was met late, after
+    the load had come, and a restart meets it a whole start-up (`lead_s`) late again; a need the
+    forecast asked for ahead of the load is short only for the time it was asked for while
+    requests waited."""
     gaps: list[float] = []
-    waited = 0.0
+    short = 0.0
+    needed = 0
+    run = 0.0                    # the current need's seconds short
     last: datetime | None = None
     for t, n, queued in needs:
         if n >= layer:
-            step = (t - last).total_seconds() if last is not None else 0.0
+            step = (t - last).total_seconds() if last is not None else math.inf
             if step > MIN_GAP_S:
-                gaps.append(step)
-            elif queued and last is not None:
-                waited += step
+                if last is not None:
+                    gaps.append(step)
+                short += run
+                needed += 1
+                run = lead_s if queued else 0.0
+            elif queued:
+                run = min(lead_s, run + step)
             last = t
+    short += run
     idle = math.inf if last is None else (now - last).total_seconds()
-    return gaps, idle, waited / (len(gaps) + 1)
+    return gaps, idle, short / needed if needed else 0.0
 
 
 def restart_cost(lead_s: float, attainment: float, short_s: float) -> float:
@@ -616,13 +639,14 @@ def startup_of(signals: Signals, history: History) -> float:
 
 
 def _demand(spec: AutoscalingSpec, current: int, queue: float, signals: Signals,
-            history: History, now: datetime) -> tuple[int, str] | None:
+            history: History, now: datetime) -> tuple[int, str, int] | None:
     """Replicas for the arrivals forecast one start-up ahead (pods asked for now serve then):
     the rate (the larger of the last minute's and, while requests wait, the last tick's), plus
     its rising trend over the start-up, plus the upper band (BAND_Z standard deviations of a
     minute's counting noise, or the learned rises), at UTILIZATION of a replica's batch
     capacity or PREFILL_UTILIZATION of its prefill time, whichever binds first; plus what drains
-    the backlog within DRAIN_S or a start-up, the longer."""
+    the backlog within DRAIN_S or a start-up, the longer. Also the replicas the arrivals alone ask
+    for (without the backlog, without the tolerance): what recurs, for the keep-alive."""
     known = history.capacity_for(signals)
     rate = history.rates[-1][1] if history.rates and history.rates[-1][0] == now else None
     if known is None or rate is None:
@@ -676,7 +700,7 @@ def _demand(spec: AutoscalingSpec, current: int, queue: float, signals: Signals,
         if growth > 0:
             note += f" (queue growing {_fmt(growth)}/s until pods start)"
         note += f" drained within {_fmt(drain)}s"
-    return replicas, note
+    return replicas, note, max(1, math.ceil(upper / usable - 1e-9))
 
 
 def planned_usable(spec: AutoscalingSpec, signals: Signals, capacity: float) -> tuple[float, str]:
@@ -777,7 +801,8 @@ def _decide(spec: AutoscalingSpec, current: int, signals: Signals, history: Hist
     wants: dict[str, int] = {}
     notes: list[str] = []
     per_replica = queue / max(signals.ready, 1)
-    by_demand = _ask_for_load(wants, notes, spec, current, queue, per_replica, signals, history, now)
+    arrivals = _ask_for_load(wants, notes, spec, current, queue, per_replica, signals, history, now)
+    by_demand = arrivals is not None
     if held:
         notes.append(f"{_fmt(held)} held at the gateway")
     p99 = signals.p99_ms
@@ -789,9 +814,13 @@ def _decide(spec: AutoscalingSpec, current: int, signals: Signals, history: Hist
     recommendation = max(lo, min(spec.max_replicas, wants[driver]))
     window = timedelta(seconds=spec.scale_down_stabilization_seconds)
     history = history.add(now, recommendation, window, driver)
-    # What this tick asked for, and whether requests waited: the needs the keep-alive learns from.
+    # What this tick needed, and whether requests waited: the needs the keep-alive learns from.
+    # With demand in charge, what the arrivals ask for: replicas asked to drain a backlog are a
+    # debt paid once, not a need that recurs (held for a restart's cost after a step, they kept
+    # the step's overshoot for the rest of the hour).
+    need = max(lo, min(spec.max_replicas, arrivals)) if driver == "demand" and arrivals is not None else recommendation
     waited = queue >= max(1, signals.ready)
-    history = _evolve(history, needs=_trail_since(history.needs, now - _NEED_MEMORY) + ((now, recommendation, waited),))
+    history = _evolve(history, needs=_trail_since(history.needs, now - _NEED_MEMORY) + ((now, need, waited),))
     signals_text = ", ".join(notes)
     if unattainable:
         signals_text += f" ({unattainable})"
@@ -819,20 +848,21 @@ def _hold_without_figures(spec: AutoscalingSpec, current: int, signals: Signals,
 
 
 def _ask_for_load(wants: dict[str, int], notes: list[str], spec: AutoscalingSpec, current: int, queue: float,
-                  per_replica: float, signals: Signals, history: History, now: datetime) -> bool:
+                  per_replica: float, signals: Signals, history: History, now: datetime) -> int | None:
     """What the load asks for, into `wants` and `notes`: demand when a replica's capacity is
-    known, else queue depth. Whether demand is in charge."""
+    known, else queue depth. With demand in charge, the replicas the arrivals alone ask for
+    (None: demand is not in charge)."""
     demand = _demand(spec, current, queue, signals, history, now)
     if demand is not None:
-        wants["demand"], note = demand
+        wants["demand"], note, arrivals = demand
         notes.append(note)
         notes.append(f"queue {_fmt(per_replica)}/replica")
-        return True
+        return arrivals
     # Queue depth: replicas needed so that each holds at most the target queue.
     ratio = queue / (spec.target_queue_depth * max(current, 1))
     wants["queue"] = current if abs(ratio - 1) <= spec.tolerance else math.ceil(queue / spec.target_queue_depth)
     notes.append(f"queue {_fmt(per_replica)}/replica (target {_fmt(spec.target_queue_depth)})")
-    return False
+    return None
 
 
 def _ask_for_latency(wants: dict[str, int], notes: list[str], spec: AutoscalingSpec, current: int, queue: float,
@@ -958,12 +988,15 @@ def _kept_alive(spec: AutoscalingSpec, current: int, wanted: int, history: Histo
     if attained is None or attained >= attainment:
         return wanted, ""
     for layer in range(current, wanted, -1):
-        gaps, idle, short = layer_gaps(history.needs, layer, now)
+        gaps, idle, short = layer_gaps(history.needs, layer, now, lead)
         restart = restart_cost(lead, attainment, short)
-        hold = keep_alive(gaps, restart)
+        hold = keep_alive(gaps, restart, idle)
         if idle < hold:
+            longer = sum(1 for g in gaps if g > idle)
+            basis = (f"break-even over the {longer} longer gap{'s' if longer > 1 else ''} seen" if longer else
+                     "no longer gap seen: held for what a restart costs")
             return layer, (f"replica {layer} was needed {_fmt(idle)}s ago and is kept {_fmt(hold)}s "
-                           f"(break-even over {len(gaps)} gaps, a restart costing {_fmt(restart)}s)")
+                           f"({basis}, a restart costing {_fmt(restart)}s)")
     return wanted, ""
 
 
