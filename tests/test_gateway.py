@@ -129,10 +129,9 @@ CHAT_X = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
 
 
 @pytest.mark.parametrize("extra, param, words", [
-    ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools", "tool calling is not supported"),
-    ({"tool_choice": "auto"}, "tool_choice", "tool calling is not supported"),
-    ({"logprobs": True}, "logprobs", "log probabilities are not returned"),
-    ({"top_logprobs": 3}, "top_logprobs", "log probabilities are not returned"),
+    ({"functions": [{"name": "f"}]}, "functions", "the deprecated functions field is not supported: send tools"),
+    ({"function_call": "auto"}, "function_call",
+     "the deprecated function_call field is not supported: send tool_choice"),
     ({"logit_bias": {"50256": -100}}, "logit_bias", "logit_bias is not supported"),
     ({"modalities": ["text", "audio"]}, "modalities", "only text output is supported"),
     ({"frobnicate": 1}, "frobnicate", "unrecognized request argument"),
@@ -175,7 +174,8 @@ def test_hugging_face_chat_templates_render_in_the_sandbox():
     (b"[1]", "must be a JSON object"),
     (json.dumps({"messages": [{"role": "user", "content": "x"}]}).encode(), "model: Field required"),
     (json.dumps({"model": "m", "messages": []}).encode(), "messages"),
-    (json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 2}).encode(), "only n=1"),
+    (json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 17}).encode(),
+     "n: Input should be less than or equal to 16"),
     (json.dumps({"model": "m", "messages": [{"role": "robot", "content": "x"}]}).encode(), "messages.0.role"),
     (json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": 3}).encode(),
      "temperature"),

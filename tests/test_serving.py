@@ -35,7 +35,10 @@ def test_config_pbtxt_is_a_decoupled_python_model_triton_can_parse():
     assert all(t.optional for t in config.input), "text_input or messages: neither is required alone"
     assert model_config_pb2.DataType.Name(inputs["stop"].data_type) == "TYPE_STRING" and list(inputs["stop"].dims) == [-1]
     assert model_config_pb2.DataType.Name(inputs["seed"].data_type) == "TYPE_UINT64"
-    assert [t.name for t in config.output] == ["text_output", "finish_reason", "prompt_tokens", "completion_tokens"]
+    assert [t.name for t in config.output] == ["text_output", "finish_reason", "prompt_tokens", "completion_tokens",
+                                               "index", "tool_calls", "logprobs"]
+    assert model_config_pb2.DataType.Name(inputs["n"].data_type) == "TYPE_INT32"
+    assert model_config_pb2.DataType.Name(inputs["tools"].data_type) == "TYPE_STRING"
     # The names the upstream llmapi model also has keep its meaning (TensorRT-LLM
     # triton_backend/all_models/llmapi/tensorrt_llm/config.pbtxt: text_input TYPE_STRING, text_output
     # TYPE_STRING, finish_reason TYPE_STRING).

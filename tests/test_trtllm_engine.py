@@ -232,3 +232,17 @@ def test_a_tokenizer_without_bos_gets_none(trtllm, monkeypatch):
     engine = trtllm()
     run(engine, [Piece("Once", True)], Sampling(max_tokens=3, temperature=0))
     assert engine.llm.requests[0][0] == list(map(ord, "Once"))
+
+
+def test_log_probabilities_come_from_the_llm_apis_logprobs_diff(trtllm):
+    """SamplingParams(logprobs=K) asks for them; each new token's dict {token id: Logprob} gives its
+    own log probability and the K most likely at its place, most likely first."""
+    engine = trtllm()
+    steps, errors = run(engine, [Piece("x", False)], Sampling(max_tokens=64, temperature=0, logprobs=2))
+    assert errors == [] and engine.llm.requests[0][1].logprobs == 2
+    marks = [m for s in steps for m in s.logprobs]
+    assert [m.token for m in marks] == ["<1000>", "<1001>", "<1002>", "<1003>", "<1004>"]
+    assert [round(m.logprob, 2) for m in marks] == [-0.1, -0.11, -0.12, -0.13, -0.14]
+    assert marks[0].top == (("<1000>", -0.1), ("<7000>", -3.0))
+    plain, _ = run(engine, [Piece("x", False)], Sampling(max_tokens=64, temperature=0))
+    assert all(s.logprobs == () for s in plain) and engine.llm.requests[1][1].logprobs is None

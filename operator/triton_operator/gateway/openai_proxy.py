@@ -87,7 +87,7 @@ class OpenAIProxy:
         del req, prompt
         payload = held.replace(t.encode(gen.body))   # the body as it came is no longer held
         gen = gen.without_body()
-        path = f"/v2/models/{svc.generate_model}/" + ("generate_stream" if gen.stream else "generate")
+        path = f"/v2/models/{svc.generate_model}/" + ("generate_stream" if gen.upstream_stream else "generate")
         async with self.upstream.exchange(svc, caller, route, "POST", path, payload,
                                           {"Content-Type": "application/json", "Accept-Encoding": "identity"},
                                           lambda sent: self.auth.account(caller, svc, sent)) as ex:
@@ -96,6 +96,8 @@ class OpenAIProxy:
                 raise await upstream_error(resp, svc)
             if gen.stream:
                 answer = await self._stream(request, resp, gen, svc, ex, caller, held)
+            elif gen.upstream_stream:
+                answer = await self._gathered(request, resp, gen, svc, caller, held)
             else:
                 answer = await self._whole(request, resp, gen, svc, caller, held)
             ex.code = answer.status
@@ -111,6 +113,33 @@ class OpenAIProxy:
         self.auth.spend(caller, svc, whole.prompt_tokens, whole.completion_tokens)
         body = t.encode(t.completion(gen, whole), request=False)
         del data, whole
+        held.set(len(body))
+        out = web.Response(body=body, content_type="application/json")
+        await out.prepare(request)
+        await out.write_eof()
+        return out
+
+    async def _gathered(self, request: web.Request, resp: aiohttp.ClientResponse, gen: t.Generate, svc: Service,
+                        caller: Caller, held: Held) -> web.StreamResponse:
+        """n answers, not streamed to the client: the model's stream read whole (within
+        max_answer_bytes, as a whole answer is), gathered per answer, and written as one."""
+        s = self.upstream.settings
+        events = t.EventBuffer(s.max_answer_bytes)
+        pieces: list[t.Answer] = []
+        size = 0
+        while chunk := await read_chunk(resp, svc, s.upstream_idle_timeout_seconds):
+            size += len(chunk)
+            if size > s.max_answer_bytes:
+                raise t.OpenAIError(502, f"the model's answer is larger than the gateway takes ({s.max_answer_bytes} "
+                                         f"bytes)", "upstream_error", code="upstream_answer_too_large")
+            held.set(size)
+            pieces += [t.answer_of(event) for event in events.feed(chunk)]
+        answers = t.gather(pieces)
+        counts = t.total_usage(answers)
+        self.auth.spend(caller, svc, counts["prompt_tokens"] if counts else None,
+                        counts["completion_tokens"] if counts else None)
+        body = t.encode(t.completion(gen, answers), request=False)
+        del pieces, answers
         held.set(len(body))
         out = web.Response(body=body, content_type="application/json")
         await out.prepare(request)

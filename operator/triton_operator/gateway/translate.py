@@ -66,12 +66,8 @@ class OpenAIError(Exception):
 # Fields this gateway cannot honour for real, with why (refused with a 400 naming them unless they
 # hold their "off" value, which clients often send by default).
 UNSUPPORTED: dict[str, tuple[Any, str]] = {
-    "tools": ([], "tool calling is not supported"),
-    "tool_choice": ("none", "tool calling is not supported"),
-    "functions": ([], "function calling is not supported"),
-    "function_call": ("none", "function calling is not supported"),
-    "logprobs": (False, "log probabilities are not returned"),
-    "top_logprobs": (0, "log probabilities are not returned"),
+    "functions": ([], "the deprecated functions field is not supported: send tools"),
+    "function_call": ("none", "the deprecated function_call field is not supported: send tool_choice"),
     "logit_bias": ({}, "logit_bias is not supported"),
     "audio": (None, "audio output is not supported"),
     "modalities": (["text"], "only text output is supported"),
@@ -80,8 +76,11 @@ UNSUPPORTED: dict[str, tuple[Any, str]] = {
     "web_search_options": (None, "web search is not supported"),
     "echo": (False, "echo is not supported"),
     "suffix": (None, "suffix (insertion) is not supported"),
-    "best_of": (1, "best_of is not supported"),
 }
+MAX_N = 16                 # answers per request (the llm model's bound too)
+MAX_TOOLS = 128
+MAX_TOP_LOGPROBS = 20      # chat's top_logprobs; completions' logprobs goes to 5, as OpenAI's
+NEEDS_LLM = "needs a model served with format tensorrt-llm"
 GATEWAY_REFUSES = " by this gateway"
 UNRECOGNIZED = "unrecognized request argument"
 # A request body is JSON of a known shape: a chat of at most 4096 messages, a few small objects
@@ -122,6 +121,53 @@ class StreamOptions(BaseModel):
 
 
 Label = Annotated[str, StringConstraints(max_length=512)]
+FunctionName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")]
+
+
+class FunctionDef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: FunctionName
+    description: str | None = Field(None, max_length=8192)
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: FunctionName
+
+
+class NamedChoice(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class CalledFunction(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    name: FunctionName
+    arguments: str = Field(..., max_length=1 << 20)
+
+
+class ToolCall(BaseModel):
+    """A call an assistant turn made, as the client sends it back in the history."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str = Field("", max_length=256)
+    type: Literal["function"] = "function"
+    function: CalledFunction
 
 
 class _Request(BaseModel):
@@ -140,7 +186,7 @@ class _Request(BaseModel):
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
     top_k: int | None = Field(None, ge=0, le=1_000_000)
-    n: int = Field(1, ge=1)
+    n: int = Field(1, ge=1, le=MAX_N)
     stream: bool = False
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
@@ -161,12 +207,9 @@ class _Request(BaseModel):
             raise ValueError(f"{name}: {UNRECOGNIZED}")
         return self
 
-    @field_validator("n")
-    @classmethod
-    def _one(cls, v: int) -> int:
-        if v != 1:
-            raise ValueError("only n=1 is supported")
-        return v
+    def top_logprobs_asked(self) -> int | None:
+        """How many alternatives to report per token (None: no log probabilities)."""
+        return None
 
     @field_validator("stop")
     @classmethod
@@ -199,6 +242,14 @@ class ChatMessage(BaseModel):
     role: Literal["system", "user", "assistant", "tool", "developer"]
     content: str | list[TextPart] | None = None
     name: str | None = Field(None, max_length=256)
+    tool_calls: list[ToolCall] | None = Field(None, max_length=MAX_TOOLS)
+    tool_call_id: str | None = Field(None, max_length=256)
+
+    @model_validator(mode="after")
+    def _calls_on_assistant_turns(self) -> ChatMessage:
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError("tool_calls belong to assistant messages")
+        return self
 
     @field_validator("content", mode="before")
     @classmethod
@@ -219,10 +270,58 @@ class ChatMessage(BaseModel):
 class ChatRequest(_Request):
     messages: list[ChatMessage] = Field(..., min_length=1, max_length=4096)
     max_completion_tokens: int | None = Field(None, ge=1, le=1_000_000)
+    tools: list[Tool] | None = Field(None, max_length=MAX_TOOLS)
+    tool_choice: Literal["none", "auto", "required"] | NamedChoice | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+
+    @model_validator(mode="after")
+    def _tools(self) -> ChatRequest:
+        names = [t.function.name for t in self.tools or []]
+        if len(set(names)) != len(names):
+            raise ValueError("tools: a function name is given twice")
+        choice = self.tool_choice
+        if isinstance(choice, NamedChoice) and choice.function.name not in names:
+            raise ValueError(f"tool_choice: {choice.function.name!r} is not one of the tools")
+        if choice in ("required",) and not names:
+            raise ValueError("tool_choice: required needs tools")
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ValueError("top_logprobs: needs logprobs true")
+        return self
+
+    def top_logprobs_asked(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
+
+    def tools_json(self) -> str | None:
+        """The tools the model is offered, as the llm model takes them (None: none)."""
+        if not self.tools or self.tool_choice == "none":
+            return None
+        return json.dumps([{"type": "function", "function": {
+            "name": t.function.name, **({"description": t.function.description} if t.function.description else {}),
+            "parameters": t.function.parameters if t.function.parameters is not None else
+            {"type": "object", "properties": {}}}} for t in self.tools], ensure_ascii=False)
+
+    def tool_choice_text(self) -> str | None:
+        if self.tool_choice is None or self.tools_json() is None:
+            return None
+        if isinstance(self.tool_choice, NamedChoice):
+            return json.dumps({"type": "function", "function": {"name": self.tool_choice.function.name}})
+        return self.tool_choice
 
 
 class CompletionRequest(_Request):
     prompt: str | list[str]
+    logprobs: int | None = Field(None, ge=0, le=5)
+    best_of: int | None = Field(None, ge=1, le=MAX_N)
+
+    @model_validator(mode="after")
+    def _best_of(self) -> CompletionRequest:
+        if self.best_of is not None and self.best_of != self.n:
+            raise ValueError(f"best_of: only best_of equal to n is supported{GATEWAY_REFUSES}")
+        return self
+
+    def top_logprobs_asked(self) -> int | None:
+        return self.logprobs
 
     @field_validator("prompt")
     @classmethod
@@ -318,9 +417,19 @@ def render_chat(template: str | None, messages: list[ChatMessage], bos_token: st
 
 
 def chat_messages(req: ChatRequest) -> str:
-    """The `messages` input of the llm model: the chat as JSON, contents as plain text."""
+    """The `messages` input of the llm model: the chat as JSON, contents as plain text, an
+    assistant turn's tool calls as [{id, name, arguments}] and a tool result's tool_call_id."""
+    def message(m: ChatMessage) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": m.role, "content": m.text()}
+        if m.tool_calls:
+            out["tool_calls"] = [{"id": c.id, "name": c.function.name, "arguments": c.function.arguments}
+                                 for c in m.tool_calls]
+        if m.tool_call_id is not None:
+            out["tool_call_id"] = m.tool_call_id
+        return out
+
     try:
-        return json.dumps([{"role": m.role, "content": m.text()} for m in req.messages], ensure_ascii=False)
+        return json.dumps([message(m) for m in req.messages], ensure_ascii=False)
     except ValueError as e:
         raise OpenAIError(400, f"messages: {e}", param="messages") from None
 
@@ -332,13 +441,21 @@ class Generate:
     """One call to the model's generate endpoint, and what the answer needs."""
 
     body: dict[str, Any]
-    stream: bool
+    stream: bool                    # the client's answer streams
     max_tokens: int
     stops: tuple[str, ...]          # cut here by the gateway (text models; the llm model cuts itself)
     model: str                      # the model id the client asked for (echoed back)
     chat: bool
     llm: bool                       # the llm model interface (token counts, finish reasons)
     include_usage: bool = False
+    n: int = 1                      # answers asked for
+    logprobs: int | None = None     # alternatives per token to report (None: no log probabilities)
+
+    @property
+    def upstream_stream(self) -> bool:
+        """Whether the model is asked on generate_stream: a streamed answer, or n answers (the
+        model's generate endpoint takes one response; n come as a stream, gathered here)."""
+        return self.stream or self.n > 1
 
     def without_body(self) -> Generate:
         """What the answer needs, once the body has been encoded and sent."""
@@ -357,10 +474,14 @@ def to_generate(req: _Request, default_max_tokens: int, llm: bool, prompt: str |
     from `prompt` (the rendered chat or the completion prompt)."""
     max_tokens = max_tokens_asked(req) or default_max_tokens
     chat = isinstance(req, ChatRequest)
+    top = req.top_logprobs_asked()
     if not llm:
-        if req.response_format is not None and req.response_format.type != "text":
-            raise OpenAIError(400, "response_format: JSON output needs a model served with format tensorrt-llm",
-                              param="response_format", code="unsupported_parameter")
+        for name, what, asked in (
+                ("response_format", "JSON output", req.response_format is not None and req.response_format.type != "text"),
+                ("tools", "tool calling", chat and bool(req.tools) and req.tool_choice != "none"),  # type: ignore[attr-defined]
+                ("logprobs", "log probabilities", top is not None), ("n", "more than one answer", req.n > 1)):
+            if asked:
+                raise OpenAIError(400, f"{name}: {what} {NEEDS_LLM}", param=name, code="unsupported_parameter")
         body: dict[str, Any] = {"text_input": prompt, "max_tokens": max_tokens, "stream": req.stream,
                                 "exclude_input_in_output": True}
         if req.temperature is not None:
@@ -368,13 +489,27 @@ def to_generate(req: _Request, default_max_tokens: int, llm: bool, prompt: str |
         if req.top_p is not None:
             body["top_p"] = req.top_p
         return Generate(body, req.stream, max_tokens, tuple(req.stops()), req.model, chat, False)
-    body = {"max_tokens": max_tokens, "stream": req.stream,
+    body = {"max_tokens": max_tokens, "stream": req.stream or req.n > 1,
             "temperature": 1.0 if req.temperature is None else req.temperature,
             "top_p": 1.0 if req.top_p is None else req.top_p}
     if chat:
         body["messages"] = chat_messages(req)  # type: ignore[arg-type]
+        tools = req.tools_json()  # type: ignore[attr-defined]
+        if tools is not None:
+            body["tools"] = tools
+            choice = req.tool_choice_text()  # type: ignore[attr-defined]
+            if choice is not None:
+                body["tool_choice"] = choice
+            if req.response_format is not None and req.response_format.type != "text" and (
+                    choice == "required" or isinstance(req.tool_choice, NamedChoice)):  # type: ignore[attr-defined]
+                raise OpenAIError(400, "response_format: a JSON response format and a required tool call cannot "
+                                       "both be asked for", param="response_format")
     else:
         body["text_input"] = req.text()  # type: ignore[attr-defined]
+    if req.n > 1:
+        body["n"] = req.n
+    if top is not None:
+        body["logprobs"] = top
     for name in ("top_k", "seed", "presence_penalty", "frequency_penalty", "repetition_penalty"):
         value = getattr(req, name)
         if value is not None:
@@ -383,7 +518,7 @@ def to_generate(req: _Request, default_max_tokens: int, llm: bool, prompt: str |
         body["stop"] = req.stops()
     if req.response_format is not None and (schema := req.response_format.guided_json()) is not None:
         body["guided_json"] = schema
-    return Generate(body, req.stream, max_tokens, (), req.model, chat, True, req.include_usage)
+    return Generate(body, req.stream, max_tokens, (), req.model, chat, True, req.include_usage, req.n, top)
 
 
 def encode(payload: Any, request: bool = True) -> bytes:
@@ -401,12 +536,15 @@ def encode(payload: Any, request: bool = True) -> bytes:
 
 @dataclass
 class Answer:
-    """What one generate response holds."""
+    """What one generate (or generate_stream event) response holds."""
 
     text: str
     finish_reason: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    index: int = 0
+    tool_calls: list[dict[str, str]] = field(default_factory=list)   # [{name, arguments}] (llm model)
+    logprobs: list[dict[str, Any]] = field(default_factory=list)     # [{token, logprob, top}] (llm model)
 
 
 def answer_of(response: dict[str, Any]) -> Answer:
@@ -419,16 +557,36 @@ def answer_of(response: dict[str, Any]) -> Answer:
     if out is None:
         raise OpenAIError(502, "the model's response has no text_output: is it a generate-capable LLM model?",
                           "upstream_error", code="upstream_failed")
-    reason = response.get("finish_reason")
-    if isinstance(reason, list):
-        reason = reason[0] if reason else None
+    reason = _first(response.get("finish_reason"))
+    index = _int(response.get("index"))
     return Answer(str(out), reason or None, _int(response.get("prompt_tokens")),
-                  _int(response.get("completion_tokens")))
+                  _int(response.get("completion_tokens")), index if index is not None and 0 <= index < MAX_N else 0,
+                  _json_list(response.get("tool_calls"), "tool_calls"), _json_list(response.get("logprobs"), "logprobs"))
+
+
+def _first(value: Any) -> Any:
+    if isinstance(value, list):
+        return value[0] if value else None
+    return value
+
+
+def _json_list(value: Any, name: str) -> list[dict[str, Any]]:
+    """An llm model output that holds a JSON array of objects as text ("" or absent: [])."""
+    value = _first(value)
+    if not value or not isinstance(value, str):
+        return []
+    try:
+        items = json.loads(value)
+    except ValueError:
+        items = None
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise OpenAIError(502, f"the model's {name} output is not a JSON array of objects", "upstream_error",
+                          code="upstream_failed")
+    return items
 
 
 def _int(value: Any) -> int | None:
-    if isinstance(value, list):
-        value = value[0] if value else None
+    value = _first(value)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
@@ -460,58 +618,160 @@ def usage(answer: Answer) -> dict[str, int] | None:
             "total_tokens": answer.prompt_tokens + answer.completion_tokens}
 
 
-def completion(gen: Generate, answer: Answer) -> dict[str, Any]:
-    """A whole (non-streamed) answer. A text model's answer has no finish reason of its own: cut
-    at a stop sequence it is "stop", else "stop" too (it cannot be told apart from max_tokens)."""
-    text, reason = answer.text, answer.finish_reason
-    if not gen.llm:
-        text, _ = cut_at_stop(text, gen.stops)
-        reason = reason or "stop"
+def call_id() -> str:
+    return "call_" + uuid.uuid4().hex[:24]
+
+
+def tool_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The llm model's calls as OpenAI's message.tool_calls, each with an id of its own."""
+    return [{"id": call_id(), "type": "function",
+             "function": {"name": str(c.get("name", "")), "arguments": str(c.get("arguments", "{}"))}}
+            for c in calls]
+
+
+def _bytes(token: str) -> list[int]:
+    return list(token.encode("utf-8"))
+
+
+def chat_logprobs(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """A chat choice's `logprobs`: {"content": [{token, logprob, bytes, top_logprobs}]}."""
+    return {"content": [{"token": str(e.get("token", "")), "logprob": float(e.get("logprob", -9999.0)),
+                         "bytes": _bytes(str(e.get("token", ""))),
+                         "top_logprobs": [{"token": str(t), "logprob": float(lp), "bytes": _bytes(str(t))}
+                                          for t, lp in e.get("top") or []]} for e in entries],
+            "refusal": None}
+
+
+def completion_logprobs(entries: list[dict[str, Any]], offset: int = 0) -> dict[str, Any]:
+    """A completion choice's legacy `logprobs`: tokens, token_logprobs, top_logprobs (token ->
+    logprob per place) and text_offset (characters into the answer, from `offset`)."""
+    offsets, at = [], offset
+    for e in entries:
+        offsets.append(at)
+        at += len(str(e.get("token", "")))
+    return {"tokens": [str(e.get("token", "")) for e in entries],
+            "token_logprobs": [float(e.get("logprob", -9999.0)) for e in entries],
+            "top_logprobs": [{str(t): float(lp) for t, lp in e.get("top") or []} for e in entries],
+            "text_offset": offsets}
+
+
+def gather(answers: list[Answer]) -> list[Answer]:
+    """Streamed responses of one request gathered into one answer per index (n > 1 on the
+    generate_stream endpoint): texts and log probabilities joined, the last counts and reason."""
+    whole: dict[int, Answer] = {}
+    for a in answers:
+        w = whole.get(a.index)
+        if w is None:
+            whole[a.index] = Answer(a.text, a.finish_reason, a.prompt_tokens, a.completion_tokens, a.index,
+                                    list(a.tool_calls), list(a.logprobs))
+            continue
+        w.text += a.text
+        w.logprobs += a.logprobs
+        w.tool_calls += a.tool_calls
+        w.finish_reason = a.finish_reason or w.finish_reason
+        w.prompt_tokens = a.prompt_tokens if a.prompt_tokens is not None else w.prompt_tokens
+        w.completion_tokens = a.completion_tokens if a.completion_tokens is not None else w.completion_tokens
+    return [whole[i] for i in sorted(whole)]
+
+
+def total_usage(answers: list[Answer]) -> dict[str, int] | None:
+    """Usage of n answers to one prompt: the prompt once, every answer's tokens."""
+    if not answers or any(a.prompt_tokens is None or a.completion_tokens is None for a in answers):
+        return None
+    prompt = answers[0].prompt_tokens or 0
+    done = sum(a.completion_tokens or 0 for a in answers)
+    return {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done}
+
+
+def completion(gen: Generate, answer: Answer | list[Answer]) -> dict[str, Any]:
+    """A whole (non-streamed) answer, one choice per answer. A text model's answer has no finish
+    reason of its own: cut at a stop sequence it is "stop", else "stop" too (it cannot be told
+    apart from max_tokens)."""
+    answers = answer if isinstance(answer, list) else [answer]
     ident, obj, created = _ids(gen)
-    if gen.chat:
-        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
-                                  "finish_reason": reason, "logprobs": None}
-    else:
-        choice = {"index": 0, "text": text, "finish_reason": reason, "logprobs": None}
-    out: dict[str, Any] = {"id": ident, "object": obj, "created": created, "model": gen.model, "choices": [choice]}
-    counts = usage(answer)
+    choices = []
+    for a in answers:
+        text, reason = a.text, a.finish_reason
+        if not gen.llm:
+            text, _ = cut_at_stop(text, gen.stops)
+            reason = reason or "stop"
+        logprobs = None
+        if gen.logprobs is not None:
+            logprobs = chat_logprobs(a.logprobs) if gen.chat else completion_logprobs(a.logprobs)
+        if gen.chat:
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            if a.tool_calls:
+                message["content"] = text or None
+                message["tool_calls"] = tool_calls(a.tool_calls)
+            choices.append({"index": a.index, "message": message, "finish_reason": reason, "logprobs": logprobs})
+        else:
+            choices.append({"index": a.index, "text": text, "finish_reason": reason, "logprobs": logprobs})
+    out: dict[str, Any] = {"id": ident, "object": obj, "created": created, "model": gen.model, "choices": choices}
+    counts = total_usage(answers)
     if counts is not None:
         out["usage"] = counts
     return out
 
 
 @dataclass
+class _Choice:
+    """One answer's progress in a stream."""
+
+    tokens: int = 0                  # text model: events with text; llm: the model's count
+    finish_reason: str | None = None
+    done: bool = False
+    offset: int = 0                  # characters sent (completions' text_offset)
+
+
+@dataclass
 class Stream:
     """Turns generate_stream events into OpenAI chunks: `delta(answer)` per event, then `end()`.
     For a text model each event is one token's text, and stop sequences are cut here (only the
-    tail that could still begin one is held back, and only it is searched)."""
+    tail that could still begin one is held back, and only it is searched). With n answers each
+    chunk names its choice's index; the stream ends when every answer has."""
 
     gen: Generate
     id: str = ""
     object: str = ""
     created: int = 0
-    tokens: int = 0                  # text model: events with text; llm: the model's count
     prompt_tokens: int | None = None
-    finish_reason: str | None = None
     stopped: bool = False
     _pending: str = ""
     _started: bool = False
-    _held_max: int = field(default=0)
+    _choices: dict[int, _Choice] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.id, obj, self.created = _ids(self.gen)
         self.object = obj + ".chunk" if self.gen.chat else obj
+        self._choices = {i: _Choice() for i in range(self.gen.n)}
 
-    def _chunk(self, content: str | None, finish: str | None, role: bool = False) -> bytes:
+    @property
+    def tokens(self) -> int:
+        """Tokens generated, over every answer."""
+        return sum(c.tokens for c in self._choices.values())
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self._choices[0].finish_reason
+
+    def _chunk(self, content: str | None, finish: str | None, role: bool = False, index: int = 0,
+               calls: list[dict[str, Any]] | None = None, logprobs: list[dict[str, Any]] | None = None) -> bytes:
+        marks: Any = None
+        if self.gen.logprobs is not None and logprobs is not None:
+            c = self._choices[index]
+            marks = chat_logprobs(logprobs) if self.gen.chat else completion_logprobs(logprobs, c.offset)
         if self.gen.chat:
             delta: dict[str, Any] = {}
             if role:
                 delta["role"] = "assistant"
             if content is not None:
                 delta["content"] = content
-            choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+            if calls:
+                delta["tool_calls"] = [{"index": k, **call} for k, call in enumerate(tool_calls(calls))]
+            choice: dict[str, Any] = {"index": index, "delta": delta, "finish_reason": finish, "logprobs": marks}
         else:
-            choice = {"index": 0, "text": content or "", "finish_reason": finish, "logprobs": None}
+            choice = {"index": index, "text": content or "", "finish_reason": finish, "logprobs": marks}
+            self._choices[index].offset += len(content or "")
         payload = {"id": self.id, "object": self.object, "created": self.created, "model": self.gen.model,
                    "choices": [choice]}
         return _event(payload)
@@ -520,27 +780,35 @@ class Stream:
         if self._started:
             return b""
         self._started = True
-        return self._chunk("", None, role=True) if self.gen.chat else b""
+        if not self.gen.chat:
+            return b""
+        return b"".join(self._chunk("", None, role=True, index=i) for i in range(self.gen.n))
 
     def delta(self, answer: Answer) -> bytes:
         """The chunk(s) for one streamed response ("" when nothing is due yet)."""
         out = self._start()
-        if self.stopped:
+        c = self._choices.get(answer.index)
+        if self.stopped or c is None or c.done:
             return out
         if self.gen.llm:
-            self.tokens = answer.completion_tokens if answer.completion_tokens is not None else self.tokens
+            c.tokens = answer.completion_tokens if answer.completion_tokens is not None else c.tokens
             self.prompt_tokens = answer.prompt_tokens if answer.prompt_tokens is not None else self.prompt_tokens
+            if answer.text or answer.logprobs:
+                out += self._chunk(answer.text, None, index=answer.index, logprobs=answer.logprobs)
+            if answer.tool_calls:
+                out += self._chunk(None, None, index=answer.index, calls=answer.tool_calls)
             if answer.finish_reason:
-                self.finish_reason = answer.finish_reason
-                self.stopped = True
-            return out + (self._chunk(answer.text, None) if answer.text else b"")
+                c.finish_reason, c.done = answer.finish_reason, True
+                out += self._chunk(None if self.gen.chat else "", c.finish_reason, index=answer.index)
+                self.stopped = all(x.done for x in self._choices.values())
+            return out
         if not answer.text:
             return out
-        self.tokens += 1
+        c.tokens += 1
         text = self._pending + answer.text
         cut, hit = cut_at_stop(text, self.gen.stops)
         if hit:
-            self.stopped, self.finish_reason, self._pending = True, "stop", ""
+            self.stopped, c.finish_reason, self._pending = True, "stop", ""
             return out + (self._chunk(cut, None) if cut else b"")
         hold = _held(text, self.gen.stops)
         self._pending = text[len(text) - hold:] if hold else ""
@@ -548,13 +816,18 @@ class Stream:
         return out + (self._chunk(ready, None) if ready else b"")
 
     def end(self) -> bytes:
-        """The rest of the text, the finish reason, the usage when asked for, and [DONE]."""
+        """The rest of the text, the finish reason of each answer not ended yet, the usage when
+        asked for, and [DONE]."""
         out = self._start()
         if self._pending:
             out += self._chunk(self._pending, None)
             self._pending = ""
-        reason = self.finish_reason or ("length" if self.tokens >= self.gen.max_tokens else "stop")
-        out += self._chunk(None if self.gen.chat else "", reason)
+        for i, c in self._choices.items():
+            if not c.done:
+                c.done = True
+                reason = c.finish_reason or ("length" if c.tokens >= self.gen.max_tokens else "stop")
+                c.finish_reason = reason
+                out += self._chunk(None if self.gen.chat else "", reason, index=i)
         if self.gen.include_usage and self.prompt_tokens is not None:
             out += _event({"id": self.id, "object": self.object, "created": self.created, "model": self.gen.model,
                            "choices": [], "usage": {"prompt_tokens": self.prompt_tokens,

@@ -68,8 +68,10 @@ def _template(source: str) -> Any:
     return compiled
 
 
-def parse_messages(raw: str) -> list[dict[str, str]]:
-    """The `messages` input: a JSON array of {role, content} with string content."""
+def parse_messages(raw: str) -> list[dict[str, Any]]:
+    """The `messages` input: a JSON array of {role, content} with string content; an assistant
+    turn may carry `tool_calls` ([{id, name, arguments}], arguments a JSON object as text) and a
+    tool result its `tool_call_id`."""
     try:
         messages = json.loads(raw)
     except ValueError:
@@ -78,20 +80,33 @@ def parse_messages(raw: str) -> list[dict[str, str]]:
         raise ChatError("messages must be a non-empty JSON array")
     out = []
     for i, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content", ""), str):
+        if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content") or "", str):
             raise ChatError(f"messages[{i}] must be {{role: one of {', '.join(ROLES)}, content: a string}}")
-        out.append({"role": m["role"], "content": m.get("content") or ""})
+        message: dict[str, Any] = {"role": m["role"], "content": m.get("content") or ""}
+        calls = m.get("tool_calls")
+        if calls is not None:
+            if m["role"] != "assistant" or not isinstance(calls, list) or not all(
+                    isinstance(c, dict) and isinstance(c.get("name"), str) and isinstance(c.get("arguments"), str)
+                    and isinstance(c.get("id", ""), str) for c in calls):
+                raise ChatError(f"messages[{i}].tool_calls must be on an assistant turn, "
+                                f"[{{id, name, arguments}}] with arguments as text")
+            message["tool_calls"] = [{"id": c.get("id", ""), "name": c["name"], "arguments": c["arguments"]}
+                                     for c in calls]
+        if isinstance(m.get("tool_call_id"), str):
+            message["tool_call_id"] = m["tool_call_id"]
+        out.append(message)
     return out
 
 
-def render(template: str, messages: Sequence[dict[str, str]], bos_token: str = "", eos_token: str = "",
-           add_generation_prompt: bool = True) -> list[Piece]:
-    """The prompt for `messages` as trusted template text and untrusted contents, in order."""
+def render(template: str, messages: Sequence[dict[str, Any]], bos_token: str = "", eos_token: str = "",
+           add_generation_prompt: bool = True, tools: list[dict[str, Any]] | None = None) -> list[Piece]:
+    """The prompt for `messages` as trusted template text and untrusted contents, in order;
+    `tools` is the template's `tools` variable (tools.for_template)."""
     nonce = secrets.token_hex(6)
     marks = [f"\ue000{nonce}:{i}\ue001" for i in range(len(messages))]
     compiled = _template(template)
     context = {"bos_token": bos_token, "eos_token": eos_token, "add_generation_prompt": add_generation_prompt,
-               "tools": None}
+               "tools": tools}
     try:
         marked = compiled.render(messages=[{**m, "content": mark} for m, mark in zip(messages, marks)], **context)
         real = compiled.render(messages=list(messages), **context)

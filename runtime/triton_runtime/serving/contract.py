@@ -3,7 +3,10 @@
 One Triton Python-backend model, `llm`, serves every LLM service, whatever engine runs it
 (TensorRT-LLM's LLM API on a GPU, llama.cpp on a CPU). It is decoupled: with `stream` true it sends
 one response per piece of text as it is generated, else one response with the whole answer; the
-last response always carries `finish_reason` and the token counts. Triton's generate extension
+last response of an answer always carries `finish_reason` and the token counts. With `n` > 1 each
+response names its answer's `index`, and only the very last one is final (answers are
+generated one after another or together, as the engine schedules them): such a request is sent to
+generate_stream. Triton's generate extension
 maps a JSON request's fields to these inputs by name and each output to a JSON field of the answer
 (server docs/protocol/extension_generate.md), so
 
@@ -15,8 +18,9 @@ tensorrt_llm/config.pbtxt: text_input, text_output, finish_reason) where it has 
 sampling_param_* inputs are named here as OpenAI and the LLM API's SamplingParams name them
 (temperature, top_p, top_k, seed, stop, presence_penalty, frequency_penalty, repetition_penalty,
 max_tokens), and what the upstream model does not have is added: chat `messages` rendered with the
-model's own chat template, `guided_json` for JSON output, token counts for usage, and `text_output`
-holding only the new text of each streamed response (upstream's is cumulative).
+model's own chat template, `tools` and `tool_choice` (tools.py), `n` answers to one prompt,
+`logprobs`, `guided_json` for JSON output, token counts for usage, and `text_output` holding only
+the new text of each streamed response (upstream's is cumulative).
 """
 
 from __future__ import annotations
@@ -51,6 +55,13 @@ INPUTS = (
     Tensor("guided_json", "TYPE_STRING",
            meaning="a JSON schema the answer must follow; '{}' for any JSON object"),
     Tensor("stream", "TYPE_BOOL", meaning="one response per piece of text (generate_stream)"),
+    Tensor("tools", "TYPE_STRING",
+           meaning='the functions the model may call: a JSON array of {"type": "function", "function": {...}}'),
+    Tensor("tool_choice", "TYPE_STRING",
+           meaning='none, auto (the default with tools), required, or {"type": "function", "function": {"name"}}'),
+    Tensor("n", "TYPE_INT32", meaning="answers to generate for the prompt (each response names its index)"),
+    Tensor("logprobs", "TYPE_INT32",
+           meaning="report each token's log probability and this many most likely alternatives (0-20)"),
 )
 
 OUTPUTS = (
@@ -60,10 +71,17 @@ OUTPUTS = (
            meaning="'' until the last response; then 'stop', 'length' or 'cancelled'"),
     Tensor("prompt_tokens", "TYPE_INT32", optional=False, meaning="tokens of the prompt as the model saw it"),
     Tensor("completion_tokens", "TYPE_INT32", optional=False, meaning="tokens generated so far"),
+    Tensor("index", "TYPE_INT32", optional=False, meaning="which of the n answers this response belongs to"),
+    Tensor("tool_calls", "TYPE_STRING", optional=False,
+           meaning='on the last response of an answer that calls tools: [{"name", "arguments"}] as JSON; else ""'),
+    Tensor("logprobs", "TYPE_STRING", optional=False,
+           meaning='with logprobs: the tokens of this response\'s text, [{"token", "logprob", "top"}] as JSON; else ""'),
 )
 
 INPUT_NAMES = frozenset(t.name for t in INPUTS)
-FINISH_REASONS = ("stop", "length", "cancelled")
+FINISH_REASONS = ("stop", "length", "cancelled", "tool_calls")
+MAX_N = 16
+MAX_TOP_LOGPROBS = 20
 
 
 def config_pbtxt(name: str = MODEL_NAME, instances: int = 1) -> str:

@@ -30,10 +30,24 @@ class Sampling:
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     guided_json: str | None = None    # a JSON schema ('{}': any JSON object)
+    logprobs: int | None = None       # report each token's log probability and this many alternatives (None: off)
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token: its text, its log probability under the model, and the most likely
+    alternatives at its place (token text, log probability), most likely first."""
+
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"token": self.token, "logprob": self.logprob, "top": [list(t) for t in self.top]}
 
 
 @dataclass(frozen=True)
@@ -42,6 +56,7 @@ class Step:
     completion_tokens: int            # generated so far
     prompt_tokens: int
     finish_reason: str | None = None  # set on the last step: stop, length or cancelled
+    logprobs: tuple[TokenLogprob, ...] = ()   # the tokens of this step's text, when asked for
 
 
 class RequestError(ValueError):

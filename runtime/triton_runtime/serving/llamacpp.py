@@ -25,7 +25,7 @@ import random
 import threading
 from typing import Any
 
-from .engine import Counter, Job, RequestError, Stats, Step, with_bos
+from .engine import Counter, Job, RequestError, Stats, Step, TokenLogprob, with_bos
 from .text import StopScanner, Utf8Pieces
 
 log = logging.getLogger(__name__)
@@ -138,8 +138,13 @@ class LlamaCppEngine:
                                    frequency_penalty=s.frequency_penalty, presence_penalty=s.presence_penalty,
                                    grammar=grammar, reset=True)
         decoder, scanner = Utf8Pieces(), StopScanner(job.stops)
+        marks = LogprobMarks() if s.logprobs is not None else None
         generated, finish = 0, "length"
         self._context_tokens = len(ids)
+
+        def step(text: str, reason: str | None = None) -> Step:
+            return Step(text, generated, len(ids), reason, marks.take(len(text), reason is not None) if marks else ())
+
         try:
             for token in tokens:
                 if job.cancelled():
@@ -150,18 +155,69 @@ class LlamaCppEngine:
                     break
                 generated += 1
                 self._context_tokens = len(ids) + generated
-                text = scanner.push(decoder.push(self.llm.detokenize([token], prev_tokens=ids)))
+                piece = decoder.push(self.llm.detokenize([token], prev_tokens=ids))
+                if marks is not None:
+                    marks.add(self._logprob(token, s.logprobs or 0), len(piece))
+                text = scanner.push(piece)
                 if scanner.stopped:
-                    job.emit(Step(text, generated, len(ids), "stop"))
+                    job.emit(step(text, "stop"))
                     return
                 if text:
-                    job.emit(Step(text, generated, len(ids)))
+                    job.emit(step(text))
                 if generated >= limit:
                     break
         finally:
             tokens.close()
         rest = scanner.push(decoder.flush())
         if scanner.stopped:
-            job.emit(Step(rest, generated, len(ids), "stop"))
+            job.emit(step(rest, "stop"))
             return
-        job.emit(Step(rest + scanner.flush(), generated, len(ids), finish))
+        job.emit(step(rest + scanner.flush(), finish))
+
+    def _logprob(self, token: int, top: int) -> TokenLogprob:
+        """`token`'s log probability under the model (its raw distribution, before sampling's
+        temperature, penalties or grammar), and the `top` most likely tokens at its place: read from
+        the logits of the position that produced it, which are the context's last until the next
+        token is evaluated."""
+        import numpy as np
+
+        n_vocab = self.llm.n_vocab()
+        logits = np.ctypeslib.as_array(self.llm._ctx.get_logits_ith(-1), shape=(n_vocab,))
+        logprobs = self.llm.logits_to_logprobs(logits)
+        best: tuple[tuple[str, float], ...] = ()
+        if top > 0:
+            ids = np.argpartition(-logprobs, top)[:top]
+            ids = ids[np.argsort(-logprobs[ids])]
+            best = tuple((self._text_of(int(i)), float(logprobs[i])) for i in ids)
+        return TokenLogprob(self._text_of(token), float(logprobs[token]), best)
+
+    def _text_of(self, token: int) -> str:
+        return self.llm.detokenize([token], special=False).decode("utf-8", "replace")
+
+
+class LogprobMarks:
+    """The log probabilities of generated tokens, handed out with the text they made: a step's
+    text may hold back the tail that could begin a stop string, so each token's entry goes out
+    once the text up to its end has gone out (all that began, with the last step)."""
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[TokenLogprob, int, int]] = []   # (entry, start, end) in characters
+        self._made = 0          # characters the tokens have made
+        self._sent = 0          # characters sent
+
+    def add(self, entry: TokenLogprob, length: int) -> None:
+        self._pending.append((entry, self._made, self._made + length))
+        self._made += length
+
+    def take(self, sent: int, last: bool) -> tuple[TokenLogprob, ...]:
+        self._sent += sent
+        if last:
+            out = tuple(e for e, start, end in self._pending if start < self._sent or end == start)
+            self._pending = []
+            return out
+        n = 0
+        while n < len(self._pending) and self._pending[n][2] <= self._sent:
+            n += 1
+        out = tuple(e for e, _, _ in self._pending[:n])
+        del self._pending[:n]
+        return out

@@ -28,6 +28,7 @@ import math
 import os
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,8 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 import yaml
 
-from . import chat
+from . import chat, tools
+from .contract import MAX_N, MAX_TOP_LOGPROBS
 from .delivery import CancelWatch, Outbox
 from .engine import Job, RequestError, Sampling, Step
 
@@ -164,21 +166,30 @@ class TritonPythonModel:
         for request in requests:
             sender = request.get_response_sender()
             try:
-                self.engine.submit(self._job(request, sender))
-            except (RequestError, chat.ChatError) as e:
+                for job in self._jobs(request, sender):
+                    self.engine.submit(job)
+            except (RequestError, chat.ChatError, tools.ToolError) as e:
                 self._fail(sender, e, time.monotonic())
         return None
 
-    def _job(self, request: Any, sender: Any) -> Job:
+    def _jobs(self, request: Any, sender: Any) -> list[Job]:
+        """The request's answers as engine jobs (n of them), all checked before any is submitted."""
         arrived = time.monotonic()
         text, messages = _text(request, "text_input"), _text(request, "messages")
         if (text is None) == (messages is None):
             raise RequestError("send exactly one of text_input (a prompt) and messages (a chat)")
+        offered = tools.parse_tools(_text(request, "tools"))
+        choice = tools.parse_choice(_text(request, "tool_choice"), offered)
+        offered = tools.offered(offered, choice)
         if messages is not None:
             if not self.chat_template:
                 raise RequestError("this model has no chat template: send text_input")
-            pieces = chat.render(self.chat_template, chat.parse_messages(messages), self.bos_token, self.eos_token)
+            turns, template_tools = tools.for_template(chat.parse_messages(messages), offered, self.chat_template,
+                                                       self._has_special)
+            pieces = chat.render(self.chat_template, turns, self.bos_token, self.eos_token, tools=template_tools)
         else:
+            if offered:
+                raise RequestError("tools need a chat (messages), not a prompt")
             pieces = [chat.Piece(text or "", True)]
         max_tokens = int(_number(request, "max_tokens", self.default_max_tokens))
         if not 1 <= max_tokens <= self.max_tokens_limit:
@@ -190,6 +201,17 @@ class TritonPythonModel:
                 json.loads(guided)
             except ValueError:
                 raise RequestError("guided_json is not valid JSON") from None
+        forced = tools.forced_schema(offered, choice)
+        if forced is not None:
+            if guided is not None:
+                raise RequestError("a JSON response format and a required tool call cannot both be asked for")
+            guided = forced
+        n = int(_number(request, "n", 1))
+        if not 1 <= n <= MAX_N:
+            raise RequestError(f"n must be within [1, {MAX_N}], got {n}")
+        top = _number(request, "logprobs", None)
+        if top is not None and not 0 <= int(top) <= MAX_TOP_LOGPROBS:
+            raise RequestError(f"logprobs must be within [0, {MAX_TOP_LOGPROBS}], got {top}")
         sampling = Sampling(
             max_tokens=max_tokens,
             temperature=_check("temperature", float(_number(request, "temperature", 1.0)), 0.0, 2.0),
@@ -200,17 +222,34 @@ class TritonPythonModel:
             frequency_penalty=_check("frequency_penalty", float(_number(request, "frequency_penalty", 0.0)), -2.0, 2.0),
             repetition_penalty=_check("repetition_penalty", float(_number(request, "repetition_penalty", 1.0)), 0.0,
                                       2.0, low_open=True),
-            guided_json=guided)
+            guided_json=guided, logprobs=None if top is None else int(top))
         stream = bool(_number(request, "stream", False))
         stops = _texts(request, "stop")
         if len(stops) > 16 or any(len(s) > 1024 for s in stops):
             raise RequestError("stop: at most 16 strings of at most 1024 characters")
-        return self._new_job(pieces, sampling, stops, stream, sender, arrived)
+        if n > 1 and not stream:
+            raise RequestError("n > 1 answers stream (send to generate_stream with stream true)")
+        left = [n]       # answers not finished yet: the last one's last response is the final one
+        jobs = []
+        for index in range(n):
+            # each answer its own seed (seed, seed + 1, ...): n samples, each repeatable
+            own = sampling if sampling.seed is None or index == 0 else replace(sampling, seed=(sampling.seed + index) % (1 << 63))
+            scanner = tools.CallScanner(offered, choice.forced) if offered else None
+            jobs.append(self._new_job(pieces, own, stops, stream, sender, arrived, index, left, scanner))
+        return jobs
+
+    def _has_special(self, text: str) -> bool:
+        """Whether `text` holds one of the model's special tokens (its tokens differ when parsed)."""
+        plain = self.engine.tokenize([chat.Piece(text, False)])
+        return plain != self.engine.tokenize([chat.Piece(text, True)])
 
     def _new_job(self, pieces: list[chat.Piece], sampling: Sampling, stops: list[str], stream: bool, sender: Any,
-                 arrived: float) -> Job:
+                 arrived: float, index: int = 0, left: list[int] | None = None,
+                 scanner: tools.CallScanner | None = None) -> Job:
         parts: list[str] = []
+        marks: list[Any] = []
         job: Job
+        left = left if left is not None else [1]
 
         # Called on the engine's thread: it notes the time and hands the rest (building the
         # response, sending it, the metrics) to the outbox's thread, in order.
@@ -222,16 +261,28 @@ class TritonPythonModel:
             if step.completion_tokens:
                 job.last_token = now
             final = step.finish_reason is not None
+            text = step.text
+            calls: list[tools.Call] = []
+            if scanner is not None:
+                text = scanner.push(text)
+                if final:
+                    rest, calls = scanner.end()
+                    text += rest
+                    if calls:
+                        step = replace(step, finish_reason="tool_calls")
             if final:
                 self.cancels.forget(cancelled)
-            if stream:
-                text = step.text
-            else:
-                parts.append(step.text)
+            if not stream:
+                parts.append(text)
+                marks.extend(step.logprobs)
                 if not final:
                     return
                 text = "".join(parts)
-            self.outbox.put(lambda: self._deliver(sender, job, step, text, final, first, now))
+                step = replace(step, logprobs=tuple(marks))
+            if final:
+                left[0] -= 1
+            last = final and left[0] == 0
+            self.outbox.put(lambda: self._deliver(sender, job, step, text, final, first, now, index, calls, last))
 
         def fail(error: Exception) -> None:
             self.cancels.forget(cancelled)
@@ -242,20 +293,32 @@ class TritonPythonModel:
                   cancelled=cancelled, arrived=arrived)
         return job
 
-    def _deliver(self, sender: Any, job: Job, step: Step, text: str, final: bool, first: bool, at: float) -> None:
-        """On the outbox's thread: one response, and the metrics it completes."""
+    def _deliver(self, sender: Any, job: Job, step: Step, text: str, final: bool, first: bool, at: float,
+                 index: int = 0, calls: list[tools.Call] | None = None, last: bool | None = None) -> None:
+        """On the outbox's thread: one response, and the metrics it completes. `last`: the request's
+        final response (its answer's last, and no other answer still going)."""
         if first:
             self._observe(self.ttft, at - job.arrived)
-        sender.send(self._response(text, step), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0)
+        last = final if last is None else last
+        sender.send(self._response(text, step, index, calls or []),
+                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if last else 0)
         if final:
             self._finished(job, step, at)
 
-    def _response(self, text: str, step: Step) -> Any:
+    def _response(self, text: str, step: Step, index: int = 0, calls: list[tools.Call] | None = None) -> Any:
+        def string(value: str) -> Any:
+            return np.array([value.encode("utf-8")], dtype=np.object_)
+
+        marks = json.dumps([m.as_dict() for m in step.logprobs], ensure_ascii=False) if step.logprobs else ""
         return pb_utils.InferenceResponse(output_tensors=[
-            pb_utils.Tensor("text_output", np.array([text.encode("utf-8")], dtype=np.object_)),
-            pb_utils.Tensor("finish_reason", np.array([(step.finish_reason or "").encode()], dtype=np.object_)),
+            pb_utils.Tensor("text_output", string(text)),
+            pb_utils.Tensor("finish_reason", string(step.finish_reason or "")),
             pb_utils.Tensor("prompt_tokens", np.array([step.prompt_tokens], dtype=np.int32)),
             pb_utils.Tensor("completion_tokens", np.array([step.completion_tokens], dtype=np.int32)),
+            pb_utils.Tensor("index", np.array([index], dtype=np.int32)),
+            pb_utils.Tensor("tool_calls", string(json.dumps([c.as_dict() for c in calls], ensure_ascii=False)
+                                                 if calls else "")),
+            pb_utils.Tensor("logprobs", string(marks)),
         ])
 
     def _finished(self, job: Job, step: Step, now: float) -> None:
@@ -272,7 +335,7 @@ class TritonPythonModel:
             metric.observe(value)
 
     def _fail(self, sender: Any, error: Exception, arrived: float) -> None:
-        if isinstance(error, (RequestError, chat.ChatError)):
+        if isinstance(error, (RequestError, chat.ChatError, tools.ToolError)):
             err = pb_utils.TritonError(ERROR_TAG + str(error), pb_utils.TritonError.INVALID_ARG)
         else:
             log.error("generation failed: %s: %s", type(error).__name__, error)

@@ -14,7 +14,9 @@ Every name used here is the LLM API's, as documented for 1.2.1 (nvidia.github.io
   `token_ids`, `finish_reason` in stop | length | timeout | cancelled), `.abort()`;
 - `SamplingParams(max_tokens, temperature, top_p, top_k, stop, stop_token_ids,
   include_stop_str_in_output, detokenize, guided_decoding=GuidedDecodingParams(json=...) or
-  GuidedDecodingParams(json_object=True))` (one guide only: two raise);
+  GuidedDecodingParams(json_object=True), logprobs=K)` (one guide only: two raise);
+- with `logprobs`, CompletionOutput's `logprobs_diff`: for each new token (`token_ids_diff`) a dict
+  {token id: Logprob(logprob, rank)} of the most likely tokens at its place;
 - `LLM.get_stats(timeout)`: iteration statistics (with `enable_iter_perf_stats`): dicts with
   numQueuedRequests, numActiveRequests and kvCacheStats {usedNumBlocks, maxNumBlocks}.
 
@@ -41,7 +43,7 @@ import logging
 import threading
 from typing import Any
 
-from .engine import Counter, Job, RequestError, Sampling, Stats, Step, with_bos
+from .engine import Counter, Job, RequestError, Sampling, Stats, Step, TokenLogprob, with_bos
 from .text import StopScanner
 
 log = logging.getLogger(__name__)
@@ -114,11 +116,31 @@ class TrtllmEngine:
             kwargs["top_k"] = 1          # greedy: the one most likely token
         else:
             kwargs.update(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k or None)
+        if s.logprobs is not None:
+            kwargs["logprobs"] = s.logprobs
         if s.guided_json is not None:
             schema = json.loads(s.guided_json)
             kwargs["guided_decoding"] = (GuidedDecodingParams(json_object=True) if schema == {}
                                          else GuidedDecodingParams(json=schema))
         return SamplingParams(**{k: v for k, v in kwargs.items() if v is not None})
+
+    def logprobs(self, output: Any, top: int) -> tuple[TokenLogprob, ...]:
+        """The new tokens' log probabilities and their `top` alternatives, from the LLM API's
+        logprobs_diff (a token the API did not list among its alternatives reads -9999, as OpenAI
+        writes a token too unlikely to rank)."""
+        ids = list(getattr(output, "token_ids_diff", None) or [])
+        entries = list(getattr(output, "logprobs_diff", None) or [])
+        out = []
+        for token, ranked in zip(ids, entries):
+            ranked = ranked if isinstance(ranked, dict) else {}
+            best = sorted(ranked.items(), key=lambda kv: -kv[1].logprob)[:top]
+            mine = ranked.get(token)
+            out.append(TokenLogprob(self._text_of(token), float(mine.logprob) if mine is not None else -9999.0,
+                                    tuple((self._text_of(t), float(lp.logprob)) for t, lp in best)))
+        return tuple(out)
+
+    def _text_of(self, token: int) -> str:
+        return str(self.hf_tokenizer.decode([int(token)]))
 
     # -- the Engine interface ----------------------------------------------------------------------
 
@@ -157,19 +179,20 @@ class TrtllmEngine:
                     result.abort()
                     continue
                 o = out.outputs[0]
+                marks = self.logprobs(o, job.sampling.logprobs) if job.sampling.logprobs is not None else ()
                 text = scanner.push(o.text_diff or "")
                 if scanner.stopped and not out.finished:   # ours saw the stop first: end it here
                     result.abort()
-                    job.emit(Step(text, len(o.token_ids), len(ids), "stop"))
+                    job.emit(Step(text, len(o.token_ids), len(ids), "stop", marks))
                     return
                 if out.finished:
                     reason = {"stop": "stop", "length": "length"}.get(o.finish_reason or "", "cancelled")
                     # A stop string ended it: what is held back is the start of that string.
                     held = "" if scanner.stopped or isinstance(getattr(o, "stop_reason", None), str) else scanner.flush()
-                    job.emit(Step(text + held, len(o.token_ids), len(ids), reason))
+                    job.emit(Step(text + held, len(o.token_ids), len(ids), reason, marks))
                     return
-                if text:
-                    job.emit(Step(text, len(o.token_ids), len(ids)))
+                if text or marks:
+                    job.emit(Step(text, len(o.token_ids), len(ids), logprobs=marks))
         except ValueError as e:   # the LLM API refuses what it cannot do (a prompt past max_seq_len, ...)
             job.fail(e if isinstance(e, RequestError) else RequestError(str(e)))
         except Exception as e:  # noqa: BLE001 - reported to the request

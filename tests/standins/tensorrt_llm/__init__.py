@@ -41,6 +41,12 @@ class SamplingParams:
 
 
 @dataclass
+class Logprob:
+    logprob: float
+    rank: int | None = None
+
+
+@dataclass
 class CompletionOutput:
     index: int = 0
     text: str = ""
@@ -48,6 +54,8 @@ class CompletionOutput:
     finish_reason: str | None = None
     text_diff: str = ""
     stop_reason: int | str | None = None
+    token_ids_diff: list[int] = field(default_factory=list)
+    logprobs_diff: list[dict[int, Logprob]] = field(default_factory=list)
 
 
 @dataclass
@@ -96,9 +104,15 @@ class GenerationResult:
             diff, text = piece, grown
             last = i == len(self.pieces) - 1 or len(tokens) >= limit
             reason = ("length" if len(tokens) >= limit and i < len(self.pieces) - 1 else "stop") if last else None
+            # with logprobs=K: the K most likely tokens at the place (the scripted one first, at
+            # -0.1 - 0.01 i; the others less likely), as a dict {token id: Logprob}
+            ranked = ({tokens[-1]: Logprob(-0.1 - 0.01 * i, 1), **{7000 + k: Logprob(-3.0 - k, k + 2)
+                                                                  for k in range(max(0, self.params.logprobs - 1))}}
+                      if self.params.logprobs is not None else None)
             yield RequestOutput(self.request_id, self.ids,
                                 [CompletionOutput(0, text, list(tokens), reason, diff,
-                                                  2 if reason == "stop" else None)], last)
+                                                  2 if reason == "stop" else None, [tokens[-1]],
+                                                  [ranked] if ranked is not None else [])], last)
             if last:
                 return
 
@@ -109,6 +123,9 @@ class _Tokenizer:
 
     bos_token_id = 1
     adds_bos = True     # as Llama 3's tokenizer: encode(..., add_special_tokens=True) starts with BOS
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(f"<{i}>" for i in ids)
 
     def encode(self, text: str, *, add_special_tokens: bool = True, split_special_tokens: bool = False) -> list[int]:
         ids: list[int] = [self.bos_token_id] if add_special_tokens and self.adds_bos else []
