@@ -13,6 +13,7 @@ its series the labels the chart's PodMonitor would.
 from __future__ import annotations
 
 import json
+import math
 import secrets
 import threading
 import time
@@ -165,12 +166,151 @@ def test_json_output_and_what_cannot_be_honoured(service: Cluster, gateway: Gate
     else:
         assert out.choices[0].finish_reason == "length" and out.choices[0].message.content.lstrip().startswith("{")
     with pytest.raises(openai.BadRequestError) as e:
-        c.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "x"}],
-                                  tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}])
-    assert e.value.body["param"] == "tools" and "tool calling is not supported" in e.value.body["message"]
-    with pytest.raises(openai.BadRequestError) as e:
-        c.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "x"}], logprobs=True)
-    assert e.value.body["param"] == "logprobs"
+        c.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "x"}], logit_bias={"50": -100})
+    assert e.value.body["param"] == "logit_bias" and "logit_bias is not supported" in e.value.body["message"]
+
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "the city's name"}},
+                   "required": ["city"]}}}
+CLOCK = {"type": "function", "function": {"name": "get_time", "description": "The time now in a time zone",
+                                          "parameters": {"type": "object", "properties": {"zone": {"type": "string"}},
+                                                         "required": ["zone"]}}}
+ASK = [{"role": "user", "content": "What is the weather in Paris right now?"}]
+
+
+def test_the_sdk_gets_a_valid_tool_call_when_one_is_required(service: Cluster, gateway: GatewayProcess):
+    c = client(gateway)
+    out = c.chat.completions.create(model=NAME, messages=ASK, tools=[WEATHER, CLOCK], tool_choice="required",
+                                    temperature=0, max_tokens=80)
+    (choice,) = out.choices
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    (call,) = choice.message.tool_calls
+    assert call.type == "function" and call.id.startswith("call_") and call.function.name in ("get_weather", "get_time")
+    arguments = json.loads(call.function.arguments)
+    assert set(arguments) == {"city"} if call.function.name == "get_weather" else {"zone"}
+    named = c.chat.completions.create(model=NAME, messages=ASK, tools=[WEATHER, CLOCK], temperature=0, max_tokens=80,
+                                      tool_choice={"type": "function", "function": {"name": "get_time"}})
+    (call,) = named.choices[0].message.tool_calls
+    assert call.function.name == "get_time" and isinstance(json.loads(call.function.arguments)["zone"], str)
+    assert named.usage.completion_tokens > 3
+
+
+def test_a_streamed_tool_call_arrives_as_tool_calls_deltas(service: Cluster, gateway: GatewayProcess):
+    chunks = list(client(gateway).chat.completions.create(
+        model=NAME, messages=ASK, tools=[WEATHER], tool_choice="required", temperature=0, max_tokens=80, stream=True))
+    deltas = [d for ch in chunks if ch.choices for d in ch.choices[0].delta.tool_calls or []]
+    assert deltas and deltas[0].index == 0 and deltas[0].function.name == "get_weather"
+    arguments = "".join(d.function.arguments or "" for d in deltas)
+    assert isinstance(json.loads(arguments)["city"], str)
+    assert [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason] == ["tool_calls"]
+    assert not any(ch.choices[0].delta.content for ch in chunks if ch.choices), "a forced call sends no text"
+
+
+def test_a_tool_result_goes_back_into_the_chat(service: Cluster, gateway: GatewayProcess):
+    c = client(gateway)
+    first = c.chat.completions.create(model=NAME, messages=ASK, tools=[WEATHER], tool_choice="required",
+                                      temperature=0, max_tokens=80)
+    call = first.choices[0].message.tool_calls[0]
+    history = ASK + [first.choices[0].message.model_dump(exclude_none=True),
+                     {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"sky": "sunny", "celsius": 21})}]
+    second = c.chat.completions.create(model=NAME, messages=history, tools=[WEATHER], temperature=0, max_tokens=40)
+    assert second.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    assert second.usage.prompt_tokens > first.usage.prompt_tokens + 10, "the call and its result are in the prompt"
+
+
+def test_logprobs_give_the_top_alternatives_of_each_token(service: Cluster, gateway: GatewayProcess):
+    out = client(gateway).chat.completions.create(model=NAME, messages=[{"role": "user", "content": QUESTION}],
+                                                  temperature=0, max_tokens=8, logprobs=True, top_logprobs=5)
+    (choice,) = out.choices
+    content = choice.logprobs.content
+    assert len(content) == out.usage.completion_tokens
+    assert "".join(x.token for x in content) == choice.message.content
+    for x in content:
+        assert len(x.top_logprobs) == 5 and x.bytes == list(x.token.encode())
+        assert sum(math.exp(a.logprob) for a in x.top_logprobs) <= 1.0 + 1e-6
+        assert [a.logprob for a in x.top_logprobs] == sorted((a.logprob for a in x.top_logprobs), reverse=True)
+        assert x.logprob == pytest.approx(x.top_logprobs[0].logprob), "greedy: the most likely token"
+    legacy = client(gateway).completions.create(model=NAME, prompt="The capital of France is", max_tokens=4,
+                                                temperature=0, logprobs=2)
+    lp = legacy.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 4
+    assert lp.text_offset[0] == 0 and all(len(top) <= 2 for top in lp.top_logprobs)
+
+
+def test_n_answers_are_three_choices_with_usage_over_all(service: Cluster, gateway: GatewayProcess):
+    """Answer i of a seeded request is sampled with seed + i: each is the answer one request with
+    that seed gets, and the usage counts the prompt once and every answer's tokens."""
+    c = client(gateway)
+    ask = {"model": NAME, "messages": [{"role": "user", "content": "Write a word."}], "temperature": 1.0,
+           "max_tokens": 12}
+    out = c.chat.completions.create(n=3, seed=7, **ask)
+    assert [ch.index for ch in out.choices] == [0, 1, 2]
+    singles = [c.chat.completions.create(seed=7 + i, **ask) for i in range(3)]
+    assert [ch.message.content for ch in out.choices] == [s.choices[0].message.content for s in singles]
+    assert len({ch.message.content for ch in out.choices}) > 1, "three samples, not one answer thrice"
+    assert out.usage.completion_tokens == sum(s.usage.completion_tokens for s in singles)
+    assert out.usage.prompt_tokens == singles[0].usage.prompt_tokens
+    streamed = list(c.chat.completions.create(n=3, seed=7, stream=True, **ask))
+    texts = {i: "".join(ch.choices[0].delta.content or "" for ch in streamed if ch.choices and ch.choices[0].index == i)
+             for i in range(3)}
+    assert texts == {i: ch.message.content for i, ch in enumerate(out.choices)}
+
+
+def test_the_responses_api_answers_plain_and_with_tools(service: Cluster, gateway: GatewayProcess):
+    c = client(gateway)
+    plain = c.responses.create(model=NAME, input=QUESTION, temperature=0, max_output_tokens=32)
+    assert plain.status == "completed" and "Paris" in plain.output_text
+    assert plain.usage.output_tokens == len(tokenize(plain.output_text, special=False))
+    tools = [{"type": "function", "name": "get_weather", "description": "The current weather in a city",
+              "parameters": WEATHER["function"]["parameters"]}]
+    called = c.responses.create(model=NAME, input=ASK[0]["content"], tools=tools, tool_choice="required",
+                                temperature=0, max_output_tokens=80)
+    (call,) = [o for o in called.output if o.type == "function_call"]
+    assert call.name == "get_weather" and isinstance(json.loads(call.arguments)["city"], str)
+    follow = c.responses.create(model=NAME, temperature=0, max_output_tokens=40, tools=tools, input=[
+        {"role": "user", "content": ASK[0]["content"]},
+        {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
+        {"type": "function_call_output", "call_id": call.call_id, "output": "sunny, 21 C"}])
+    assert follow.status in ("completed", "incomplete") and follow.usage.input_tokens > called.usage.input_tokens
+    events = list(c.responses.create(model=NAME, input=QUESTION, temperature=0, max_output_tokens=32, stream=True))
+    assert events[0].type == "response.created" and events[-1].type == "response.completed"
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == plain.output_text
+
+
+def test_an_agent_framework_completes_a_tool_using_task(service: Cluster, gateway: GatewayProcess):
+    """OpenAI's Agents SDK (openai-agents), pointed at the gateway as any OpenAI-compatible base
+    URL: its agent loop asks for a call (tool_choice required), runs the tool, sends the result
+    back and gets the model's answer, over several requests through the gateway."""
+    import asyncio
+
+    from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
+
+    set_tracing_disabled(True)
+    asked: list[str] = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The current weather in a city."""
+        asked.append(city)
+        return f"It is sunny and 21 degrees Celsius in {city}."
+
+    async def run() -> Any:
+        api = openai.AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key=KEY, max_retries=0, timeout=120)
+        agent = Agent(name="weather", instructions="Answer questions about the weather using the tools.",
+                      tools=[get_weather], model=OpenAIChatCompletionsModel(model=NAME, openai_client=api),
+                      model_settings=ModelSettings(tool_choice="required", temperature=0, max_tokens=80))
+        try:
+            return await Runner.run(agent, "What is the weather in Paris?", max_turns=4)
+        finally:
+            await api.close()
+
+    result = asyncio.run(run())
+    assert asked and all(isinstance(city, str) and city for city in asked), "the model called the tool"
+    kinds = [item.type for item in result.new_items]
+    assert kinds[:2] == ["tool_call_item", "tool_call_output_item"] and kinds[-1] == "message_output_item"
+    assert isinstance(result.final_output, str) and result.final_output.strip()
 
 
 def test_a_keys_tokens_per_minute_are_the_models_own_counts(service: Cluster, gateway: GatewayProcess):
@@ -183,6 +323,8 @@ def test_a_keys_tokens_per_minute_are_the_models_own_counts(service: Cluster, ga
     c = client(gateway, api_key=METERED)
     spent, start, largest = 0, time.monotonic(), 0
     while True:   # 600 tokens: a few answers of about 60 + 150
+        # the bucket refills 10 tokens a second: a replica slower than that never drains it
+        assert time.monotonic() - start < 300, f"{spent} tokens in 300 s: the model answers slower than the refill"
         try:
             out = c.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "Tell me about the sea."}],
                                             temperature=0, max_tokens=150)

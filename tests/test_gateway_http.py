@@ -53,9 +53,20 @@ def test_every_route_answers():
             assert events[-1] == "[DONE]"
             reply = await rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": "x", "stream": True})
             assert "".join(e["choices"][0]["text"] for e in sse(reply.body)[:-1]) == "hello"
+            reply = await rig.call("POST", "/v1/responses", body={"model": "ml/llama", "input": "hi"})
+            assert reply.status == 200 and reply.json()["object"] == "response"
+            assert reply.json()["output"][0]["content"][0]["text"] == "hello"
+            reply = await rig.call("POST", "/v1/responses", body={"model": "ml/llama", "input": "hi", "stream": True})
+            kinds = [line[7:] for line in reply.body.decode().split("\n") if line.startswith("event: ")]
+            assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+            reply = await rig.call("POST", "/v1/chat/completions", body={**CHAT, "n": 2})   # n: gathered from a stream
+            assert reply.status == 200 and [c["message"]["content"] for c in reply.json()["choices"]] == ["hello"]
             paths = [s.raw_path for s in rig.upstream.seen]   # an llm model renders its own chat template
             assert paths == ["/v2/models/llm/generate", "/v2/models/llm/generate",
-                             "/v2/models/llm/generate_stream", "/v2/models/llm/generate_stream"]
+                             "/v2/models/llm/generate_stream", "/v2/models/llm/generate_stream",
+                             "/v2/models/llm/generate", "/v2/models/llm/generate_stream",
+                             "/v2/models/llm/generate_stream"]
+            assert json.loads(rig.upstream.seen[-1].body)["n"] == 2
 
             assert (await rig.call("GET", "/healthz", key=None)).json() == {"ok": True}
             ready = (await rig.call("GET", "/readyz", key=None)).json()

@@ -1,7 +1,7 @@
 """The front door: an OpenAI-compatible gateway in front of the InferenceServices.
 
 `triton-operator gateway` serves
-- the OpenAI routes (GET /v1/models, POST /v1/chat/completions and /v1/completions, streaming or
+- the OpenAI routes (GET /v1/models, POST /v1/chat/completions, /v1/completions and /v1/responses, streaming or
   not), translated to Triton's generate / generate_stream endpoints of the service's model;
 - the KServe v2 routes (/v2/models/NAME/...), passed through for every model format;
 behind API keys bound to namespaces or services, with a per-key rate limit. Requests go to the

@@ -1,6 +1,6 @@
-"""The OpenAI routes: GET /v1/models, /v1/models/{model}, POST /v1/chat/completions and
-/v1/completions (streamed or not), translated (`translate`) to the generate / generate_stream
-endpoints of the service's Triton model and back."""
+"""The OpenAI routes: GET /v1/models, /v1/models/{model}, POST /v1/chat/completions,
+/v1/completions and /v1/responses (streamed or not), translated (`translate`, `responses`) to the
+generate / generate_stream endpoints of the service's Triton model and back."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Callable
 import aiohttp
 from aiohttp import web
 
+from . import responses as r
 from . import telemetry as m
 from . import translate as t
 from .admission import Admission, Held
@@ -50,6 +51,9 @@ class OpenAIProxy:
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await self._openai(request, t.CompletionRequest, "completions")
 
+    async def responses(self, request: web.Request) -> web.StreamResponse:
+        return await self._openai(request, t.ChatRequest, "responses")
+
     async def _openai(self, request: web.Request, kind: type[t._Request], route: str) -> web.StreamResponse:
         caller = self.auth.authorize(request)
         if request.headers.get("Content-Encoding", "identity").lower() != "identity":
@@ -62,7 +66,15 @@ class OpenAIProxy:
     async def _openai_admitted(self, request: web.Request, caller: Caller, held: Held,
                                kind: type[t._Request], route: str) -> web.StreamResponse:
         assert held.body is not None
-        req = t.parse_body(held.body, kind)
+        body = held.body
+
+        def parse() -> tuple[t._Request, r.ResponsesRequest | None]:
+            if route == "responses":
+                original = r.parse(body)
+                return r.to_chat(original), original
+            return t.parse_body(body, kind), None
+
+        req, original = parse()
         svc = self.resolver.resolve(req.model, caller.grant)
         cap = self.auth.max_tokens_cap(caller)
         asked = t.max_tokens_asked(req)
@@ -75,11 +87,11 @@ class OpenAIProxy:
         if not self.router.endpoints(svc.key) or (not svc.llm and chat and template is None):
             # Waits ahead (for a replica, for the model's chat template): the parsed request is
             # dropped and made again after them, so a waiting request holds its body and nothing else.
-            del req
+            del req, original
             await self.holding.endpoint(svc, caller)
             if not svc.llm and chat and template is None:
                 template = await self.upstream.model_template(svc, caller) or ""
-            req = t.parse_body(held.body, kind)
+            req, original = parse()
         prompt = None
         if not svc.llm:   # a text model: the gateway renders the chat (the llm model renders its own)
             prompt = t.render_chat(template, req.messages) if chat else req.text()  # type: ignore[attr-defined]
@@ -95,24 +107,29 @@ class OpenAIProxy:
             if resp.status != 200:
                 raise await upstream_error(resp, svc)
             if gen.stream:
-                answer = await self._stream(request, resp, gen, svc, ex, caller, held)
+                answer = await self._stream(request, resp, gen, svc, ex, caller, held, original)
             elif gen.upstream_stream:
                 answer = await self._gathered(request, resp, gen, svc, caller, held)
             else:
-                answer = await self._whole(request, resp, gen, svc, caller, held)
+                answer = await self._whole(request, resp, gen, svc, caller, held, original)
             ex.code = answer.status
             return answer
 
     async def _whole(self, request: web.Request, resp: aiohttp.ClientResponse, gen: t.Generate, svc: Service,
-                     caller: Caller, held: Held) -> web.StreamResponse:
+                     caller: Caller, held: Held, original: r.ResponsesRequest | None = None) -> web.StreamResponse:
         """A non-streamed answer: read whole within max_answer_bytes, translated, and written to the
         client while its bytes are still counted."""
         s = self.upstream.settings
         data = await read_whole(resp, svc, held, s.max_answer_bytes, s.upstream_idle_timeout_seconds)
         whole = t.answer_of(answer_json(data, svc))
         self.auth.spend(caller, svc, whole.prompt_tokens, whole.completion_tokens)
-        body = t.encode(t.completion(gen, whole), request=False)
+        body = t.encode(r.response_object(original, whole) if original else t.completion(gen, whole), request=False)
         del data, whole
+        return await self._send(request, body, held)
+
+    @staticmethod
+    async def _send(request: web.Request, body: bytes, held: Held) -> web.StreamResponse:
+        """A whole JSON answer, written while its bytes are still counted as held."""
         held.set(len(body))
         out = web.Response(body=body, content_type="application/json")
         await out.prepare(request)
@@ -140,20 +157,17 @@ class OpenAIProxy:
                         counts["completion_tokens"] if counts else None)
         body = t.encode(t.completion(gen, answers), request=False)
         del pieces, answers
-        held.set(len(body))
-        out = web.Response(body=body, content_type="application/json")
-        await out.prepare(request)
-        await out.write_eof()
-        return out
+        return await self._send(request, body, held)
 
     async def _stream(self, request: web.Request, resp: aiohttp.ClientResponse, gen: t.Generate,
-                      svc: Service, ex: Exchange, caller: Caller, held: Held) -> web.StreamResponse:
+                      svc: Service, ex: Exchange, caller: Caller, held: Held,
+                      original: r.ResponsesRequest | None = None) -> web.StreamResponse:
         started, span = ex.started, ex.span
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
                                           "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         await out.prepare(request)
         s = self.upstream.settings
-        stream = t.Stream(gen)
+        stream: t.Stream | r.ResponseStream = r.ResponseStream(original) if original else t.Stream(gen)
         events = t.EventBuffer(s.max_answer_bytes)
         base = held.bytes
         first: float | None = None

@@ -374,16 +374,20 @@ def parse_body(raw: bytes | bytearray, kind: type[_Request]) -> _Request:
         raise OpenAIError(400, f"the request body nests JSON deeper than {MAX_JSON_DEPTH} levels",
                           code="request_too_complex") from None
     except ValidationError as e:
-        first = e.errors()[0]
-        param = ".".join(str(p) for p in first["loc"]) or None
-        message = first["msg"].removeprefix("Value error, ")
-        if not param and ": " in message:     # a field named by _honourable
-            param, text = message.split(": ", 1)[0], message
-        else:
-            text = f"{param}: {message}" if param else message
-        raise OpenAIError(400, text, param=param,
-                          code="unsupported_parameter" if message.endswith((GATEWAY_REFUSES, UNRECOGNIZED))
-                          else None) from None
+        raise validation_error(e) from None
+
+
+def validation_error(e: ValidationError) -> OpenAIError:
+    """A request model's first validation error as OpenAI's 400, naming the field."""
+    first = e.errors()[0]
+    param = ".".join(str(p) for p in first["loc"]) or None
+    message = first["msg"].removeprefix("Value error, ")
+    if not param and ": " in message:     # a field named by a model validator (_honourable, ...)
+        param, text = message.split(": ", 1)[0], message
+    else:
+        text = f"{param}: {message}" if param else message
+    return OpenAIError(400, text, param=param,
+                       code="unsupported_parameter" if message.endswith((GATEWAY_REFUSES, UNRECOGNIZED)) else None)
 
 
 # -- chat templates (text models; llm models render their own) --------------------------------------

@@ -1,0 +1,362 @@
+"""OpenAI's Responses API (POST /v1/responses) on the chat translation (pure).
+
+A Responses request is turned into the chat request it means (`to_chat`): `instructions` become
+the first system message; `input` is a string (one user message) or a list of items: messages
+(their content a string or input_text / output_text parts), the model's earlier `function_call`s
+and the `function_call_output`s that answer them; `tools` are function tools (flat: type, name,
+description, parameters); `tool_choice`, `max_output_tokens`, `temperature`, `top_p`, and
+`text.format` (text, json_object, json_schema) map to their chat fields. The answer comes back as
+a Response object (`response_object`): a `message` item with an `output_text` part, and a
+`function_call` item per call; streamed, as the Responses event sequence (`ResponseStream`:
+response.created, response.in_progress, output_item.added, content_part.added, output_text.delta
+..., output_text.done, content_part.done, output_item.done, function_call_arguments.delta/.done,
+response.completed).
+
+Nothing is stored: `previous_response_id` and `background` are refused with a 400 that says so,
+and so are the built-in tools (web search, file search, computer use, ...), which only OpenAI runs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from . import translate as t
+
+STATELESS = "this gateway stores no responses"
+
+
+def _id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+class InputText(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["input_text", "output_text"]
+    text: str
+
+
+class MessageItem(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["message"] = "message"
+    role: Literal["user", "assistant", "system", "developer"]
+    content: str | list[InputText]
+
+    def text(self) -> str:
+        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+
+
+class FunctionCallItem(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["function_call"]
+    call_id: str = Field(..., max_length=256)
+    name: t.FunctionName
+    arguments: str = Field(..., max_length=1 << 20)
+
+
+class FunctionOutputItem(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["function_call_output"]
+    call_id: str = Field(..., max_length=256)
+    output: str
+
+
+class FunctionTool(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["function"]
+    name: t.FunctionName
+    description: str | None = Field(None, max_length=8192)
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class NamedTool(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["function"]
+    name: t.FunctionName
+
+
+class TextFormat(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["text", "json_object", "json_schema"]
+    name: str | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+
+class TextOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    format: TextFormat | None = None
+
+
+class ResponsesRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(..., min_length=1, max_length=253)
+    input: str | list[MessageItem | FunctionCallItem | FunctionOutputItem] = Field(..., max_length=4096)
+    instructions: str | None = None
+    tools: list[FunctionTool] | None = Field(None, max_length=t.MAX_TOOLS)
+    tool_choice: Literal["none", "auto", "required"] | NamedTool | None = None
+    parallel_tool_calls: bool | None = None
+    max_output_tokens: int | None = Field(None, ge=1, le=1_000_000)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    stream: bool = False
+    text: TextOptions | None = None
+    store: bool | None = None
+    metadata: dict[str, str] | None = Field(None, max_length=16)
+    user: str | None = Field(None, max_length=512)
+    service_tier: str | None = Field(None, max_length=32)
+    truncation: Literal["disabled"] | None = None
+    previous_response_id: str | None = None
+    background: bool | None = None
+    reasoning: dict[str, Any] | None = None
+    include: list[str] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _built_in_tools(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for i, tool in enumerate(data.get("tools") or []):
+                if isinstance(tool, dict) and tool.get("type") != "function":
+                    raise ValueError(f"tools.{i}: only function tools are served here, not {tool.get('type')!r}")
+        return data
+
+    @model_validator(mode="after")
+    def _served(self) -> ResponsesRequest:
+        if self.previous_response_id is not None:
+            raise ValueError(f"previous_response_id: {STATELESS}; send the conversation in input")
+        if self.background:
+            raise ValueError(f"background: {STATELESS}; ask without background")
+        if self.reasoning:
+            raise ValueError("reasoning: reasoning options are not supported")
+        if self.include:
+            raise ValueError("include: no extra outputs are available")
+        return self
+
+
+def parse(raw: bytes | bytearray) -> ResponsesRequest:
+    data = t.parse_json(raw)
+    if not isinstance(data, dict):
+        raise t.OpenAIError(400, "the request body must be a JSON object")
+    try:
+        return ResponsesRequest.model_validate(data)
+    except ValidationError as e:
+        raise t.validation_error(e) from None
+
+
+def to_chat(req: ResponsesRequest) -> t.ChatRequest:
+    """The chat request a Responses request means (the gateway's checks then apply to it)."""
+    messages: list[dict[str, Any]] = []
+    if req.instructions:
+        messages.append({"role": "system", "content": req.instructions})
+    items = [MessageItem(role="user", content=req.input)] if isinstance(req.input, str) else req.input
+    for item in items:
+        if isinstance(item, MessageItem):
+            messages.append({"role": item.role, "content": item.text()})
+        elif isinstance(item, FunctionCallItem):
+            call = {"id": item.call_id, "type": "function", "function": {"name": item.name, "arguments": item.arguments}}
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant" and "tool_calls" in last:
+                last["tool_calls"].append(call)     # parallel calls of one turn
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        else:
+            messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.output})
+    body: dict[str, Any] = {"model": req.model, "messages": messages, "stream": req.stream}
+    if req.tools:
+        body["tools"] = [{"type": "function", "function": tool.model_dump(exclude={"type"}, exclude_none=True)}
+                         for tool in req.tools]
+    if req.tool_choice is not None:
+        body["tool_choice"] = (req.tool_choice if isinstance(req.tool_choice, str) else
+                               {"type": "function", "function": {"name": req.tool_choice.name}})
+    for name, value in (("max_tokens", req.max_output_tokens), ("temperature", req.temperature), ("top_p", req.top_p)):
+        if value is not None:
+            body[name] = value
+    fmt = req.text.format if req.text else None
+    if fmt is not None and fmt.type == "json_object":
+        body["response_format"] = {"type": "json_object"}
+    elif fmt is not None and fmt.type == "json_schema":
+        body["response_format"] = {"type": "json_schema", "json_schema": {"name": fmt.name or "answer",
+                                                                          "schema": fmt.schema_ or {}}}
+    if req.stream:
+        body["stream_options"] = {"include_usage": True}
+    try:
+        return t.ChatRequest.model_validate(body)
+    except ValidationError as e:
+        raise t.validation_error(e) from None
+
+
+def _echo(req: ResponsesRequest) -> dict[str, Any]:
+    """The request's settings a Response object repeats."""
+    fmt = req.text.format.model_dump(by_alias=True, exclude_none=True) if req.text and req.text.format else {"type": "text"}
+    return {"instructions": req.instructions, "max_output_tokens": req.max_output_tokens,
+            "model": req.model, "parallel_tool_calls": req.parallel_tool_calls is not False,
+            "temperature": 1.0 if req.temperature is None else req.temperature,
+            "top_p": 1.0 if req.top_p is None else req.top_p,
+            "tool_choice": (req.tool_choice if isinstance(req.tool_choice, str) else
+                            req.tool_choice.model_dump() if req.tool_choice else "auto"),
+            "tools": [tool.model_dump(exclude_none=True) for tool in req.tools or []],
+            "text": {"format": fmt}, "truncation": "disabled", "metadata": req.metadata or {},
+            "user": req.user, "store": False, "previous_response_id": None, "reasoning": None,
+            "error": None, "incomplete_details": None, "object": "response"}
+
+
+def _usage(prompt: int | None, done: int | None) -> dict[str, Any] | None:
+    if prompt is None or done is None:
+        return None
+    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0}, "output_tokens": done,
+            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": prompt + done}
+
+
+def _message(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
+    return {"type": "message", "id": item_id, "status": status, "role": "assistant",
+            "content": [{"type": "output_text", "text": text, "annotations": []}] if status == "completed" else []}
+
+
+def _function_call(item_id: str, call: dict[str, Any], status: str = "completed") -> dict[str, Any]:
+    return {"type": "function_call", "id": item_id, "call_id": call["id"], "name": call["function"]["name"],
+            "arguments": call["function"]["arguments"] if status == "completed" else "", "status": status}
+
+
+def _status(reason: str | None) -> tuple[str, dict[str, Any] | None]:
+    if reason == "length":
+        return "incomplete", {"reason": "max_output_tokens"}
+    return "completed", None
+
+
+def response_object(req: ResponsesRequest, answer: t.Answer, response_id: str | None = None,
+                    created: int | None = None) -> dict[str, Any]:
+    """A whole Response for one answer of the llm model."""
+    output: list[dict[str, Any]] = []
+    if answer.text or not answer.tool_calls:
+        output.append(_message(_id("msg"), answer.text))
+    output += [_function_call(_id("fc"), call) for call in t.tool_calls(answer.tool_calls)]
+    status, incomplete = _status(answer.finish_reason)
+    return {**_echo(req), "id": response_id or _id("resp"), "created_at": created or int(time.time()),
+            "status": status, "incomplete_details": incomplete, "output": output,
+            "usage": _usage(answer.prompt_tokens, answer.completion_tokens)}
+
+
+@dataclass
+class ResponseStream:
+    """generate_stream events -> the Responses event sequence; the same interface as
+    translate.Stream (delta per event, end, error, stopped, tokens, prompt_tokens)."""
+
+    req: ResponsesRequest
+    id: str = field(default_factory=lambda: _id("resp"))
+    created: int = field(default_factory=lambda: int(time.time()))
+    prompt_tokens: int | None = None
+    tokens: int = 0
+    stopped: bool = False
+    finish_reason: str | None = None
+    _seq: int = 0
+    _started: bool = False
+    _text: str = ""
+    _message_id: str | None = None
+    _calls: list[dict[str, Any]] = field(default_factory=list)
+    _output: list[dict[str, Any]] = field(default_factory=list)
+
+    def _event(self, kind: str, **payload: Any) -> bytes:
+        data = {"type": kind, "sequence_number": self._seq, **payload}
+        self._seq += 1
+        return (f"event: {kind}\ndata: ".encode() + json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+                .encode("utf-8", "replace") + b"\n\n")
+
+    def _snapshot(self, status: str, output: list[dict[str, Any]], incomplete: dict[str, Any] | None = None,
+                  usage: dict[str, Any] | None = None) -> dict[str, Any]:
+        return {**_echo(self.req), "id": self.id, "created_at": self.created, "status": status,
+                "incomplete_details": incomplete, "output": output, "usage": usage}
+
+    def _start(self) -> bytes:
+        if self._started:
+            return b""
+        self._started = True
+        snapshot = self._snapshot("in_progress", [])
+        return self._event("response.created", response=snapshot) + self._event("response.in_progress",
+                                                                                  response=snapshot)
+
+    def _open_message(self) -> bytes:
+        if self._message_id is not None:
+            return b""
+        self._message_id = _id("msg")
+        index = len(self._output)
+        return (self._event("response.output_item.added", output_index=index,
+                            item=_message(self._message_id, "", "in_progress"))
+                + self._event("response.content_part.added", item_id=self._message_id, output_index=index,
+                              content_index=0, part={"type": "output_text", "text": "", "annotations": []}))
+
+    def _close_message(self) -> bytes:
+        if self._message_id is None:
+            return b""
+        index = len(self._output)
+        part = {"type": "output_text", "text": self._text, "annotations": []}
+        item = _message(self._message_id, self._text)
+        self._output.append(item)
+        out = (self._event("response.output_text.done", item_id=self._message_id, output_index=index,
+                           content_index=0, text=self._text, logprobs=[])
+               + self._event("response.content_part.done", item_id=self._message_id, output_index=index,
+                             content_index=0, part=part)
+               + self._event("response.output_item.done", output_index=index, item=item))
+        self._message_id = None
+        return out
+
+    def delta(self, answer: t.Answer) -> bytes:
+        out = self._start()
+        if self.stopped:
+            return out
+        self.tokens = answer.completion_tokens if answer.completion_tokens is not None else self.tokens
+        self.prompt_tokens = answer.prompt_tokens if answer.prompt_tokens is not None else self.prompt_tokens
+        if answer.text:
+            out += self._open_message()
+            self._text += answer.text
+            out += self._event("response.output_text.delta", item_id=self._message_id,
+                               output_index=len(self._output), content_index=0, delta=answer.text, logprobs=[])
+        if answer.tool_calls:
+            out += self._close_message()
+            for call in t.tool_calls(answer.tool_calls):
+                item_id, index = _id("fc"), len(self._output)
+                out += self._event("response.output_item.added", output_index=index,
+                                   item=_function_call(item_id, call, "in_progress"))
+                arguments = call["function"]["arguments"]
+                out += self._event("response.function_call_arguments.delta", item_id=item_id, output_index=index,
+                                   delta=arguments)
+                out += self._event("response.function_call_arguments.done", item_id=item_id, output_index=index,
+                                   arguments=arguments)
+                item = _function_call(item_id, call)
+                self._output.append(item)
+                out += self._event("response.output_item.done", output_index=index, item=item)
+        if answer.finish_reason:
+            self.finish_reason = answer.finish_reason
+            self.stopped = True
+        return out
+
+    def end(self) -> bytes:
+        out = self._start()
+        if not self._output and self._message_id is None:
+            out += self._open_message()        # an empty answer is still one (empty) message
+        out += self._close_message()
+        status, incomplete = _status(self.finish_reason)
+        snapshot = self._snapshot(status, self._output, incomplete, _usage(self.prompt_tokens, self.tokens))
+        kind = "response.completed" if status == "completed" else "response.incomplete"
+        return out + self._event(kind, response=snapshot)
+
+    def error(self, err: t.OpenAIError) -> bytes:
+        snapshot = self._snapshot("failed", self._output)
+        # the Response's error codes are OpenAI's own list; a replica's failure is a server_error there
+        snapshot["error"] = {"code": "server_error", "message": err.message}
+        return self._event("error", code=err.code, message=err.message, param=err.param) + self._event(
+            "response.failed", response=snapshot)
