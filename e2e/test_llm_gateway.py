@@ -25,6 +25,7 @@ import pytest
 
 from .cluster import Cluster, Operator, wait_for
 from .conftest import tenant_gateway
+from .harness.embedder import DIMENSION, EmbedderTriton
 from .harness.gateway import GatewayProcess, SliceMirror
 from .harness.llm import LLMTriton, tokenize
 from .harness.prometheus import Prometheus, Target
@@ -311,6 +312,56 @@ def test_an_agent_framework_completes_a_tool_using_task(service: Cluster, gatewa
     kinds = [item.type for item in result.new_items]
     assert kinds[:2] == ["tool_call_item", "tool_call_output_item"] and kinds[-1] == "message_output_item"
     assert isinstance(result.final_output, str) and result.final_output.strip()
+
+
+EMBED = "embed"
+
+
+@pytest.fixture(scope="module")
+def embedder(service: Cluster) -> Iterator[str]:
+    """An embedding service (format python, spec.openai.task embeddings) answered by a real
+    all-MiniLM-L6-v2 on a second local Triton (e2e/harness/embedder.py), routed as `smol` is."""
+    with EmbedderTriton() as triton:
+        mirror = SliceMirror(service, {EMBED: triton.http_port}, NS)
+        try:
+            service.apply([{"apiVersion": f"{GROUP}/v1alpha1", "kind": "InferenceService",
+                            "metadata": {"name": EMBED, "namespace": NS},
+                            "spec": {"model": {"source": "hf://sentence-transformers/all-MiniLM-L6-v2",
+                                               "format": "python", "name": EMBED},
+                                     "gpu": {"class": "l4"}, "replicas": 1, "openai": {"task": "embeddings"}}}])
+            service.wait_ready(EMBED, NS, timeout=120)
+            mirror.thread.start()
+            wait_for("embed routed", lambda: mirror.applied.get(EMBED) == 1, timeout=30)
+            yield EMBED
+        finally:
+            mirror.stop_flag.set()
+            if mirror.thread.is_alive():
+                mirror.thread.join(10)
+            service.kubectl("delete", "inferenceservice", EMBED, "-n", NS, "--wait=false", check=False)
+
+
+def test_embeddings_rank_a_paraphrase_above_an_unrelated_sentence(service: Cluster, gateway: GatewayProcess,
+                                                                  embedder: str):
+    c = client(gateway)
+    assert embedder in [m.id for m in c.models.list()]
+    texts = ["A man is eating food.", "A man is eating a piece of bread.", "The stock market fell sharply today."]
+    out = c.embeddings.create(model=embedder, input=texts)          # the SDK asks for base64 and decodes it
+    assert [d.index for d in out.data] == [0, 1, 2] and all(len(d.embedding) == DIMENSION for d in out.data)
+
+    def cosine(a: list[float], b: list[float]) -> float:
+        return sum(x * y for x, y in zip(a, b)) / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+
+    a, b, other = (d.embedding for d in out.data)
+    assert cosine(a, b) > 0.6 > 0.2 > cosine(a, other), (cosine(a, b), cosine(a, other))
+    assert out.usage.prompt_tokens == out.usage.total_tokens > 3 * 5
+    floats = c.embeddings.create(model=embedder, input=texts[0], encoding_format="float")
+    assert floats.data[0].embedding == pytest.approx(a, abs=1e-6)
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model=embedder, messages=[{"role": "user", "content": "hi"}])
+    assert e.value.body["code"] == "wrong_model_task" and "/v1/embeddings" in e.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as e:
+        c.embeddings.create(model=NAME, input="hi")
+    assert e.value.body["code"] == "wrong_model_task"
 
 
 def test_a_keys_tokens_per_minute_are_the_models_own_counts(service: Cluster, gateway: GatewayProcess):

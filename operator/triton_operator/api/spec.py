@@ -547,7 +547,8 @@ class RolloutSpec(Model):
 
 class OpenAISpec(Model):
     """How the gateway serves this model on its OpenAI-compatible routes (/v1/chat/completions,
-    /v1/completions): through Triton's generate endpoints of one model."""
+    /v1/completions, /v1/responses, or /v1/embeddings): through Triton's generate endpoint of one
+    model."""
 
     enabled: bool | None = Field(
         None, description="List the service in /v1/models and accept OpenAI requests for it. Defaults to true for "
@@ -563,6 +564,10 @@ class OpenAISpec(Model):
                     "else a plain 'role: content' layout.")
     default_max_tokens: int | None = Field(
         None, ge=1, le=1_000_000, description="max_tokens when a request sets none (default 256).")
+    task: Literal["generate", "embeddings"] | None = Field(
+        None, description="What the model does for the OpenAI routes: generate (text, the default) or embeddings "
+                          "(/v1/embeddings: the model takes text_input, a batch of strings, and answers embedding, "
+                          "one vector per string, and prompt_tokens). format tensorrt-llm generates.")
 
 
 class InferenceServiceSpec(Model):
@@ -571,6 +576,9 @@ class InferenceServiceSpec(Model):
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
         cel("!has(self.engine) || self.model.format == 'tensorrt-llm'",
             "engine applies only to model.format tensorrt-llm", "engine"),
+        cel("!has(self.openai) || !has(self.openai.task) || self.openai.task != 'embeddings' || "
+            "self.model.format != 'tensorrt-llm'",
+            "openai.task embeddings needs a model of another format (tensorrt-llm services generate)", "openai.task"),
         cel("!has(self.engine) || !has(self.engine.calibrationDataset) || "
             f"self.model.precision in {list(CALIBRATED_PRECISIONS)}",
             CALIBRATION_MESSAGE, "engine.calibrationDataset"),
@@ -635,6 +643,14 @@ class InferenceServiceSpec(Model):
             raise ValueError("engine applies only to model.format tensorrt-llm")
         if v.calibration_dataset and model.precision not in CALIBRATED_PRECISIONS:
             raise ValueError(CALIBRATION_MESSAGE)
+        return v
+
+    @field_validator("openai")
+    @classmethod
+    def _embeddings_format(cls, v: OpenAISpec | None, info: ValidationInfo) -> OpenAISpec | None:
+        model = info.data.get("model")
+        if v is not None and v.task == "embeddings" and model is not None and model.format == "tensorrt-llm":
+            raise ValueError("openai.task embeddings needs a model of another format (tensorrt-llm services generate)")
         return v
 
     @field_validator("gpu")

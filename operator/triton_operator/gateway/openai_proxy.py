@@ -1,6 +1,7 @@
 """The OpenAI routes: GET /v1/models, /v1/models/{model}, POST /v1/chat/completions,
 /v1/completions and /v1/responses (streamed or not), translated (`translate`, `responses`) to the
-generate / generate_stream endpoints of the service's Triton model and back."""
+generate / generate_stream endpoints of the service's Triton model and back, and POST
+/v1/embeddings to an embedding model's generate endpoint (`embeddings`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Callable
 import aiohttp
 from aiohttp import web
 
+from . import embeddings as e
 from . import responses as r
 from . import telemetry as m
 from . import translate as t
@@ -54,6 +56,9 @@ class OpenAIProxy:
     async def responses(self, request: web.Request) -> web.StreamResponse:
         return await self._openai(request, t.ChatRequest, "responses")
 
+    async def embeddings(self, request: web.Request) -> web.StreamResponse:
+        return await self._openai(request, t.ChatRequest, "embeddings")
+
     async def _openai(self, request: web.Request, kind: type[t._Request], route: str) -> web.StreamResponse:
         caller = self.auth.authorize(request)
         if request.headers.get("Content-Encoding", "identity").lower() != "identity":
@@ -61,7 +66,40 @@ class OpenAIProxy:
             raise t.OpenAIError(415, "compressed request bodies are not accepted on the OpenAI routes",
                                 code="unsupported_content_encoding")
         async with self.admission.admitted(request, caller) as held:
+            if route == "embeddings":
+                return await self._embeddings_admitted(request, caller, held)
             return await self._openai_admitted(request, caller, held, kind, route)
+
+    async def _embeddings_admitted(self, request: web.Request, caller: Caller, held: Held) -> web.StreamResponse:
+        assert held.body is not None
+        req = e.parse(held.body)
+        svc = self.resolver.resolve(req.model, caller.grant)
+        if not svc.embeddings:
+            m.REJECTED.labels("bad_request").inc()
+            raise t.OpenAIError(400, f"model {req.model!r} generates text and has no embeddings (an embedding model "
+                                     f"sets spec.openai.task embeddings)", param="model", code="wrong_model_task")
+        if not self.router.endpoints(svc.key):
+            del req
+            await self.holding.endpoint(svc, caller)
+            req = e.parse(held.body)
+        count, model_id = len(req.texts()), self.resolver.model_id(svc, caller.grant)
+        payload = held.replace(t.encode(e.generate_body(req)))
+        async with self.upstream.exchange(svc, caller, "embeddings", "POST", f"/v2/models/{svc.generate_model}/generate",
+                                          payload, {"Content-Type": "application/json", "Accept-Encoding": "identity"},
+                                          lambda sent: self.auth.account(caller, svc, sent)) as ex:
+            resp = ex.resp
+            if resp.status != 200:
+                raise await upstream_error(resp, svc)
+            s = self.upstream.settings
+            data = await read_whole(resp, svc, held, s.max_answer_bytes, s.upstream_idle_timeout_seconds)
+            rows, tokens = e.vectors(answer_json(data, svc), count)
+            del data
+            self.auth.spend(caller, svc, tokens, 0)
+            body = t.encode(e.response(req, model_id, rows, tokens), request=False)
+            del rows
+            answer = await self._send(request, body, held)
+            ex.code = answer.status
+            return answer
 
     async def _openai_admitted(self, request: web.Request, caller: Caller, held: Held,
                                kind: type[t._Request], route: str) -> web.StreamResponse:
@@ -76,6 +114,10 @@ class OpenAIProxy:
 
         req, original = parse()
         svc = self.resolver.resolve(req.model, caller.grant)
+        if svc.embeddings:
+            m.REJECTED.labels("bad_request").inc()
+            raise t.OpenAIError(400, f"model {req.model!r} is an embedding model: send it to /v1/embeddings",
+                                param="model", code="wrong_model_task")
         cap = self.auth.max_tokens_cap(caller)
         asked = t.max_tokens_asked(req)
         if asked is not None and asked > cap:

@@ -38,6 +38,7 @@ class Service:
     desired: int | None = None      # status.replicas: what the operator asked for (None: not reported yet)
     ready: int | None = None        # status.readyReplicas
     slo: tuple[str, float] | None = None   # (which latency, its target in seconds): spec.autoscaling.slo
+    embeddings: bool = False        # spec.openai.task embeddings: /v1/embeddings, not the text routes
 
     def starting(self) -> bool:
         """Replicas are on their way: a service that scales from zero (the held requests ask for one), a
@@ -92,6 +93,7 @@ def service_from(obj: dict[str, Any]) -> Service | None:
         desired=_count(status.get("replicas")),
         ready=_count(status.get("readyReplicas")),
         slo=_slo(autoscaling),
+        embeddings=openai.get("task") == "embeddings" and not llm,
     )
 
 

@@ -126,6 +126,7 @@ class Gateway:
         app.router.add_post("/v1/chat/completions", self.openai_proxy.chat_completions)
         app.router.add_post("/v1/completions", self.openai_proxy.completions)
         app.router.add_post("/v1/responses", self.openai_proxy.responses)
+        app.router.add_post("/v1/embeddings", self.openai_proxy.embeddings)
         # Every /v2 path reaches the handler, which checks the path as sent (raw_path) against
         # the pass-through's allow-list before anything else: the router matches the normalised
         # path, in which "/v2/models/x/../../repository" is already "/v2/repository".

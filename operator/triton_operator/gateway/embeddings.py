@@ -1,0 +1,105 @@
+"""OpenAI's embeddings (POST /v1/embeddings) <-> an embedding model's generate endpoint (pure).
+
+A service with `spec.openai.task: embeddings` names a Triton model (any format) that takes
+`text_input`, a batch of strings, and answers `embedding`, one vector per string (Triton's generate
+extension returns it flattened, so its length must be a whole multiple of the batch), and
+`prompt_tokens` (the tokens it read, for usage and the key's tokensPerMinute). `input` is a string or
+a list of up to MAX_INPUTS strings; token arrays are refused (the gateway does not tokenize).
+`encoding_format` float gives lists of numbers, base64 the little-endian float32 bytes (what the
+official clients ask for by default).
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import struct
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
+
+from . import translate as t
+
+MAX_INPUTS = 256
+MAX_INPUT_CHARS = 65_536
+Text = Annotated[str, StringConstraints(min_length=1, max_length=MAX_INPUT_CHARS)]
+
+
+class EmbeddingsRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(..., min_length=1, max_length=253)
+    input: Text | list[Text] = Field(...)
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(None, ge=1)
+    user: str | None = Field(None, max_length=512)
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _texts(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            if not value or len(value) > MAX_INPUTS:
+                raise ValueError(f"give 1 to {MAX_INPUTS} strings")
+            if any(isinstance(v, (int, list)) for v in value):
+                raise ValueError("token arrays are not supported: send text")
+        return value
+
+    @field_validator("dimensions")
+    @classmethod
+    def _dimensions(cls, value: int | None) -> int | None:
+        if value is not None:
+            raise ValueError(f"the model's own dimension is served; shortened embeddings are not supported"
+                             f"{t.GATEWAY_REFUSES}")
+        return value
+
+    def texts(self) -> list[str]:
+        return [self.input] if isinstance(self.input, str) else list(self.input)
+
+
+def parse(raw: bytes | bytearray) -> EmbeddingsRequest:
+    data = t.parse_json(raw)
+    if not isinstance(data, dict):
+        raise t.OpenAIError(400, "the request body must be a JSON object")
+    try:
+        return EmbeddingsRequest.model_validate(data)
+    except ValidationError as e:
+        raise t.validation_error(e) from None
+
+
+def generate_body(req: EmbeddingsRequest) -> dict[str, Any]:
+    return {"text_input": req.texts()}
+
+
+def _bad(why: str) -> t.OpenAIError:
+    return t.OpenAIError(502, f"the embedding model's answer {why}", "upstream_error", code="upstream_failed")
+
+
+def vectors(answer: dict[str, Any], count: int) -> tuple[list[list[float]], int | None]:
+    """The `count` vectors of a generate answer, and the prompt tokens it reports (None: none)."""
+    if "error" in answer:
+        raise t.model_error(answer["error"])
+    flat = answer.get("embedding")
+    if not isinstance(flat, list) or not flat or len(flat) % count:
+        raise _bad(f"has no embedding output of {count} vectors")
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in flat):
+        raise _bad("holds an embedding value that is not a finite number")
+    size = len(flat) // count
+    rows = [[float(x) for x in flat[i * size:(i + 1) * size]] for i in range(count)]
+    tokens = answer.get("prompt_tokens")
+    if isinstance(tokens, list):
+        tokens = sum(x for x in tokens if isinstance(x, int) and not isinstance(x, bool)) if tokens else None
+    return rows, tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0 else None
+
+
+def encoded(vector: list[float], encoding: str) -> list[float] | str:
+    if encoding == "base64":
+        return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+    return vector
+
+
+def response(req: EmbeddingsRequest, model_id: str, rows: list[list[float]], tokens: int | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"object": "list", "model": model_id,
+                           "data": [{"object": "embedding", "index": i, "embedding": encoded(v, req.encoding_format)}
+                                    for i, v in enumerate(rows)]}
+    out["usage"] = {"prompt_tokens": tokens or 0, "total_tokens": tokens or 0}
+    return out
