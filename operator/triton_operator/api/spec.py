@@ -545,6 +545,18 @@ class RolloutSpec(Model):
         return v
 
 
+class RoutingSpec(Model):
+    """How the gateway picks a replica for each request of this service."""
+
+    policy: Literal["leastInFlight", "prefix"] = Field(
+        "leastInFlight",
+        description="leastInFlight: the replica with the fewest requests in flight. prefix: requests that begin "
+                    "alike (the same system prompt, the same conversation) go to the same replica, whose KV cache "
+                    "holds that beginning already (TensorRT-LLM reuses cached blocks), unless it has more than "
+                    "1.25x its share of the requests in flight (then the next replica in the same consistent "
+                    "order takes them); every gateway replica picks alike without sharing state.")
+
+
 class OpenAISpec(Model):
     """How the gateway serves this model on its OpenAI-compatible routes (/v1/chat/completions,
     /v1/completions, /v1/responses, or /v1/embeddings): through Triton's generate endpoint of one
@@ -596,6 +608,8 @@ class InferenceServiceSpec(Model):
     rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="How spec changes roll out.")
     openai: OpenAISpec | None = Field(
         None, description="The gateway's OpenAI-compatible routes for this service (see the gateway in the README).")
+    routing: RoutingSpec | None = Field(
+        None, description="How the gateway spreads this service's requests over its replicas.")
     engine: EngineSpec | None = Field(
         None, description="TensorRT-LLM engine build settings (format tensorrt-llm); defaults apply when unset.")
     service_account_name: str | None = Field(

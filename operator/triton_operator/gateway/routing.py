@@ -5,10 +5,21 @@ A replica is an endpoint of the service's EndpointSlices (the Service the operat
 the InferenceService's name; its port `http` is Triton's HTTP port) whose `ready` condition is
 not false. A request goes to the ready endpoint with the fewest requests in flight from this
 gateway; ties go round robin, so an idle fleet still spreads its load.
+
+With `spec.routing.policy: prefix`, a request that carries an affinity (a hash of its first
+AFFINITY_CHARS characters: its system prompt, its conversation's opening) goes to the first replica,
+in an order that hash alone decides (rendezvous hashing: hash of affinity and address, highest
+first), whose requests in flight are under AFFINITY_LOAD times the mean (consistent hashing with
+bounded loads, as KubeAI's PrefixHash). Requests that begin alike meet the replica whose KV cache
+holds that beginning; a hot beginning spills to its second replica, not to a random one; replicas
+coming or going move only the beginnings they rank first; and every gateway replica ranks alike
+without sharing state.
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -22,6 +33,21 @@ Address = tuple[str, int]
 LLM_MODEL = "llm"
 DEFAULT_MAX_TOKENS = 256
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+# The leading characters of a request that choose its replica (prefix routing): few enough to stay
+# the same over a conversation's turns (each resends a longer history) and to be a tenant's shared
+# system prompt (the first characters of thousands), as KubeAI's PrefixHash hashes its first 100.
+AFFINITY_CHARS = 256
+AFFINITY_LOAD = 1.25       # ... while it has under this times the mean requests in flight (plus one)
+
+
+def affinity(text: str) -> int:
+    """The affinity of a request that begins with `text` (its first AFFINITY_CHARS characters)."""
+    return int.from_bytes(hashlib.blake2b(text[:AFFINITY_CHARS].encode("utf-8", "replace"), digest_size=8).digest(),
+                          "big")
+
+
+def _rank(key: int, address: Address) -> int:
+    return int.from_bytes(hashlib.blake2b(f"{key}|{address[0]}|{address[1]}".encode(), digest_size=8).digest(), "big")
 
 
 @dataclass(frozen=True)
@@ -39,6 +65,7 @@ class Service:
     ready: int | None = None        # status.readyReplicas
     slo: tuple[str, float] | None = None   # (which latency, its target in seconds): spec.autoscaling.slo
     embeddings: bool = False        # spec.openai.task embeddings: /v1/embeddings, not the text routes
+    prefix_routing: bool = False    # spec.routing.policy prefix (see the module)
 
     def starting(self) -> bool:
         """Replicas are on their way: a service that scales from zero (the held requests ask for one), a
@@ -94,6 +121,7 @@ def service_from(obj: dict[str, Any]) -> Service | None:
         ready=_count(status.get("readyReplicas")),
         slo=_slo(autoscaling),
         embeddings=openai.get("task") == "embeddings" and not llm,
+        prefix_routing=((spec.get("routing") or {}).get("policy") == "prefix"),
     )
 
 
@@ -243,11 +271,17 @@ class Router:
             return f"its EndpointSlices have no port named {self.port_name!r}"
         return "its EndpointSlices list no ready endpoint"
 
-    def pick(self, key: ServiceKey, now: float = 0.0) -> Address | None:
-        """The usable endpoint with the fewest requests in flight (round robin among equals)."""
+    def pick(self, key: ServiceKey, now: float = 0.0, affinity: int | None = None) -> Address | None:
+        """The usable endpoint with the fewest requests in flight (round robin among equals), or,
+        for a request with an affinity, the first in its order with room (see the module)."""
         addresses = self.usable(key, now)
         if not addresses:
             return None
+        if affinity is not None and len(addresses) > 1:
+            total = sum(self.in_flight.get(a, 0) for a in addresses)
+            room = math.ceil(AFFINITY_LOAD * (total + 1) / len(addresses))
+            ranked = sorted(addresses, key=lambda a: _rank(affinity, a), reverse=True)
+            return next((a for a in ranked if self.in_flight.get(a, 0) < room), ranked[0])
         least = min(self.in_flight.get(a, 0) for a in addresses)
         candidates = [a for a in addresses if self.in_flight.get(a, 0) == least]
         self._turn += 1

@@ -95,7 +95,7 @@ class Upstream:
     @contextlib.asynccontextmanager
     async def exchange(self, svc: Service, caller: Caller, route: str, method: str, path: str,
                        body: bytes | bytearray | None, headers: dict[str, str],
-                       account: Callable[[float], None]) -> AsyncIterator[Exchange]:
+                       account: Callable[[float], None], affinity: int | None = None) -> AsyncIterator[Exchange]:
         """What every route does around one request to a replica: send it (`send`), count it in
         flight, and once the handler's answer is over (or failed on its way, or was cancelled) end
         the span, release the answer and the replica and `account(sent)` for the key; a replica
@@ -106,7 +106,7 @@ class Upstream:
         in_flight_gauge = m.child(m.IN_FLIGHT, *svc.key)
         ex: Exchange | None = None
         try:
-            address, resp, sent, span = await self.send(svc, caller, method, path, body, headers)
+            address, resp, sent, span = await self.send(svc, caller, method, path, body, headers, affinity)
             in_flight_gauge.inc()
             ex = Exchange(resp, span, started)
             try:
@@ -138,7 +138,8 @@ class Upstream:
                     m.child(m.SLO_REQUESTS, *svc.key, "true" if met else "false").inc()
 
     async def send(self, svc: Service, caller: Caller, method: str, path: str, body: bytes | bytearray | None,
-                   headers: dict[str, str]) -> tuple[Address, aiohttp.ClientResponse, float, Any]:
+                   headers: dict[str, str], affinity: int | None = None
+                   ) -> tuple[Address, aiohttp.ClientResponse, float, Any]:
         """A request to a usable replica. A replica that refuses the connection or does not accept it
         within upstream_connect_timeout_seconds (nothing reached it) is ejected for EJECT_SECONDS and
         the request tried on another, up to CONNECT_ATTEMPTS; when none is left, a 503 that says so.
@@ -147,7 +148,7 @@ class Upstream:
         releases the replica (router.release) and the answer."""
         attempts = 0
         while True:
-            address = await self.holding.endpoint(svc, caller)
+            address = await self.holding.endpoint(svc, caller, affinity)
             attempts += 1
             self.router.acquire(address)
             span = self.tracing.upstream(method, address[0], address[1], path, headers)
