@@ -14,6 +14,7 @@ import json
 import socket
 import urllib.error
 import urllib.request
+import uuid
 from typing import Any, Iterator
 
 import pytest
@@ -174,3 +175,30 @@ def test_the_engines_signals_are_on_tritons_metrics_port(llm: LLMTriton):
                  "triton_llm_request_duration_seconds_count", "triton_llm_prompt_tokens_total",
                  "triton_llm_generation_tokens_total"):
         assert metric(llm, name) > 0, name
+
+
+def test_a_shared_system_prompt_is_evaluated_once_and_answers_do_not_change(llm: LLMTriton):
+    """Requests that share a long system prompt start from the engine's saved state of it
+    (cached_tokens: the prompt tokens it held), and a prompt gets the same greedy answer whether
+    it started cold or from a state another request saved."""
+    system = "You are the support assistant of ACME. " + " ".join(
+        f"Rule {i}: be kind and exact about item {i}." for i in range(40))
+
+    def ask(question: str) -> dict[str, Any]:
+        status, out = generate(llm, messages=json.dumps([{"role": "system", "content": system},
+                                                         {"role": "user", "content": question}]),
+                               max_tokens=12, temperature=0)
+        assert status == 200
+        return out
+
+    before = metric(llm, "triton_llm_prompt_tokens_cached_total")
+    first = ask(f"What is ACME? ({uuid.uuid4().hex[:6]})")      # a system prompt no request sent before
+    assert first["cached_tokens"] == 0
+    second = ask("Who are you?")
+    shared = second["cached_tokens"]
+    assert 0.9 * first["prompt_tokens"] < shared < second["prompt_tokens"], (shared, second["prompt_tokens"])
+    again = ask("Who are you?")
+    assert again["text_output"] == second["text_output"] and again["cached_tokens"] >= shared
+    expected = shared + again["cached_tokens"]
+    wait_for("the cached prompt tokens counted", lambda: metric(llm, "triton_llm_prompt_tokens_cached_total") - before
+             == expected, timeout=10)

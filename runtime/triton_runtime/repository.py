@@ -10,7 +10,7 @@ functions).
 
 model.yaml keys: `engine` (trtllm | llamacpp), `model` (the prepared checkpoint folder, or a GGUF
 file), `llm_args` (for trtllm: arguments of TensorRT-LLM's `LLM(...)`, i.e. TorchLlmArgs), `llamacpp`
-(n_ctx, n_threads), `chat_template`, `bos_token`, `eos_token`, `stop_token_ids`,
+(n_ctx, n_threads, prefix_cache_bytes), `chat_template`, `bos_token`, `eos_token`, `stop_token_ids`,
 `default_max_tokens`, `max_tokens_limit`.
 
 The chat template and stop tokens come from the checkpoint (tokenizer_config.json's chat_template
@@ -69,6 +69,7 @@ class Spec:
     chat_template: str | None = None     # the service's own, over the checkpoint's
     n_ctx: int = 4096                    # llamacpp
     n_threads: int | None = None         # llamacpp
+    prefix_cache_bytes: int | None = None  # llamacpp: saved prompt-prefix states (0: none; None: the engine's 256 MiB)
     site_dirs: tuple[str, ...] = field(default_factory=tuple)  # extra Python paths (tests, dev)
 
 
@@ -123,7 +124,9 @@ def model_yaml(spec: Spec) -> dict[str, Any]:
         if spec.max_seq_len:
             doc["max_tokens_limit"] = spec.max_seq_len
     elif spec.engine == "llamacpp":
-        doc["llamacpp"] = {"n_ctx": spec.n_ctx, **({"n_threads": spec.n_threads} if spec.n_threads else {})}
+        doc["llamacpp"] = {"n_ctx": spec.n_ctx, **({"n_threads": spec.n_threads} if spec.n_threads else {}),
+                           **({"prefix_cache_bytes": spec.prefix_cache_bytes}
+                              if spec.prefix_cache_bytes is not None else {})}
         doc["max_tokens_limit"] = spec.n_ctx
     else:
         raise RepositoryError(f"engine must be trtllm or llamacpp, got {spec.engine!r}")

@@ -549,6 +549,7 @@ class Answer:
     index: int = 0
     tool_calls: list[dict[str, str]] = field(default_factory=list)   # [{name, arguments}] (llm model)
     logprobs: list[dict[str, Any]] = field(default_factory=list)     # [{token, logprob, top}] (llm model)
+    cached_tokens: int | None = None   # prompt tokens the engine's prefix cache held (llm model)
 
 
 def answer_of(response: dict[str, Any]) -> Answer:
@@ -565,7 +566,8 @@ def answer_of(response: dict[str, Any]) -> Answer:
     index = _int(response.get("index"))
     return Answer(str(out), reason or None, _int(response.get("prompt_tokens")),
                   _int(response.get("completion_tokens")), index if index is not None and 0 <= index < MAX_N else 0,
-                  _json_list(response.get("tool_calls"), "tool_calls"), _json_list(response.get("logprobs"), "logprobs"))
+                  _json_list(response.get("tool_calls"), "tool_calls"), _json_list(response.get("logprobs"), "logprobs"),
+                  _int(response.get("cached_tokens")))
 
 
 def _first(value: Any) -> Any:
@@ -678,13 +680,17 @@ def gather(answers: list[Answer]) -> list[Answer]:
     return [whole[i] for i in sorted(whole)]
 
 
-def total_usage(answers: list[Answer]) -> dict[str, int] | None:
+def total_usage(answers: list[Answer]) -> dict[str, Any] | None:
     """Usage of n answers to one prompt: the prompt once, every answer's tokens."""
     if not answers or any(a.prompt_tokens is None or a.completion_tokens is None for a in answers):
         return None
     prompt = answers[0].prompt_tokens or 0
     done = sum(a.completion_tokens or 0 for a in answers)
-    return {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done}
+    out: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done}
+    cached = answers[0].cached_tokens
+    if cached is not None:
+        out["prompt_tokens_details"] = {"cached_tokens": cached}
+    return out
 
 
 def completion(gen: Generate, answer: Answer | list[Answer]) -> dict[str, Any]:

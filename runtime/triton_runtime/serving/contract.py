@@ -76,6 +76,8 @@ OUTPUTS = (
            meaning='on the last response of an answer that calls tools: [{"name", "arguments"}] as JSON; else ""'),
     Tensor("logprobs", "TYPE_STRING", optional=False,
            meaning='with logprobs: the tokens of this response\'s text, [{"token", "logprob", "top"}] as JSON; else ""'),
+    Tensor("cached_tokens", "TYPE_INT32", optional=False,
+           meaning="prompt tokens the engine's prefix cache held (not evaluated again)"),
 )
 
 INPUT_NAMES = frozenset(t.name for t in INPUTS)

@@ -57,6 +57,7 @@ class Step:
     prompt_tokens: int
     finish_reason: str | None = None  # set on the last step: stop, length or cancelled
     logprobs: tuple[TokenLogprob, ...] = ()   # the tokens of this step's text, when asked for
+    cached_tokens: int = 0            # prompt tokens that came from a saved prefix (the engine's cache)
 
 
 class RequestError(ValueError):

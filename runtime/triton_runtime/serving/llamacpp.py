@@ -13,10 +13,16 @@ text is never parsed for special tokens (a str prompt given to create_completion
 tokenizes with special=True). Generation uses `Llama.generate` token by token, so the engine
 counts every token, stops at end-of-generation tokens, stop strings and max_tokens, and checks
 for a cancelled request between tokens.
+
+Prompts start from the longest saved state of a prefix of their tokens (prefix_cache.py): a state
+of the KV cache of the context's one sequence (llama_state_seq_get_data / set_data, sequence 0),
+saved where the prompt's last message begins and at its end; `prefix_cache_bytes` (model.yaml
+llamacpp.prefix_cache_bytes, 0 to turn it off) bounds what is kept.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
@@ -26,6 +32,7 @@ import threading
 from typing import Any
 
 from .engine import Counter, Job, RequestError, Stats, Step, TokenLogprob, with_bos
+from .prefix_cache import PrefixCache, boundary
 from .text import StopScanner, Utf8Pieces
 
 log = logging.getLogger(__name__)
@@ -34,7 +41,8 @@ log = logging.getLogger(__name__)
 class LlamaCppEngine:
     name = "llamacpp"
 
-    def __init__(self, model_path: str, n_ctx: int = 4096, n_threads: int | None = None):
+    def __init__(self, model_path: str, n_ctx: int = 4096, n_threads: int | None = None,
+                 prefix_cache_bytes: int = 256 << 20):
         from llama_cpp import Llama
 
         self.llm = Llama(model_path=model_path, n_ctx=n_ctx, n_threads=n_threads or max(1, (os.cpu_count() or 2)),
@@ -49,6 +57,7 @@ class LlamaCppEngine:
         self.eos_token = self._piece(self.eos_id)
         self.queued, self.active = Counter(), Counter()
         self._context_tokens = 0
+        self.cache = PrefixCache(prefix_cache_bytes)
         self._jobs: queue.Queue[Job | None] = queue.Queue()
         self._worker = threading.Thread(target=self._run, name="llamacpp", daemon=True)
         self._worker.start()
@@ -67,10 +76,19 @@ class LlamaCppEngine:
             return False
 
     def tokenize(self, pieces: Any) -> list[int]:
+        return self._tokenize(pieces)[0]
+
+    def _tokenize(self, pieces: Any) -> tuple[list[int], list[tuple[int, bool]]]:
+        """The prompt's tokens, and where each piece starts in them (and whether it is the
+        template's own text)."""
         ids: list[int] = []
+        starts: list[tuple[int, bool]] = []
         for piece in pieces:
+            starts.append((len(ids), piece.trusted))
             ids += self.llm.tokenize(piece.text.encode("utf-8"), add_bos=False, special=piece.trusted)
-        return with_bos(ids, self.bos_id, self.add_bos)
+        full = with_bos(ids, self.bos_id, self.add_bos)
+        shift = len(full) - len(ids)
+        return full, [(start + shift, trusted) for start, trusted in starts]
 
     # -- the Engine interface ----------------------------------------------------------------------
 
@@ -119,7 +137,7 @@ class LlamaCppEngine:
         if job.cancelled():
             job.emit(Step("", 0, 0, "cancelled"))
             return
-        ids = self.tokenize(job.prompt)
+        ids, starts = self._tokenize(job.prompt)
         if len(ids) >= self.n_ctx:
             raise RequestError(f"the prompt is {len(ids)} tokens; this model's context holds {self.n_ctx}")
         s = job.sampling
@@ -127,11 +145,12 @@ class LlamaCppEngine:
         limit = min(s.max_tokens, room)
         grammar = self._grammar(s.guided_json)
         self.llm.set_seed(s.seed if s.seed is not None else random.getrandbits(31))
-        # Every request from an empty context: llama-cpp-python would reuse the KV cache of a prefix
-        # shared with the last request, evaluating the rest in other batch splits, and greedy
-        # decoding could then tie-break another way. Repeatable answers matter more here than the
-        # prompt time saved (this engine serves tests and make dev).
-        self.llm.reset()
+        # The prompt is evaluated here, from the longest saved prefix and in the same pieces
+        # whatever was saved (prefix_cache.py), so generate() finds it whole and samples at once.
+        # Left to itself, llama-cpp-python would reuse whatever prefix the last request left in
+        # the context and evaluate the rest in other batch splits, and greedy decoding could then
+        # tie-break another way.
+        cached = self._evaluate(ids, boundary(starts, len(ids)))
         # min_p 0 and typical_p 1: no sampling OpenAI does not do; top_k <= 0 is off in llama.cpp.
         tokens = self.llm.generate(ids, top_k=s.top_k if s.top_k > 0 else 0, top_p=s.top_p, min_p=0.0, typical_p=1.0,
                                    temp=s.temperature, repeat_penalty=s.repetition_penalty,
@@ -143,7 +162,8 @@ class LlamaCppEngine:
         self._context_tokens = len(ids)
 
         def step(text: str, reason: str | None = None) -> Step:
-            return Step(text, generated, len(ids), reason, marks.take(len(text), reason is not None) if marks else ())
+            return Step(text, generated, len(ids), reason, marks.take(len(text), reason is not None) if marks else (),
+                        cached)
 
         try:
             for token in tokens:
@@ -173,6 +193,37 @@ class LlamaCppEngine:
             job.emit(step(rest, "stop"))
             return
         job.emit(step(rest + scanner.flush(), finish))
+
+    def _evaluate(self, ids: list[int], cut: int) -> int:
+        """Put the prompt `ids` in the context: from the longest saved prefix, then up to `cut`
+        (where its last message begins) and the rest, saving a state at each; the prompt tokens
+        that came from a saved state."""
+        import llama_cpp
+
+        self.llm.reset()
+        self.llm._ctx.kv_cache_clear()
+        done, state = self.cache.longest(ids)
+        if state is not None:
+            size = len(state)
+            if llama_cpp.llama_state_seq_set_data(self.llm._ctx.ctx, (ctypes.c_uint8 * size).from_buffer_copy(state),
+                                                  size, 0) != size:
+                self.llm._ctx.kv_cache_clear()
+                done = 0
+            else:
+                self.llm.input_ids[:done] = ids[:done]
+                self.llm.n_tokens = done
+        for end in (cut, len(ids)):
+            if end <= self.llm.n_tokens:
+                continue
+            self.llm.eval(ids[self.llm.n_tokens:end])
+            self._context_tokens = end
+            if self.cache.wants(ids[:end]):
+                size = llama_cpp.llama_state_seq_get_size(self.llm._ctx.ctx, 0)
+                buffer = (ctypes.c_uint8 * size)()
+                written = llama_cpp.llama_state_seq_get_data(self.llm._ctx.ctx, buffer, size, 0)
+                if 0 < written <= size:
+                    self.cache.store(ids[:end], bytes(buffer)[:written], written)
+        return done
 
     def _logprob(self, token: int, top: int) -> TokenLogprob:
         """`token`'s log probability under the model (its raw distribution, before sampling's

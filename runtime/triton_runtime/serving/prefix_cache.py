@@ -1,0 +1,91 @@
+"""Saved engine states for prompt prefixes, for the CPU engine (pure: the states are opaque).
+
+llama.cpp's context holds one sequence; llama-cpp-python's LlamaRAMCache keeps whole prompts, so
+a shared system prompt followed by different questions never hits. Here a state is saved at the
+prompt's boundaries (where a message's content begins: what every request of a tenant, or every
+later turn of a conversation, shares) and at the prompt's end, and a new prompt starts from the
+longest saved prefix of its tokens. The prompt is evaluated in the same pieces whether or not a
+prefix was saved (first up to the boundary, then the rest), so an answer does not depend on what
+other requests left behind: greedy decoding gives the same tokens cold or warm.
+
+Least recently used states go first when the saved bytes pass the budget.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+MIN_TOKENS = 16     # shorter prefixes are not worth a state
+
+
+@dataclass
+class Stats:
+    lookups: int = 0
+    hits: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    stored: int = 0
+    removed: int = 0
+
+
+class PrefixCache:
+    def __init__(self, budget_bytes: int):
+        self.budget = budget_bytes
+        self.states: OrderedDict[tuple[int, ...], tuple[Any, int]] = OrderedDict()   # prefix -> (state, bytes)
+        self.bytes = 0
+        self.stats = Stats()
+
+    @property
+    def enabled(self) -> bool:
+        return self.budget > 0
+
+    def longest(self, ids: Sequence[int]) -> tuple[int, Any]:
+        """The longest saved prefix of `ids` shorter than `ids` (a token must be left to evaluate:
+        its logits start the answer), as (its length, its state); (0, None) when none."""
+        self.stats.lookups += 1
+        self.stats.prompt_tokens += len(ids)
+        best: tuple[int, ...] | None = None
+        for prefix in self.states:
+            n = len(prefix)
+            if n < len(ids) and (best is None or n > len(best)) and tuple(ids[:n]) == prefix:
+                best = prefix
+        if best is None:
+            return 0, None
+        self.states.move_to_end(best)
+        self.stats.hits += 1
+        self.stats.cached_tokens += len(best)
+        return len(best), self.states[best][0]
+
+    def wants(self, prefix: Sequence[int]) -> bool:
+        """Whether a state for `prefix` is worth saving (long enough, not saved yet)."""
+        return self.enabled and len(prefix) >= MIN_TOKENS and tuple(prefix) not in self.states
+
+    def store(self, prefix: Sequence[int], state: Any, size: int) -> list[tuple[int, ...]]:
+        """Save `state` for `prefix`; returns the prefixes evicted to stay within the budget."""
+        key = tuple(prefix)
+        if not self.enabled or size > self.budget or key in self.states:
+            return []
+        self.states[key] = (state, size)
+        self.bytes += size
+        self.stats.stored += 1
+        evicted = []
+        while self.bytes > self.budget:
+            old, (_, old_size) = self.states.popitem(last=False)
+            self.bytes -= old_size
+            self.stats.removed += 1
+            evicted.append(old)
+        return evicted
+
+    def clear(self) -> None:
+        self.states.clear()
+        self.bytes = 0
+
+
+def boundary(offsets: Sequence[tuple[int, bool]], total: int) -> int:
+    """Where the prompt's last message content begins (a token offset), from the pieces' start
+    offsets and whether each is the template's own text: what the requests that share everything
+    but their last message share. 0 when the prompt is one piece (a completion's)."""
+    starts = [start for start, trusted in offsets if not trusted and 0 < start < total]
+    return starts[-1] if starts else 0

@@ -1,0 +1,47 @@
+"""The CPU engine's prefix cache (runtime/triton_runtime/serving/prefix_cache.py, pure): the
+longest saved prefix of a prompt, the boundary where its last message begins, and the byte budget
+(least recently used first). The cache on the real model is in e2e/test_llm.py."""
+
+from __future__ import annotations
+
+from triton_runtime.serving.prefix_cache import MIN_TOKENS, PrefixCache, boundary
+
+SYSTEM = list(range(100, 140))          # a shared system turn: 40 tokens
+
+
+def test_the_longest_saved_prefix_shorter_than_the_prompt_is_found():
+    cache = PrefixCache(10_000)
+    cache.store(SYSTEM, "state-system", 100)
+    cache.store(SYSTEM + [1, 2, 3] * 6, "state-turn", 100)
+    assert cache.longest(SYSTEM + [1, 2, 3] * 6 + [9]) == (58, "state-turn")
+    assert cache.longest(SYSTEM + [7, 7]) == (40, "state-system")
+    assert cache.longest(SYSTEM) == (0, None), "a token must be left to evaluate"
+    assert cache.longest([5] + SYSTEM) == (0, None)
+    assert (cache.stats.lookups, cache.stats.hits, cache.stats.cached_tokens) == (4, 2, 98)
+
+
+def test_short_or_known_prefixes_are_not_worth_a_state():
+    cache = PrefixCache(10_000)
+    assert not cache.wants(list(range(MIN_TOKENS - 1))) and cache.wants(SYSTEM)
+    cache.store(SYSTEM, "s", 10)
+    assert not cache.wants(SYSTEM)
+    assert not PrefixCache(0).wants(SYSTEM), "a budget of 0 turns it off"
+
+
+def test_the_least_recently_used_states_go_first_past_the_budget():
+    cache = PrefixCache(250)
+    a, b, c = SYSTEM + [1] * 20, SYSTEM + [2] * 20, SYSTEM + [3] * 20
+    cache.store(a, "a", 100)
+    cache.store(b, "b", 100)
+    cache.longest(a + [0])                  # a was used: b is now the oldest
+    assert cache.store(c, "c", 100) == [tuple(b)]
+    assert set(cache.states) == {tuple(a), tuple(c)} and cache.bytes == 200
+    assert cache.store(list(range(500)), "big", 300) == [], "a state larger than the budget is not kept"
+    assert cache.stats.removed == 1
+
+
+def test_the_boundary_is_where_the_last_message_begins():
+    # [template 0..10) [system 10..50) [template 50..55) [user 55..60) [template 60..64)
+    starts = [(0, True), (10, False), (50, True), (55, False), (60, True)]
+    assert boundary(starts, 64) == 55
+    assert boundary([(0, True)], 30) == 0, "a completion's prompt is one piece"
