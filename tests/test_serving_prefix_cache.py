@@ -28,16 +28,20 @@ def test_short_or_known_prefixes_are_not_worth_a_state():
     assert not PrefixCache(0).wants(SYSTEM), "a budget of 0 turns it off"
 
 
-def test_the_least_recently_used_states_go_first_past_the_budget():
+def test_states_never_reused_go_first_then_the_least_recently_used():
     cache = PrefixCache(250)
-    a, b, c = SYSTEM + [1] * 20, SYSTEM + [2] * 20, SYSTEM + [3] * 20
-    cache.store(a, "a", 100)
-    cache.store(b, "b", 100)
-    cache.longest(a + [0])                  # a was used: b is now the oldest
-    assert cache.store(c, "c", 100) == [tuple(b)]
-    assert set(cache.states) == {tuple(a), tuple(c)} and cache.bytes == 200
+    a, b, c, d = (SYSTEM + [i] * 20 for i in (1, 2, 3, 4))
+    cache.store(a, "a", 100)                # a tenant's system prompt ...
+    cache.store(b, "b", 100)                # ... and the end of a one-off question after it
+    cache.longest(a + [0])                  # a served a later prompt
+    cache.longest(a + [0])
+    assert cache.store(c, "c", 100) == [tuple(b)], "the one never reused goes, though a is older"
+    assert cache.store(d, "d", 100) == [tuple(c)]
+    cache.longest(d + [0])                  # now both were reused: the least recently used goes
+    assert cache.store(SYSTEM + [5] * 20, "e", 100) == [tuple(a)]
+    assert list(cache.states) == [tuple(d), tuple(SYSTEM + [5] * 20)] and cache.bytes == 200
     assert cache.store(list(range(500)), "big", 300) == [], "a state larger than the budget is not kept"
-    assert cache.stats.removed == 1
+    assert cache.stats.removed == 3
 
 
 def test_the_boundary_is_where_the_last_message_begins():

@@ -42,9 +42,10 @@ class LLMTriton(TritonServer):
     """tritonserver serving `llm` on llama.cpp; `threads` CPU threads for generation."""
 
     def __init__(self, *, n_ctx: int = 2048, threads: int = 2, default_max_tokens: int = 256,
-                 chat_template: str | None = None, **kwargs):
+                 chat_template: str | None = None, prefix_cache_bytes: int | None = None, **kwargs):
         self.n_ctx, self.threads, self.default_max_tokens = n_ctx, threads, default_max_tokens
         self.chat_template = chat_template
+        self.prefix_cache_bytes = prefix_cache_bytes
         self._tmp = Path(tempfile.mkdtemp(prefix="llm-repo-"))
         super().__init__(model_name=MODEL, repository=self._tmp / "repository", **kwargs)
 
@@ -56,6 +57,7 @@ class LLMTriton(TritonServer):
             repository.write(repository.Spec(
                 engine="llamacpp", model=ensure_llm(), n_ctx=self.n_ctx, n_threads=self.threads,
                 default_max_tokens=self.default_max_tokens, chat_template=self.chat_template,
+                prefix_cache_bytes=self.prefix_cache_bytes,
                 site_dirs=(site,)), self._tmp / "repository")
         super().start(wait=wait, timeout=timeout)
         return self

@@ -8,7 +8,9 @@ longest saved prefix of its tokens. The prompt is evaluated in the same pieces w
 prefix was saved (first up to the boundary, then the rest), so an answer does not depend on what
 other requests left behind: greedy decoding gives the same tokens cold or warm.
 
-Least recently used states go first when the saved bytes pass the budget.
+When the saved bytes pass the budget, states never reused go first (the end of a one-off
+question), then the least recently used: a tenant's system prompt, reused by every request of the
+tenant, outlives the stream of questions that follow it (as in 2Q / segmented LRU).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class PrefixCache:
     def __init__(self, budget_bytes: int):
         self.budget = budget_bytes
         self.states: OrderedDict[tuple[int, ...], tuple[Any, int]] = OrderedDict()   # prefix -> (state, bytes)
+        self.reused: set[tuple[int, ...]] = set()     # prefixes whose state served a later prompt
         self.bytes = 0
         self.stats = Stats()
 
@@ -54,6 +57,7 @@ class PrefixCache:
         if best is None:
             return 0, None
         self.states.move_to_end(best)
+        self.reused.add(best)
         self.stats.hits += 1
         self.stats.cached_tokens += len(best)
         return len(best), self.states[best][0]
@@ -72,7 +76,11 @@ class PrefixCache:
         self.stats.stored += 1
         evicted = []
         while self.bytes > self.budget:
-            old, (_, old_size) = self.states.popitem(last=False)
+            old = next((p for p in self.states if p not in self.reused and p != key), None)
+            if old is None:
+                old = next(iter(self.states))
+            _, old_size = self.states.pop(old)
+            self.reused.discard(old)
             self.bytes -= old_size
             self.stats.removed += 1
             evicted.append(old)
@@ -80,6 +88,7 @@ class PrefixCache:
 
     def clear(self) -> None:
         self.states.clear()
+        self.reused.clear()
         self.bytes = 0
 
 

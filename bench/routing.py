@@ -1,0 +1,239 @@
+"""make bench-routing: what routing by a request's beginning does for time to first token, on real
+replicas.
+
+Three replicas of the real `llm` model (SmolLM2-135M-Instruct on llama.cpp, each its own CPU
+tritonserver, one thread, its prefix cache kept to --cache-mib: a replica's KV cache holds a few
+tenants' prompts, not all of them) behind the real gateway (a separate process routing from a fixed
+table: discovery only changes the table), driven through /v1/chat/completions with streaming at a
+fixed concurrency. Workloads:
+- tenants: --tenants tenants, each with its own system prompt of about 500 tokens, short questions;
+- conversations: multi-turn chats that resend their history on every turn;
+- control: prompts of about 500 tokens that share nothing.
+Routing: leastInFlight (the default), prefix (spec.routing.policy prefix) and random (for
+reference: a random replica per request, within the same load bound). Every run starts with fresh
+replicas (empty caches). Reported per run: TTFT p50/p90 (first streamed token), requests/s, and the
+hit rate (prompt tokens the replicas' caches held / prompt tokens, from their
+triton_llm_prompt_tokens_cached_total and triton_llm_prompt_tokens_total).
+
+On 2 shared cores three replicas, the gateway and the client compete for CPU: the figures are this
+machine's. Writes bench/results/routing.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+OUT = ROOT / "bench" / "results"
+POLICIES = ("leastInFlight", "prefix", "random")
+WORKLOADS = ("tenants", "conversations", "control")
+WORDS = ("billing support refund invoice account plan upgrade shipping order warranty return policy customer "
+         "device network password security privacy contract renewal discount payment delivery storage backup").split()
+
+
+def serve_gateway(port: int, keys: str, policy: str, ports: list[int]) -> None:
+    """The gateway process: one service `smol` over the replicas at `ports`."""
+    from triton_operator.gateway import gateway_command, openai_proxy
+    from triton_operator.gateway.config import GatewaySettings
+    from triton_operator.gateway.server import Gateway
+
+    if policy == "random":   # a random order per request: prefix routing's bound, with no affinity
+        openai_proxy.affinity_of = lambda req, key: random.getrandbits(64)  # type: ignore[assignment]
+    gw = Gateway(GatewaySettings(address="127.0.0.1", port=port, metrics_port=0, key_files=[keys],
+                                 requests_per_minute=1e9), None)
+    gw.router.set_service({"metadata": {"name": "smol", "namespace": "bench"},
+                           "spec": {"model": {"format": "tensorrt-llm", "source": "hf://x/y"},
+                                    "routing": {"policy": "leastInFlight" if policy == "leastInFlight" else "prefix"}}})
+    for i, p in enumerate(ports):
+        gw.router.set_slice({"metadata": {"name": f"smol-{i}", "namespace": "bench",
+                                          "labels": {"kubernetes.io/service-name": "smol"}},
+                             "ports": [{"name": "http", "port": p}],
+                             "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": True}}]})
+    gateway_command.run_loop(gateway_command.serve(gw))
+
+
+def system_prompt(rng: random.Random, tenant: int) -> str:
+    rules = " ".join(f"Rule {k}: for {rng.choice(WORDS)} questions about {rng.choice(WORDS)}, "
+                     f"mention the {rng.choice(WORDS)} team." for k in range(30))
+    return f"You are the assistant of company {tenant}. {rules}"
+
+
+def workload(name: str, tenants: int, requests: int, seed: int) -> list[list[list[dict[str, str]]]]:
+    """Sessions: each a list of turns, each turn the messages sent (a conversation's turns resend
+    its history: the earlier questions, each followed by a fixed reply standing for its answer)."""
+    rng = random.Random(seed)
+    if name == "tenants":
+        systems = [system_prompt(rng, t) for t in range(tenants)]
+        return [[[{"role": "system", "content": systems[rng.randrange(tenants)]},
+                  {"role": "user", "content": f"Question {i}: what about my {rng.choice(WORDS)}?"}]]
+                for i in range(requests)]
+    if name == "conversations":
+        sessions = []
+        for c in range(requests // 5):
+            history = [{"role": "system", "content": system_prompt(rng, 1000 + c)}]
+            turns = []
+            for k in range(5):
+                history = history + [{"role": "user", "content": f"Turn {k}: tell me about {rng.choice(WORDS)}."}]
+                turns.append(list(history))
+                history = history + [{"role": "assistant", "content": f"Here is what I know about turn {k}."}]
+            sessions.append(turns)
+        return sessions
+    return [[[{"role": "user", "content": system_prompt(rng, 5000 + i) + " Summarise rule 1."}]] for i in range(requests)]
+
+
+async def run_sessions(url: str, key: str, sessions: list[list[list[dict[str, str]]]],
+                       concurrency: int) -> tuple[list[float], float, int]:
+    """TTFTs of every request, the wall time, and the requests done. Each session's turns go in
+    order; `concurrency` sessions at once."""
+    ttfts: list[float] = []
+    queue: asyncio.Queue[list[list[dict[str, str]]]] = asyncio.Queue()
+    for s in sessions:
+        queue.put_nowait(s)
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        while not queue.empty():
+            turns = queue.get_nowait()
+            for messages in turns:
+                body = json.dumps({"model": "smol", "messages": messages, "max_tokens": 8, "temperature": 0,
+                                   "stream": True}).encode()
+                started = time.perf_counter()
+                first = None
+                async with session.post(url, data=body, headers=headers) as resp:
+                    assert resp.status == 200, await resp.text()
+                    async for line in resp.content:
+                        if first is None and line.startswith(b"data: {") and b'"content":"' in line \
+                                and b'"content":""' not in line:
+                            first = time.perf_counter() - started
+                ttfts.append(first if first is not None else time.perf_counter() - started)
+
+    t0 = time.perf_counter()
+    timeout = aiohttp.ClientTimeout(total=600)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        await asyncio.gather(*(worker(session) for _ in range(concurrency)))
+    return ttfts, time.perf_counter() - t0, len(ttfts)
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def one_run(policy: str, name: str, args: argparse.Namespace) -> dict[str, Any]:
+    from e2e.harness import free_port
+    from e2e.harness.llm import LLMTriton
+
+    replicas = [LLMTriton(threads=1, n_ctx=2048, prefix_cache_bytes=args.cache_mib << 20) for _ in range(args.replicas)]
+    gateway = None
+    keys = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)
+    key = "sk-bench-" + secrets.token_urlsafe(32)
+    keys.write(f"keys:\n  - {{name: bench, key: {key}, namespaces: [bench]}}\n")
+    keys.close()
+    try:
+        for r in replicas:
+            r.start()
+        port = free_port()
+        gateway = subprocess.Popen([sys.executable, __file__, "--serve-gateway", str(port), keys.name, policy,
+                                    ",".join(str(r.http_port) for r in replicas)], start_new_session=True)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                with urllib_open(f"http://127.0.0.1:{port}/healthz"):
+                    break
+            except OSError:
+                time.sleep(0.2)
+        sessions = workload(name, args.tenants, args.requests, args.seed)
+        ttfts, wall, n = asyncio.run(run_sessions(f"http://127.0.0.1:{port}/v1/chat/completions", key, sessions,
+                                                  args.concurrency))
+        prompt = sum(sum(v for _, v in r.metric_samples("triton_llm_prompt_tokens_total")) for r in replicas)
+        cached = sum(sum(v for _, v in r.metric_samples("triton_llm_prompt_tokens_cached_total")) for r in replicas)
+        return {"policy": policy, "workload": name, "requests": n, "ttft_p50": pct(ttfts, 0.5),
+                "ttft_p90": pct(ttfts, 0.9), "ttft_mean": statistics.mean(ttfts), "rps": n / wall,
+                "hit_rate": cached / prompt if prompt else 0.0, "wall_s": wall}
+    finally:
+        if gateway is not None:
+            gateway.terminate()
+            gateway.wait(10)
+        for r in replicas:
+            r.stop()
+        os.unlink(keys.name)
+
+
+def urllib_open(url: str) -> Any:
+    import urllib.request
+    return urllib.request.urlopen(url, timeout=2)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--replicas", type=int, default=3)
+    p.add_argument("--tenants", type=int, default=12)
+    p.add_argument("--requests", type=int, default=72, help="requests per workload (conversations: 5 turns each)")
+    p.add_argument("--concurrency", type=int, default=3)
+    p.add_argument("--cache-mib", type=int, default=48, help="each replica's prefix-cache budget")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--workload", action="append", choices=WORKLOADS)
+    p.add_argument("--policy", action="append", choices=POLICIES)
+    p.add_argument("--out", default=str(OUT))
+    p.add_argument("--serve-gateway", nargs=4, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.serve_gateway:
+        port, keys, policy, ports = args.serve_gateway
+        serve_gateway(int(port), keys, policy, [int(x) for x in ports.split(",")])
+        return
+    started = datetime.now(timezone.utc)
+    rows = []
+    for name in args.workload or WORKLOADS:
+        for policy in args.policy or POLICIES:
+            row = one_run(policy, name, args)
+            rows.append(row)
+            print(f"{name:14s} {policy:14s} TTFT p50 {row['ttft_p50']:6.2f}s p90 {row['ttft_p90']:6.2f}s "
+                  f"{row['rps']:5.2f} req/s hit rate {row['hit_rate']:5.1%} ({row['requests']} requests, "
+                  f"{row['wall_s']:.0f}s)", flush=True)
+    lines = [
+        "# Routing by a request's beginning, on real replicas",
+        "",
+        f"`make bench-routing` (`python bench/routing.py`), {started:%Y-%m-%d %H:%M} UTC, on this machine "
+        f"({os.cpu_count()} cores, shared by the replicas, the gateway and the client); {args.replicas} replicas of "
+        f"SmolLM2-135M-Instruct (llama.cpp, one thread each, a {args.cache_mib} MiB prefix cache each), "
+        f"{args.tenants} tenants, {args.requests} requests per workload, concurrency {args.concurrency}, "
+        f"8 tokens per answer, seed {args.seed}. Each run starts from empty caches.",
+        "",
+        "| workload | routing | TTFT p50 (s) | TTFT p90 (s) | requests/s | cache hit rate |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        lines.append(f"| {r['workload']} | {r['policy']} | {r['ttft_p50']:.2f} | {r['ttft_p90']:.2f} | "
+                     f"{r['rps']:.2f} | {r['hit_rate']:.1%} |")
+    by = {(r["workload"], r["policy"]): r for r in rows}
+    lines.append("")
+    for name in args.workload or WORKLOADS:
+        a, b = by.get((name, "prefix")), by.get((name, "leastInFlight"))
+        if a and b:
+            lines.append(f"- {name}: prefix routing's TTFT p90 is {a['ttft_p90'] / b['ttft_p90']:.2f}x "
+                         f"leastInFlight's, at {a['rps'] / b['rps']:.2f}x its throughput.")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "routing.md").write_text("\n".join(lines) + "\n")
+    (out / "routing.json").write_text(json.dumps(rows, indent=1) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
