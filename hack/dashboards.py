@@ -239,6 +239,10 @@ def service() -> dict[str, Any]:
               [(q(0.5, "triton_gateway_tokens_per_second"), "p50")])
     lay.panel("timeseries", "KV cache", "Fraction of the KV cache in use (the engine's).",
               [(f"avg(triton_llm_kv_cache_utilization{{{s}}})", "used")], unit="percentunit")
+    lay.panel("timeseries", "Prefix cache hit rate", "Share of prompt tokens the engine's prefix cache held, "
+              "not evaluated again (the CPU engine's; routing by prefix raises it).",
+              [(f"sum(rate(triton_llm_prompt_tokens_cached_total{{{s}}}[{ri}])) / "
+                f"sum(rate(triton_llm_prompt_tokens_total{{{s}}}[{ri}]))", "hit rate")], unit="percentunit")
     lay.panel("timeseries", "Tokens by API key", "Tokens each key used at this service, by kind.",
               [(f"sum by (key, kind) (rate(triton_gateway_key_tokens_total{{{s}}}[{ri}]))", "{{key}} {{kind}}")])
     lay.row("Autoscaler and gateway")
