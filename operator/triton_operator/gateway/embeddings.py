@@ -16,7 +16,7 @@ import math
 import struct
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from . import translate as t
 
@@ -57,13 +57,7 @@ class EmbeddingsRequest(BaseModel):
 
 
 def parse(raw: bytes | bytearray) -> EmbeddingsRequest:
-    data = t.parse_json(raw)
-    if not isinstance(data, dict):
-        raise t.OpenAIError(400, "the request body must be a JSON object")
-    try:
-        return EmbeddingsRequest.model_validate(data)
-    except ValidationError as e:
-        raise t.validation_error(e) from None
+    return t.parse_body(raw, EmbeddingsRequest)
 
 
 def generate_body(req: EmbeddingsRequest) -> dict[str, Any]:

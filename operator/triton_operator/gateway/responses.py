@@ -149,13 +149,7 @@ class ResponsesRequest(BaseModel):
 
 
 def parse(raw: bytes | bytearray) -> ResponsesRequest:
-    data = t.parse_json(raw)
-    if not isinstance(data, dict):
-        raise t.OpenAIError(400, "the request body must be a JSON object")
-    try:
-        return ResponsesRequest.model_validate(data)
-    except ValidationError as e:
-        raise t.validation_error(e) from None
+    return t.parse_body(raw, ResponsesRequest)
 
 
 def to_chat(req: ResponsesRequest) -> t.ChatRequest:

@@ -29,7 +29,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from jinja2 import TemplateError
 from jinja2.ext import loopcontrols
@@ -364,7 +364,12 @@ def parse_json(raw: bytes | bytearray) -> Any:
                           code="request_too_complex") from None
 
 
-def parse_body(raw: bytes | bytearray, kind: type[_Request]) -> _Request:
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def parse_body(raw: bytes | bytearray, kind: type[_M]) -> _M:
+    """A request body as `kind` (a request model of this gateway): a 400 naming the field for
+    anything it is not."""
     data = parse_json(raw)
     if not isinstance(data, dict):
         raise OpenAIError(400, "the request body must be a JSON object")
