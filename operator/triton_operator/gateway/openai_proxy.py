@@ -21,7 +21,7 @@ from .auth import Auth, Caller
 from .holding import Holding
 from .resolution import Resolver
 from .routing import Router, Service, ServiceKey, affinity
-from .upstream import Exchange, Upstream, answer_json, read_chunk, read_whole, upstream_error
+from .upstream import Exchange, Upstream, answer_json, answer_too_large, read_chunk, read_whole, upstream_error
 
 
 class OpenAIProxy:
@@ -190,8 +190,7 @@ class OpenAIProxy:
         while chunk := await read_chunk(resp, svc, s.upstream_idle_timeout_seconds):
             size += len(chunk)
             if size > s.max_answer_bytes:
-                raise t.OpenAIError(502, f"the model's answer is larger than the gateway takes ({s.max_answer_bytes} "
-                                         f"bytes)", "upstream_error", code="upstream_answer_too_large")
+                raise answer_too_large(svc, s.max_answer_bytes)
             held.set(size)
             pieces += [t.answer_of(event) for event in events.feed(chunk)]
         answers = t.gather(pieces)

@@ -765,10 +765,6 @@ class Stream:
         """Tokens generated, over every answer."""
         return sum(c.tokens for c in self._choices.values())
 
-    @property
-    def finish_reason(self) -> str | None:
-        return self._choices[0].finish_reason
-
     def _chunk(self, content: str | None, finish: str | None, role: bool = False, index: int = 0,
                calls: list[dict[str, Any]] | None = None, logprobs: list[dict[str, Any]] | None = None) -> bytes:
         marks: Any = None

@@ -12,6 +12,23 @@ import codecs
 from typing import Sequence
 
 
+def first_mark(text: str, marks: Sequence[str]) -> int:
+    """Where the first of `marks` begins in `text` (-1: none does)."""
+    return min((i for i in (text.find(m) for m in marks) if i >= 0), default=-1)
+
+
+def held_tail(text: str, marks: Sequence[str]) -> int:
+    """Length of the longest tail of `text` that is a proper prefix of one of `marks`: what may
+    still become one once more text comes."""
+    best = 0
+    for s in marks:
+        for k in range(min(len(s) - 1, len(text)), best, -1):
+            if text.endswith(s[:k]):
+                best = k
+                break
+    return best
+
+
 class StopScanner:
     def __init__(self, stops: Sequence[str]):
         self.stops = tuple(s for s in stops if s)
@@ -22,24 +39,14 @@ class StopScanner:
         if self.stopped:
             return ""
         text = self.pending + piece
-        cut = min((i for i in (text.find(s) for s in self.stops) if i >= 0), default=-1)
+        cut = first_mark(text, self.stops)
         if cut >= 0:
             self.stopped = True
             self.pending = ""
             return text[:cut]
-        hold = self._held(text)
+        hold = held_tail(text, self.stops)
         self.pending = text[len(text) - hold:] if hold else ""
         return text[:len(text) - hold]
-
-    def _held(self, text: str) -> int:
-        """Length of the longest tail of `text` that is a proper prefix of a stop sequence."""
-        best = 0
-        for s in self.stops:
-            for k in range(min(len(s) - 1, len(text)), best, -1):
-                if text.endswith(s[:k]):
-                    best = k
-                    break
-        return best
 
     def flush(self) -> str:
         """What is held back, once the answer ended without a stop sequence."""

@@ -31,6 +31,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from .text import first_mark, held_tail
+
 MAX_TOOLS = 128
 NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 OPEN_TAGS = ("<tool_call>", "[TOOL_CALLS]", "<|python_tag|>")
@@ -241,7 +243,7 @@ def parse_calls(text: str, tools: Sequence[dict[str, Any]], forced: bool = False
         calls = _calls(stripped, names)
         if calls:
             return "", calls
-    at = min((i for i in (text.find(tag) for tag in OPEN_TAGS) if i >= 0), default=-1)
+    at = first_mark(text, OPEN_TAGS)
     if at < 0:
         return text, []
     before, rest = text[:at], text[at:]
@@ -284,13 +286,12 @@ class CallScanner:
         if not self.sent.strip() and text.lstrip()[:1] in ("{", "["):
             self.holding, self.held = True, text
             return ""
-        at = min((i for i in (text.find(tag) for tag in OPEN_TAGS) if i >= 0), default=-1)
+        at = first_mark(text, OPEN_TAGS)
         if at >= 0:
             out, self.held, self.holding = text[:at], text[at:], True
             self.sent += out
             return out
-        keep = max((k for tag in OPEN_TAGS for k in range(min(len(tag) - 1, len(text)), 0, -1)
-                    if text.endswith(tag[:k])), default=0)
+        keep = held_tail(text, OPEN_TAGS)
         out, self.held = text[:len(text) - keep], text[len(text) - keep:]
         self.sent += out
         return out
