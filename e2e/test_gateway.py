@@ -120,8 +120,7 @@ def services(operator: Operator, prometheus: Prometheus, gateway: GatewayProcess
         wait_for("chat routed", lambda: mirror.applied.get(CHAT) == 1, timeout=30)
         yield c
     finally:
-        mirror.stop_flag.set()
-        mirror.thread.join(10)
+        mirror.stop()
         c.kubectl("delete", "namespace", NS, "--wait=false", check=False)
         operator.extra_env.clear()
         operator.extra_env.update(saved)

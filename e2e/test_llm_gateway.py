@@ -92,9 +92,7 @@ def service(operator: Operator, gateway: GatewayProcess, llm: LLMTriton) -> Iter
         wait_for("smol routed", lambda: mirror.applied.get(NAME) == 1, timeout=30)
         yield c
     finally:
-        mirror.stop_flag.set()
-        if mirror.thread.is_alive():
-            mirror.thread.join(10)
+        mirror.stop()
         c.kubectl("delete", "namespace", NS, "--wait=false", check=False)
         c.kubectl("delete", "pv", f"models-{NS}", "--wait=false", check=False)
         operator.extra_env.clear()
@@ -334,9 +332,7 @@ def embedder(service: Cluster) -> Iterator[str]:
             wait_for("embed routed", lambda: mirror.applied.get(EMBED) == 1, timeout=30)
             yield EMBED
         finally:
-            mirror.stop_flag.set()
-            if mirror.thread.is_alive():
-                mirror.thread.join(10)
+            mirror.stop()
             service.kubectl("delete", "inferenceservice", EMBED, "-n", NS, "--wait=false", check=False)
 
 

@@ -17,6 +17,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -99,3 +100,19 @@ def tail(path: Path, lines: int = 40) -> str:
     except OSError:
         return f"(no log at {path})"
     return "\n".join(text.splitlines()[-lines:])
+
+
+_installed: dict[str, dict[str, str]] = {}
+_install_lock = threading.Lock()
+
+
+def installed(script: Path, timeout: float) -> dict[str, str]:
+    """What a hack/install-*.sh script prints as KEY=VALUE lines, the script run once per process
+    (it installs what is missing and prints where things are)."""
+    with _install_lock:
+        if str(script) not in _installed:
+            out = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=timeout)
+            if out.returncode != 0:
+                raise RuntimeError(f"{script} failed ({out.returncode}):\n{out.stderr[-3000:]}")
+            _installed[str(script)] = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
+        return _installed[str(script)]

@@ -6,31 +6,20 @@ embedding model behind an InferenceService with spec.openai.task embeddings answ
 from __future__ import annotations
 
 import shutil
-import subprocess
 import tempfile
-import threading
 from pathlib import Path
 
-from . import REPO_ROOT
+from . import REPO_ROOT, installed
 from .triton import TritonServer, ensure_tritonserver
 
 INSTALL_SCRIPT = REPO_ROOT / "hack" / "install-embedder.sh"
 MODEL = "embed"
 DIMENSION = 384
-_lock = threading.Lock()
-_folder: str | None = None
 
 
 def ensure_embedder() -> str:
     """The model's folder (config.json, model.safetensors, tokenizer.json); once per process."""
-    global _folder
-    with _lock:
-        if _folder is None:
-            out = subprocess.run(["bash", str(INSTALL_SCRIPT)], capture_output=True, text=True, timeout=1200)
-            if out.returncode != 0:
-                raise RuntimeError(f"{INSTALL_SCRIPT} failed ({out.returncode}):\n{out.stderr[-3000:]}")
-            _folder = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)["MODEL_DIR"]
-        return _folder
+    return installed(INSTALL_SCRIPT, timeout=1200)["MODEL_DIR"]
 
 
 CONFIG = """name: "embed"

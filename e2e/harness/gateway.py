@@ -81,6 +81,12 @@ class SliceMirror:
         self.errors: list[str] = []
         self.thread = threading.Thread(target=self.run, daemon=True)
 
+    def stop(self) -> None:
+        """Stop mirroring (the slices stay)."""
+        self.stop_flag.set()
+        if self.thread.is_alive():
+            self.thread.join(10)
+
     def run(self) -> None:
         while not self.stop_flag.wait(0.3):
             try:

@@ -11,31 +11,19 @@ from __future__ import annotations
 
 import atexit
 import os
-import subprocess
 import tempfile
-import threading
 from pathlib import Path
 
-from . import REPO_ROOT
+from . import REPO_ROOT, installed
 from .triton import TritonServer, ensure_tritonserver
 
 INSTALL_SCRIPT = REPO_ROOT / "hack" / "install-llm.sh"
 MODEL = "llm"
-_lock = threading.Lock()
-_gguf: str | None = None
 
 
 def ensure_llm() -> str:
     """The GGUF file of SmolLM2-135M-Instruct (llama-cpp-python installed); once per process."""
-    global _gguf
-    with _lock:
-        if _gguf is None:
-            out = subprocess.run(["bash", str(INSTALL_SCRIPT)], capture_output=True, text=True, timeout=3600)
-            if out.returncode != 0:
-                raise RuntimeError(f"{INSTALL_SCRIPT} failed ({out.returncode}):\n{out.stderr[-3000:]}")
-            lines = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
-            _gguf = lines["GGUF"]
-        return _gguf
+    return installed(INSTALL_SCRIPT, timeout=3600)["GGUF"]
 
 
 class LLMTriton(TritonServer):
