@@ -202,3 +202,17 @@ def test_a_shared_system_prompt_is_evaluated_once_and_answers_do_not_change(llm:
     expected = shared + again["cached_tokens"]
     wait_for("the cached prompt tokens counted", lambda: metric(llm, "triton_llm_prompt_tokens_cached_total") - before
              == expected, timeout=10)
+
+
+def test_the_engine_evaluates_prompts_on_its_own_threads_only():
+    """A replica given one thread evaluates prompts on one thread too: llama-cpp-python's default
+    would take every core for the prompt, and replicas sharing a machine then spin against each
+    other. The engine is built in process on the real GGUF file."""
+    from triton_runtime.serving.llamacpp import LlamaCppEngine
+
+    engine = LlamaCppEngine(ensure_llm(), n_ctx=256, n_threads=1, prefix_cache_bytes=0)
+    try:
+        params = engine.llm.context_params
+        assert (params.n_threads, params.n_threads_batch) == (1, 1)
+    finally:
+        engine.llm.close()

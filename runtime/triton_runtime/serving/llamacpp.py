@@ -45,8 +45,12 @@ class LlamaCppEngine:
                  prefix_cache_bytes: int = 256 << 20):
         from llama_cpp import Llama
 
-        self.llm = Llama(model_path=model_path, n_ctx=n_ctx, n_threads=n_threads or max(1, (os.cpu_count() or 2)),
-                         verbose=False)
+        # The prompt's evaluation gets the same threads as generation: llama-cpp-python would give it
+        # every core, and replicas sharing a node then spin against each other (ggml's threads wait
+        # for each other busily), which made a 50-token prompt take 14 s with two one-thread replicas
+        # on two cores.
+        threads = n_threads or max(1, (os.cpu_count() or 2))
+        self.llm = Llama(model_path=model_path, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, verbose=False)
         self.n_ctx = self.llm.n_ctx()
         meta = self.llm.metadata
         self.chat_template = meta.get("tokenizer.chat_template")
