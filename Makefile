@@ -16,7 +16,7 @@ define covered_pytest
 	  $(COVERAGE) combine --quiet && $(COVERAGE) report; exit $$status
 endef
 
-.PHONY: help venv test unit unit-coverage e2e crds golden dashboards check-generated dev dev-down tools lint lock bench-autoscaling bench-scale bench-spill bench-foresight bench-robustness bench-gateway bench-standby bench-delivery bench-routing
+.PHONY: help venv test unit unit-coverage e2e crds golden dashboards check-generated dev dev-down tools lint lock bench-autoscaling bench-scale bench-spill bench-foresight bench-robustness bench-gateway bench-standby bench-delivery bench-routing bench-sim-vs-live
 
 help:
 	@echo "make dev       local cluster with simulated GPU nodes + operator + an example service"
@@ -33,6 +33,7 @@ help:
 	@echo "make bench-scale        the control plane at N=1000 services: bulk, idle, autoscaler -> bench/results/scale.md"
 	@echo "make bench-spill        SLO during a GPU shortage with and without spill-over -> bench/results/spill.md"
 	@echo "make bench-routing      TTFT by routing (prefix, least in flight, random) on 3 real CPU replicas -> bench/results/routing.md"
+	@echo "make bench-sim-vs-live  simulate's prediction vs live CPU replicas scaled by the live loop, on a real trace slice -> bench/results/sim-vs-live.md"
 	@echo "make bench-foresight    plans that know every arrival, chosen a minute at a time, vs the fluid bound -> bench/results/foresight.md"
 	@echo "make bench-robustness   1,000 hostile specs against the API server and the operator -> bench/results/robustness.md"
 	@echo "make bench-gateway  gateway overhead vs Triton direct, and a wake from zero -> bench/results/gateway.md"
@@ -114,6 +115,9 @@ bench-gateway: $(STAMP)
 
 bench-routing: $(STAMP)
 	$(PY) bench/routing.py
+
+bench-sim-vs-live: $(STAMP)
+	$(PY) bench/sim_vs_live.py
 
 bench-standby: $(STAMP)
 	$(PY) bench/standby.py

@@ -1,0 +1,687 @@
+"""make bench-sim-vs-live: what `simulate` predicts against what live replicas do, on the same
+slice of a real trace, with the operator's own autoscaling loop deciding.
+
+Live:
+- replicas of the real `llm` model (SmolLM2-135M-Instruct on llama.cpp, each its own CPU
+  tritonserver, one thread, no prefix cache) behind the real gateway (a separate process, routing
+  to the replica with the fewest requests in flight and counting the SLO);
+- a real Prometheus scraping the replicas and the gateway every 5 s;
+- the operator's autoscaling loop (autoscaling/loop.Autoscaler: its one Prometheus query, the
+  pure policy, the report), ticking every 10 s as it does in the operator.
+What a Deployment and the kubelet do is played by this script, because pods on the local cluster's
+kwok nodes run no process: a replica asked for is created, waits --pull-s (the image pull), then
+its tritonserver starts; it is Ready, and joins the gateway's table, once Triton's ready endpoints
+answer. A replica removed (not-ready ones first, then the newest) leaves the table at once, finishes
+what it holds, then stops. Replica-seconds run from creation to stop, as GPU time is paid.
+
+Simulated: the simulator (autoscaling/simulator) on the same requests (the arrival times, the
+prompt and answer tokens the live replicas reported) with a replica model measured on this machine
+before the live run: time to the first token linear in the prompt, a time per further token, one
+request at a time (llama.cpp's single sequence), the start-up measured on the same replicas (plus
+--pull-s). `ours` there is the same policy through the same signal rules (autoscaling/signals);
+neither side is given the planner's sizing of a replica (no GPU class is involved).
+
+Workload: a 10-minute slice of the Azure LLM inference trace 2023, code service
+(bench/data/azure-llm-trace-2023-code; Azure Public Dataset, CC-BY 4.0; attribution as its authors
+ask: Pratyush Patel, Esha Choukse, Chaojie Zhang, Aashaka Shah, Inigo Goiri, Saeed Maleki, Ricardo
+Bianchini, "Splitwise: Efficient generative LLM inference using phase splitting", ISCA 2024): the
+arrival times as recorded, thinned (a seeded draw) to what CPU replicas serve, prompts at 1/16 of
+the recorded tokens (clipped), answers the recorded tokens clipped to --max-output.
+
+Reported: attainment, replica-seconds, scale moves and the replica timeline of both, and the gaps
+(the goal: attainment within 3 points, replica-seconds within 10 %). On 2 shared cores the
+replicas, the gateway, Prometheus and the client compete: the figures are this machine's. Writes
+bench/results/sim-vs-live.md and sim-vs-live.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import dataclasses
+import json
+import math
+import os
+import random
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+OUT = ROOT / "bench" / "results"
+TRACE = ROOT / "bench" / "data" / "azure-llm-trace-2023-code" / "code.csv"
+NS, NAME = "bench", "smol"
+WORDS = ("function return value string index array loop parse error handler request response buffer "
+         "thread socket config module import class method object list map filter reduce yield").split()
+
+
+def service_object(args: argparse.Namespace) -> dict[str, Any]:
+    """The InferenceService both sides scale: the autoscaling defaults, the SLO the user states."""
+    return {
+        "apiVersion": "serving.triton-operator.io/v1alpha1", "kind": "InferenceService",
+        "metadata": {"name": NAME, "namespace": NS},
+        "spec": {"model": {"source": "hf://HuggingFaceTB/SmolLM2-135M-Instruct", "format": "tensorrt-llm"},
+                 "gpu": {"class": "l4", "count": 1},
+                 "autoscaling": {"minReplicas": 1, "maxReplicas": args.max_replicas,
+                                 "slo": {"latencyMs": args.slo_ms, "latency": "endToEnd"}}},
+    }
+
+
+# ------------------------------------------------------------------------------------ workload
+@dataclass
+class Planned:
+    arrival: float
+    prompt_words: int
+    max_tokens: int
+
+
+def trace_slice(args: argparse.Namespace) -> tuple[list[Planned], float]:
+    """The slice's requests and its mean arrival rate before thinning."""
+    rows = []
+    with TRACE.open() as f:
+        for row in csv.DictReader(f):
+            t = float(row["TIMESTAMP"])
+            if args.start <= t < args.start + args.duration:
+                rows.append((t - args.start, int(row["ContextTokens"]), int(row["GeneratedTokens"])))
+    rng = random.Random(args.seed)
+    kept = [r for r in rows if rng.random() < args.keep]
+    return ([Planned(t, max(8, min(args.max_prompt, p // 16)), max(1, min(args.max_output, g))) for t, p, g in kept],
+            len(rows) / args.duration)
+
+
+def prompt_text(words: int, i: int) -> str:
+    rng = random.Random(i)
+    return f"Request {i}. Complete this code: " + " ".join(rng.choice(WORDS) for _ in range(words))
+
+
+# ------------------------------------------------------------------------------------ gateway
+def serve_gateway(port: int, metrics_port: int, keys: str, table: str, service: str) -> None:
+    """The gateway process: one service over the replicas listed in `table` (a JSON file of
+    {slot: [port, ready]}), read again whenever it changes (what EndpointSlices do in a cluster)."""
+    from triton_operator.gateway import gateway_command
+    from triton_operator.gateway.config import GatewaySettings
+    from triton_operator.gateway.server import Gateway
+
+    gw = Gateway(GatewaySettings(address="127.0.0.1", port=port, metrics_port=metrics_port, key_files=[keys],
+                                 requests_per_minute=1e9), None)
+    gw.router.set_service(json.loads(Path(service).read_text()))
+
+    async def follow() -> None:
+        seen = None
+        while True:
+            try:
+                text = Path(table).read_text()
+            except OSError:
+                text = seen
+            if text and text != seen:
+                seen = text
+                changed = set()
+                for slot, (p, ready) in json.loads(text).items():
+                    changed |= gw.router.set_slice({
+                        "metadata": {"name": f"{NAME}-{slot}", "namespace": NS,
+                                     "labels": {"kubernetes.io/service-name": NAME}},
+                        "ports": [{"name": "http", "port": p}],
+                        "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": ready}}]})
+                gw.watches.wakeups.wake(changed)
+            await asyncio.sleep(0.1)
+
+    async def main() -> None:
+        task = asyncio.create_task(follow())
+        try:
+            await gateway_command.serve(gw)
+        finally:
+            task.cancel()
+
+    gateway_command.run_loop(main())
+
+
+class GatewayProcess:
+    def __init__(self, workdir: Path, obj: dict[str, Any]):
+        from e2e.harness import free_port
+
+        self.port, self.metrics_port = free_port(), free_port()
+        self.key = "sk-bench-" + secrets.token_urlsafe(32)
+        self.keys, self.table, self.service = workdir / "keys.yaml", workdir / "table.json", workdir / "service.json"
+        self.keys.write_text(f"keys:\n  - {{name: bench, key: {self.key}, namespaces: [{NS}]}}\n")
+        self.service.write_text(json.dumps(obj))
+        self.set_table({})
+        self.proc = subprocess.Popen([sys.executable, __file__, "--serve-gateway", str(self.port), str(self.metrics_port),
+                                      str(self.keys), str(self.table), str(self.service)], start_new_session=True)
+        deadline = time.time() + 60
+        while not http_ok(f"http://127.0.0.1:{self.metrics_port}/healthz"):
+            if time.time() > deadline or self.proc.poll() is not None:
+                raise RuntimeError("the gateway did not start")
+            time.sleep(0.2)
+
+    def set_table(self, table: dict[str, tuple[int, bool]]) -> None:
+        tmp = self.table.with_suffix(".tmp")
+        tmp.write_text(json.dumps(table))
+        tmp.replace(self.table)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+# ------------------------------------------------------------------------------------ replicas
+@dataclass
+class Pod:
+    name: str
+    slot: int
+    created: float
+    ready_at: float = math.inf
+    deleted_at: float = math.inf
+    stopped_at: float = math.inf
+    state: str = "loading"        # loading | ready | draining | gone
+    server: Any = None
+    startup_s: float | None = None
+
+
+class Supervisor:
+    """What the Deployment, its ReplicaSet and the kubelet do, for processes on this machine:
+    replicas in fixed port slots (so Prometheus's static targets find them), created, started
+    after the pull, Ready on Triton's ready endpoints, drained and stopped on scale-down."""
+
+    def __init__(self, gateway: GatewayProcess, slots: list[tuple[int, int, int]], pull_s: float, t0: float):
+        self.gateway, self.slots, self.pull_s, self.t0 = gateway, slots, pull_s, t0
+        self.lock = threading.RLock()
+        self.pods: list[Pod] = []
+        self.desired = 0
+        self.timeline: list[tuple[float, int, int, int, int]] = []
+        self.decisions: list[tuple[float, int, int]] = []
+        self.errors: list[str] = []
+        self.seq = 0
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def live(self) -> list[Pod]:
+        return [p for p in self.pods if p.state in ("loading", "ready")]
+
+    def scale_to(self, n: int) -> None:
+        with self.lock:
+            if n == self.desired:
+                return
+            self.decisions.append((self.now(), self.desired, n))
+            live = self.live()
+            if n > len(live):
+                for _ in range(n - len(live)):
+                    self._create()
+            else:
+                victims = sorted(live, key=lambda p: (p.state == "ready", -p.ready_at, -p.created))[:len(live) - n]
+                for p in victims:
+                    p.deleted_at = self.now()
+                    p.state = "draining" if p.state == "ready" else "gone-soon"
+                    threading.Thread(target=self._drain, args=(p,), daemon=True).start()
+            self.desired = n
+            self._changed()
+
+    def _create(self) -> None:
+        used = {p.slot for p in self.pods if p.state != "gone"}
+        slot = next(i for i in range(len(self.slots)) if i not in used)
+        self.seq += 1
+        pod = Pod(f"{NAME}-{self.seq}", slot, self.now())
+        self.pods.append(pod)
+        threading.Thread(target=self._boot, args=(pod,), daemon=True).start()
+
+    def _boot(self, pod: Pod) -> None:
+        from e2e.harness.llm import LLMTriton
+
+        deadline = time.monotonic() + self.pull_s
+        while time.monotonic() < deadline:
+            if pod.state != "loading":
+                return self._gone(pod)
+            time.sleep(0.05)
+        server = LLMTriton(threads=1, n_ctx=2048, prefix_cache_bytes=0, metrics_interval_ms=1000)
+        server.http_port, server.grpc_port, server.metrics_port = self.slots[pod.slot]
+        pod.server = server
+        started = time.monotonic()
+        try:
+            server.start(wait=False)
+            server.wait_ready(300)
+        except (RuntimeError, OSError) as e:
+            self.errors.append(f"{pod.name}: {e}"[:400])
+            return self._gone(pod)
+        pod.startup_s = time.monotonic() - started
+        with self.lock:
+            if pod.state != "loading":   # removed while it started
+                return self._gone(pod)
+            pod.ready_at, pod.state = self.now(), "ready"
+            self._changed()
+
+    def _drain(self, pod: Pod) -> None:
+        """A ready replica finishes what it holds, then stops; a starting one stops at once."""
+        if pod.state == "draining" and pod.server is not None:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and busy(pod.server):
+                time.sleep(0.2)
+        self._gone(pod)
+
+    def _gone(self, pod: Pod) -> None:
+        if pod.server is not None:
+            pod.server.stop()
+        with self.lock:
+            if pod.state == "gone":
+                return
+            pod.stopped_at, pod.state = self.now(), "gone"
+            self._changed()
+
+    def _changed(self) -> None:
+        with self.lock:
+            table = {str(p.slot): (self.slots[p.slot][0], p.state == "ready") for p in self.pods
+                     if p.state in ("loading", "ready")}
+            self.gateway.set_table(table)
+            states = [p.state for p in self.pods]
+            self.timeline.append((self.now(), self.desired, states.count("loading"), states.count("ready"),
+                                  states.count("draining")))
+
+    def ready(self) -> int:
+        return sum(p.state == "ready" for p in self.pods)
+
+    def stop_all(self) -> None:
+        for p in list(self.pods):
+            if p.server is not None:
+                p.server.stop()
+
+
+def busy(server: Any) -> bool:
+    """Anything queued or running on this replica (its engine's own gauges)."""
+    try:
+        text = server.metrics_text()
+    except OSError:
+        return False
+    from e2e.harness.triton import parse_metrics
+
+    return any(v > 0 for n, _, v in parse_metrics(text) if n in ("triton_llm_active_requests", "triton_llm_queued_requests"))
+
+
+class ClusterView:
+    """The autoscaler's `Services`: what its informer caches would hold (autoscaling/loop.py)."""
+
+    def __init__(self, obj: dict[str, Any], supervisor: Supervisor):
+        from triton_operator.api import InferenceService
+
+        self.raw, self.obj, self.sup = obj, InferenceService.model_validate(obj), supervisor
+        self.epoch = datetime.now(timezone.utc).timestamp() - supervisor.now()
+
+    def fresh(self) -> bool:
+        return True
+
+    def autoscaled(self) -> list[tuple[tuple[str, str], Any, dict[str, Any]]]:
+        return [((NS, NAME), self.obj, self.raw)]
+
+    def scaling(self, key: tuple[str, str]) -> tuple[dict[str, Any], tuple[dict[str, Any], ...]]:
+        from triton_operator.conditions import timestamp
+
+        def at(t: float) -> str:
+            return timestamp(datetime.fromtimestamp(self.epoch + t, timezone.utc))
+
+        with self.sup.lock:
+            pods = tuple({"metadata": {"name": p.name, "resourceVersion": p.state, "creationTimestamp": at(p.created)},
+                          "status": {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": at(p.ready_at)}]
+                                     if p.state == "ready" else []}}
+                         for p in self.sup.pods if p.state in ("loading", "ready"))
+            dep = {"spec": {"replicas": self.sup.desired}, "status": {"readyReplicas": self.sup.ready()}}
+        return dep, pods
+
+    def gpu_classes(self) -> dict[str, Any]:
+        return {}
+
+
+# ------------------------------------------------------------------------------------ client
+@dataclass
+class Done:
+    arrival: float
+    first: float = math.nan
+    finish: float = math.nan
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    error: str | None = None
+
+
+async def one(session: aiohttp.ClientSession, url: str, key: str, i: int, p: Planned, t0: float) -> Done:
+    body = json.dumps({"model": NAME, "messages": [{"role": "user", "content": prompt_text(p.prompt_words, i)}],
+                       "max_tokens": p.max_tokens, "temperature": 0, "stream": True,
+                       "stream_options": {"include_usage": True}}).encode()
+    d = Done(p.arrival)
+    try:
+        async with session.post(url, data=body, headers={"Authorization": f"Bearer {key}",
+                                                         "Content-Type": "application/json"}) as resp:
+            if resp.status != 200:
+                d.error = f"HTTP {resp.status}: {(await resp.text())[:200]}"
+                d.finish = time.monotonic() - t0
+                return d
+            async for line in resp.content:
+                if not line.startswith(b"data: {"):
+                    continue
+                chunk = json.loads(line[6:])
+                if math.isnan(d.first) and any((c.get("delta") or {}).get("content") for c in chunk.get("choices") or []):
+                    d.first = time.monotonic() - t0
+                if chunk.get("usage"):
+                    d.prompt_tokens = chunk["usage"]["prompt_tokens"]
+                    d.output_tokens = chunk["usage"]["completion_tokens"]
+    except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+        d.error = type(e).__name__
+    d.finish = time.monotonic() - t0
+    if math.isnan(d.first):
+        d.first = d.finish
+    return d
+
+
+async def replay(url: str, key: str, plan: list[Planned], t0: float) -> list[Done]:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300),
+                                     connector=aiohttp.TCPConnector(limit=0)) as session:
+        async def at(i: int, p: Planned) -> Done:
+            await asyncio.sleep(max(0.0, t0 + p.arrival - time.monotonic()))
+            return await one(session, url, key, i, p, t0)
+        return list(await asyncio.gather(*(at(i, p) for i, p in enumerate(plan))))
+
+
+# ------------------------------------------------------------------------------------ the model
+def measured_model(samples: list[Done], n_ctx: int) -> Any:
+    """The replica the simulator runs: time to first token = a + b x prompt tokens (least
+    squares over the calibration), then the median time per further token; one request at a time."""
+    from triton_operator.autoscaling.simulator.replica import LLMPerformance
+
+    @dataclass(frozen=True)
+    class MeasuredCPU(LLMPerformance):
+        prefill_fixed_s: float = 0.0
+        prefill_token_s: float = 0.0
+        token_s: float = 0.0
+
+        def decode_step_s(self, batch: int, kv_tokens: float) -> float:
+            return self.token_s
+
+        def prefill_s(self, tokens: float) -> float:
+            return self.prefill_fixed_s + self.prefill_token_s * tokens
+
+    xs = [float(s.prompt_tokens) for s in samples]
+    ys = [s.first - s.arrival for s in samples]
+    mx, my = statistics.mean(xs), statistics.mean(ys)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / max(1e-9, sum((x - mx) ** 2 for x in xs))
+    a = max(0.0, my - b * mx)
+    per = [(s.finish - s.first) / (s.output_tokens - 1) for s in samples if s.output_tokens > 1]
+    return MeasuredCPU(params=135e6, weight_bytes=0.0, kv_bytes_per_token=0.0, kv_capacity_tokens=float(n_ctx),
+                       bandwidth=1.0, flops=1.0, layers=30, hidden=576, max_batch=1, max_input_len=n_ctx,
+                       max_seq_len=n_ctx, prefill_fixed_s=a, prefill_token_s=max(0.0, b),
+                       token_s=statistics.median(per) if per else 0.02)
+
+
+async def calibrate(url: str, key: str, streams: int, rounds: int, max_prompt: int, max_output: int) -> list[Done]:
+    """Requests of a spread of prompt sizes, `streams` at a time (as many replicas as serve), one
+    after the other on each stream: a replica's service time under the load of its neighbours."""
+    sizes = [8 + (max_prompt - 8) * k // (rounds - 1) for k in range(rounds)]
+    out: list[Done] = []
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
+        async def stream(s: int) -> None:
+            for k, words in enumerate(sizes):
+                t0 = time.monotonic()
+                d = await one(session, url, key, 10_000 + s * 100 + k, Planned(0.0, words, max_output), t0)
+                if d.error is None:
+                    out.append(d)
+        await asyncio.gather(*(stream(s) for s in range(streams)))
+    return out
+
+
+# ------------------------------------------------------------------------------------ comparison
+def clipped_seconds(spans: list[tuple[float, float]], end: float) -> float:
+    return sum(max(0.0, min(b, end) - max(a, 0.0)) for a, b in spans)
+
+
+def desired_at(decisions: list[tuple[float, int, int]], initial: int, t: float) -> int:
+    n = initial
+    for when, _, to in decisions:
+        if when > t:
+            break
+        n = to
+    return n
+
+
+def ready_at(timeline: list[tuple[float, int, int, int, int]], t: float) -> int:
+    n = 0
+    for row in timeline:
+        if row[0] > t:
+            break
+        n = row[3]
+    return n
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--start", type=float, default=360.0, help="the slice's start in the trace, seconds")
+    p.add_argument("--duration", type=float, default=600.0)
+    p.add_argument("--keep", type=float, default=0.07, help="share of the trace's requests replayed")
+    p.add_argument("--max-prompt", type=int, default=320, help="prompt words at most (1/16 of the trace's tokens)")
+    p.add_argument("--max-output", type=int, default=24)
+    p.add_argument("--max-replicas", type=int, default=2)
+    p.add_argument("--slo-ms", type=float, default=4000.0)
+    p.add_argument("--pull-s", type=float, default=20.0, help="seconds a created replica waits before it starts")
+    p.add_argument("--calibration-rounds", type=int, default=8)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--out", default=str(OUT))
+    p.add_argument("--serve-gateway", nargs=5, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.serve_gateway:
+        port, metrics, keys, table, service = args.serve_gateway
+        serve_gateway(int(port), int(metrics), keys, table, service)
+        return
+    run(args)
+
+
+def run(args: argparse.Namespace) -> None:
+    from e2e.harness import free_port
+    from e2e.harness.llm import ensure_llm
+    from e2e.harness.prometheus import Prometheus, Target
+    from triton_operator.api import InferenceService
+    from triton_operator.autoscaling.loop import Autoscaler
+    from triton_operator.autoscaling.prometheus import PrometheusSource
+    from triton_operator.autoscaling.simulator.policies.ours import Ours, live_signals
+    from triton_operator.autoscaling.simulator.replica import ColdStart
+    from triton_operator.autoscaling.simulator.results import summarize
+    from triton_operator.autoscaling.simulator.simulation import SimulationSettings, simulate
+    from triton_operator.autoscaling.simulator.workload import Request
+    from triton_operator.settings import Settings
+
+    started_at = datetime.now(timezone.utc)
+    ensure_llm()
+    obj = service_object(args)
+    plan, raw_rate = trace_slice(args)
+    print(f"slice {args.start:.0f}-{args.start + args.duration:.0f} s of the code trace: {raw_rate:.2f} req/s recorded, "
+          f"{len(plan)} requests replayed ({len(plan) / args.duration:.2f} req/s)", flush=True)
+    work = Path(tempfile.mkdtemp(prefix="sim-vs-live-"))
+    gateway = GatewayProcess(work, obj)
+    slots = [(free_port(), free_port(), free_port()) for _ in range(2 * args.max_replicas)]
+    prom = Prometheus([Target(f"127.0.0.1:{m}", {"namespace": NS, "inferenceservice": NAME, "pod": f"slot-{i}"})
+                       for i, (_, _, m) in enumerate(slots)] + [Target(f"127.0.0.1:{gateway.metrics_port}", {})],
+                      scrape_interval="5s")
+    url = f"http://127.0.0.1:{gateway.port}/v1/chat/completions"
+    sup = Supervisor(gateway, slots, 0.0, time.monotonic())
+    autoscaler = None
+    try:
+        prom.start()
+        # Calibration: as many replicas as may serve, each busy, a spread of prompt sizes.
+        sup.scale_to(args.max_replicas)
+        wait(lambda: sup.ready() == args.max_replicas, 600, "the calibration replicas")
+        startups = [pd.startup_s for pd in sup.pods if pd.startup_s is not None]
+        samples = asyncio.run(calibrate(url, gateway.key, args.max_replicas, args.calibration_rounds,
+                                        args.max_prompt, args.max_output))
+        for d in sorted(samples, key=lambda d: d.prompt_tokens):
+            print(f"  calibration: {d.prompt_tokens} prompt tokens, first token {d.first - d.arrival:.2f} s, "
+                  f"{d.output_tokens} answer tokens in {d.finish - d.arrival:.2f} s", flush=True)
+        perf = measured_model(samples, 2048)
+        load_s = statistics.mean(startups)
+        print(f"measured: first token {perf.prefill_fixed_s:.3f} s + {perf.prefill_token_s * 1000:.2f} ms/prompt token, "
+              f"{perf.token_s * 1000:.1f} ms/answer token, start-up {load_s:.1f} s ({len(samples)} calibration requests)",
+              flush=True)
+        # The live run: one warm replica, the autoscaler in charge, the pull before each start.
+        sup.scale_to(1)
+        wait(lambda: not any(pd.state in ("draining", "gone-soon") for pd in sup.pods), 300, "the drain")
+        sup.pull_s = args.pull_s
+        settings = Settings(prometheus_url=prom.url, autoscale_interval_seconds=10.0)
+        time.sleep(15)   # Prometheus has seen the warm replica a few times
+        t0 = time.monotonic()
+        sup.t0, sup.timeline, sup.decisions = t0, [], []
+        for pd in sup.pods:
+            pd.created = pd.ready_at = pd.stopped_at = pd.deleted_at = -1.0
+        sup.pods = [pd for pd in sup.pods if pd.state == "ready"]
+        sup.pods[0].stopped_at = sup.pods[0].deleted_at = math.inf
+        sup._changed()
+        sup.timeline = [(0.0, *sup.timeline[-1][1:])]
+        view = ClusterView(obj, sup)
+        holder: dict[str, Autoscaler] = {}
+
+        def enqueue(key: tuple[str, str]) -> None:
+            report = holder["a"].report(key)
+            if report is not None:
+                sup.scale_to(report.desired)
+
+        autoscaler = holder["a"] = Autoscaler(view, enqueue, None, settings, PrometheusSource(settings))
+        autoscaler.start()
+        done = asyncio.run(replay(url, gateway.key, plan, t0))
+        end = args.duration
+        time.sleep(max(0.0, t0 + end - time.monotonic()))   # the replicas run to the slice's end
+        autoscaler.stop()
+        live_pods = [(pd.created, pd.stopped_at if math.isfinite(pd.stopped_at) else sup.now()) for pd in sup.pods]
+        live_timeline = list(sup.timeline)
+        live_decisions = list(sup.decisions)
+        errors = list(sup.errors)
+    finally:
+        if autoscaler is not None:
+            autoscaler.stop()
+        sup.stop_all()
+        gateway.stop()
+        prom.close()
+
+    # The simulation of the same requests, with the measured replica.
+    requests = [Request(d.arrival, d.prompt_tokens or 30 + pl.prompt_words, d.output_tokens or pl.max_tokens)
+                for d, pl in zip(done, plan)]
+    spec = InferenceService.model_validate(obj).spec
+
+    def no_sizing(v: Any, pf: Any) -> Any:
+        return dataclasses.replace(live_signals(v, pf), capacity_hint=None, solo_latency_s=None, batch_slots=None,
+                                   prefill_s=None)
+
+    # Ready when the model is: this script polls Triton's ready endpoints continuously.
+    cold = ColdStart(schedule_s=0.0, pull_s=args.pull_s, load_s=load_s, readiness_period_s=0.1)
+    sim_settings = SimulationSettings(min_replicas=1, max_replicas=args.max_replicas, initial_replicas=1,
+                                      slo_s=args.slo_ms / 1000, slo_target=spec.autoscaling.service_level().attainment,
+                                      seed=args.seed, scrape_interval=5.0, duration=args.duration)
+    sim = simulate(requests, perf, cold, Ours(spec.autoscaling, planner=perf, signals=no_sizing), sim_settings)
+    summary = summarize(sim)
+
+    slo_s = args.slo_ms / 1000
+    live_met = sum(1 for d in done if d.error is None and d.finish - d.arrival <= slo_s)
+    live_att = live_met / len(done) if done else 1.0
+    live_rs = clipped_seconds(live_pods, end)
+    sim_rs = clipped_seconds([(pod[1], pod[3]) for pod in sim.pods], end)
+    sim_decisions = [(t, a, b) for t, a, b, _ in sim.decisions]
+    grid = list(range(0, int(end) + 1, 30))
+    live_ready = [ready_at(live_timeline, t) for t in grid]
+    sim_ready = [ready_at(sim.timeline, t) for t in grid]
+    lat_live = sorted(d.finish - d.arrival for d in done if d.error is None)
+    result = {
+        "date": f"{started_at:%Y-%m-%d %H:%M} UTC", "machine": f"{os.cpu_count()} cores", "args": vars(args),
+        "requests": len(done), "errors": sum(d.error is not None for d in done),
+        "model": {"first_token_fixed_s": perf.prefill_fixed_s, "first_token_per_prompt_token_s": perf.prefill_token_s,
+                  "per_answer_token_s": perf.token_s, "startup_s": load_s, "pull_s": args.pull_s,
+                  "calibration_requests": len(samples)},
+        "live": {"attainment": live_att, "replica_seconds": live_rs, "scale_moves": len(live_decisions),
+                 "p50_s": pct(lat_live, 0.5), "p99_s": pct(lat_live, 0.99), "decisions": live_decisions,
+                 "replica_errors": errors},
+        "simulated": {"attainment": summary.slo_attainment, "replica_seconds": sim_rs,
+                      "scale_moves": len(sim_decisions), "p50_s": summary.latency_p50_ms / 1000,
+                      "p99_s": summary.latency_p99_ms / 1000, "decisions": sim_decisions},
+        "timeline": {"t": grid, "live_ready": live_ready, "simulated_ready": sim_ready,
+                     "live_desired": [desired_at(live_decisions, 1, t) for t in grid],
+                     "simulated_desired": [desired_at(sim_decisions, 1, t) for t in grid]},
+    }
+    result["gap"] = {"attainment_points": 100 * (result["simulated"]["attainment"] - live_att),
+                     "replica_seconds": (sim_rs - live_rs) / live_rs if live_rs else math.nan,
+                     "ready_replicas_mean_abs": statistics.mean(abs(a - b) for a, b in zip(live_ready, sim_ready))}
+    write(result, Path(args.out))
+
+
+def pct(xs: list[float], q: float) -> float:
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else math.nan
+
+
+def wait(cond: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def write(r: dict[str, Any], out: Path) -> None:
+    a = r["args"]
+    live, sim, gap, m = r["live"], r["simulated"], r["gap"], r["model"]
+    lines = [
+        "# The simulator against live replicas",
+        "",
+        f"`make bench-sim-vs-live` (`python bench/sim_vs_live.py`), {r['date']}, on this machine ({r['machine']}, "
+        f"shared by the replicas, the gateway, Prometheus and the client).",
+        "",
+        f"Slice {a['start']:.0f}-{a['start'] + a['duration']:.0f} s of the Azure LLM inference trace 2023 (code; "
+        f"CC-BY 4.0, Patel et al., Splitwise, ISCA 2024), {r['requests']} requests ({a['keep']:.0%} of the recorded "
+        f"ones), prompts 1/16 of the recorded tokens (at most {a['max_prompt']} words), answers at most "
+        f"{a['max_output']} tokens; SmolLM2-135M-Instruct replicas on llama.cpp (one thread each), 1 to "
+        f"{a['max_replicas']} replicas, SLO {a['slo_ms'] / 1000:.0f} s end to end, a {a['pull_s']:.0f} s pull before "
+        f"each start. Replica model measured before the run: first token {m['first_token_fixed_s']:.3f} s + "
+        f"{m['first_token_per_prompt_token_s'] * 1000:.2f} ms per prompt token, {m['per_answer_token_s'] * 1000:.1f} ms "
+        f"per further token, start-up {m['startup_s']:.1f} s after the pull ({m['calibration_requests']} calibration "
+        f"requests).",
+        "",
+        "| | attainment | replica-seconds | scale moves | p50 (s) | p99 (s) |",
+        "| --- | --- | --- | --- | --- | --- |",
+        f"| live | {live['attainment']:.1%} | {live['replica_seconds']:.0f} | {live['scale_moves']} | "
+        f"{live['p50_s']:.2f} | {live['p99_s']:.2f} |",
+        f"| simulated | {sim['attainment']:.1%} | {sim['replica_seconds']:.0f} | {sim['scale_moves']} | "
+        f"{sim['p50_s']:.2f} | {sim['p99_s']:.2f} |",
+        "",
+        f"Gap (simulated - live): attainment {gap['attainment_points']:+.1f} points (goal: within 3), replica-seconds "
+        f"{gap['replica_seconds']:+.1%} (goal: within 10 %), ready replicas off by {gap['ready_replicas_mean_abs']:.2f} "
+        f"on average over the 30 s marks. Failed live requests: {r['errors']}.",
+        "",
+        "Ready replicas every 30 s (live / simulated):",
+        "",
+        "| t (s) | " + " | ".join(str(t) for t in r["timeline"]["t"]) + " |",
+        "| --- | " + " | ".join("---" for _ in r["timeline"]["t"]) + " |",
+        "| live | " + " | ".join(str(x) for x in r["timeline"]["live_ready"]) + " |",
+        "| simulated | " + " | ".join(str(x) for x in r["timeline"]["simulated_ready"]) + " |",
+        "",
+        "Scale moves (t, from, to): live " + ", ".join(f"({t:.0f}, {x}, {y})" for t, x, y in live["decisions"])
+        + "; simulated " + ", ".join(f"({t:.0f}, {x}, {y})" for t, x, y in sim["decisions"]) + ".",
+    ]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sim-vs-live.md").write_text("\n".join(lines) + "\n")
+    (out / "sim-vs-live.json").write_text(json.dumps(r, indent=1, default=str) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
