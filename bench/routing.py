@@ -59,6 +59,7 @@ def serve_gateway(port: int, keys: str, policy: str, ports: list[int]) -> None:
                                  requests_per_minute=1e9), None)
     gw.router.set_service({"metadata": {"name": "smol", "namespace": "bench"},
                            "spec": {"model": {"format": "tensorrt-llm", "source": "hf://x/y"},
+                                    "engine": {"maxBatchSize": 1},   # llama.cpp runs one sequence at a time
                                     "routing": {"policy": "leastInFlight" if policy == "leastInFlight" else "prefix"}}})
     for i, p in enumerate(ports):
         gw.router.set_slice({"metadata": {"name": f"smol-{i}", "namespace": "bench",

@@ -110,3 +110,32 @@ def test_the_route_sends_a_tenants_requests_to_one_replica():
                 assert reply.status == 200
             assert len(set(hits)) == 1 and len(hits) == 6
     run(scenario)
+
+
+def test_a_replica_with_a_full_batch_is_passed_over_while_another_has_room():
+    """With spec.engine.maxBatchSize 1 (an engine that runs one sequence at a time), a beginning's
+    replica that is busy does not take it while another is idle: the next in its order with room
+    does; once every replica is busy, the one with the fewest in flight."""
+    r = Router()
+    r.set_service(isvc("llama", routing={"policy": "prefix"}, engine={"maxBatchSize": 1}))
+    r.set_slice({"metadata": {"name": "s", "namespace": "ml", "labels": {routing.SERVICE_NAME_LABEL: "llama"}},
+                 "ports": [{"name": "http", "port": 8000}],
+                 "endpoints": [{"addresses": [f"10.0.0.{p}"], "conditions": {"ready": True}} for p in (1, 2, 3)]})
+    talk = affinity("a conversation's opening")
+    order = sorted(r.usable(KEY, 0.0), key=lambda a: routing._rank(talk, a), reverse=True)
+    picks = []
+    for _ in range(4):
+        address = r.pick(KEY, 0.0, talk)
+        picks.append(address)
+        r.acquire(address)
+    assert picks[:3] == order            # each replica's one slot, in the beginning's order
+    assert picks[3] == order[0]          # all full: the fewest in flight, first in the order
+    r.release(order[1])
+    assert r.pick(KEY, 0.0, talk) == order[1]
+    assert router_with([1, 2, 3]).services[KEY].batch_slots == routing.DEFAULT_MAX_BATCH   # not stated: the default
+
+
+def test_the_default_batch_is_the_apis_default():
+    from triton_operator.api.spec import EngineSpec
+
+    assert EngineSpec().max_batch_size == routing.DEFAULT_MAX_BATCH

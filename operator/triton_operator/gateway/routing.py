@@ -10,7 +10,9 @@ With `spec.routing.policy: prefix`, a request that carries an affinity (a hash o
 AFFINITY_CHARS characters: its system prompt, its conversation's opening) goes to the first replica,
 in an order that hash alone decides (rendezvous hashing: hash of affinity and address, highest
 first), whose requests in flight are under AFFINITY_LOAD times the mean (consistent hashing with
-bounded loads, as KubeAI's PrefixHash). Requests that begin alike meet the replica whose KV cache
+bounded loads, as KubeAI's PrefixHash) and under its batch (spec.engine.maxBatchSize: a replica
+whose batch is full would queue the request while another starts it at once); when every replica
+is past that, the one with the fewest in flight, the first in the order among equals. Requests that begin alike meet the replica whose KV cache
 holds that beginning; a hot beginning spills to its second replica, not to a random one; replicas
 coming or going move only the beginnings they rank first; and every gateway replica ranks alike
 without sharing state.
@@ -38,6 +40,7 @@ SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 # system prompt (the first characters of thousands), as KubeAI's PrefixHash hashes its first 100.
 AFFINITY_CHARS = 256
 AFFINITY_LOAD = 1.25       # ... while it has under this times the mean requests in flight (plus one)
+DEFAULT_MAX_BATCH = 64     # spec.engine.maxBatchSize's default (api/spec.py)
 
 
 def affinity(text: str) -> int:
@@ -66,6 +69,7 @@ class Service:
     slo: tuple[str, float] | None = None   # (which latency, its target in seconds): spec.autoscaling.slo
     embeddings: bool = False        # spec.openai.task embeddings: /v1/embeddings, not the text routes
     prefix_routing: bool = False    # spec.routing.policy prefix (see the module)
+    batch_slots: int | None = None  # spec.engine.maxBatchSize of an LLM service: requests a replica runs at once
 
     def starting(self) -> bool:
         """Replicas are on their way: a service that scales from zero (the held requests ask for one), a
@@ -122,7 +126,15 @@ def service_from(obj: dict[str, Any]) -> Service | None:
         slo=_slo(autoscaling),
         embeddings=openai.get("task") == "embeddings" and not llm,
         prefix_routing=((spec.get("routing") or {}).get("policy") == "prefix"),
+        batch_slots=_batch_slots(spec) if llm else None,
     )
+
+
+def _batch_slots(spec: dict[str, Any]) -> int:
+    """spec.engine.maxBatchSize, or the CRD's default."""
+    engine = spec.get("engine") if isinstance(spec.get("engine"), dict) else {}
+    value = engine.get("maxBatchSize")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else DEFAULT_MAX_BATCH
 
 
 def _slo(autoscaling: dict[str, Any]) -> tuple[str, float] | None:
@@ -278,10 +290,13 @@ class Router:
         if not addresses:
             return None
         if affinity is not None and len(addresses) > 1:
-            total = sum(self.in_flight.get(a, 0) for a in addresses)
-            room = math.ceil(AFFINITY_LOAD * (total + 1) / len(addresses))
+            load = self.in_flight.get
+            room = math.ceil(AFFINITY_LOAD * (sum(load(a, 0) for a in addresses) + 1) / len(addresses))
+            svc = self.services.get(key)
+            if svc is not None and svc.batch_slots:
+                room = min(room, svc.batch_slots)
             ranked = sorted(addresses, key=lambda a: _rank(affinity, a), reverse=True)
-            return next((a for a in ranked if self.in_flight.get(a, 0) < room), ranked[0])
+            return next((a for a in ranked if load(a, 0) < room), min(ranked, key=lambda a: load(a, 0)))
         least = min(self.in_flight.get(a, 0) for a in addresses)
         candidates = [a for a in addresses if self.in_flight.get(a, 0) == least]
         self._turn += 1
