@@ -38,11 +38,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import csv
 import dataclasses
 import json
 import math
-import os
 import random
 import secrets
 import statistics
@@ -90,15 +88,14 @@ class Planned:
 
 def trace_slice(args: argparse.Namespace) -> tuple[list[Planned], float]:
     """The slice's requests and its mean arrival rate before thinning."""
-    rows = []
+    from triton_operator.autoscaling.simulator.reader import parse_trace
+
     with TRACE.open() as f:
-        for row in csv.DictReader(f):
-            t = float(row["TIMESTAMP"])
-            if args.start <= t < args.start + args.duration:
-                rows.append((t - args.start, int(row["ContextTokens"]), int(row["GeneratedTokens"])))
+        rows = [r for r in parse_trace(f, TRACE.name) if args.start <= r.arrival < args.start + args.duration]
     rng = random.Random(args.seed)
     kept = [r for r in rows if rng.random() < args.keep]
-    return ([Planned(t, max(8, min(args.max_prompt, p // 16)), max(1, min(args.max_output, g))) for t, p, g in kept],
+    return ([Planned(r.arrival - args.start, max(8, min(args.max_prompt, r.prompt_tokens // 16)),
+                     min(args.max_output, r.output_tokens)) for r in kept],
             len(rows) / args.duration)
 
 
@@ -493,6 +490,8 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    from bench.common import machine
+    from e2e.cluster import wait_for
     from e2e.harness import free_port
     from e2e.harness.llm import ensure_llm
     from e2e.harness.prometheus import Prometheus, Target
@@ -501,7 +500,7 @@ def run(args: argparse.Namespace) -> None:
     from triton_operator.autoscaling.prometheus import PrometheusSource
     from triton_operator.autoscaling.simulator.policies.ours import Ours, live_signals
     from triton_operator.autoscaling.simulator.replica import ColdStart
-    from triton_operator.autoscaling.simulator.results import summarize
+    from triton_operator.autoscaling.simulator.results import quantile, summarize
     from triton_operator.autoscaling.simulator.simulation import SimulationSettings, simulate
     from triton_operator.autoscaling.simulator.workload import Request
     from triton_operator.settings import Settings
@@ -525,7 +524,7 @@ def run(args: argparse.Namespace) -> None:
         prom.start()
         # Calibration: as many replicas as may serve, each busy, a spread of prompt sizes.
         sup.scale_to(args.max_replicas)
-        wait(lambda: sup.ready() == args.max_replicas, 600, "the calibration replicas")
+        wait_for("the calibration replicas", lambda: sup.ready() == args.max_replicas, 600)
         startups = [pd.startup_s for pd in sup.pods if pd.startup_s is not None]
         samples = asyncio.run(calibrate(url, gateway.key, args.max_replicas, args.calibration_rounds,
                                         args.max_prompt, args.max_output))
@@ -539,7 +538,7 @@ def run(args: argparse.Namespace) -> None:
               flush=True)
         # The live run: one warm replica, the autoscaler in charge, the pull before each start.
         sup.scale_to(1)
-        wait(lambda: not any(pd.state in ("draining", "gone-soon") for pd in sup.pods), 300, "the drain")
+        wait_for("the drain", lambda: not any(pd.state in ("draining", "gone-soon") for pd in sup.pods), 300)
         sup.pull_s = args.pull_s
         settings = Settings(prometheus_url=prom.url, autoscale_interval_seconds=10.0)
         time.sleep(15)   # Prometheus has seen the warm replica a few times
@@ -604,13 +603,13 @@ def run(args: argparse.Namespace) -> None:
     sim_ready = [ready_at(sim.timeline, t) for t in grid]
     lat_live = sorted(d.finish - d.arrival for d in done if d.error is None)
     result = {
-        "date": f"{started_at:%Y-%m-%d %H:%M} UTC", "machine": f"{os.cpu_count()} cores", "args": vars(args),
+        "date": f"{started_at:%Y-%m-%d %H:%M} UTC", "machine": machine(), "args": vars(args),
         "requests": len(done), "errors": sum(d.error is not None for d in done),
         "model": {"first_token_fixed_s": perf.prefill_fixed_s, "first_token_per_prompt_token_s": perf.prefill_token_s,
                   "per_answer_token_s": perf.token_s, "startup_s": load_s, "pull_s": args.pull_s,
                   "calibration_requests": len(samples)},
         "live": {"attainment": live_att, "replica_seconds": live_rs, "scale_moves": len(live_decisions),
-                 "p50_s": pct(lat_live, 0.5), "p99_s": pct(lat_live, 0.99), "decisions": live_decisions,
+                 "p50_s": quantile(lat_live, 0.5), "p99_s": quantile(lat_live, 0.99), "decisions": live_decisions,
                  "replica_errors": errors},
         "simulated": {"attainment": summary.slo_attainment, "replica_seconds": sim_rs,
                       "scale_moves": len(sim_decisions), "p50_s": summary.latency_p50_ms / 1000,
@@ -623,18 +622,6 @@ def run(args: argparse.Namespace) -> None:
                      "replica_seconds": (sim_rs - live_rs) / live_rs if live_rs else math.nan,
                      "ready_replicas_mean_abs": statistics.mean(abs(a - b) for a, b in zip(live_ready, sim_ready))}
     write(result, Path(args.out))
-
-
-def pct(xs: list[float], q: float) -> float:
-    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else math.nan
-
-
-def wait(cond: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def write(r: dict[str, Any], out: Path) -> None:

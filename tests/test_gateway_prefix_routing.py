@@ -21,9 +21,9 @@ from .gateway_http import Rig, isvc, run, slice_for
 KEY = ("ml", "llama")
 
 
-def router_with(ports: list[int]) -> Router:
+def router_with(ports: list[int], **spec) -> Router:
     r = Router()
-    r.set_service(isvc("llama", routing={"policy": "prefix"}))
+    r.set_service(isvc("llama", routing={"policy": "prefix"}, **spec))
     r.set_slice({"metadata": {"name": "s", "namespace": "ml", "labels": {routing.SERVICE_NAME_LABEL: "llama"}},
                  "ports": [{"name": "http", "port": 8000}],
                  "endpoints": [{"addresses": [f"10.0.0.{p}"], "conditions": {"ready": True}} for p in ports]})
@@ -116,11 +116,7 @@ def test_a_replica_with_a_full_batch_is_passed_over_while_another_has_room():
     """With spec.engine.maxBatchSize 1 (an engine that runs one sequence at a time), a beginning's
     replica that is busy does not take it while another is idle: the next in its order with room
     does; once every replica is busy, the one with the fewest in flight."""
-    r = Router()
-    r.set_service(isvc("llama", routing={"policy": "prefix"}, engine={"maxBatchSize": 1}))
-    r.set_slice({"metadata": {"name": "s", "namespace": "ml", "labels": {routing.SERVICE_NAME_LABEL: "llama"}},
-                 "ports": [{"name": "http", "port": 8000}],
-                 "endpoints": [{"addresses": [f"10.0.0.{p}"], "conditions": {"ready": True}} for p in (1, 2, 3)]})
+    r = router_with([1, 2, 3], engine={"maxBatchSize": 1})
     talk = affinity("a conversation's opening")
     order = sorted(r.usable(KEY, 0.0), key=lambda a: routing._rank(talk, a), reverse=True)
     picks = []

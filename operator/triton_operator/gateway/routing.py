@@ -12,10 +12,10 @@ in an order that hash alone decides (rendezvous hashing: hash of affinity and ad
 first), whose requests in flight are under AFFINITY_LOAD times the mean (consistent hashing with
 bounded loads, as KubeAI's PrefixHash) and under its batch (spec.engine.maxBatchSize: a replica
 whose batch is full would queue the request while another starts it at once); when every replica
-is past that, the one with the fewest in flight, the first in the order among equals. Requests that begin alike meet the replica whose KV cache
-holds that beginning; a hot beginning spills to its second replica, not to a random one; replicas
-coming or going move only the beginnings they rank first; and every gateway replica ranks alike
-without sharing state.
+is past that, the one with the fewest in flight, the first in the order among equals. Requests
+that begin alike meet the replica whose KV cache holds that beginning; a hot beginning spills to
+its second replica, not to a random one; replicas coming or going move only the beginnings they
+rank first; and every gateway replica ranks alike without sharing state.
 """
 
 from __future__ import annotations
