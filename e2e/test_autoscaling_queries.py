@@ -5,7 +5,8 @@ exact shape an LLM pod exposes, and read back through the operator's own source
 Mocked, so that the figures are known exactly: the LLM pods' /metrics. A small loopback HTTP
 server serves text in the shape of the llm model's custom metrics (runtime/triton_runtime/serving/
 triton_model.py: triton_llm_queued_requests, triton_llm_active_requests, triton_llm_requests_total
-{finish_reason}, triton_llm_prompt_tokens_total, triton_llm_generation_tokens_total,
+{finish_reason}, triton_llm_prompt_tokens_total, triton_llm_prompt_tokens_cached_total,
+triton_llm_generation_tokens_total,
 triton_llm_request_duration_seconds; e2e/test_llm.py reads the same series from the real model on
 the real Triton) beside Triton's own counters for it (which stay at 0 pending: the model is
 decoupled), with counters that grow at known rates. The gateway's series are the real gateway's
@@ -42,14 +43,14 @@ LABELS = 'engine="trtllm",model="llm"'
 
 class Pod:
     """One LLM pod's figures: `queued` requests in the engine's queue, `active` generating,
-    completing `rate` requests/s (and `failed` errors) of `prompt`/`output` tokens, every one in
-    the request-duration bucket (2.5, 5] s."""
+    completing `rate` requests/s (and `failed` errors) of `prompt`/`output` tokens (`cached` of the
+    prompt's from the engine's prefix cache), every one in the request-duration bucket (2.5, 5] s."""
 
     def __init__(self, active: int, queued: int, rate: float, failed: int = 0):
         self.active, self.queued, self.rate, self.failed = active, queued, rate, failed
         self.started = time.monotonic()
 
-    def text(self, prompt: float = 1000.0, output: float = 200.0) -> str:
+    def text(self, prompt: float = 1000.0, output: float = 200.0, cached: float = 400.0) -> str:
         done = 1000 + int(self.rate * (time.monotonic() - self.started))
         lines = ['# TYPE nv_inference_pending_request_count gauge',
                  'nv_inference_pending_request_count{model="llm",version="1"} 0',
@@ -61,6 +62,8 @@ class Pod:
         for reason, n in (("stop", done), ("length", 0), ("cancelled", 0), ("error", self.failed)):
             lines.append(f'triton_llm_requests_total{{{LABELS},finish_reason="{reason}"}} {n}')
         lines += ["# TYPE triton_llm_prompt_tokens_total counter", f"triton_llm_prompt_tokens_total{{{LABELS}}} {done * prompt}",
+                  "# TYPE triton_llm_prompt_tokens_cached_total counter",
+                  f"triton_llm_prompt_tokens_cached_total{{{LABELS}}} {done * cached}",
                   "# TYPE triton_llm_generation_tokens_total counter",
                   f"triton_llm_generation_tokens_total{{{LABELS}}} {done * output}",
                   "# TYPE triton_llm_request_duration_seconds histogram"]
@@ -164,11 +167,13 @@ def test_one_query_reads_every_signal_of_an_llm_service_and_a_plain_one(promethe
     # Answers finished by the engines (errors and Triton's own request counter left out).
     assert snap.get("throughput", chat) == pytest.approx(30, rel=0.15)
     assert snap.get("prompt_tokens", chat) == pytest.approx(1000) and snap.get("output_tokens", chat) == pytest.approx(200)
+    assert snap.get("cached_tokens", chat) == pytest.approx(400)
     # p99 of request to last token from the histogram: all in (2.5, 5] s -> 2.5 + 0.99 x 2.5 s.
     assert snap.get("p99", chat) == pytest.approx(4975) and snap.get("reporting", chat) == 2
     # A plain model: its pending requests alone, no LLM signal invented as 0.
     assert snap.get("queue", vision) == 5 and snap.get("reporting", vision) == 1
     assert snap.get("in_flight", vision) is None and snap.get("prompt_tokens", vision) is None
+    assert snap.get("cached_tokens", vision) is None
 
 
 def test_the_gateways_held_and_in_flight_requests_are_two_more_signals_of_the_one_query(prometheus: Prometheus):

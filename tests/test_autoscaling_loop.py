@@ -26,7 +26,7 @@ def series(signal: str, value: str, ns: str = "prod", svc: str = "chat") -> dict
 
 def test_one_query_tags_every_signal_and_substitutes_the_labels():
     q = combined_query(Settings())
-    assert q.count("label_replace(") == len(SIGNALS) == 11
+    assert q.count("label_replace(") == len(SIGNALS) == 12
     for signal in SIGNALS:
         assert f'"{SIGNAL_LABEL}", "{signal}", "", ""' in q
     assert "$service" not in q and "$namespace" not in q
@@ -118,6 +118,29 @@ def test_a_tensorrt_llm_replica_is_sized_for_the_measured_token_mix():
     assert sized == expected and 20 < sized.rate < 30 and sized.slots == 64
     s = signals_for(KEY, snap, ready=1, sizing=sized)
     assert (s.capacity_hint, s.solo_latency_s, s.batch_slots) == (sized.rate, sized.solo_s, sized.slots)
+
+
+def test_prompt_tokens_the_prefix_caches_held_are_not_prefilled_again():
+    """Routing by prefix: 900 of 1,155 prompt tokens a request came from the engine's cache. The
+    replica is sized for prefilling the other 255 (each still attending to the whole prompt), so it
+    completes more requests a second, while every sequence still holds its whole prompt's KV."""
+    classes = catalog()
+    mix = [series("queue", "0"), series("prompt_tokens", "1155"), series("output_tokens", "211")]
+    cold = sizing_for(llm(), deployment(), classes, parse(mix, Settings()), KEY)
+    warm = sizing_for(llm(), deployment(), classes, parse(mix + [series("cached_tokens", "900")], Settings()), KEY)
+    perf = llm_performance(llm().spec, classes["h100"].spec)
+    assert warm == perf.sizing(1155, 211, 900)
+    assert warm.prefill_s == pytest.approx(perf.prefill_s(1155) - perf.prefill_s(900))
+    assert warm.prefill_s < cold.prefill_s / 3 and warm.rate > 1.2 * cold.rate and warm.slots == cold.slots
+    # NaN (no requests in the window) or no cache series: nothing cached.
+    nan = sizing_for(llm(), deployment(), classes, parse(mix + [series("cached_tokens", "NaN")], Settings()), KEY)
+    assert nan == cold
+
+
+def test_a_whole_prompt_from_the_cache_still_prefills_its_last_token():
+    perf = llm_performance(llm().spec, catalog()["h100"].spec)
+    sized = perf.sizing(1000, 100, 5000)
+    assert sized.prefill_s == pytest.approx(perf.prefill_s(1000) - perf.prefill_s(999)) and sized.prefill_s > 0
 
 
 def test_without_token_metrics_the_planner_assumes_a_chat_mix():

@@ -103,6 +103,11 @@ class Settings(BaseModel):
         'sum by ($namespace, $service) (rate(triton_llm_prompt_tokens_total{$service!=""}[5m]))'
         ' / sum by ($namespace, $service) (rate(triton_llm_requests_total{$service!=""}[5m]))',
         description="PromQL for the mean prompt tokens per request per service (the planner sizes a replica for it).")
+    cached_tokens_query: str = Field(
+        'sum by ($namespace, $service) (rate(triton_llm_prompt_tokens_cached_total{$service!=""}[5m]))'
+        ' / sum by ($namespace, $service) (rate(triton_llm_requests_total{$service!=""}[5m]))',
+        description="PromQL for the mean prompt tokens per request per service that the engines' prefix caches "
+                    "already held (their prefill is skipped: the planner sizes a replica for the rest).")
     output_tokens_query: str = Field(
         'sum by ($namespace, $service) (rate(triton_llm_generation_tokens_total{$service!=""}[5m]))'
         ' / sum by ($namespace, $service) (rate(triton_llm_requests_total{$service!=""}[5m]))',

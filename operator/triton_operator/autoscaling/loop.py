@@ -8,7 +8,8 @@ MetricsUnavailable/MetricsAvailable, TargetUnattainable), for `kubectl describe`
 Besides Prometheus, the policy gets from the cache the ready replicas, the pods' start-up time
 (creation to Ready of the newest ready pod) and, for TensorRT-LLM services, the planner's
 sizing of one replica (planning/llm_performance.py) for the measured token mix on the GPU class the
-Deployment runs on.
+Deployment runs on, less the prefill of the prompt tokens the engines' prefix caches held (routing
+by prefix raises that share, and a replica whose prompts are mostly cached serves more).
 """
 
 from __future__ import annotations
@@ -108,10 +109,12 @@ def sizing_for(obj: InferenceService, deployment: dict[str, Any], classes: dict[
     if gpu is None:
         return None
     prompt, output = snapshot.get("prompt_tokens", key), snapshot.get("output_tokens", key)
+    cached = snapshot.get("cached_tokens", key)
     if prompt is None or output is None or not (math.isfinite(prompt) and math.isfinite(output)):
-        prompt, output = ASSUMED_PROMPT_TOKENS, ASSUMED_OUTPUT_TOKENS
+        prompt, output, cached = ASSUMED_PROMPT_TOKENS, ASSUMED_OUTPUT_TOKENS, None
     try:
-        return llm_performance(spec, gpu.spec).sizing(prompt, output)
+        return llm_performance(spec, gpu.spec).sizing(
+            prompt, output, cached if cached is not None and math.isfinite(cached) else 0.0)
     except (ValueError, ZeroDivisionError):
         return None
 

@@ -48,7 +48,8 @@ Rules, and the failures they prevent (the upstream issue behind each is named; d
   - The start-up time is learned per service (its Deployment runs one GPU class) from its pods'
     creation-to-Ready as the loop observes them (a running average), DEFAULT_STARTUP_S until then.
   - A replica's capacity starts from the plan (planning/llm_performance.py: the GPU's bandwidth and
-    compute, the engine's batch, the measured token mix) and is calibrated on the live figures,
+    compute, the engine's batch, the measured token mix, less the prefill of the prompt tokens the
+    engines' prefix caches held) and is calibrated on the live figures,
     as a running average of measured / planned: a minute spent saturated (requests waiting, so
     every ready replica was full) measures throughput / ready directly; an unsaturated minute
     gives, by Little's law, the time a request spent in the batch at the observed occupancy,

@@ -112,8 +112,10 @@ class LLMPerformance:
     def fits(self, prompt: int, output: int) -> bool:
         return prompt <= self.max_input_len and prompt + output <= self.max_seq_len
 
-    def sizing(self, prompt_tokens: float, output_tokens: float) -> Sizing | None:
-        """One replica serving requests of these mean token counts (None if one cannot fit).
+    def sizing(self, prompt_tokens: float, output_tokens: float, cached_tokens: float = 0.0) -> Sizing | None:
+        """One replica serving requests of these mean token counts (None if one cannot fit), of
+        whose prompt tokens `cached_tokens` come from the engine's prefix cache (KV blocks reused
+        from an earlier request: their prefill is skipped, but the sequence still holds their KV).
 
         Every admission stalls the batch for its prefill (P); a request then holds a slot for
         `output` decode iterations (tau(B) each, B requests in the batch). With B slots busy,
@@ -126,7 +128,11 @@ class LLMPerformance:
         if slots < 1:
             return None
         context = prompt + output / 2
-        prefill = self.prefill_s(prompt)
+        # A cached beginning of c tokens leaves the other tokens to prefill, each still attending
+        # to the whole prefix: the prefill of the full prompt less that of the beginning (at
+        # least the last token is always computed).
+        cached = min(max(0.0, cached_tokens), prompt - 1.0)
+        prefill = self.prefill_s(prompt) - self.prefill_s(cached)
         full = slots * prefill + output * self.decode_step_s(math.ceil(slots), slots * context)
         solo = prefill + output * self.decode_step_s(1, context)
         return Sizing(rate=slots / full, solo_s=solo, slots=slots, prefill_s=prefill)
