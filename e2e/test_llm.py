@@ -216,3 +216,73 @@ def test_the_engine_evaluates_prompts_on_its_own_threads_only():
         assert (params.n_threads, params.n_threads_batch) == (1, 1)
     finally:
         engine.llm.close()
+
+
+def test_a_replica_that_is_stopped_finishes_the_answer_it_is_streaming():
+    """What scaling down does to a replica: the kubelet's SIGTERM while an answer streams. With the
+    exit timeout the operator renders for an LLM service (render/server.drain_seconds, 300 s),
+    Triton turns unready at once (the endpoint leaves the EndpointSlice, so the gateway sends it
+    nothing new) and takes no new request, finishes the answer in flight, and exits only then.
+    With Triton's default (30 s), or the 5 s this harness otherwise passes, a long answer is cut."""
+    import http.client
+    import os
+    import signal
+    import time
+
+    from triton_operator.api import InferenceService
+    from triton_operator.render.server import drain_seconds
+
+    isvc = InferenceService.model_validate({
+        "apiVersion": "serving.triton-operator.io/v1alpha1", "kind": "InferenceService",
+        "metadata": {"name": "chat", "namespace": "prod"},
+        "spec": {"model": {"source": "hf://HuggingFaceTB/SmolLM2-135M-Instruct", "format": "tensorrt-llm",
+                           "parameters": "135M"}, "gpu": {"class": "h100"}}})
+    drain = drain_seconds(isvc)
+    assert drain >= 300
+    with LLMTriton(threads=1, extra_args=[f"--exit-timeout-secs={drain}"]) as server:
+        conn = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=drain)
+        conn.request("POST", "/v2/models/llm/generate_stream", headers={"Content-Type": "application/json"},
+                     body=json.dumps({"messages": chat("Write a very long story about the sea."), "max_tokens": 700,
+                                      "temperature": 0.0, "stream": True}))
+        resp = conn.getresponse()
+        assert resp.status == 200
+        events: list[dict[str, Any]] = []
+
+        def read_event() -> dict[str, Any] | None:
+            while line := resp.readline():
+                if line.startswith(b"data: "):
+                    return json.loads(line[6:])
+            return None   # the stream ended
+
+        while len(events) < 10:
+            event = read_event()
+            assert event is not None, f"the stream ended after {len(events)} events"
+            events.append(event)
+        os.kill(server.pid, signal.SIGTERM)
+        stopped = time.monotonic()
+
+        def unready() -> bool:
+            try:
+                with urllib.request.urlopen(f"{server.http_url}/v2/health/ready", timeout=5) as r:
+                    return r.status != 200
+            except OSError:   # an error status, or the endpoint closed to new connections
+                return True
+        wait_for("Triton unready after SIGTERM", unready, timeout=10, interval=0.2)
+        try:
+            status = generate(server, messages=chat(QUESTION), max_tokens=4)[0]
+        except OSError:
+            status = None   # the HTTP endpoint is closed to new connections
+        assert status != 200, "a stopping replica refuses new requests"
+        while (event := read_event()) is not None:
+            events.append(event)
+        ended = time.monotonic()
+        conn.close()
+        # Every token came, the last one with the reason the answer ended: a stream cut at exit
+        # ends without it.
+        assert events[-1]["finish_reason"] in ("length", "stop"), events[-1]
+        counts = [e["completion_tokens"] for e in events]
+        assert counts == sorted(counts) and counts[-1] >= 100
+        # The answer went on well past the 5 s a short exit timeout allows, and Triton waited for
+        # it: it exits after the last token, not before.
+        assert ended - stopped > 5, f"the answer ended {ended - stopped:.1f} s after SIGTERM: too soon to tell"
+        wait_for("Triton exited", lambda: not server.running(), timeout=30, interval=0.2)

@@ -71,6 +71,18 @@ def test_triton_container_is_configured_for_serving(classes):
     assert pod["automountServiceAccountToken"] is False
 
 
+@pytest.mark.parametrize("fmt,drain,grace", [("tensorrt-llm", 300, 315), ("onnx", 30, 60)])
+def test_a_replica_that_goes_drains_what_it_is_answering(classes, fmt, drain, grace):
+    """On SIGTERM (scale-down, rollout, eviction) Triton waits for the requests in flight up to its
+    exit timeout; an LLM answer streams for minutes, so an LLM service waits longer, and the pod's
+    grace period outlasts the wait (e2e/test_llm.py stops a real Triton mid-answer)."""
+    d = render(isvc(model={"format": fmt, "source": "hf://org/m", "parameters": "8B"}), classes,
+               Settings()).by_kind("Deployment")
+    pod = d["spec"]["template"]["spec"]
+    assert f"--exit-timeout-secs={drain}" in pod["containers"][0]["args"]
+    assert pod["terminationGracePeriodSeconds"] == grace
+
+
 def test_children_are_owned_and_labelled(classes):
     for m in render(isvc(), classes, Settings()).manifests:
         (owner,) = m["metadata"]["ownerReferences"]

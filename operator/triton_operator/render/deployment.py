@@ -13,7 +13,8 @@ from .names import labels_for, model_name, owner_reference
 from .runtime import TRITON_UID
 from .scheduling import node_scheduling
 from .scheduling import resources as container_resources
-from .server import ADMIN_KEY_FROM_POD, GRPC_PORT, HTTP_PORT, METRICS_PORT, model_delivery, server_args
+from .server import (ADMIN_KEY_FROM_POD, GRPC_PORT, HTTP_PORT, METRICS_PORT, model_delivery, server_args,
+                     termination_grace_seconds)
 from .templates import render_template
 
 
@@ -67,6 +68,7 @@ def deployment(isvc: InferenceService, class_name: str, cls: GPUClassSpec, setti
         "image": image,
         "image_pull_policy": spec.server.image_pull_policy,
         "args": server_args(isvc, delivery["path"]),
+        "termination_grace_seconds": termination_grace_seconds(isvc),
         "env": runtime.merge_env([*delivery.get("server_env", []), ADMIN_KEY_FROM_POD],
                                  [e.wire() for e in spec.server.env]),
         "resources": resources,

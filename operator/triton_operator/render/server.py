@@ -79,6 +79,27 @@ ADMIN_KEY_FROM_POD = {"name": ADMIN_KEY_ENV, "valueFrom": {"fieldRef": {"fieldPa
 
 MPI_LAUNCHER = ["mpirun", "--allow-run-as-root", "-n", "1"]
 
+# A replica that goes (scaled down, replaced in a rollout, evicted) drains: on SIGTERM Triton is no
+# longer ready (its endpoint leaves the EndpointSlice, so the gateway sends it nothing new), refuses
+# new requests, and exits once the requests in flight have finished, or after this many seconds
+# (Triton's own default is 30). An LLM answer streams for as long as it generates, minutes for a
+# long one: cut at 30 s it would end mid-sentence. Other models answer within seconds. The pod's
+# grace period is a little longer, so the kubelet's SIGKILL never comes first.
+DRAIN_S = {"tensorrt-llm": 300}
+DEFAULT_DRAIN_S = 30
+GRACE_MARGIN_S = 15
+MIN_GRACE_S = 60
+
+
+def drain_seconds(isvc: InferenceService) -> int:
+    """Longest Triton waits on SIGTERM for the requests in flight."""
+    return DRAIN_S.get(isvc.spec.model.format, DEFAULT_DRAIN_S)
+
+
+def termination_grace_seconds(isvc: InferenceService) -> int:
+    """The pod's terminationGracePeriodSeconds: the drain and a margin."""
+    return max(MIN_GRACE_S, drain_seconds(isvc) + GRACE_MARGIN_S)
+
 
 def server_args(isvc: InferenceService, repository: str) -> list[str]:
     """The serving container's args, program first. No `command`: the NGC images' entrypoint
@@ -102,6 +123,7 @@ def server_args(isvc: InferenceService, repository: str) -> list[str]:
         "--allow-metrics=true",
         "--metrics-config=summary_latencies=true",
         "--metrics-config=summary_quantiles=" + QUANTILES,
+        f"--exit-timeout-secs={drain_seconds(isvc)}",
         *RESTRICTED_ARGS,
         *isvc.spec.server.args,
     ]
