@@ -9,8 +9,10 @@ fixed concurrency. Workloads:
 - tenants: --tenants tenants, each with its own system prompt of about 500 tokens, short questions;
 - conversations: multi-turn chats that resend their history on every turn;
 - control: prompts of about 500 tokens that share nothing.
-Routing: leastInFlight (the default), prefix (spec.routing.policy prefix) and random (for
-reference: a random replica per request, within the same load bound). Every run starts with fresh
+Routing: leastInFlight (the default), prefix (spec.routing.policy prefix), prefix behind two
+gateway replicas (two gateway processes with no state shared, requests alternating between them, as
+a Service in front of the gateway's Deployment spreads them: each sees only its own requests in
+flight) and random (for reference: a random replica per request, within the same load bound). Every run starts with fresh
 replicas (empty caches). Reported per run: TTFT p50/p90 (first streamed token), requests/s, and the
 hit rate (prompt tokens the replicas' caches held / prompt tokens, from their
 triton_llm_prompt_tokens_cached_total and triton_llm_prompt_tokens_total).
@@ -41,7 +43,9 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 OUT = ROOT / "bench" / "results"
-POLICIES = ("leastInFlight", "prefix", "random")
+POLICIES = ("leastInFlight", "prefix", "prefix x2", "random")
+GATEWAYS = {"prefix x2": 2}   # gateway replicas per routing run (1 unless named here)
+LABELS = {"prefix x2": "prefix, 2 gateways"}
 WORKLOADS = ("tenants", "conversations", "control")
 WORDS = ("billing support refund invoice account plan upgrade shipping order warranty return policy customer "
          "device network password security privacy contract renewal discount payment delivery storage backup").split()
@@ -98,20 +102,25 @@ def workload(name: str, tenants: int, requests: int, seed: int) -> list[list[lis
     return [[[{"role": "user", "content": system_prompt(rng, 5000 + i) + " Summarise rule 1."}]] for i in range(requests)]
 
 
-async def run_sessions(url: str, key: str, sessions: list[list[list[dict[str, str]]]],
+async def run_sessions(urls: list[str], key: str, sessions: list[list[list[dict[str, str]]]],
                        concurrency: int) -> tuple[list[float], float, int]:
     """TTFTs of every request, the wall time, and the requests done. Each session's turns go in
-    order; `concurrency` sessions at once."""
+    order; `concurrency` sessions at once; requests alternate over `urls` (one per gateway), a
+    conversation's turns included."""
     ttfts: list[float] = []
+    sent = 0
     queue: asyncio.Queue[list[list[dict[str, str]]]] = asyncio.Queue()
     for s in sessions:
         queue.put_nowait(s)
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
 
     async def worker(session: aiohttp.ClientSession) -> None:
+        nonlocal sent
         while not queue.empty():
             turns = queue.get_nowait()
             for messages in turns:
+                url = urls[sent % len(urls)]
+                sent += 1
                 body = json.dumps({"model": "smol", "messages": messages, "max_tokens": 8, "temperature": 0,
                                    "stream": True}).encode()
                 started = time.perf_counter()
@@ -141,7 +150,7 @@ def one_run(policy: str, name: str, args: argparse.Namespace) -> dict[str, Any]:
     from e2e.harness.llm import LLMTriton
 
     replicas = [LLMTriton(threads=1, n_ctx=2048, prefix_cache_bytes=args.cache_mib << 20) for _ in range(args.replicas)]
-    gateway = None
+    gateways: list[subprocess.Popen[bytes]] = []
     keys = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)
     key = "sk-bench-" + secrets.token_urlsafe(32)
     keys.write(f"keys:\n  - {{name: bench, key: {key}, namespaces: [bench]}}\n")
@@ -149,26 +158,23 @@ def one_run(policy: str, name: str, args: argparse.Namespace) -> dict[str, Any]:
     try:
         for r in replicas:
             r.start()
-        port = free_port()
-        gateway = subprocess.Popen([sys.executable, __file__, "--serve-gateway", str(port), keys.name, policy,
-                                    ",".join(str(r.http_port) for r in replicas)], start_new_session=True)
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                with urllib_open(f"http://127.0.0.1:{port}/healthz"):
-                    break
-            except OSError:
-                time.sleep(0.2)
+        ports = [free_port() for _ in range(GATEWAYS.get(policy, 1))]
+        for port in ports:
+            gateways.append(subprocess.Popen(
+                [sys.executable, __file__, "--serve-gateway", str(port), keys.name, policy,
+                 ",".join(str(r.http_port) for r in replicas)], start_new_session=True))
+        for port in ports:
+            wait_healthy(f"http://127.0.0.1:{port}/healthz")
         sessions = workload(name, args.tenants, args.requests, args.seed)
-        ttfts, wall, n = asyncio.run(run_sessions(f"http://127.0.0.1:{port}/v1/chat/completions", key, sessions,
-                                                  args.concurrency))
+        ttfts, wall, n = asyncio.run(run_sessions([f"http://127.0.0.1:{port}/v1/chat/completions" for port in ports],
+                                                  key, sessions, args.concurrency))
         prompt = sum(sum(v for _, v in r.metric_samples("triton_llm_prompt_tokens_total")) for r in replicas)
         cached = sum(sum(v for _, v in r.metric_samples("triton_llm_prompt_tokens_cached_total")) for r in replicas)
-        return {"policy": policy, "workload": name, "requests": n, "ttft_p50": pct(ttfts, 0.5),
+        return {"policy": policy, "gateways": len(ports), "workload": name, "requests": n, "ttft_p50": pct(ttfts, 0.5),
                 "ttft_p90": pct(ttfts, 0.9), "ttft_mean": statistics.mean(ttfts), "rps": n / wall,
                 "hit_rate": cached / prompt if prompt else 0.0, "wall_s": wall}
     finally:
-        if gateway is not None:
+        for gateway in gateways:
             gateway.terminate()
             gateway.wait(10)
         for r in replicas:
@@ -176,9 +182,17 @@ def one_run(policy: str, name: str, args: argparse.Namespace) -> dict[str, Any]:
         os.unlink(keys.name)
 
 
-def urllib_open(url: str) -> Any:
+def wait_healthy(url: str, timeout_s: float = 60.0) -> None:
     import urllib.request
-    return urllib.request.urlopen(url, timeout=2)
+    deadline = time.time() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            if time.time() > deadline:
+                raise RuntimeError(f"the gateway did not answer {url} within {timeout_s:.0f}s") from None
+            time.sleep(0.2)
 
 
 def main() -> None:
@@ -198,20 +212,22 @@ def main() -> None:
         port, keys, policy, ports = args.serve_gateway
         serve_gateway(int(port), keys, policy, [int(x) for x in ports.split(",")])
         return
+    from bench.common import machine
+
     started = datetime.now(timezone.utc)
     rows = []
     for name in args.workload or WORKLOADS:
         for policy in args.policy or POLICIES:
             row = one_run(policy, name, args)
             rows.append(row)
-            print(f"{name:14s} {policy:14s} TTFT p50 {row['ttft_p50']:6.2f}s p90 {row['ttft_p90']:6.2f}s "
+            print(f"{name:14s} {LABELS.get(policy, policy):19s} TTFT p50 {row['ttft_p50']:6.2f}s p90 {row['ttft_p90']:6.2f}s "
                   f"{row['rps']:5.2f} req/s hit rate {row['hit_rate']:5.1%} ({row['requests']} requests, "
                   f"{row['wall_s']:.0f}s)", flush=True)
     lines = [
         "# Routing by a request's beginning, on real replicas",
         "",
         f"`make bench-routing` (`python bench/routing.py`), {started:%Y-%m-%d %H:%M} UTC, on this machine "
-        f"({os.cpu_count()} cores, shared by the replicas, the gateway and the client); {args.replicas} replicas of "
+        f"({machine()}; the cores shared by the replicas, the gateway and the client); {args.replicas} replicas of "
         f"SmolLM2-135M-Instruct (llama.cpp, one thread each, a {args.cache_mib} MiB prefix cache each), "
         f"{args.tenants} tenants, {args.requests} requests per workload, concurrency {args.concurrency}, "
         f"8 tokens per answer, seed {args.seed}. Each run starts from empty caches.",
@@ -220,7 +236,7 @@ def main() -> None:
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
-        lines.append(f"| {r['workload']} | {r['policy']} | {r['ttft_p50']:.2f} | {r['ttft_p90']:.2f} | "
+        lines.append(f"| {r['workload']} | {LABELS.get(r['policy'], r['policy'])} | {r['ttft_p50']:.2f} | {r['ttft_p90']:.2f} | "
                      f"{r['rps']:.2f} | {r['hit_rate']:.1%} |")
     by = {(r["workload"], r["policy"]): r for r in rows}
     lines.append("")
@@ -229,6 +245,11 @@ def main() -> None:
         if a and b:
             lines.append(f"- {name}: prefix routing's TTFT p90 is {a['ttft_p90'] / b['ttft_p90']:.2f}x "
                          f"leastInFlight's, at {a['rps'] / b['rps']:.2f}x its throughput.")
+        two = by.get((name, "prefix x2"))
+        if a and two and a["hit_rate"] > 0:
+            lines.append(f"- {name}: behind two gateways prefix routing's hit rate is {two['hit_rate']:.1%} against "
+                         f"{a['hit_rate']:.1%} behind one ({two['hit_rate'] / a['hit_rate']:.2f}x), TTFT p90 "
+                         f"{two['ttft_p90']:.2f} s against {a['ttft_p90']:.2f} s.")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "routing.md").write_text("\n".join(lines) + "\n")
