@@ -146,7 +146,8 @@ def pct(xs: list[float], q: float) -> float:
 
 
 def one_run(policy: str, name: str, args: argparse.Namespace) -> dict[str, Any]:
-    from e2e.harness import free_port
+    from e2e.cluster import wait_for
+    from e2e.harness import free_port, http_ok
     from e2e.harness.llm import LLMTriton
 
     replicas = [LLMTriton(threads=1, n_ctx=2048, prefix_cache_bytes=args.cache_mib << 20) for _ in range(args.replicas)]
@@ -164,7 +165,8 @@ def one_run(policy: str, name: str, args: argparse.Namespace) -> dict[str, Any]:
                 [sys.executable, __file__, "--serve-gateway", str(port), keys.name, policy,
                  ",".join(str(r.http_port) for r in replicas)], start_new_session=True))
         for port in ports:
-            wait_healthy(f"http://127.0.0.1:{port}/healthz")
+            url = f"http://127.0.0.1:{port}/healthz"
+            wait_for(f"the gateway at {url}", lambda: http_ok(url, timeout=2), timeout=60, interval=0.2)
         sessions = workload(name, args.tenants, args.requests, args.seed)
         ttfts, wall, n = asyncio.run(run_sessions([f"http://127.0.0.1:{port}/v1/chat/completions" for port in ports],
                                                   key, sessions, args.concurrency))
@@ -180,19 +182,6 @@ def one_run(policy: str, name: str, args: argparse.Namespace) -> dict[str, Any]:
         for r in replicas:
             r.stop()
         os.unlink(keys.name)
-
-
-def wait_healthy(url: str, timeout_s: float = 60.0) -> None:
-    import urllib.request
-    deadline = time.time() + timeout_s
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            if time.time() > deadline:
-                raise RuntimeError(f"the gateway did not answer {url} within {timeout_s:.0f}s") from None
-            time.sleep(0.2)
 
 
 def main() -> None:

@@ -49,7 +49,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -147,7 +146,7 @@ def serve_gateway(port: int, metrics_port: int, keys: str, table: str, service: 
 
 class GatewayProcess:
     def __init__(self, workdir: Path, obj: dict[str, Any]):
-        from e2e.harness import free_port
+        from e2e.harness import free_port, http_ok
 
         self.port, self.metrics_port = free_port(), free_port()
         self.key = "sk-bench-" + secrets.token_urlsafe(32)
@@ -158,7 +157,7 @@ class GatewayProcess:
         self.proc = subprocess.Popen([sys.executable, __file__, "--serve-gateway", str(self.port), str(self.metrics_port),
                                       str(self.keys), str(self.table), str(self.service)], start_new_session=True)
         deadline = time.time() + 60
-        while not http_ok(f"http://127.0.0.1:{self.metrics_port}/healthz"):
+        while not http_ok(f"http://127.0.0.1:{self.metrics_port}/healthz", timeout=2):
             if time.time() > deadline or self.proc.poll() is not None:
                 raise RuntimeError("the gateway did not start")
             time.sleep(0.2)
@@ -174,14 +173,6 @@ class GatewayProcess:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-
-
-def http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return r.status == 200
-    except OSError:
-        return False
 
 
 # ------------------------------------------------------------------------------------ replicas

@@ -20,6 +20,7 @@ from typing import Any, Iterator
 import pytest
 
 from .cluster import wait_for
+from .harness import http_ok
 from .harness.llm import LLMTriton, ensure_llm, tokenize
 
 QUESTION = "What is the capital of France? Answer with one word."
@@ -261,13 +262,9 @@ def test_a_replica_that_is_stopped_finishes_the_answer_it_is_streaming():
         os.kill(server.pid, signal.SIGTERM)
         stopped = time.monotonic()
 
-        def unready() -> bool:
-            try:
-                with urllib.request.urlopen(f"{server.http_url}/v2/health/ready", timeout=5) as r:
-                    return r.status != 200
-            except OSError:   # an error status, or the endpoint closed to new connections
-                return True
-        wait_for("Triton unready after SIGTERM", unready, timeout=10, interval=0.2)
+        # An error status, or the endpoint closed to new connections.
+        wait_for("Triton unready after SIGTERM", lambda: not http_ok(f"{server.http_url}/v2/health/ready", timeout=5),
+                 timeout=10, interval=0.2)
         try:
             status = generate(server, messages=chat(QUESTION), max_tokens=4)[0]
         except OSError:

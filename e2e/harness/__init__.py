@@ -19,6 +19,7 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 #: The repository root (``e2e/harness/__init__.py`` is two levels below it).
@@ -37,6 +38,15 @@ def port_open(host: str, port: int, timeout: float = 0.2) -> bool:
         with socket.create_connection((host, port), timeout=timeout):
             return True
     except OSError:
+        return False
+
+
+def http_ok(url: str, timeout: float = 1.0) -> bool:
+    """GET `url` answers 200 (an error status, a refused or reset connection: False)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status == 200
+    except OSError:   # URLError and HTTPError among them
         return False
 
 

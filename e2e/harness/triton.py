@@ -24,12 +24,11 @@ import subprocess
 import tempfile
 import threading
 import time
-import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
 
-from . import REPO_ROOT, free_port, port_open, stop_process_group, tail
+from . import REPO_ROOT, free_port, http_ok, port_open, stop_process_group, tail
 
 INSTALL_SCRIPT = REPO_ROOT / "hack" / "install-triton.sh"
 
@@ -321,7 +320,7 @@ class TritonServer:
                     f"tritonserver exited with code {rc} before it was ready; log {self.log_path}:\n"
                     + tail(self.log_path, 60)
                 )
-            if all(_http_ok(u) for u in urls):
+            if all(http_ok(u) for u in urls):
                 return
             if time.monotonic() > deadline:
                 raise RuntimeError(
@@ -464,9 +463,3 @@ def _three_free_ports() -> tuple[int, int, int]:
     return a, b, c
 
 
-def _http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1) as r:
-            return r.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
