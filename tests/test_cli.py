@@ -120,8 +120,9 @@ def test_plan_shows_the_ranking_of_class_auto_and_why():
     rows = {line.split()[1]: line.split() for line in out.stdout.splitlines()[1:7]}
     assert rows["h100"][-1] == "chosen" and rows["h100"][2] == "1"
     assert rows["h200"][-3:] == ["5.5", "spill", "#1"]
-    assert rows["l4"][5] == "TooSlow" and rows["a100-80gb"][5] == "PrecisionUnsupported"
-    assert rows["b200"][5] == "OverPriceCap" and rows["gb200"][5] == "NoPrice" and rows["gb200"][-2] == "-"
+    assert rows["l4"][8] == "TooSlow" and rows["a100-80gb"][8] == "PrecisionUnsupported"
+    assert rows["b200"][8] == "OverPriceCap" and rows["gb200"][8] == "NoPrice" and rows["gb200"][-2] == "-"
+    assert rows["l4"][2:5] == ["4", "1", "TP4"] and rows["h100"][7] == "6.8"   # KV_GIB/GPU: 72 - 65.2 GiB
     assert "gb200: GPUClass gb200 has no pricePerHour, so maxPricePerHour 10 cannot be checked" in out.stdout
     assert "class auto chooses 1 x h100: the cheapest where the model fits within 10.0/h and at most 30.0 ms" in out.stdout
     assert "l4: decode on 4 x l4 takes at least 58.48 ms per token" in out.stdout

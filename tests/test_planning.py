@@ -48,3 +48,55 @@ def test_extreme_parameter_counts_plan_to_finite_figures(classes, params):
     m = ModelSpec(source="hf://a/b", format="onnx", parameters=params)
     p = fit.fit(m, classes["l4"].spec, 1)
     assert math.isfinite(p.weights_gib) and p.min_gpus >= 1 and math.isfinite(p.decode_tokens_per_s_bound)
+
+
+LLAMA_405B = ModelSpec(source="hf://meta-llama/Llama-3.1-405B-Instruct", format="tensorrt-llm", parameters="405B",
+                       precision="bf16")
+
+
+@pytest.mark.parametrize("cls, count, text, nodes, tensor, pipeline, per_gpu, kv", [
+    # 405B x 2 bytes = 754.4 GiB: 47.1 GiB a GPU over 16; an H100's 80 GiB x 0.9 leaves 24.9 for the KV cache.
+    ("h100", 16, "TP8xPP2 on 2 nodes", 2, 8, 2, 47.1, 24.9),
+    ("h200", 16, "TP8xPP2 on 2 nodes", 2, 8, 2, 47.1, 79.8),
+    ("gb200", 16, "TP4xPP4 on 4 nodes", 4, 4, 4, 47.1, 120.3),   # 4 GPUs a node
+    ("h100", 8, "TP8", 1, 8, 1, 94.3, -22.3),                    # one node: the weights do not fit
+])
+def test_a_replica_larger_than_a_node_is_laid_out_in_whole_nodes(classes, cls, count, text, nodes, tensor, pipeline,
+                                                                 per_gpu, kv):
+    lay = fit.layout(LLAMA_405B, classes[cls].spec, count)
+    assert (lay.text, lay.nodes, lay.tensor, lay.pipeline) == (text, nodes, tensor, pipeline)
+    assert (lay.weights_per_gpu_gib, lay.kv_cache_per_gpu_gib) == (per_gpu, kv)
+    assert lay.tensor * lay.pipeline == count
+
+
+def test_a_layout_of_unknown_size_has_no_memory_figures(classes):
+    lay = fit.layout(ModelSpec(source="hf://a/b", format="tensorrt-llm"), classes["h100"].spec, 4)
+    assert (lay.text, lay.weights_per_gpu_gib, lay.kv_cache_per_gpu_gib) == ("TP4", None, None)
+
+
+def _reasons(model, cls, count, classes):
+    return {p.reason: p.message for p in fit.problems(model, cls, classes[cls].spec, count)}
+
+
+def test_a_model_larger_than_a_node_is_told_how_many_nodes_it_needs(classes):
+    found = _reasons(LLAMA_405B, "h100", 8, classes)
+    assert list(found) == ["ModelDoesNotFit"]
+    assert found["ModelDoesNotFit"] == (
+        "405B parameters at bf16 need about 754.4 GiB for weights, but 8 x h100 leave 576.0 GiB; it needs 16 GPUs "
+        "(2 nodes of 8); use a lower precision or a GPU class with more memory.")
+
+
+def test_counts_that_span_nodes_say_why_they_cannot_run(classes):
+    assert _reasons(LLAMA_405B, "h100", 12, classes)["GPUCountNotWholeNodes"] == (
+        "gpu.count 12 spans 2 h100 nodes of 8 GPUs but does not fill them: a replica on more than one node takes "
+        "whole nodes. Use gpu.count 16 or at most 8.")
+    assert _reasons(LLAMA_405B, "h100", 16, classes) == {"MultiNodeNotServed": (
+        "gpu.count 16 spans 2 h100 nodes of 8 GPUs (TP8xPP2 on 2 nodes); this operator serves replicas within one "
+        "node: use a GPU class with more memory per node, or a lower precision.")}
+    small = ModelSpec(source="hf://a/b", format="tensorrt-llm", parameters="70B", precision="fp8")
+    assert _reasons(small, "h100", 16, classes)["MultiNodeNotServed"].endswith(
+        "within one node: the model fits one node: use gpu.count 1 to 8.")
+    onnx = ModelSpec(source="hf://a/b", format="onnx", parameters="8B")
+    assert _reasons(onnx, "l4", 8, classes) == {"MultiNodeNeedsLLMEngine": (
+        "gpu.count 8 spans 2 l4 nodes of 4 GPUs; only format tensorrt-llm (TensorRT-LLM's LLM API) runs one model "
+        "across nodes. Use gpu.count 4 or fewer.")}

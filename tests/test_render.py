@@ -169,7 +169,7 @@ def test_fallback_class_is_used_when_the_class_is_missing(classes):
     ({"gpu": {"class": "x100"}}, "GPUClassNotFound", "GPUClass x100 does not exist"),
     ({"gpu": {"class": "a100-80gb"}, "model": {"source": "hf://a/b", "format": "onnx", "precision": "fp8"}},
      "PrecisionUnsupported", "compute capability 8.9"),
-    ({"gpu": {"class": "l4", "count": 8}}, "GPUCountExceedsNode", "4 GPUs on one l4 node"),
+    ({"gpu": {"class": "l4", "count": 8}}, "MultiNodeNeedsLLMEngine", "spans 2 l4 nodes of 4 GPUs"),
     ({"gpu": {"class": "l4"}, "model": {"source": "hf://a/b", "format": "onnx", "parameters": "70B"}},
      "ModelDoesNotFit", "use a lower precision"),
 ])

@@ -208,11 +208,15 @@ def _print_plan(obj: InferenceService, classes: dict[str, GPUClass]) -> None:
     for o in options:
         role = ("chosen" if spec.gpu.auto else "preferred") if used[:1] == [o.gpu_class] else (
             f"spill #{used.index(o.gpu_class)}" if o.gpu_class in used else "-")
-        rows.append((obj.name, o.gpu_class, o.count, o.weights_gib, o.available_gib,
+        lay = o.layout
+        rows.append((obj.name, o.gpu_class, o.count, lay.nodes if lay else None, lay.parallelism if lay else None,
+                     o.weights_gib, o.available_gib,
+                     lay.kv_cache_per_gpu_gib if lay and lay.kv_cache_per_gpu_gib is not None and
+                     lay.kv_cache_per_gpu_gib > 0 else None,
                      "yes" if o.usable else o.reason, o.decode_tokens_per_s_bound, o.ms_per_token_bound,
                      o.cost_per_hour, role))
-    header = ("SERVICE", "CLASS", "GPUS", "WEIGHTS_GIB", "USABLE_GIB", "FITS", "MAX_TOK/S/STREAM", "MIN_MS/TOKEN",
-              "COST/H", "USE")
+    header = ("SERVICE", "CLASS", "GPUS", "NODES", "LAYOUT", "WEIGHTS_GIB", "USABLE_GIB", "KV_GIB/GPU", "FITS",
+              "MAX_TOK/S/STREAM", "MIN_MS/TOKEN", "COST/H", "USE")
     table = [header, *[tuple("-" if v is None else str(v) for v in r) for r in rows]]
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     for r in table:

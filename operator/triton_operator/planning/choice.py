@@ -12,11 +12,11 @@ Ties go to the faster class. Classes without a price rank after priced ones.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from ..api import GPUClass, GPUClassSpec, InferenceServiceSpec
-from .fit import Problem, fit, problems
+from .fit import Layout, Problem, fit, layout, problems
 
 USABLE = "Fits"
 
@@ -33,6 +33,7 @@ class Option:
     decode_tokens_per_s_bound: float | None = None
     weights_gib: float | None = None
     available_gib: float | None = None
+    layout: Layout | None = None       # nodes, TP x PP, memory per GPU
 
     @property
     def usable(self) -> bool:
@@ -73,7 +74,7 @@ def check(spec: InferenceServiceSpec, name: str, cls: GPUClassSpec, count: int,
     named as gpu.class is exempt: they chose it)."""
     p = fit(spec.model, cls, count)
     base = Option(name, count, cost_per_hour=p.cost_per_hour, decode_tokens_per_s_bound=p.decode_tokens_per_s_bound,
-                  weights_gib=p.weights_gib, available_gib=p.available_gib)
+                  weights_gib=p.weights_gib, available_gib=p.available_gib, layout=layout(spec.model, cls, count))
     found = problems(spec.model, name, cls, count)
     if found:
         return _with(base, found[0].reason, " ".join(x.message for x in found))
@@ -95,8 +96,7 @@ def check(spec: InferenceServiceSpec, name: str, cls: GPUClassSpec, count: int,
 
 
 def _with(o: Option, reason: str, message: str) -> Option:
-    return Option(o.gpu_class, o.count, reason, message, o.cost_per_hour, o.decode_tokens_per_s_bound,
-                  o.weights_gib, o.available_gib)
+    return replace(o, reason=reason, message=message)
 
 
 def _fmt(x: float) -> str:

@@ -6,6 +6,12 @@ parameter; decode reads every weight once per generated token, so a single strea
 than bandwidth / weight bytes. With tensor parallelism each of N GPUs reads 1/N of the weights at
 once, so the bound is N x bandwidth / weight bytes (ideal: the all-reduce between GPUs costs some
 of it, which is why it is a bound).
+
+A replica of more GPUs than a node of its class has spans nodes: it takes whole nodes, splits its
+layers into one pipeline stage per node and each stage across the node's GPUs (tensor parallelism
+where the GPUs share NVLink, pipeline parallelism across the slower network between nodes; the
+layout NVIDIA's and KServe's multi-node guides use). Only TensorRT-LLM's LLM API runs one model
+across processes on several nodes.
 """
 
 from __future__ import annotations
@@ -29,6 +35,29 @@ class Fit:
     min_gpus: int | None
     decode_tokens_per_s_bound: float | None
     cost_per_hour: float | None
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one replica uses its GPUs: on how many nodes, tensor parallelism within a node times
+    pipeline stages across nodes, and per GPU the weights it holds and the memory left for the KV
+    cache (within WEIGHTS_SHARE of the GPU: the rest is activations and the CUDA context;
+    negative: the weights do not fit). None where the model's size is not known."""
+
+    gpus: int
+    nodes: int
+    tensor: int
+    pipeline: int
+    weights_per_gpu_gib: float | None
+    kv_cache_per_gpu_gib: float | None
+
+    @property
+    def parallelism(self) -> str:
+        return f"TP{self.tensor}" + (f"xPP{self.pipeline}" if self.pipeline > 1 else "")
+
+    @property
+    def text(self) -> str:
+        return self.parallelism + (f" on {self.nodes} nodes" if self.nodes > 1 else "")
 
 
 @dataclass(frozen=True)
@@ -60,6 +89,26 @@ def fit(model: ModelSpec, gpu_class: GPUClassSpec, count: int) -> Fit:
                 min_gpus, None if bound is None else round(bound, 1), cost)
 
 
+def layout(model: ModelSpec, gpu_class: GPUClassSpec, count: int) -> Layout:
+    """The layout of `count` GPUs of the class (whole nodes when it spans several; `problems`
+    refuses a count that does not divide into them)."""
+    per_node = max(1, gpu_class.gpus_per_node)
+    nodes = 1 if count <= per_node else -(-count // per_node)
+    tensor = count if nodes == 1 else per_node
+    pipeline = max(1, count // tensor) if nodes > 1 else 1
+    params = model.parameter_count()
+    if params is None or count < 1:
+        return Layout(count, nodes, tensor, pipeline, None, None)
+    per_gpu = params * BYTES_PER_PARAMETER[model.precision] / GIB / count
+    left = gpu_class.memory_gib * WEIGHTS_SHARE - per_gpu
+    return Layout(count, nodes, tensor, pipeline, round(per_gpu, 1), round(left, 1))
+
+
+def whole_nodes(min_gpus: int, gpus_per_node: int) -> int:
+    """The fewest GPUs in whole nodes that hold `min_gpus`."""
+    return -(-min_gpus // gpus_per_node) * gpus_per_node
+
+
 def problems(model: ModelSpec, class_name: str, gpu_class: GPUClassSpec, count: int) -> list[Problem]:
     """Every reason the model cannot run on `count` GPUs of the class (empty when it can)."""
     found: list[Problem] = []
@@ -76,16 +125,39 @@ def problems(model: ModelSpec, class_name: str, gpu_class: GPUClassSpec, count: 
             f"gpu.count {count} on GPU class {class_name}, whose resource {gpu_class.resource_name} is one MIG "
             f"slice: slices cannot be combined for tensor parallelism. Use gpu.count 1 with a slice that holds "
             f"the model, or a class of whole GPUs."))
-    if count > gpu_class.gpus_per_node:
-        found.append(Problem(
-            "GPUCountExceedsNode",
-            f"gpu.count {count} exceeds the {gpu_class.gpus_per_node} GPUs on one {class_name} node; "
-            f"a replica must fit on one node."))
+    per_node = gpu_class.gpus_per_node
+    if count > per_node and not gpu_class.resource_name.startswith(MIG_PREFIX):
+        nodes = -(-count // per_node)
+        if count % per_node:
+            found.append(Problem(
+                "GPUCountNotWholeNodes",
+                f"gpu.count {count} spans {nodes} {class_name} nodes of {per_node} GPUs but does not fill them: a "
+                f"replica on more than one node takes whole nodes. Use gpu.count {whole_nodes(count, per_node)} "
+                f"or at most {per_node}."))
+        elif model.format != "tensorrt-llm":
+            found.append(Problem(
+                "MultiNodeNeedsLLMEngine",
+                f"gpu.count {count} spans {nodes} {class_name} nodes of {per_node} GPUs; only format tensorrt-llm "
+                f"(TensorRT-LLM's LLM API) runs one model across nodes. Use gpu.count {per_node} or fewer."))
+        else:
+            least = fit(model, gpu_class, per_node).min_gpus
+            hint = (f"the model fits one node: use gpu.count {least}" + (f" to {per_node}" if least < per_node else "")
+                    if least is not None and least <= per_node else
+                    "use a GPU class with more memory per node, or a lower precision")
+            found.append(Problem(
+                "MultiNodeNotServed",
+                f"gpu.count {count} spans {nodes} {class_name} nodes of {per_node} GPUs "
+                f"({layout(model, gpu_class, count).text}); this operator serves replicas within one node: {hint}."))
     p = fit(model, gpu_class, count)
     if not p.fits:
-        hint = (f"set gpu.count to at least {p.min_gpus}"
-                if p.min_gpus is not None and p.min_gpus <= gpu_class.gpus_per_node
-                else "use a lower precision or a GPU class with more memory")
+        if p.min_gpus is not None and p.min_gpus <= per_node:
+            hint = f"set gpu.count to at least {p.min_gpus}"
+        elif p.min_gpus is not None and model.format == "tensorrt-llm" and not gpu_class.resource_name.startswith(MIG_PREFIX):
+            need = whole_nodes(p.min_gpus, per_node)
+            hint = (f"it needs {need} GPUs ({need // per_node} nodes of {per_node}); use a lower precision or a GPU "
+                    f"class with more memory")
+        else:
+            hint = "use a lower precision or a GPU class with more memory"
         found.append(Problem(
             "ModelDoesNotFit",
             f"{model.parameters} parameters at {model.precision} need about {p.weights_gib} GiB for "
