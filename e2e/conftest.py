@@ -66,12 +66,17 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     up = subprocess.run([ROOT / "hack" / "cluster.sh", "up", CLUSTER_NAME], capture_output=True, text=True)
     if up.returncode != 0:
         raise RuntimeError(f"cluster did not come up:\n{up.stderr[-4000:]}")
+    # LeaderWorkerSet's real manager and webhooks, before the operator starts (it watches them)
+    lws = subprocess.run([ROOT / "hack" / "lws.sh", "up", CLUSTER_NAME], capture_output=True, text=True, timeout=180)
+    if lws.returncode != 0:
+        raise RuntimeError(f"LeaderWorkerSet did not start:\n{lws.stderr[-4000:]}")
     try:
         yield Cluster(kubeconfig=up.stdout.strip().splitlines()[-1], bin_dir=bin_dir)
     finally:
         if request.session.testsfailed and (kept := keep_cluster_logs()):
             print(f"\ne2e: {request.session.testsfailed} failed; the cluster's logs are kept in {kept}")
         if not os.environ.get("E2E_KEEP_CLUSTER"):
+            subprocess.run([ROOT / "hack" / "lws.sh", "down", CLUSTER_NAME], capture_output=True, timeout=60)
             subprocess.run([ROOT / "hack" / "cluster.sh", "down", CLUSTER_NAME], capture_output=True)
 
 

@@ -141,6 +141,8 @@ YAML
 
 down() {
   tools
+  # A LeaderWorkerSet manager hack/lws.sh started for this cluster goes with it.
+  if [ -f "$STATE/lws/pid" ]; then kill "$(cat "$STATE/lws/pid")" 2>/dev/null || true; fi
   if [ -d "$STATE" ]; then
     kwokctl delete cluster --name "$NAME" --kubeconfig "$KUBECONFIG_FILE" >&2 || true
     rm -rf "$STATE"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make dev`: a local cluster with simulated GPU nodes, the CRDs and GPU classes, the operator
+# `make dev`: a local cluster with simulated GPU nodes (and LeaderWorkerSet), the CRDs and GPU classes, the operator
 # running from this checkout, two example TensorRT-LLM InferenceServices (their preparation Jobs
 # and serving pods placed on nodes of their GPU classes; kwok simulates the containers), and the
 # gateway in front of `smol`, which a real small LLM answers (SmolLM2-135M-Instruct on a local CPU
@@ -28,6 +28,7 @@ stop_operator() { stop_pid "$STATE/gateway.pid"; stop_pid "$STATE/dev-triton.pid
 case "${1:-up}" in
   down)
     stop_operator
+    "$HERE/lws.sh" down "$NAME" 2>/dev/null || true
     "$HERE/cluster.sh" down "$NAME"
     exit 0 ;;
   up) ;;
@@ -37,6 +38,7 @@ esac
 "$HERE/install-llm.sh" >/dev/null   # llama-cpp-python (built once, cached) and the model file
 export KUBECONFIG
 KUBECONFIG=$("$HERE/cluster.sh" up "$NAME")
+"$HERE/lws.sh" up "$NAME"   # LeaderWorkerSet, for models bigger than a node
 BIN=$("$HERE/install-tools.sh")
 export PATH="$BIN:$PATH"
 cd "$ROOT"

@@ -9,17 +9,22 @@ K8S_VERSION=${K8S_VERSION:-v1.36.3}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 HELM_VERSION=${HELM_VERSION:-v3.21.4}
+# LeaderWorkerSet (multi-node replicas): its manager and CRD, kept beside the others under a name
+# that carries its own version, so a new LWS version builds only itself.
+LWS_VERSION=${LWS_VERSION:-v0.9.0}
 
 CACHE_ROOT=${TRITON_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/triton-operator}
 KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}"
 BIN="$CACHE_ROOT/tools/$KEY/bin"
 STAMP="$CACHE_ROOT/tools/$KEY/complete"
-TOOLS=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok kwokctl helm)
+LWS="lws-manager-$LWS_VERSION"
+TOOLS=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok kwokctl helm "$LWS")
 
 log() { echo "install-tools: $*" >&2; }
 
 if [ -f "$STAMP" ]; then
   for t in "${TOOLS[@]}"; do [ -x "$BIN/$t" ] || { rm -f "$STAMP"; break; }; done
+  [ -f "$BIN/$LWS.crds.yaml" ] || rm -f "$STAMP"
 fi
 if [ -f "$STAMP" ]; then echo "$BIN"; exit 0; fi
 
@@ -67,6 +72,19 @@ build_etcd() {
   go build -trimpath -ldflags "-s -w" -o "$BIN/etcd" go.etcd.io/etcd/server/v3
 }
 
+build_lws() {
+  # The module's version list is not served by every proxy, its exact versions are: download the
+  # release's module and build its manager from it (go install would ask for the list).
+  local dir
+  log "building the LeaderWorkerSet manager $LWS_VERSION"
+  dir=$(go mod download -json "sigs.k8s.io/lws@$LWS_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+  cp -r "$dir" "$work/lws" && chmod -R u+w "$work/lws" && cd "$work/lws"
+  go build -trimpath -ldflags "-s -w" -o "$BIN/$LWS" ./cmd
+  # Both CRDs: the manager always runs its DisaggregatedSet controller too.
+  cat config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml \
+      config/crd/bases/disaggregatedset.x-k8s.io_disaggregatedsets.yaml > "$BIN/$LWS.crds.yaml"
+}
+
 build_go_install() {  # module path, version, packages...
   local ver=$1; shift
   log "installing $* @ $ver"
@@ -79,6 +97,9 @@ build_go_install() {  # module path, version, packages...
 [ -x "$BIN/etcd" ] || build_etcd
 [ -x "$BIN/kwok" ] && [ -x "$BIN/kwokctl" ] || build_go_install "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok/cmd/kwokctl
 [ -x "$BIN/helm" ] || build_go_install "$HELM_VERSION" helm.sh/helm/v3/cmd/helm
+[ -x "$BIN/$LWS" ] && [ -f "$BIN/$LWS.crds.yaml" ] || build_lws
+# hack/lws.sh runs whichever version this script was told to build.
+ln -sf "$LWS" "$BIN/lws-manager" && ln -sf "$LWS.crds.yaml" "$BIN/lws-crds.yaml"
 
 for t in "${TOOLS[@]}"; do [ -x "$BIN/$t" ] || { log "missing $t after build"; exit 1; }; done
 touch "$STAMP"
