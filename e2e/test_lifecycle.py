@@ -60,7 +60,7 @@ def test_apply_creates_children_and_lands_on_the_class(operator: Operator, ns: s
     fields = {f["manager"] for f in json.loads(raw)["metadata"]["managedFields"] if f["operation"] == "Apply"}
     assert fields == {"triton-operator"}
     columns = c.kubectl("get", "infsvc", "chat", "-n", ns).stdout.split("\n")[0].split()
-    assert columns[:6] == ["NAME", "GPU", "DESIRED", "READY", "CLASSES", "QUEUE"]
+    assert columns[:7] == ["NAME", "GPU", "DESIRED", "READY", "NODES", "CLASSES", "QUEUE"]
 
 
 def test_spec_change_rolls_out_and_scale_subresource_works(operator: Operator, ns: str):

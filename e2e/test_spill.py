@@ -118,7 +118,7 @@ def test_a_full_class_spills_over_and_comes_back_without_losing_ready_replicas(o
     status = c.get("infsvc", "chat", ns)["status"]
     assert status["replicasByClass"] == "h200:2/2" and status["gpuClass"] == "h100"
     row = c.kubectl("get", "infsvc", "chat", "-n", ns, "--no-headers").stdout.split()
-    assert row[1:5] == ["h100", "2", "2", "h200:2/2"], row
+    assert row[1:6] == ["h100", "2", "2", "1", "h200:2/2"], row
     assert c.condition("infsvc", "chat", ns, "Degraded")["status"] == "False"
 
     # The other team leaves: after returnAfter of room, replicas move back one at a time.

@@ -25,6 +25,8 @@ IMPLICIT = {
     ("serving.triton-operator.io", "gpuclasses", "create"): "server-side apply (a PATCH) of an absent object needs create",
     ("batch", "jobs", "create"): "server-side apply (a PATCH) of an absent object needs create",
     ("networking.k8s.io", "networkpolicies", "create"): "server-side apply (a PATCH) of an absent object needs create",
+    ("leaderworkerset.x-k8s.io", "leaderworkersets", "create"):
+        "server-side apply (a PATCH) of an absent object needs create",
 }
 
 

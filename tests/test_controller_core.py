@@ -399,8 +399,9 @@ class _ApiServer:
 
     def __init__(self, after=None) -> None:
         from triton_operator.api.kinds import OWN_KINDS
-        from triton_operator.kube.kinds import BUILTIN_KINDS, Kinds
-        self.kinds = Kinds(BUILTIN_KINDS + OWN_KINDS)
+        from triton_operator.kube.kinds import BUILTIN_KINDS, LEADER_WORKER_SET, Kinds
+        self.kinds = Kinds(BUILTIN_KINDS + OWN_KINDS + (LEADER_WORKER_SET,))
+        self.created: list[dict] = []
         self.objects: dict[tuple[str, str], dict] = {}
         self.applied: list[tuple[str, str]] = []
         self.rv, self.after = 100, after
@@ -425,7 +426,14 @@ class _ApiServer:
         return copy.deepcopy(out)
 
     def patch_status(self, kind, namespace, name, status):
+        self.status = status
         return None
+
+    def create(self, manifest: dict) -> bool:
+        if any(m["metadata"]["name"] == manifest["metadata"]["name"] for m in self.created):
+            return False
+        self.created.append(copy.deepcopy(manifest))
+        return True
 
     def post_event(self, obj, event) -> None:
         pass
@@ -565,3 +573,96 @@ def test_a_status_only_change_of_a_pdb_or_network_policy_does_not_requeue_its_se
     no_generation = pdb()
     no_generation["metadata"]["generation"] = None
     assert concerns_owner("PodDisruptionBudget", no_generation, pdb(healthy=2))
+
+
+# -- replicas across nodes ----------------------------------------------------------------------------
+
+def _big(**gpu):
+    return isvc(model={"source": "hf://a/b", "format": "tensorrt-llm", "parameters": "671B", "precision": "fp8"},
+                gpu={"class": "h100", "count": 16, **gpu})
+
+
+def test_a_group_set_in_place_is_not_written_and_reads_as_a_deployment_of_groups(classes):
+    from triton_operator.controller.trim import trim_child
+    from triton_operator.controller.trim import with_full_spec
+    obj = _big()
+    rendered = render(obj, classes, Settings(), replicas=2).manifests
+    lws = copy.deepcopy(next(m for m in rendered if m["kind"] == "LeaderWorkerSet"))
+    lws["metadata"].update(uid="u-lws", generation=1, resourceVersion="7")
+    lws["status"] = {"replicas": 2, "readyReplicas": 1, "updatedReplicas": 2}
+    cached = trim_child(lws)
+    # what status and placement read: ready groups as available ones, the leaders' labels as the template's
+    assert cached["status"]["availableReplicas"] == 1 and cached["spec"]["replicas"] == 2
+    assert cached["spec"]["template"]["metadata"]["labels"]["serving.triton-operator.io/gpu-class"] == "h100"
+    assert with_full_spec(cached)["spec"]["leaderWorkerTemplate"]["size"] == 2
+    rest = live_children([m for m in rendered if m["kind"] not in ("LeaderWorkerSet", "Job")])
+    job = copy.deepcopy(next(m for m in rendered if m["kind"] == "Job"))
+    job["metadata"].update(uid="u-job", resourceVersion="9")
+    job["status"] = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
+    children = Children(deployment=cached, service=rest.service, pdb=rest.pdb, deployments=(cached,), jobs=(job,))
+    p = plan(obj, classes, Settings(), children, replicas=2)
+    assert p.error is None and p.apply == () and p.deployments == (("h100", "demo-group"),)
+    p = plan(obj, classes, Settings(), children, replicas=3)
+    assert [(m["kind"], m["spec"]["replicas"]) for m in p.apply] == [("LeaderWorkerSet", 3)]
+
+
+def test_a_service_that_leaves_groups_for_one_node_replaces_its_group_set(classes):
+    from triton_operator.controller.trim import trim_child
+    lws = next(m for m in render(_big(), classes, Settings(), replicas=1).manifests if m["kind"] == "LeaderWorkerSet")
+    live = trim_child({**copy.deepcopy(lws), "status": {}})
+    small = isvc(model={"source": "hf://a/b", "format": "tensorrt-llm", "parameters": "671B", "precision": "int4-awq"},
+                 gpu={"class": "h100", "count": 8})
+    p = plan(small, classes, Settings(), Children(deployments=(live,)), replicas=1)
+    assert p.delete == (("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "demo-group"),)
+    assert "Deployment" in [m["kind"] for m in p.apply]
+
+
+def test_a_group_needs_as_many_nodes_with_room_as_it_has_pods():
+    from triton_operator.planning import capacity
+    assert capacity.room([8, 8, 8], 16, nodes_per_replica=2) == 1
+    assert capacity.room([8, 8, 8, 8], 16, nodes_per_replica=2) == 2
+    assert capacity.room([8, 4, 8], 16, nodes_per_replica=2) == 1, "a node with half its GPUs free holds no pod"
+    assert capacity.room([16], 16, nodes_per_replica=2) == 1, "a 16-GPU node holds both 8-GPU pods of a group"
+
+
+def _multi_node_service(classes, groups_ready):
+    from triton_operator.api.kinds import GPU_CLASS, INFERENCE_SERVICE
+    from triton_operator.controller.reconcile import Reconciler
+    from triton_operator.controller.views import Views
+    from triton_operator.kube.store import Store
+
+    store = Store(owner=owner_of)
+    for cls in classes.values():
+        store.upsert(GPU_CLASS.kind, {**cls.model_dump(by_alias=True, exclude_none=True),
+                                      "metadata": {"name": cls.name, "resourceVersion": "1"}})
+    doc = isvc_doc(model={"source": "hf://a/b", "format": "onnx", "parameters": "1B"})
+    doc["spec"]["model"] = {"source": "hf://a/b", "format": "tensorrt-llm", "parameters": "671B", "precision": "fp8"}
+    doc["spec"]["gpu"] = {"class": "h100", "count": 16}
+    doc["metadata"] = {**doc["metadata"], "resourceVersion": "5", "uid": "uid-isvc"}
+    store.upsert(INFERENCE_SERVICE.kind, doc)
+    api = _ApiServer()
+    api.owners[("ml", "demo")] = doc
+    later: list = []
+    r = Reconciler(api, store, Views(store), Settings(), enqueue_after=lambda k, d: later.append((k, d)),
+                   groups_ready=lambda: groups_ready)
+    return api, r, later
+
+
+def test_without_leader_worker_set_a_multi_node_service_says_so_and_writes_nothing(classes):
+    api, r, later = _multi_node_service(classes, groups_ready=False)
+    status = r.reconcile(("ml", "demo"))
+    conds = {c["type"]: c for c in status["conditions"]}
+    assert conds["Degraded"]["status"] == "True" and conds["Degraded"]["reason"] == "LeaderWorkerSetNotInstalled"
+    assert "install LeaderWorkerSet (https://lws.sigs.k8s.io, v0.9 or later)" in conds["Degraded"]["message"]
+    assert api.applied == [] and api.created == [] and later == [(("ml", "demo"), 60.0)]
+
+
+def test_a_group_set_is_applied_with_its_key_pair_made_once(classes):
+    api, r, _ = _multi_node_service(classes, groups_ready=True)
+    r.reconcile(("ml", "demo"))
+    assert ("LeaderWorkerSet", "demo-group") in api.applied
+    (secret,) = api.created
+    assert secret["metadata"]["name"] == "demo-mpi-ssh" and secret["metadata"]["ownerReferences"][0]["uid"] == "uid-isvc"
+    private, public = secret["stringData"]["id_ed25519"], secret["stringData"]["id_ed25519.pub"]
+    assert private.startswith("-----BEGIN OPENSSH PRIVATE KEY-----") and public.startswith("ssh-ed25519 ")
+    assert private not in repr(api.status)    # no key material in the status

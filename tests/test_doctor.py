@@ -192,3 +192,27 @@ def test_prepare_refuses_another_release_but_not_a_build_of_the_same(tmp_path, m
                                "1.2.1: set the operator's trtllmVersion to match its llmImage")
     else:
         assert out.startswith("model prepared: ")
+
+
+def test_a_group_pod_needs_ssh_and_mpi_and_is_warned_of_small_shm_and_no_infiniband():
+    from triton_runtime.doctor import GROUP_PROGRAMS, check_group
+    everything = {path: f"/usr/bin/{name}" for name, path in GROUP_PROGRAMS.items()}
+    ok = check_group(everything.get, 64 * 2**30, ["mlx5_0", "mlx5_1"])
+    assert ok.problems == [] and ok.warnings == []
+    assert ok.passed == ["SSH and MPI programs present", "InfiniBand devices: mlx5_0, mlx5_1"]
+    stock = {k: v for k, v in everything.items() if k != "/usr/sbin/sshd"}
+    bare = check_group(stock.get, 64 * 2**20, [])
+    assert bare.problems == [
+        "the image lacks sshd: a replica across nodes starts MPI over SSH (an SSH server on each worker, mpirun and "
+        "TensorRT-LLM's trtllm-llmapi-launch on the leader); serve from an image that adds them (spec.server.image, "
+        "e.g. the stock image with openssh-server installed)"]
+    assert [w.split(":")[0] for w in bare.warnings] == ["/dev/shm holds 0.1 GiB", "no InfiniBand device visible (/sys/class/infiniband)"]
+
+
+def test_the_doctor_checks_a_group_only_where_a_replica_spans_nodes(tmp_path, monkeypatch):
+    from triton_runtime import doctor
+    monkeypatch.setattr(doctor, "check_group", lambda *a: doctor.Report(problems=["group checked"]))
+    base = dict(mode="serve", preparation=None, cache_dir=tmp_path, gpus=0, trtllm_version="1.2.1")
+    monkeypatch.setattr(doctor, "check_prepared", lambda *a: [])
+    assert "group checked" not in doctor.run(doctor.Request(**base), environ={}).problems
+    assert "group checked" in doctor.run(doctor.Request(**base, nodes=2), environ={}).problems

@@ -27,6 +27,7 @@ from triton_operator import cli, crdgen, kubeyaml
 from triton_operator.planning import fit
 from triton_operator.api import DURATION_MAX_LENGTH, GPUClass, InferenceService, describe_validation_error
 from triton_operator.quantity import parse_quantity
+from triton_operator.render import group
 from triton_operator.render import RenderError, dump, render
 from triton_operator.settings import Settings
 
@@ -118,6 +119,12 @@ def check_children(manifests: list[dict[str, Any]]) -> None:
         if m["kind"] in ("Deployment", "Job"):
             _check_labels(m["spec"].get("selector", {}).get("matchLabels") or {}, f"{where}.spec.selector")
             _check_pod(m["spec"]["template"], f"{where}.spec.template")
+        if m["kind"] == "LeaderWorkerSet":
+            # its groups' StatefulSets are named <name>-<group>, and a StatefulSet's name must leave
+            # room in 63 characters for its revision hash label (52 at most)
+            assert len(m["metadata"]["name"]) <= group.MAX_NAME, where
+            for role in ("leaderTemplate", "workerTemplate"):
+                _check_pod(m["spec"]["leaderWorkerTemplate"][role], f"{where}.spec.leaderWorkerTemplate.{role}")
 
 
 # --- the properties ----------------------------------------------------------------------
@@ -146,12 +153,14 @@ def test_inference_services_models_crd_and_render_agree(doc):
     except RenderError:
         return
     check_children(rendered.manifests)
-    check_values_arrive_intact(obj, rendered.by_kind("Deployment"))
+    check_values_arrive_intact(obj, next(m for m in rendered.manifests if m["kind"] in ("Deployment", "LeaderWorkerSet")))
 
 
-def check_values_arrive_intact(obj: InferenceService, deployment: dict[str, Any]) -> None:
-    """What the user wrote reaches the pod unchanged (no mangled emoji, no lost character)."""
-    template = deployment["spec"]["template"]
+def check_values_arrive_intact(obj: InferenceService, workload: dict[str, Any]) -> None:
+    """What the user wrote reaches the pod unchanged (no mangled emoji, no lost character); across
+    nodes, the leader's (Triton's) pod."""
+    spec = workload["spec"]
+    template = spec["template"] if "template" in spec else spec["leaderWorkerTemplate"]["leaderTemplate"]
     triton = template["spec"]["containers"][0]
     ours = {"prometheus.io/scrape", "prometheus.io/port", "prometheus.io/path", "serving.triton-operator.io/model"}
     for key, value in obj.spec.pod_annotations.items():

@@ -82,20 +82,15 @@ def test_a_model_larger_than_a_node_is_told_how_many_nodes_it_needs(classes):
     found = _reasons(LLAMA_405B, "h100", 8, classes)
     assert list(found) == ["ModelDoesNotFit"]
     assert found["ModelDoesNotFit"] == (
-        "405B parameters at bf16 need about 754.4 GiB for weights, but 8 x h100 leave 576.0 GiB; it needs 16 GPUs "
-        "(2 nodes of 8); use a lower precision or a GPU class with more memory.")
+        "405B parameters at bf16 need about 754.4 GiB for weights, but 8 x h100 leave 576.0 GiB; set gpu.count to "
+        "16 (2 nodes of 8 GPUs a replica).")
 
 
 def test_counts_that_span_nodes_say_why_they_cannot_run(classes):
     assert _reasons(LLAMA_405B, "h100", 12, classes)["GPUCountNotWholeNodes"] == (
         "gpu.count 12 spans 2 h100 nodes of 8 GPUs but does not fill them: a replica on more than one node takes "
         "whole nodes. Use gpu.count 16 or at most 8.")
-    assert _reasons(LLAMA_405B, "h100", 16, classes) == {"MultiNodeNotServed": (
-        "gpu.count 16 spans 2 h100 nodes of 8 GPUs (TP8xPP2 on 2 nodes); this operator serves replicas within one "
-        "node: use a GPU class with more memory per node, or a lower precision.")}
-    small = ModelSpec(source="hf://a/b", format="tensorrt-llm", parameters="70B", precision="fp8")
-    assert _reasons(small, "h100", 16, classes)["MultiNodeNotServed"].endswith(
-        "within one node: the model fits one node: use gpu.count 1 to 8.")
+    assert _reasons(LLAMA_405B, "h100", 16, classes) == {}   # 2 nodes of 8: served as a group
     onnx = ModelSpec(source="hf://a/b", format="onnx", parameters="8B")
     assert _reasons(onnx, "l4", 8, classes) == {"MultiNodeNeedsLLMEngine": (
         "gpu.count 8 spans 2 l4 nodes of 4 GPUs; only format tensorrt-llm (TensorRT-LLM's LLM API) runs one model "

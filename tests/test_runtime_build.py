@@ -81,6 +81,13 @@ def test_prepare_publishes_the_checkpoint_once_and_the_repository_serves_it(pod)
     doc = yaml.safe_load((repo / "llm" / "1" / "model.yaml").read_text())
     assert doc["model"] == str(published) and doc["llm_args"]["tensor_parallel_size"] == 2
     assert doc["llm_args"]["dtype"] == "bfloat16"   # what LLM(dtype=...) loads unquantized weights in
+    assert "pipeline_parallel_size" not in doc["llm_args"]
+    # across two nodes of 8 GPUs: 8-way tensor parallelism within each, a pipeline stage on each
+    out = run(pod, "make-repository", "--engine", "trtllm", *model_args(pod), "--repository", str(repo),
+              "--install-into", str(runtime), "--tensor-parallelism", "8", "--pipeline-parallelism", "2")
+    assert out.returncode == 0, out.stderr
+    args = yaml.safe_load((repo / "llm" / "1" / "model.yaml").read_text())["llm_args"]
+    assert (args["tensor_parallel_size"], args["pipeline_parallel_size"], args["gpus_per_node"]) == (8, 2, 8)
     assert doc["chat_template"] == "{{ messages[0]['content'] }}" and doc["stop_token_ids"] == [128001, 128009]
     # the doctor's copy of triton-runtime, with the pure-Python libraries a stock image may lack
     assert (runtime / "triton_runtime" / "cli.py").is_file()

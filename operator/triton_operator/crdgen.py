@@ -126,6 +126,8 @@ def inference_service_crd() -> dict[str, Any]:
         {"name": "GPU", "type": "string", "jsonPath": ".status.gpuClass", "description": "GPUClass in use"},
         {"name": "Desired", "type": "integer", "jsonPath": ".status.replicas", "description": "Replicas asked for"},
         {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas", "description": "Replicas ready to serve"},
+        {"name": "Nodes", "type": "integer", "jsonPath": ".status.nodesPerReplica",
+         "description": "Nodes each replica spans (more than 1: a LeaderWorkerSet group)"},
         {"name": "Classes", "type": "string", "jsonPath": ".status.replicasByClass",
          "description": "Ready/desired replicas per GPU class (spill-over)"},
         {"name": "Queue", "type": "number", "jsonPath": ".status.metrics.queueDepth", "description": "Queue depth per replica"},

@@ -106,7 +106,8 @@ def cmd_make_repository(a: argparse.Namespace) -> int:
         model = a.model
     template = os.environ.get("LLM_CHAT_TEMPLATE") or None
     spec = repository.Spec(
-        engine=a.engine, model=model, tensor_parallelism=a.tensor_parallelism, max_batch_size=a.max_batch_size,
+        engine=a.engine, model=model, tensor_parallelism=a.tensor_parallelism,
+        pipeline_parallelism=a.pipeline_parallelism, max_batch_size=a.max_batch_size,
         max_num_tokens=a.max_num_tokens, max_seq_len=a.max_seq_len,
         kv_cache_free_gpu_memory_fraction=a.kv_cache_free_gpu_memory_fraction,
         dtype=prepare.DTYPES.get(a.precision or ""), default_max_tokens=a.default_max_tokens, chat_template=template,
@@ -137,7 +138,7 @@ def cmd_doctor(a: argparse.Namespace) -> int:
     limit = _quantity(a.scratch_size)
     req = doctor.Request(mode=a.mode, preparation=_preparation(a), cache_dir=Path(a.cache), gpus=a.gpus,
                          scratch=Path(a.scratch) if a.scratch else None, scratch_limit=limit,
-                         trtllm_version=a.installed_trtllm_version, min_driver=a.min_driver)
+                         trtllm_version=a.installed_trtllm_version, min_driver=a.min_driver, nodes=a.nodes)
     report = doctor.run(req)
     for line in report.passed:
         print(f"doctor: ok: {line}")
@@ -186,6 +187,9 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("--model", help="llamacpp: the GGUF file")
     m.add_argument("--repository", required=True)
     m.add_argument("--tensor-parallelism", type=int, default=1)
+    m.add_argument("--pipeline-parallelism", type=int, default=1,
+                   help="pipeline stages, one a node, for a model served across nodes (its GPUs a node: "
+                        "--tensor-parallelism)")
     m.add_argument("--max-batch-size", type=int)
     m.add_argument("--max-num-tokens", type=int)
     m.add_argument("--max-seq-len", type=int)
@@ -203,6 +207,8 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--for", dest="mode", choices=("prepare", "serve"), required=True)
     _model_args(d)
     d.add_argument("--gpus", type=int, required=True, help="GPUs the pod was given (0: none)")
+    d.add_argument("--nodes", type=int, default=1, help="serve: nodes of the replica's group (more than 1: "
+                                                         "check SSH, MPI, shared memory and InfiniBand)")
     d.add_argument("--scratch", help="prepare: where the checkpoint is downloaded")
     d.add_argument("--scratch-size", help="prepare: the scratch volume's size limit, e.g. 40Gi")
     d.add_argument("--min-driver", default=image.MIN_DRIVER, help="the driver the image's CUDA needs")

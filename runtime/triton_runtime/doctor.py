@@ -247,6 +247,7 @@ class Request:
     scratch_limit: int | None = None
     trtllm_version: str | None = None  # None: read from the package metadata
     min_driver: str = image.MIN_DRIVER
+    nodes: int = 1                     # serve: the nodes of the replica's group (MPI over SSH when more than 1)
 
 
 def check_disk(prep: Preparation, scratch: Path, scratch_limit: float | None, cache_dir: Path,
@@ -272,6 +273,49 @@ def check_disk(prep: Preparation, scratch: Path, scratch_limit: float | None, ca
     except FetchError as e:  # a wrong name, no access, no weights: the preparation would fail the same way
         report.problems.append(str(e))
     return report
+
+
+# What a replica across nodes runs (the operator's render/group.py): workers an SSH server, the
+# leader mpirun over SSH around TensorRT-LLM's launcher.
+GROUP_PROGRAMS = {"sshd": "/usr/sbin/sshd", "ssh": "ssh", "ssh-keygen": "ssh-keygen", "mpirun": "mpirun",
+                  "trtllm-llmapi-launch": "trtllm-llmapi-launch"}
+MIN_GROUP_SHM = 1 * GIB     # NCCL's buffers between the GPUs of a node live in /dev/shm
+
+
+def check_group(which: Callable[[str], str | None], shm_bytes: float | None, infiniband: list[str]) -> Report:
+    """What a pod of a group across nodes needs of its image and node: the programs of the launch
+    (problems: the group cannot start without them), shared memory, and InfiniBand devices
+    (warnings: NCCL runs without them, slower or with less room)."""
+    report = Report()
+    missing = [name for name, path in GROUP_PROGRAMS.items() if not which(path)]
+    report.extend([f"the image lacks {', '.join(missing)}: a replica across nodes starts MPI over SSH "
+                   f"(an SSH server on each worker, mpirun and TensorRT-LLM's trtllm-llmapi-launch on the leader); "
+                   f"serve from an image that adds them (spec.server.image, e.g. the stock image with "
+                   f"openssh-server installed)"] if missing else [], "SSH and MPI programs present")
+    if shm_bytes is not None and shm_bytes < MIN_GROUP_SHM:
+        report.warnings.append(f"/dev/shm holds {_gib(shm_bytes)}: NCCL needs more between a node's GPUs; raise "
+                               f"spec.server.shmSize (at least 1Gi, 16Gi or more for large models)")
+    if not infiniband:
+        report.warnings.append("no InfiniBand device visible (/sys/class/infiniband): NCCL between the nodes falls "
+                               "back to TCP sockets, which slows every token; give the pods the node's RDMA devices")
+    else:
+        report.passed.append(f"InfiniBand devices: {', '.join(infiniband)}")
+    return report
+
+
+def shm_size(path: Path = Path("/dev/shm")) -> float | None:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return float(st.f_blocks * st.f_frsize)
+
+
+def infiniband_devices(root: Path = Path("/sys/class/infiniband")) -> list[str]:
+    try:
+        return sorted(p.name for p in root.iterdir())
+    except OSError:
+        return []
 
 
 def run(req: Request, environ: Mapping[str, str] | None = None,
@@ -303,6 +347,12 @@ def run(req: Request, environ: Mapping[str, str] | None = None,
         report.passed.extend(disk.passed)
     else:
         report.extend(check_prepared(req.cache_dir, prep, version), "model prepared for this version")
+
+    if req.mode == "serve" and req.nodes > 1:
+        group = check_group(shutil.which, shm_size(), infiniband_devices())
+        report.problems.extend(group.problems)
+        report.warnings.extend(group.warnings)
+        report.passed.extend(group.passed)
 
     if req.gpus:
         visible, why = gpu_probe(env)

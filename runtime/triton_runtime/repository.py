@@ -60,6 +60,7 @@ class Spec:
     engine: str                          # trtllm | llamacpp
     model: str                           # the prepared checkpoint folder, or a GGUF file
     tensor_parallelism: int = 1
+    pipeline_parallelism: int = 1        # > 1: one stage a node, across nodes (MPI, trtllm-llmapi-launch)
     max_batch_size: int | None = None
     max_num_tokens: int | None = None
     max_seq_len: int | None = None
@@ -113,6 +114,9 @@ def model_yaml(spec: Spec) -> dict[str, Any]:
     doc: dict[str, Any] = {"engine": spec.engine, "model": spec.model, "default_max_tokens": spec.default_max_tokens}
     if spec.engine == "trtllm":
         args: dict[str, Any] = {**BASE_LLM_ARGS, "tensor_parallel_size": spec.tensor_parallelism}
+        if spec.pipeline_parallelism > 1:
+            # One stage on each node's GPUs: the LLM API maps ranks to nodes by gpus_per_node.
+            args.update(pipeline_parallel_size=spec.pipeline_parallelism, gpus_per_node=spec.tensor_parallelism)
         for name in ("max_batch_size", "max_num_tokens", "max_seq_len", "dtype"):
             if getattr(spec, name) is not None:
                 args[name] = getattr(spec, name)

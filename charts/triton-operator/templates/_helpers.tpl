@@ -108,6 +108,14 @@ spec:
   resources: [networkpolicies]
   verbs: [list, watch, create, patch]
 {{- end }}
+# Replicas across nodes: LeaderWorkerSet groups (where the cluster has LWS installed), and the SSH
+# key pair their MPI launch uses: created once, never read back, deleted with the service.
+- apiGroups: [leaderworkerset.x-k8s.io]
+  resources: [leaderworkersets]
+  verbs: [list, watch, create, patch, delete]
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [create]
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, watch]

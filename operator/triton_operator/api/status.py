@@ -85,6 +85,9 @@ class InferenceServiceStatus(Model):
     conditions: list[Condition] = Field(default_factory=list, description="Ready, Progressing and Degraded, with reasons.")
     replicas: int | None = Field(None, description="Replicas the operator asks for.")
     ready_replicas: int | None = Field(None, description="Replicas that are ready to serve.")
+    nodes_per_replica: int | None = Field(
+        None, description="Nodes each replica of the preferred class spans: 1, or more for a model bigger than a node "
+                          "(each replica a LeaderWorkerSet group of that many pods, scaled and replaced whole).")
     selector: str | None = Field(None, description="Label selector of the serving pods (for the scale subresource).")
     gpu_class: str | None = Field(None, description="The preferred GPUClass in use: class, the first fallbackClass that exists, or the planner's choice for class auto.")
     endpoints: Endpoints | None = Field(None, description="In-cluster URLs.")

@@ -25,18 +25,22 @@ from ..settings import Settings
 from .trim import with_full_spec
 
 
+WORKLOAD_KINDS = ("Deployment", "LeaderWorkerSet")
+
+
 @dataclass(frozen=True)
 class Children:
     """The cached objects of one InferenceService."""
 
-    deployment: dict[str, Any] | None = None          # the preferred class's (named as the service)
+    deployment: dict[str, Any] | None = None          # the preferred class's (named as the service, or its group set)
     service: dict[str, Any] | None = None
     pdb: dict[str, Any] | None = None
     network_policy: dict[str, Any] | None = None
     jobs: tuple[dict[str, Any], ...] = ()
     pods: tuple[dict[str, Any], ...] = ()          # serving pods
     build_pods: tuple[dict[str, Any], ...] = ()    # pods of engine-build Jobs
-    deployments: tuple[dict[str, Any], ...] = ()   # every Deployment of the service, spill classes too
+    deployments: tuple[dict[str, Any], ...] = ()   # every workload of the service (Deployments, LeaderWorkerSets)
+    worker_pods: tuple[dict[str, Any], ...] = ()   # the workers of groups across nodes (leaders are `pods`)
 
     def all_deployments(self) -> list[dict[str, Any]]:
         out = list(self.deployments)
@@ -49,8 +53,9 @@ class Children:
 
     def live(self, manifest: dict[str, Any]) -> dict[str, Any] | None:
         kind = manifest["kind"]
-        if kind == "Deployment":
-            return self.deployment_named(manifest["metadata"]["name"])
+        if kind in WORKLOAD_KINDS:
+            found = self.deployment_named(manifest["metadata"]["name"])
+            return found if found is not None and found.get("kind", kind) == kind else None
         if kind == "Service":
             return self.service
         if kind == "PodDisruptionBudget":
@@ -109,17 +114,18 @@ def plan(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Sett
             # The model of a new spec is being prepared: running Deployments keep serving the old
             # one until the new one is in the cache, instead of being scaled to zero.
             held = {name for c, name in rendered.deployments.items() if c not in ready}
-            manifests = [m for m in manifests if not (m["kind"] == "Deployment" and m["metadata"]["name"] in held
+            manifests = [m for m in manifests if not (m["kind"] in WORKLOAD_KINDS and m["metadata"]["name"] in held
                                                       and children.live(m) is not None)]
     except RenderError as e:
         return Plan(replicas, error=(e.reason, e.message),
                     preparation=None if prep_states is None else tuple(prep_states))
     # Deployments of classes no longer in use (a spill class whose replicas came back, spill
     # switched off): placement only empties a class once its replicas serve elsewhere.
+    # A one-node service that became a multi-node one (or back) replaces its workload too.
     names = set(rendered.deployments.values())
-    delete += [("apps/v1", "Deployment", d["metadata"]["name"]) for d in children.all_deployments()
-               if d["metadata"]["name"] not in names and d["metadata"]["name"] != isvc.name
-               and not d["metadata"].get("deletionTimestamp")]
+    delete += [(d.get("apiVersion", "apps/v1"), d.get("kind", "Deployment"), d["metadata"]["name"])
+               for d in children.all_deployments()
+               if d["metadata"]["name"] not in names and not d["metadata"].get("deletionTimestamp")]
     return Plan(
         replicas=replicas, gpu_class=rendered.gpu_class, notes=tuple(rendered.notes),
         apply=tuple(m for m in manifests if not matches(m, with_full_spec(children.live(m)))),
@@ -136,7 +142,8 @@ def place(isvc: InferenceService, cands: choice.Candidates, children: Children, 
     assert spill is not None and cands.preferred is not None
     order = cands.usable_names()
     gpus = {o.gpu_class: o.count for o in cands.usable()}
-    room = None if free is None else {c: capacity.room(free.get(c, []), gpus[c]) for c in order}
+    nodes = {o.gpu_class: o.layout.nodes if o.layout is not None else 1 for o in cands.usable()}
+    room = None if free is None else {c: capacity.room(free.get(c, []), gpus[c], nodes[c]) for c in order}
     return placing.place(
         replicas, order, gpus, class_states(children), room, engines_ready,
         placing.Spill(spill.after_seconds, spill.return_after_seconds), remembered(isvc), now,

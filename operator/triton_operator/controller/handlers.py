@@ -10,11 +10,10 @@ from typing import Any
 
 import kopf
 
-from ..api.kinds import OWN_KINDS
 from ..kube.client import Kube, describe_api_error
 from ..settings import Settings, from_env
 from . import catalog
-from .manager import Manager
+from .manager import APPLIED_KINDS, Manager
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +24,7 @@ def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     memo.settings = ours
     settings.posting.level = logging.WARNING
     settings.scanning.disabled = True  # nothing is served by kopf's own watchers
-    kube = Kube(ours.field_manager, qps=ours.api_qps, burst=ours.api_burst, kinds=OWN_KINDS)
+    kube = Kube(ours.field_manager, qps=ours.api_qps, burst=ours.api_burst, kinds=APPLIED_KINDS)
     if ours.catalog_file:
         try:
             log.info("GPUClass catalog applied: %s", ", ".join(catalog.sync(kube, ours.catalog_file)))

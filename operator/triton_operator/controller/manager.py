@@ -18,7 +18,7 @@ from ..kube.client import ApiError, Kube, describe_api_error, namespace_terminat
 from ..kube.failures import FailureLog
 from ..kube.informer import Informer
 from ..kube.reach import Reachability
-from ..kube.kinds import DEPLOYMENT, JOB, NETWORK_POLICY, NODE, PDB, POD, SERVICE
+from ..kube.kinds import DEPLOYMENT, JOB, LEADER_WORKER_SET, NETWORK_POLICY, NODE, PDB, POD, SERVICE
 from ..kube.queue import WorkQueue
 from ..kube.store import Key, Store, key_of
 from ..labels import LABEL_SERVICE, MANAGED_BY, MANAGED_BY_LABEL
@@ -33,13 +33,16 @@ PODS_SELECTOR = f"{LABEL_SERVICE},{CHILDREN_SELECTOR}"  # serving pods and engin
 # Every pod that may hold GPUs: the API server drops ended pods (as kube-scheduler's own pod
 # informer does); trim_gpu_pod keeps only bound pods that request an extended resource.
 GPU_PODS_FIELDS = "status.phase!=Succeeded,status.phase!=Failed"
+GROUPS_CHECK_SECONDS = 60.0
+# What the controller applies beyond the built-in kinds: its own, and LeaderWorkerSets.
+APPLIED_KINDS = OWN_KINDS + (LEADER_WORKER_SET,)
 
 
 class Manager:
     def __init__(self, settings: Settings, kube: Kube | None = None):
         self.settings = settings
         self.kube = kube or Kube(settings.field_manager, qps=settings.api_qps, burst=settings.api_burst,
-                                 kinds=OWN_KINDS)
+                                 kinds=APPLIED_KINDS)
         self.store = Store(owner=owner_of)
         self.capacity_informers: list[Informer] = []
         self.views = Views(self.store, capacity_synced=lambda: bool(self.capacity_informers) and all(
@@ -49,7 +52,7 @@ class Manager:
         self._observe_lock, self._requests_counted = threading.Lock(), 0
         self.autoscaler = Autoscaler(self.views, self.queue.add, self.kube, settings, source_for(settings))
         self.reconciler = Reconciler(self.kube, self.store, self.views, settings, self.autoscaler.report,
-                                     self.queue.add_after)
+                                     self.queue.add_after, groups_ready=self.groups_ready)
         self.informers: list[Informer] = []
         namespaces: list[str | None] = list(settings.namespaces) or [None]
         kinds = [(INFERENCE_SERVICE, None, None), (DEPLOYMENT, CHILDREN_SELECTOR, trim_child),
@@ -72,6 +75,15 @@ class Manager:
                 self.informers.append(Informer(self.kube, self.store, kind, ns, self.on_change, self.failures, **kwargs))
         self.informers.append(Informer(self.kube, self.store, GPU_CLASS, None, self.on_change, self.failures,
                                        reach=self.reach))
+        # LeaderWorkerSets (replicas across nodes) where the cluster serves them: watched from the
+        # start when it does, else from when a service needs them and the API appears.
+        self._groups_lock = threading.Lock()
+        self._groups_checked = -GROUPS_CHECK_SECONDS
+        self.group_informers = [
+            Informer(self.kube, self.store, LEADER_WORKER_SET, ns, self.on_change, self.failures,
+                     label_selector=CHILDREN_SELECTOR, project=trim_child, reach=self.reach, on_listed=self.on_listed)
+            for ns in namespaces]
+        self._groups_started = False
         if settings.watch_gpu_capacity:
             # The free-GPU view for spill-over: Nodes (GPU nodes only, trimmed) and every pod's GPU
             # requests (cluster-wide; a pod without GPUs is a watch event and nothing more). They do
@@ -133,9 +145,35 @@ class Manager:
     # -- running ----------------------------------------------------------------------------------
 
     def start(self) -> None:
+        if self._groups_api():
+            # Part of the cache the reconciles wait for: a group set not yet listed is not absent.
+            self.informers += self.group_informers
+            self._groups_started = True
         for informer in self.informers + self.capacity_informers:
             informer.start()
         self._spawn(self._start_when_synced, "controller start")
+
+    def _groups_api(self) -> bool:
+        self._groups_checked = time.monotonic()
+        try:
+            return self.kube.available(LEADER_WORKER_SET)
+        except ApiError as e:
+            self.failures.failure("discovering LeaderWorkerSet", describe_api_error(e))
+            return False
+
+    def groups_ready(self) -> bool:
+        """Whether LeaderWorkerSets are served and their cache is filled. Until they are, the API is
+        looked for again at most every GROUPS_CHECK_SECONDS (when a service needs it), and watched
+        from when it appears."""
+        with self._groups_lock:
+            if not self._groups_started:
+                if time.monotonic() - self._groups_checked < GROUPS_CHECK_SECONDS or not self._groups_api():
+                    return False
+                self._groups_started = True
+                for informer in self.group_informers:
+                    informer.start()
+                log.info("LeaderWorkerSet is served: watching it")
+        return all(i.synced.is_set() for i in self.group_informers)
 
     def _spawn(self, target: Any, name: str) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
@@ -207,7 +245,7 @@ class Manager:
             telemetry.API_REQUESTS.inc(max(0, made - self._requests_counted))
             self._requests_counted = made
         telemetry.QUEUE_DEPTH.set(len(self.queue))
-        for kind in ("InferenceService", "GPUClass", "Deployment", "Service", "PodDisruptionBudget", "Job", "Pod",
+        for kind in ("InferenceService", "GPUClass", "Deployment", "LeaderWorkerSet", "Service", "PodDisruptionBudget", "Job", "Pod",
                      "NetworkPolicy", "Node", GPU_POD_KIND):
             telemetry.CACHE_OBJECTS.labels(kind).set(self.store.count(kind))
 
@@ -220,7 +258,7 @@ class Manager:
         self._stop.set()
         self.queue.shutdown()
         self.autoscaler.stop()
-        for informer in self.informers + self.capacity_informers:
+        for informer in {id(i): i for i in self.informers + self.capacity_informers + self.group_informers}.values():
             informer.stop()
         for thread in self._threads:
             thread.join(timeout=10)

@@ -29,15 +29,17 @@ from ..api.kinds import INFERENCE_SERVICE
 from ..autoscaling.report import METRICS_AVAILABLE, Report
 from ..kube.client import ApiError, Kube
 from ..kube.events import Event
-from ..kube.kinds import DEPLOYMENT, JOB, NETWORK_POLICY, PDB, SERVICE
+from ..kube.kinds import DEPLOYMENT, JOB, LEADER_WORKER_SET, NETWORK_POLICY, PDB, SERVICE
 from ..kube.store import Key, Store, trim
 from ..labels import selector_labels
 from ..planning.replicas import desired_replicas
+from ..render import group
 from ..settings import Settings
 from . import desired as desired_core
 from . import series as series_core
 from . import status as status_core
 from .endpoints import endpoints
+from .keys import ssh_key_pair
 from .trim import content_token, trim_child, trim_pod
 from .views import Views
 
@@ -50,6 +52,7 @@ LEGACY_ANNOTATION_PREFIX = f"{GROUP}/"
 # A child the API server refused is tried again after these pauses (doubling), whatever happens.
 REFUSAL_RETRY_BASE, REFUSAL_RETRY_MAX = 30.0, 600.0
 STALE_RETRY_SECONDS = 1.0   # a pass that met a gap in the InferenceServices' cache comes back after this
+GROUPS_RECHECK_SECONDS = 60.0  # a service waiting for LeaderWorkerSet to be installed looks again after this
 
 
 @dataclass(frozen=True)
@@ -73,8 +76,12 @@ class Reconciler:
     def __init__(self, kube: Kube, store: Store, views: Views, settings: Settings,
                  reports: Callable[[Key], Report | None] = lambda key: None,
                  enqueue_after: Callable[[Key, float], None] = lambda key, delay: None,
-                 now: Callable[[], datetime] = lambda: datetime.now(timezone.utc)):
+                 now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+                 groups_ready: Callable[[], bool] = lambda: True):
+        """`groups_ready`: whether the cluster serves LeaderWorkerSets and their cache is filled
+        (replicas across nodes are groups of one)."""
         self.kube, self.store, self.views, self.settings = kube, store, views, settings
+        self.groups_ready = groups_ready
         self.reports, self.enqueue_after, self.now = reports, enqueue_after, now
         self._converged: dict[Key, Converged] = {}
         self._gpu_gauges: dict[Key, set[str]] = {}  # GPU classes with a triton_operator_service_gpus series
@@ -162,7 +169,8 @@ class Reconciler:
             desired_replicas=plan.replicas, gpu_class=plan.gpu_class, gpu_class_spec=cls.spec if cls else None,
             gpu_count=next((o.count for o in plan.options if o.gpu_class == plan.gpu_class), isvc.spec.gpu.count),
             error=plan.error, notes=list(plan.notes), deployment=children.deployment,
-            pods=list(children.pods) if children.deployment else [],
+            # A group's workers too: one that cannot be scheduled or crashes holds its group back.
+            pods=list(children.pods) + list(children.worker_pods) if children.deployment else [],
             endpoints=endpoints(key[1], key[0], self.settings, isvc.spec.serves_openai()),
             selector=",".join(f"{k}={v}" for k, v in selector_labels(key[1]).items()),
             preparation=None if plan.preparation is None else list(plan.preparation),
@@ -203,6 +211,16 @@ class Reconciler:
             self.skipped += 1
             return last.plan
         plan = desired_core.plan(isvc, classes, self.settings, children, replicas, free, now)
+        if any(m["kind"] == LEADER_WORKER_SET.kind for m in plan.apply) and not self.groups_ready():
+            plan = desired_core.Plan(plan.replicas, plan.gpu_class, plan.notes, (
+                "LeaderWorkerSetNotInstalled",
+                f"a replica of {isvc.spec.gpu.count} GPUs spans nodes and runs as a LeaderWorkerSet group, but "
+                f"the cluster does not serve {LEADER_WORKER_SET.api_version} LeaderWorkerSets: install "
+                f"LeaderWorkerSet (https://lws.sigs.k8s.io, v0.9 or later); the operator starts using it "
+                f"within a minute"), preparation=plan.preparation, deployments=plan.deployments,
+                options=plan.options)
+            self.enqueue_after(key, GROUPS_RECHECK_SECONDS)
+            return plan
         existing = _versions(children)
         if any((m["kind"], m["metadata"]["name"]) not in existing for m in plan.apply) and not self._owner_exists(
                 key, inputs[0]):
@@ -214,6 +232,8 @@ class Reconciler:
         written: list[tuple[str, dict[str, Any]]] = []
         for manifest in plan.apply:
             try:
+                if manifest["kind"] == LEADER_WORKER_SET.kind:
+                    self._ensure_group_key(isvc, manifest)
                 written.append((manifest["kind"], self._write(manifest)))
             except ApiError as e:
                 if not e.rejected:
@@ -236,6 +256,14 @@ class Reconciler:
         self._converged[key] = Converged(inputs, _memo_tokens(children, written, plan.delete),
                                          replace(plan, apply=()), retry_at, refusals)
         return plan
+
+    def _ensure_group_key(self, isvc: InferenceService, group_set: dict[str, Any]) -> None:
+        """The SSH key pair a multi-node service's groups start MPI with, made once (created, never
+        read back: the operator needs no right to read Secrets; deleted with the service)."""
+        created = self.kube.create(group.ssh_key_secret(isvc.name, isvc.namespace,
+                                                        group_set["metadata"].get("ownerReferences"), *ssh_key_pair()))
+        if created:
+            telemetry.WRITES.labels("Secret", "create").inc()
 
     def _owner_exists(self, key: Key, uid: str | None) -> bool:
         """The InferenceService, read from the API server now, is the one the pass planned for (same
@@ -299,12 +327,12 @@ def _trimmed(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
     return trim_child(obj) if kind in CHILD_KINDS else trim(obj)
 
 
-CHILD_KINDS = {DEPLOYMENT.kind, SERVICE.kind, PDB.kind, JOB.kind, NETWORK_POLICY.kind}
+CHILD_KINDS = {DEPLOYMENT.kind, LEADER_WORKER_SET.kind, SERVICE.kind, PDB.kind, JOB.kind, NETWORK_POLICY.kind}
 
 
 def _versions(children: desired_core.Children) -> dict[tuple[str, str], dict[str, Any]]:
     """The children whose version decides whether a pass must plan, by (kind, name)."""
-    out = {("Deployment", d["metadata"]["name"]): d for d in children.all_deployments()}
+    out = {(d.get("kind", DEPLOYMENT.kind), d["metadata"]["name"]): d for d in children.all_deployments()}
     for kind, obj in ((SERVICE.kind, children.service), (PDB.kind, children.pdb),
                       (NETWORK_POLICY.kind, children.network_policy)):
         if obj is not None:

@@ -321,6 +321,8 @@ def _status_fields(obs: Observed, rollout: _Rollout, conds: list[dict[str, Any]]
     if obs.preparation is not None:
         status["preparation"] = obs.preparation
     if obs.gpu_class is not None:
+        layout = next((o.layout for o in obs.options if o.gpu_class == obs.gpu_class and o.layout is not None), None)
+        status["nodesPerReplica"] = layout.nodes if layout is not None else 1
         entries = _placement_status(obs, old_placement, now)
         status["placement"] = entries
         status["replicasByClass"] = ",".join(f"{e['gpuClass']}:{e['ready']}/{e['desired']}" for e in entries

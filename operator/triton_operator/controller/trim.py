@@ -31,7 +31,16 @@ def trim_child(obj: dict[str, Any]) -> dict[str, Any]:
     stays a dict: replicas and the pod template's labels."""
     out = trim(obj)
     spec = out.pop("spec", None) or {}
-    template_labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels")
+    template = spec.get("template")
+    group = spec.get("leaderWorkerTemplate")
+    if group is not None:
+        # A LeaderWorkerSet reads as a Deployment of groups: its leaders' template, and its ready
+        # groups are the available ones (LWS counts a group ready once all its pods are).
+        template = group.get("leaderTemplate") or group.get("workerTemplate")
+        status = out.get("status")
+        if status is not None:
+            out["status"] = {**status, "availableReplicas": status.get("readyReplicas") or 0}
+    template_labels = ((template or {}).get("metadata") or {}).get("labels")
     summary: dict[str, Any] = {}
     if "replicas" in spec:
         summary["replicas"] = spec["replicas"]

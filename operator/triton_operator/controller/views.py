@@ -14,7 +14,8 @@ from pydantic import ValidationError
 from .. import telemetry
 from ..api import GPUClass, InferenceService, first_error
 from ..api.kinds import GPU_CLASS, INFERENCE_SERVICE
-from ..kube.kinds import DEPLOYMENT, JOB, NETWORK_POLICY, NODE, PDB, POD, SERVICE
+from ..kube.kinds import DEPLOYMENT, JOB, LEADER_WORKER_SET, NETWORK_POLICY, NODE, PDB, POD, SERVICE
+from ..render.group import WORKER_COMPONENT, group_name
 from ..kube.store import Key, Store
 from ..planning import capacity
 from . import desired as desired_core
@@ -88,11 +89,22 @@ class Views:
                 out.append((key, obj, raw))
         return out
 
+    def main_workload(self, key: Key) -> dict[str, Any] | None:
+        """The preferred class's workload: the Deployment named as the service, or for replicas
+        across nodes its LeaderWorkerSet (whose replicas are groups)."""
+        return self.store.get(DEPLOYMENT.kind, key) or self.store.get(LEADER_WORKER_SET.kind,
+                                                                      (key[0], group_name(key[1])))
+
+    def workloads(self, key: Key) -> tuple[dict[str, Any], ...]:
+        """Every class's workload of the service (Deployments and LeaderWorkerSets), by name."""
+        return tuple(sorted(self.store.owned(DEPLOYMENT.kind, key) + self.store.owned(LEADER_WORKER_SET.kind, key),
+                            key=lambda d: d["metadata"]["name"]))
+
     def deployment(self, key: Key) -> dict[str, Any] | None:
         """The service's Deployment, as the autoscaler reads it. With replicas spilled over to other
         GPU classes, replicas and readyReplicas are the totals over every class (less the one
         being started to move a replica back), so the autoscaler scales the service, not a class."""
-        main = self.store.get(DEPLOYMENT.kind, key)
+        main = self.main_workload(key)
         if main is None:
             return None
         children = self.children(key)
@@ -107,27 +119,28 @@ class Views:
     def scaling(self, key: Key) -> tuple[dict[str, Any] | None, tuple[dict[str, Any], ...]]:
         """What the autoscaler reads of one service in one pass over the cache: its Deployment
         (the totals over every class when spilled, as `deployment`) and its serving pods."""
-        main = self.store.get(DEPLOYMENT.kind, key)
+        main = self.main_workload(key)
         if main is None:
             return None, ()
         pods = tuple(p for p in self.store.owned(POD.kind, key)
                      if p["metadata"]["labels"].get("app.kubernetes.io/component") == "server")
-        if len(self.store.owned(DEPLOYMENT.kind, key)) <= 1:
+        if len(self.workloads(key)) <= 1:
             return main, pods
         return self.deployment(key), pods
 
     def children(self, key: Key) -> desired_core.Children:
         s = self.store
         jobs = tuple(sorted(s.owned(JOB.kind, key), key=lambda j: j["metadata"]["name"]))
-        deployments = tuple(sorted(s.owned(DEPLOYMENT.kind, key), key=lambda d: d["metadata"]["name"]))
+        deployments = self.workloads(key)
         pods = s.owned(POD.kind, key)
         component = "app.kubernetes.io/component"
         return desired_core.Children(
-            deployment=s.get(DEPLOYMENT.kind, key), service=s.get(SERVICE.kind, key), pdb=s.get(PDB.kind, key),
+            deployment=self.main_workload(key), service=s.get(SERVICE.kind, key), pdb=s.get(PDB.kind, key),
             network_policy=s.get(NETWORK_POLICY.kind, key),
             jobs=jobs, pods=tuple(p for p in pods if p["metadata"]["labels"].get(component) == "server"),
             build_pods=tuple(p for p in pods if p["metadata"]["labels"].get(component) == "model-prepare"),
-            deployments=deployments)
+            deployments=deployments,
+            worker_pods=tuple(p for p in pods if p["metadata"]["labels"].get(component) == WORKER_COMPONENT))
 
     def free_gpus(self, classes: Mapping[str, GPUClass]) -> dict[str, list[int]] | None:
         """Free GPUs per node of each class, from the Node and GPU-pod caches; None until both

@@ -247,6 +247,29 @@ class Kube:
                             {"fieldManager": self.field_manager, "force": "true"}, manifest,
                             "application/apply-patch+yaml")
 
+    def create(self, manifest: dict[str, Any]) -> bool:
+        """Create an object unless one of its name exists (True: created). For what must be made
+        once and never read back (a generated key), so the operator needs no right to read it."""
+        kind = self.kinds.of(manifest)
+        try:
+            self.request("POST", kind.path(manifest["metadata"].get("namespace")),
+                         {"fieldManager": self.field_manager}, manifest)
+        except ApiError as e:
+            if e.status == 409:
+                return False
+            raise
+        return True
+
+    def available(self, kind: Kind) -> bool:
+        """Whether the API server serves `kind` (its group version lists it)."""
+        try:
+            found = self.request("GET", kind.path().rsplit("/", 1)[0])
+        except ApiError as e:
+            if e.status == 404:
+                return False
+            raise
+        return any(r.get("name") == kind.plural for r in found.get("resources") or [])
+
     def patch(self, kind: Kind, name: str, namespace: str | None, body: dict[str, Any],
               subresource: str | None = None) -> dict[str, Any]:
         """A JSON merge patch (of the object or a subresource such as status)."""

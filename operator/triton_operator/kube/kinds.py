@@ -38,7 +38,10 @@ POD = Kind("v1", "Pod", "pods")
 NODE = Kind("v1", "Node", "nodes", namespaced=False)
 EVENT = Kind("v1", "Event", "events")
 ENDPOINT_SLICE = Kind("discovery.k8s.io/v1", "EndpointSlice", "endpointslices")
-BUILTIN_KINDS = (DEPLOYMENT, SERVICE, PDB, JOB, NETWORK_POLICY, POD, NODE, EVENT)
+SECRET = Kind("v1", "Secret", "secrets")
+# Not built in: LeaderWorkerSet (sigs.k8s.io/lws), present where the cluster installed it.
+LEADER_WORKER_SET = Kind("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "leaderworkersets")
+BUILTIN_KINDS = (DEPLOYMENT, SERVICE, PDB, JOB, NETWORK_POLICY, POD, NODE, EVENT, SECRET)
 
 
 class Kinds:

@@ -76,9 +76,13 @@ def free_gpus(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, An
     return out
 
 
-def room(free: Iterable[int], gpus_per_replica: int) -> int:
-    """Replicas that fit: all of a replica's GPUs on one node."""
-    return sum(f // max(1, gpus_per_replica) for f in free)
+def room(free: Iterable[int], gpus_per_replica: int, nodes_per_replica: int = 1) -> int:
+    """Replicas that fit: all of a replica's GPUs on one node; a replica across nodes (a group of
+    `nodes_per_replica` pods of gpus_per_replica / nodes GPUs each) on that many nodes with room."""
+    if nodes_per_replica <= 1:
+        return sum(f // max(1, gpus_per_replica) for f in free)
+    per_pod = max(1, gpus_per_replica // nodes_per_replica)
+    return sum(f // per_pod for f in free) // nodes_per_replica
 
 
 def pod_requests(pod: Mapping[str, Any]) -> dict[str, int]:

@@ -6,7 +6,7 @@ so that status and `triton-operator plan` can say why it is not used.
 The rules for class auto: among the GPUClasses present, the cheapest replica (pricePerHour x GPUs)
 where the model fits in memory, the precision runs, and the decode speed bound (bandwidth x GPUs /
 weight bytes) meets maxTimePerOutputTokenMs, within maxPricePerHour. With count 0 the planner
-tries 1, 2, 4, ... GPUs up to a node's worth and keeps the fewest that qualify on each class.
+tries 1, 2, 4, ... GPUs up to a node's worth (for TensorRT-LLM then 2, 4, ... whole nodes) and keeps the fewest that qualify on each class.
 Ties go to the faster class. Classes without a price rank after priced ones.
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from ..api import GPUClass, GPUClassSpec, InferenceServiceSpec
-from .fit import Layout, Problem, fit, layout, problems
+from .fit import MIG_PREFIX, Layout, Problem, fit, layout, problems
 
 USABLE = "Fits"
 
@@ -103,15 +103,23 @@ def _fmt(x: float) -> str:
     return f"{x:.2f}".rstrip("0").rstrip(".")
 
 
-def counts_to_try(cls: GPUClassSpec) -> list[int]:
+MAX_GPUS = 64   # gpu.count's bound
+
+
+def counts_to_try(cls: GPUClassSpec, across_nodes: bool = False) -> list[int]:
     """1, 2, 4, ... up to a node's GPUs (tensor-parallel degrees divide attention heads, which
-    are powers of two in the models served here), and the node's own count."""
+    are powers of two in the models served here), and the node's own count; `across_nodes`
+    (TensorRT-LLM), then 2, 4, ... whole nodes."""
     out, n = [], 1
     while n <= cls.gpus_per_node:
         out.append(n)
         n *= 2
     if cls.gpus_per_node not in out:
         out.append(cls.gpus_per_node)
+    nodes = 2
+    while across_nodes and not cls.resource_name.startswith(MIG_PREFIX) and nodes * cls.gpus_per_node <= MAX_GPUS:
+        out.append(nodes * cls.gpus_per_node)
+        nodes *= 2
     return out
 
 
@@ -120,7 +128,7 @@ def best_count(spec: InferenceServiceSpec, name: str, cls: GPUClassSpec) -> Opti
     where the model fits (a constraint it fails), else why it never fits."""
     if spec.gpu.count > 0:
         return check(spec, name, cls, spec.gpu.count)
-    tried = [check(spec, name, cls, n) for n in counts_to_try(cls)]
+    tried = [check(spec, name, cls, n) for n in counts_to_try(cls, spec.model.format == "tensorrt-llm")]
     for o in tried:
         if o.usable:
             return o

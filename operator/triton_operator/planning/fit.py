@@ -5,13 +5,14 @@ Figures follow the physics in the project's references: weights take parameters 
 parameter; decode reads every weight once per generated token, so a single stream cannot go faster
 than bandwidth / weight bytes. With tensor parallelism each of N GPUs reads 1/N of the weights at
 once, so the bound is N x bandwidth / weight bytes (ideal: the all-reduce between GPUs costs some
-of it, which is why it is a bound).
+of it, which is why it is a bound). Pipeline stages (below) do not add to it: each token passes
+through them in turn.
 
 A replica of more GPUs than a node of its class has spans nodes: it takes whole nodes, splits its
 layers into one pipeline stage per node and each stage across the node's GPUs (tensor parallelism
 where the GPUs share NVLink, pipeline parallelism across the slower network between nodes; the
 layout NVIDIA's and KServe's multi-node guides use). Only TensorRT-LLM's LLM API runs one model
-across processes on several nodes.
+across processes on several nodes; such a replica is a LeaderWorkerSet group (render.group).
 """
 
 from __future__ import annotations
@@ -84,7 +85,9 @@ def fit(model: ModelSpec, gpu_class: GPUClassSpec, count: int) -> Fit:
     # The API bounds keep every figure finite and positive (parameters > 0, memoryGiB >= 1,
     # bandwidth >= 0.01 TB/s); the guards keep a plan from dividing by zero all the same.
     min_gpus = max(1, math.ceil(weights_gib / per_gpu)) if per_gpu > 0 else None
-    bound = gpu_class.memory_bandwidth_tbps * 1e12 * count / weight_bytes if weight_bytes > 0 else None
+    # Pipeline stages take turns on each token: only the GPUs of one stage read at once.
+    readers = count if count <= gpu_class.gpus_per_node else gpu_class.gpus_per_node
+    bound = gpu_class.memory_bandwidth_tbps * 1e12 * readers / weight_bytes if weight_bytes > 0 else None
     return Fit(round(weights_gib, 1), round(available, 1), weights_gib <= available,
                 min_gpus, None if bound is None else round(bound, 1), cost)
 
@@ -139,23 +142,13 @@ def problems(model: ModelSpec, class_name: str, gpu_class: GPUClassSpec, count: 
                 "MultiNodeNeedsLLMEngine",
                 f"gpu.count {count} spans {nodes} {class_name} nodes of {per_node} GPUs; only format tensorrt-llm "
                 f"(TensorRT-LLM's LLM API) runs one model across nodes. Use gpu.count {per_node} or fewer."))
-        else:
-            least = fit(model, gpu_class, per_node).min_gpus
-            hint = (f"the model fits one node: use gpu.count {least}" + (f" to {per_node}" if least < per_node else "")
-                    if least is not None and least <= per_node else
-                    "use a GPU class with more memory per node, or a lower precision")
-            found.append(Problem(
-                "MultiNodeNotServed",
-                f"gpu.count {count} spans {nodes} {class_name} nodes of {per_node} GPUs "
-                f"({layout(model, gpu_class, count).text}); this operator serves replicas within one node: {hint}."))
     p = fit(model, gpu_class, count)
     if not p.fits:
         if p.min_gpus is not None and p.min_gpus <= per_node:
             hint = f"set gpu.count to at least {p.min_gpus}"
         elif p.min_gpus is not None and model.format == "tensorrt-llm" and not gpu_class.resource_name.startswith(MIG_PREFIX):
             need = whole_nodes(p.min_gpus, per_node)
-            hint = (f"it needs {need} GPUs ({need // per_node} nodes of {per_node}); use a lower precision or a GPU "
-                    f"class with more memory")
+            hint = f"set gpu.count to {need} ({need // per_node} nodes of {per_node} GPUs a replica)"
         else:
             hint = "use a lower precision or a GPU class with more memory"
         found.append(Problem(

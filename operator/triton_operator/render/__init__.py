@@ -20,7 +20,7 @@ from ..planning import choice
 from ..planning.fit import Problem
 from ..planning.replicas import desired_replicas
 from ..settings import Settings
-from . import llm
+from . import group, llm
 from .deployment import deployment
 from .names import deployment_name, labels_for, owner_reference
 from .runtime import NO_RETRY_EXIT_CODES, PROGRAM, TRITON_UID
@@ -47,7 +47,8 @@ class Rendered:
     gpu_class: str                                  # the preferred class
     manifests: list[dict[str, Any]]
     notes: list[str] = field(default_factory=list)
-    deployments: dict[str, str] = field(default_factory=dict)  # GPU class -> its Deployment's name
+    deployments: dict[str, str] = field(default_factory=dict)  # GPU class -> its workload's name (a Deployment,
+    #                                                            or a LeaderWorkerSet for replicas across nodes)
 
     def by_kind(self, kind: str) -> dict[str, Any]:
         return next(m for m in self.manifests if m["kind"] == kind)
@@ -63,7 +64,8 @@ def preparation_jobs(isvc: InferenceService, classes: Mapping[str, GPUClass], se
     if not usable:
         return []
     first = usable[0]
-    isvc_for = with_count(isvc, first.count)
+    # A model served across nodes is prepared on one node's GPUs.
+    isvc_for = with_count(isvc, min(first.count, classes[first.gpu_class].spec.gpus_per_node))
     return [llm.preparation_job(isvc_for, classes, [o.gpu_class for o in usable], settings,
                                 labels_for(isvc, "model-prepare"), owner_reference(isvc), node_scheduling,
                                 lambda name, ctx: render_template(name, **ctx))]
@@ -101,25 +103,47 @@ def render(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Se
     notes = list(cands.notes)
     deployments: list[dict[str, Any]] = []
     names: dict[str, str] = {}
+    multi_node = False
     for option in cands.usable():
         if option.gpu_class not in wanted:
             continue
         name = deployment_name(isvc.name, option.gpu_class, preferred)
-        names[option.gpu_class] = name
-        deployments.append(deployment(with_count(isvc, option.count), option.gpu_class,
-                                       classes[option.gpu_class].spec, settings, wanted[option.gpu_class], name,
-                                       spill=option.gpu_class != preferred, engines_ready=engines_ready))
+        layout = option.layout
+        if layout is not None and layout.nodes > 1:
+            # A replica across nodes: a group of one pod a node, each on a node's GPUs.
+            pod = deployment(with_count(isvc, layout.tensor), option.gpu_class, classes[option.gpu_class].spec,
+                             settings, wanted[option.gpu_class], name, spill=option.gpu_class != preferred,
+                             engines_ready=engines_ready, pipeline=layout.pipeline)
+            set_name = group.group_name(name)
+            if len(set_name) > group.MAX_NAME:
+                raise RenderError("NameTooLongForGroups", (
+                    f"replicas of {option.count} GPUs span {layout.nodes} nodes and run as LeaderWorkerSet "
+                    f"{set_name}, {len(set_name)} characters: its groups' StatefulSets need it to have at most "
+                    f"{group.MAX_NAME}; shorten the InferenceService's name by {len(set_name) - group.MAX_NAME}"))
+            deployments.append(group.leader_worker_set(pod, layout, group.ssh_secret_name(isvc.name)))
+            multi_node = True
+        else:
+            deployments.append(deployment(with_count(isvc, option.count), option.gpu_class,
+                                           classes[option.gpu_class].spec, settings, wanted[option.gpu_class], name,
+                                           spill=option.gpu_class != preferred, engines_ready=engines_ready))
+        names[option.gpu_class] = deployments[-1]["metadata"]["name"]
     notes += [f"placement names GPU class {c}, which this service cannot use; ignored" for c in wanted if c not in names]
     labels = labels_for(isvc, "server")
     context = {"name": isvc.name, "namespace": isvc.namespace, "labels": labels,
                "selector": selector_labels(isvc.name), "owner": owner_reference(isvc),
                "ports": {"http": HTTP_PORT, "grpc": GRPC_PORT, "metrics": METRICS_PORT}}
+    # Across nodes, the disruption budget and the network policy cover every pod of the groups:
+    # an eviction of any pod of a group takes the whole group down (one at a time), and the
+    # group's pods talk among themselves on ports MPI and NCCL choose.
+    pods = {"matchLabels": selector_labels(isvc.name)} if not multi_node else group.group_selector(isvc.name)
     # One Service and one PodDisruptionBudget (and NetworkPolicy) select the pods of every class.
-    shared = [render_template(t, **context) for t in ("service.yaml.j2", "pdb.yaml.j2")]
+    shared = [render_template("service.yaml.j2", **context), render_template("pdb.yaml.j2", **context, pods=pods)]
     policy = settings.network_policy
     if policy.enabled:
         ingress = [{"from": peers, "ports": [{"port": port, "protocol": "TCP"} for port in ports]}
                    for peers, ports in ((policy.clients, CLIENT_PORTS), (policy.metrics, ("metrics",))) if peers]
-        shared.append(render_template("networkpolicy.yaml.j2", **context, ingress=ingress))
+        if multi_node:
+            ingress.append({"from": [{"podSelector": group.group_selector(isvc.name)}]})
+        shared.append(render_template("networkpolicy.yaml.j2", **context, ingress=ingress, pods=pods))
     return Rendered(gpu_class=preferred, manifests=deployments + shared + (
         preparation_jobs(isvc, classes, settings, cands) if jobs is None else jobs), notes=notes, deployments=names)

@@ -19,9 +19,11 @@ from .templates import render_template
 
 
 def deployment(isvc: InferenceService, class_name: str, cls: GPUClassSpec, settings: Settings, count: int,
-                name: str, spill: bool, engines_ready: Collection[str] | None) -> dict[str, Any]:
+                name: str, spill: bool, engines_ready: Collection[str] | None, pipeline: int = 1) -> dict[str, Any]:
+    """`pipeline` > 1: the pod of one node of a replica that spans `pipeline` nodes (render.group
+    makes the LeaderWorkerSet from it)."""
     spec = isvc.spec
-    delivery = model_delivery(isvc, settings)
+    delivery = model_delivery(isvc, settings, pipeline)
     is_llm = spec.model.format == "tensorrt-llm"
     image = spec.server.image or (settings.llm_image if is_llm else settings.triton_image)
     if is_llm and spec.server.image:

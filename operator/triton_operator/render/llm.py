@@ -149,8 +149,9 @@ def preparation_job(isvc: InferenceService, classes: Mapping[str, GPUClass], usa
 
 # -- serving -------------------------------------------------------------------------------------------
 
-def delivery(isvc: InferenceService, settings: Settings) -> dict[str, Any]:
-    """The serving pod's volumes and init containers, and the repository Triton serves."""
+def delivery(isvc: InferenceService, settings: Settings, pipeline: int = 1) -> dict[str, Any]:
+    """The serving pod's volumes and init containers, and the repository Triton serves
+    (`pipeline` stages across nodes, each on gpu.count GPUs)."""
     e = engine(isvc)
     margs = model_args(isvc, settings)
     repo = ["make-repository", "--engine", "trtllm", *margs, "--repository", REPOSITORY_ROOT,
@@ -163,6 +164,9 @@ def delivery(isvc: InferenceService, settings: Settings) -> dict[str, Any]:
         repo += ["--default-max-tokens", str(openai.default_max_tokens)]
     doctor = ["doctor", "--for", "serve", *margs, "--gpus", str(isvc.spec.gpu.count), "--min-driver",
               settings.min_driver]
+    if pipeline > 1:
+        repo += ["--pipeline-parallelism", str(pipeline)]
+        doctor += ["--nodes", str(pipeline)]
     home = runtime.cache_environment(runtime.SERVING_HOME)
     template_env = ([{"name": "LLM_CHAT_TEMPLATE", "value": openai.chat_template}]
                     if openai and openai.chat_template else [])

@@ -17,9 +17,10 @@ PVC_ROOT = llm.PVC_ROOT  # runtime/ finds pvc://CLAIM/PATH at PVC_ROOT/CLAIM/PAT
 QUANTILES = "0.5:0.05,0.9:0.01,0.95:0.005,0.99:0.001"
 
 
-def model_delivery(isvc: InferenceService, settings: Settings) -> dict[str, Any]:
+def model_delivery(isvc: InferenceService, settings: Settings, pipeline: int = 1) -> dict[str, Any]:
     """How the model reaches Triton: the repository path, an init container that prepares it,
-    and the volumes both need."""
+    and the volumes both need. `pipeline`: the pipeline stages of a replica across nodes (its
+    tensor parallelism is gpu.count, the GPUs of each)."""
     m = isvc.spec.model
     volumes: list[dict[str, Any]] = []
     init_mounts: list[dict[str, Any]] = []
@@ -38,7 +39,7 @@ def model_delivery(isvc: InferenceService, settings: Settings) -> dict[str, Any]
     init_mounts.append({"name": "model-repository", "mountPath": MODEL_ROOT})
     server_mounts.append({"name": "model-repository", "mountPath": MODEL_ROOT})
     if m.format == "tensorrt-llm":
-        return llm.delivery(isvc, settings)
+        return llm.delivery(isvc, settings, pipeline)
     # The staging container runs the runtime image as uid 1000 too: it gets a writable home
     # (huggingface_hub and the cloud clients keep caches and credentials files there).
     volumes.append({"name": "home", "emptyDir": {"sizeLimit": runtime.SERVING_HOME_SIZE}})

@@ -1,0 +1,15 @@
+"""Key material the operator generates (the imperative shell: randomness)."""
+
+from __future__ import annotations
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+
+def ssh_key_pair() -> tuple[str, str]:
+    """A new Ed25519 key pair in OpenSSH's formats: (private key, public key line)."""
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                serialization.NoEncryption()).decode()
+    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
+    return private, public + " triton-operator-group\n"
