@@ -106,6 +106,10 @@ def test_a_model_bigger_than_a_node_runs_and_scales_as_groups(operator: Operator
     wait_for("the group recreated", lambda: (p := group_pods(c, ns, "big-group")).get("big-group-0") is not None
              and p["big-group-0"]["metadata"]["uid"] != old_leader and running(p) and len(p) == 2, timeout=90)
     c.wait_ready("big", ns, timeout=90)
+    restarted = wait_for("the GroupRestarted Event", lambda: c.kubectl(
+        "get", "events", "-n", ns, "--field-selector", "involvedObject.name=big,reason=GroupRestarted",
+        "-o", "custom-columns=M:.message", "--no-headers").stdout.strip(), timeout=30)
+    assert restarted.startswith("group 0 of big-group was recreated whole"), restarted
 
     # Two groups: the H100 pool holds one, so the second spills, whole, to two H200 nodes.
     c.apply(h200_node("gpu-h200-extra"))
@@ -129,4 +133,8 @@ def test_a_model_bigger_than_a_node_runs_and_scales_as_groups(operator: Operator
         assert c.get("leaderworkerset", "big-group", ns)["spec"]["replicas"] == 1
         c.wait_ready("big", ns, timeout=60)
     finally:
-        c.kubectl("delete", "node", "gpu-h200-extra", "--wait=false", check=False)
+        # The suite's other tests count the GPUs of these nodes: leave them as they were found.
+        c.kubectl("delete", "infsvc", "big", "-n", ns, "--wait=true", check=False)
+        wait_for("the groups' pods gone", lambda: not c.get("pods", namespace=ns,
+                                                            selector=f"{GROUP}/inferenceservice=big"), timeout=90)
+        c.kubectl("delete", "node", "gpu-h200-extra", "--wait=true", check=False)

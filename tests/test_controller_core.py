@@ -666,3 +666,26 @@ def test_a_group_set_is_applied_with_its_key_pair_made_once(classes):
     private, public = secret["stringData"]["id_ed25519"], secret["stringData"]["id_ed25519.pub"]
     assert private.startswith("-----BEGIN OPENSSH PRIVATE KEY-----") and public.startswith("ssh-ed25519 ")
     assert private not in repr(api.status)    # no key material in the status
+
+
+def test_a_group_recreated_by_its_set_is_reported_and_a_rollout_or_a_scale_up_is_not():
+    from triton_operator.controller.status import group_leaders, group_restarts, remembered_leaders
+
+    def leader(uid, index="0", revision="r1", deleting=None):
+        return {"metadata": {"uid": uid, "deletionTimestamp": deleting, "labels": {
+            "app.kubernetes.io/component": "server", "leaderworkerset.sigs.k8s.io/name": "big-group",
+            "leaderworkerset.sigs.k8s.io/group-index": index,
+            "leaderworkerset.sigs.k8s.io/template-revision-hash": revision}}}
+
+    worker = {"metadata": {"uid": "w", "labels": {"app.kubernetes.io/component": "worker"}}}
+    first = group_leaders([leader("a"), worker])
+    assert first == {("big-group", "0"): ("a", "r1")} and group_restarts(None, first) == []
+    # the old leader is deleted, then its successor appears: remembered across the gap
+    gone = group_leaders([leader("a", deleting="now")])
+    kept = remembered_leaders(first, gone, {"big-group": 1})
+    (event,) = group_restarts(kept, group_leaders([leader("b")]))
+    assert (event.type, event.reason) == ("Warning", "GroupRestarted")
+    assert event.message.startswith("group 0 of big-group was recreated whole: one of its pods stopped")
+    assert group_restarts(first, group_leaders([leader("b", revision="r2")])) == [], "a rollout is no restart"
+    # a group scaled away and made again later is a new group, not a restart
+    assert remembered_leaders(first, {}, {"big-group": 0}) == {}

@@ -199,3 +199,14 @@ def test_the_worker_script_accepts_the_services_key_only(tmp_path):
     assert f"AuthorizedKeysFile {tmp_path}/mpi/authorized_keys" in config and "Port 2222" in config
     assert (tmp_path / "mpi" / "authorized_keys").read_text() == "ssh-ed25519 AAAA test"
     assert oct(os.stat(tmp_path / "mpi" / "authorized_keys").st_mode & 0o777) == "0o600"
+
+
+def test_a_class_with_a_topology_key_keeps_each_group_within_one_domain(classes):
+    obj = isvc(model={"source": "hf://a/b", "format": "tensorrt-llm", "parameters": "405B", "precision": "bf16"},
+               gpu={"class": "h100", "count": 16})
+    plain = render(obj, classes, Settings()).by_kind("LeaderWorkerSet")
+    assert group.EXCLUSIVE_TOPOLOGY not in plain["metadata"].get("annotations", {})
+    h100 = classes["h100"].model_copy(update={"spec": classes["h100"].spec.model_copy(
+        update={"group_topology_key": "nvidia.com/gpu.clique"})})
+    lws = render(obj, {**classes, "h100": h100}, Settings()).by_kind("LeaderWorkerSet")
+    assert lws["metadata"]["annotations"] == {group.EXCLUSIVE_TOPOLOGY: "nvidia.com/gpu.clique"}

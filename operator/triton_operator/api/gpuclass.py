@@ -82,7 +82,11 @@ class GPUClassSpec(Model):
         ..., alias="memoryBandwidthTBps", ge=0.01, le=1000, description="Memory bandwidth per device in TB/s; bounds LLM decode speed.")
     compute_capability: str = Field(
         ..., max_length=8, pattern=r"^[0-9]+[.][0-9]+$", description="CUDA compute capability, e.g. '9.0'. TensorRT-LLM engines are built per capability; FP8 needs 8.9 or higher.")
-    gpus_per_node: int = Field(8, ge=1, le=64, description="GPUs on one node of this class; bounds tensor parallelism on one node.")
+    gpus_per_node: int = Field(8, ge=1, le=64, description="GPUs on one node of this class; bounds tensor parallelism on one node, and a replica of more GPUs takes whole nodes.")
+    group_topology_key: QualifiedName | None = Field(
+        None, description="Node label whose value names a network domain (a rack, an NVLink domain such as "
+                          "nvidia.com/gpu.clique, a zone): a replica that spans nodes keeps all its pods within one "
+                          "domain, one group a domain (LeaderWorkerSet's exclusive topology). Unset: any nodes of the class.")
     price_per_hour: float | None = Field(None, ge=0, le=1_000_000, description="Price of one GPU per hour in your currency, for cost estimates.")
     spare_gpus: bool = Field(
         False, alias="spareGPUs", description="Whether the cluster keeps spare GPUs of this class. When false, rolling updates replace pods one at a time without surging (maxSurge 0), so a rollout never waits for GPUs that do not exist.")

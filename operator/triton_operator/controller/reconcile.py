@@ -88,12 +88,14 @@ class Reconciler:
         self._spill_active: set[Key] = set()
         self._series = telemetry.ServiceSeries()  # the per-service gauges dashboards and alerts read
         self._wakes: dict[Key, float] = {}
+        self._leaders: dict[Key, status_core.Leaders] = {}   # the leader pods of a service's groups, last pass
         self._active_lock = threading.Lock()
         self._settings_digest = _settings_digest(settings)
         self.skipped = 0  # passes that found their children in place without rendering
 
     def forget(self, key: Key) -> None:
         self._converged.pop(key, None)
+        self._leaders.pop(key, None)
         self._series.forget(key)
         for gpu_class in self._gpu_gauges.pop(key, ()):
             telemetry.SERVICE_GPUS.remove(key[0], key[1], gpu_class)
@@ -178,6 +180,16 @@ class Reconciler:
             class_nodes=None if free_known is None or plan.gpu_class is None else len(free_known.get(plan.gpu_class) or []))
         self._count_gpus(key, plan, children, isvc.spec.gpu.count)
         new_status, events = status_core.compute(isvc, observed, now)
+        before = self._leaders.get(key)
+        leaders = status_core.group_leaders(list(children.pods))
+        events += status_core.group_restarts(before, leaders)
+        groups = {d["metadata"]["name"]: int((d.get("spec") or {}).get("replicas") or 0)
+                  for d in children.all_deployments() if d.get("kind") == LEADER_WORKER_SET.kind}
+        remembered = status_core.remembered_leaders(before, leaders, groups)
+        if remembered:
+            self._leaders[key] = remembered
+        else:
+            self._leaders.pop(key, None)
         new_status = _with_autoscaling(new_status, raw.get("status") or {}, report, isvc, self.now())
         return self._write_status(raw, new_status, events)
 

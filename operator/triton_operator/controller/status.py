@@ -408,3 +408,42 @@ def _events(old: list[dict[str, Any]], new: list[dict[str, Any]], notes: list[st
         kind = "Warning" if after_eng["reason"] == "PreparationFailed" else "Normal"
         events.append(Event(kind, after_eng["reason"], after_eng["message"]))
     return events
+
+
+GROUP_SET_LABEL = "leaderworkerset.sigs.k8s.io/name"
+GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+GROUP_REVISION_LABEL = "leaderworkerset.sigs.k8s.io/template-revision-hash"
+Leaders = dict[tuple[str, str], tuple[str, str]]   # (set, group index) -> (leader pod uid, template revision)
+
+
+def group_leaders(pods: list[dict[str, Any]]) -> Leaders:
+    """The leader pod of every group of a service's LeaderWorkerSets, from the serving pods."""
+    out: Leaders = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        if meta.get("deletionTimestamp") or labels.get("app.kubernetes.io/component") != "server":
+            continue
+        name, index = labels.get(GROUP_SET_LABEL), labels.get(GROUP_INDEX_LABEL)
+        if name is not None and index is not None:
+            out[(name, index)] = (meta.get("uid") or "", labels.get(GROUP_REVISION_LABEL) or "")
+    return out
+
+
+def group_restarts(before: Leaders | None, now: Leaders) -> list[Event]:
+    """A group whose leader is a new pod of the same template: LeaderWorkerSet recreated it because
+    one of its pods stopped (a new template is a rollout, not a restart)."""
+    if not before:
+        return []
+    return [Event("Warning", "GroupRestarted",
+                  f"group {index} of {name} was recreated whole: one of its pods stopped (a worker or the leader), "
+                  f"and LeaderWorkerSet restarts a group together; see kubectl describe leaderworkerset {name}")
+            for (name, index), (uid, revision) in sorted(now.items())
+            if (old := before.get((name, index))) is not None and old[0] != uid and old[1] == revision]
+
+
+def remembered_leaders(before: Leaders | None, now: Leaders, replicas: dict[str, int]) -> Leaders:
+    """The leaders to compare the next pass with: those seen now, and a group's earlier leader while
+    its set still has that group (between a leader's deletion and its successor's creation)."""
+    kept = {k: v for k, v in (before or {}).items() if k[1].isdigit() and int(k[1]) < replicas.get(k[0], 0)}
+    return {**kept, **now}

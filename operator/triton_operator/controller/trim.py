@@ -62,7 +62,10 @@ def with_full_spec(obj: dict[str, Any] | None) -> dict[str, Any] | None:
 
 _POD_CONDITIONS = {"PodScheduled", "Ready"}
 _POD_LABELS = {LABEL_SERVICE, LABEL_GPU_CLASS, "app.kubernetes.io/component", "batch.kubernetes.io/job-name",
-               "job-name"}
+               "job-name",
+               # a group's pods (LeaderWorkerSet): which set, which group, which revision of its template
+               "leaderworkerset.sigs.k8s.io/name", "leaderworkerset.sigs.k8s.io/group-index",
+               "leaderworkerset.sigs.k8s.io/template-revision-hash"}
 
 
 def trim_pod(pod: dict[str, Any]) -> dict[str, Any]:

@@ -120,7 +120,8 @@ def render(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Se
                     f"replicas of {option.count} GPUs span {layout.nodes} nodes and run as LeaderWorkerSet "
                     f"{set_name}, {len(set_name)} characters: its groups' StatefulSets need it to have at most "
                     f"{group.MAX_NAME}; shorten the InferenceService's name by {len(set_name) - group.MAX_NAME}"))
-            deployments.append(group.leader_worker_set(pod, layout, group.ssh_secret_name(isvc.name)))
+            deployments.append(group.leader_worker_set(pod, layout, group.ssh_secret_name(isvc.name),
+                                                       classes[option.gpu_class].spec.group_topology_key))
             multi_node = True
         else:
             deployments.append(deployment(with_count(isvc, option.count), option.gpu_class,

@@ -117,10 +117,16 @@ def ssh_secret_name(isvc_name: str) -> str:
     return f"{isvc_name}{SSH_SECRET_SUFFIX}"
 
 
-def leader_worker_set(deployment: dict[str, Any], layout: Layout, ssh_secret: str) -> dict[str, Any]:
+EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+
+
+def leader_worker_set(deployment: dict[str, Any], layout: Layout, ssh_secret: str,
+                      topology_key: str | None = None) -> dict[str, Any]:
     """The LeaderWorkerSet for one GPU class's replicas of `layout.nodes` nodes each, from the
     Deployment a replica of one node's GPUs (`layout.tensor`) would have: its replicas, rollout,
-    labels and pod template (the model's init containers and volumes on every pod)."""
+    labels and pod template (the model's init containers and volumes on every pod). With the
+    class's `topology_key`, each group's pods share one value of that node label, and no two groups
+    share one (LWS's exclusive topology)."""
     spec = deployment["spec"]
     template = spec["template"]
     rolling = spec["strategy"]["rollingUpdate"]
@@ -128,6 +134,8 @@ def leader_worker_set(deployment: dict[str, Any], layout: Layout, ssh_secret: st
     worker = _worker(copy.deepcopy(template), ssh_secret)
     meta = copy.deepcopy(deployment["metadata"])
     meta["name"] = group_name(meta["name"])
+    if topology_key:
+        meta["annotations"] = {**meta.get("annotations", {}), EXCLUSIVE_TOPOLOGY: topology_key}
     return {
         "apiVersion": LWS_API_VERSION,
         "kind": LWS_KIND,
