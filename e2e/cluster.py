@@ -32,6 +32,19 @@ def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60, interval:
     raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
 
 
+def model_cache(namespace: str, size: str = "100Gi") -> list[dict[str, Any]]:
+    """The model cache a tensorrt-llm service's pods mount (the PVC `triton-models`), bound to a
+    hostPath PersistentVolume that nothing on the kwok nodes mounts."""
+    return [
+        {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"models-{namespace}"},
+         "spec": {"capacity": {"storage": size}, "accessModes": ["ReadWriteMany"], "storageClassName": "",
+                  "hostPath": {"path": f"/tmp/{namespace}"}, "claimRef": {"namespace": namespace, "name": "triton-models"}}},
+        {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "triton-models", "namespace": namespace},
+         "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": f"models-{namespace}",
+                  "resources": {"requests": {"storage": size}}}},
+    ]
+
+
 @dataclass
 class Cluster:
     kubeconfig: str

@@ -46,7 +46,7 @@ import pytest
 import tritonclient.http as httpclient
 import yaml
 
-from .cluster import ROOT, Cluster, Operator, wait_for
+from .cluster import ROOT, Cluster, Operator, model_cache, wait_for
 from .conftest import RELEASE_NS, tenant_gateway
 from .harness.gateway import SLICE_MANAGER, TRITON_HOST, GatewayProcess
 from .harness.llm import LLMTriton
@@ -211,12 +211,7 @@ def scenario(chart, operator: Operator, gateway: GatewayProcess, llm: LLMTriton,
     c = operator.cluster
     try:
         c.apply([
-            {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"models-{NS}"},
-             "spec": {"capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "",
-                      "hostPath": {"path": f"/tmp/{NS}"}, "claimRef": {"namespace": NS, "name": "triton-models"}}},
-            {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "triton-models", "namespace": NS},
-             "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": f"models-{NS}",
-                      "resources": {"requests": {"storage": "10Gi"}}}},
+            *model_cache(NS, "10Gi"),
             isvc(NAME, model={"source": "hf://HuggingFaceTB/SmolLM2-135M-Instruct", "format": "tensorrt-llm",
                               "precision": "bf16"}, gpu={"class": "l4"},
                  autoscaling={"minReplicas": 1, "maxReplicas": 2, "targetQueueDepth": 4, "targetP99LatencyMs": 50}),

@@ -23,7 +23,7 @@ from typing import Any, Iterator
 import openai
 import pytest
 
-from .cluster import Cluster, Operator, wait_for
+from .cluster import Cluster, Operator, model_cache, wait_for
 from .conftest import tenant_gateway
 from .harness.embedder import DIMENSION, EmbedderTriton
 from .harness.gateway import GatewayProcess, SliceMirror
@@ -74,12 +74,7 @@ def service(operator: Operator, gateway: GatewayProcess, llm: LLMTriton) -> Iter
     mirror = SliceMirror(c, {NAME: llm.http_port}, NS)
     try:
         c.apply([
-            {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"models-{NS}"},
-             "spec": {"capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "",
-                      "hostPath": {"path": f"/tmp/{NS}"}, "claimRef": {"namespace": NS, "name": "triton-models"}}},
-            {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "triton-models", "namespace": NS},
-             "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": f"models-{NS}",
-                      "resources": {"requests": {"storage": "10Gi"}}}},
+            *model_cache(NS, "10Gi"),
             # No model.parameters: the planner cannot size a replica, so the queue rule scales it
             # (queue / targetQueueDepth replicas): this CPU model is far slower than an L4's plan.
             {"apiVersion": f"{GROUP}/v1alpha1", "kind": "InferenceService", "metadata": {"name": NAME, "namespace": NS},

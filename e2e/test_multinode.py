@@ -13,22 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .cluster import Cluster, Operator, wait_for
+from .cluster import Cluster, Operator, model_cache, wait_for
 
 GROUP = "serving.triton-operator.io"
 LWS = "leaderworkerset.sigs.k8s.io"
 H200 = "NVIDIA-H200"
-
-
-def storage(ns: str) -> list[dict[str, Any]]:
-    return [
-        {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"models-{ns}"},
-         "spec": {"capacity": {"storage": "100Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "",
-                  "hostPath": {"path": f"/tmp/{ns}"}, "claimRef": {"namespace": ns, "name": "triton-models"}}},
-        {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "triton-models", "namespace": ns},
-         "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": f"models-{ns}",
-                  "resources": {"requests": {"storage": "100Gi"}}}},
-    ]
 
 
 def big(ns: str, replicas: int, **gpu: Any) -> dict[str, Any]:
@@ -70,7 +59,7 @@ def running(pods: dict[str, dict[str, Any]]) -> bool:
 
 def test_a_model_bigger_than_a_node_runs_and_scales_as_groups(operator: Operator, ns: str):
     c = operator.cluster
-    c.apply(storage(ns))
+    c.apply(model_cache(ns))
     wait_for("PVC bound", lambda: (c.get("pvc", "triton-models", ns) or {}).get("status", {}).get("phase") == "Bound")
     c.apply(big(ns, replicas=1))
     c.wait_ready("big", ns, timeout=120)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from datetime import datetime
 
-from .cluster import Operator, wait_for
+from .cluster import Operator, model_cache, wait_for
 
 GROUP = "serving.triton-operator.io"
 
@@ -54,14 +54,7 @@ def _ts(value: str) -> datetime:
 
 def test_one_preparation_then_serving_on_the_stock_image(operator: Operator, ns: str):
     c = operator.cluster
-    c.apply([
-        {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"models-{ns}"},
-         "spec": {"capacity": {"storage": "100Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "",
-                  "hostPath": {"path": f"/tmp/{ns}"}, "claimRef": {"namespace": ns, "name": "triton-models"}}},
-        {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "triton-models", "namespace": ns},
-         "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": f"models-{ns}",
-                  "resources": {"requests": {"storage": "100Gi"}}}},
-    ])
+    c.apply(model_cache(ns))
     try:
         wait_for("PVC bound", lambda: (c.get("pvc", "triton-models", ns) or {}).get("status", {}).get("phase") == "Bound")
         c.apply({"apiVersion": f"{GROUP}/v1alpha1", "kind": "InferenceService",

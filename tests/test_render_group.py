@@ -197,6 +197,7 @@ def test_the_worker_script_accepts_the_services_key_only(tmp_path):
     assert out.returncode == 0 and out.stdout.startswith("sshd -D -e -f "), out.stderr
     config = (tmp_path / "mpi" / "sshd_config").read_text()
     assert f"AuthorizedKeysFile {tmp_path}/mpi/authorized_keys" in config and "Port 2222" in config
+    assert f"SetEnv PATH={env['PATH']} LD_LIBRARY_PATH=\n" in config   # mpirun's orted is found on the container's PATH
     assert (tmp_path / "mpi" / "authorized_keys").read_text() == "ssh-ed25519 AAAA test"
     assert oct(os.stat(tmp_path / "mpi" / "authorized_keys").st_mode & 0o777) == "0o600"
 

@@ -5,7 +5,9 @@ How the group starts is TensorRT-LLM's documented multi-node launch of its LLM A
 `trtllm-llmapi-launch` wrapper under `mpirun`, one MPI rank a GPU, as the Triton TensorRT-LLM
 backend's docs/llmapi.md runs `tritonserver` across nodes):
 - every worker runs an SSH server on SSH_PORT, which accepts the service's key only (the key pair
-  is a Secret the operator creates once, named by `ssh_secret_name`; no password, no other user);
+  is a Secret the operator creates once, named by `ssh_secret_name`; no password, no other user),
+  and gives its sessions the container's PATH and LD_LIBRARY_PATH (where Open MPI's orted and the
+  CUDA libraries are: an SSH session does not inherit the container's environment);
 - the leader waits for its workers' SSH servers (their names come from LWS's LWS_LEADER_ADDRESS
   and LWS_GROUP_SIZE), at most `START_TIMEOUT_S`, then runs `mpirun` across the group with
   `trtllm-llmapi-launch tritonserver ...`: rank 0 serves (Triton on the leader, the only pod the
@@ -104,6 +106,7 @@ UsePAM no
 AllowTcpForwarding no
 X11Forwarding no
 PermitUserEnvironment no
+SetEnv PATH=$PATH LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
 EOF
 exec /usr/sbin/sshd -D -e -f "$d/sshd_config"
 """
