@@ -606,15 +606,22 @@ def test_a_group_set_in_place_is_not_written_and_reads_as_a_deployment_of_groups
     assert [(m["kind"], m["spec"]["replicas"]) for m in p.apply] == [("LeaderWorkerSet", 3)]
 
 
-def test_a_service_that_leaves_groups_for_one_node_replaces_its_group_set(classes):
+def test_a_service_that_leaves_groups_for_one_node_replaces_its_group_set_once_prepared(classes):
     from triton_operator.controller.trim import trim_child
     lws = next(m for m in render(_big(), classes, Settings(), replicas=1).manifests if m["kind"] == "LeaderWorkerSet")
-    live = trim_child({**copy.deepcopy(lws), "status": {}})
+    live = trim_child({**copy.deepcopy(lws), "status": {"replicas": 1, "readyReplicas": 1}})
     small = isvc(model={"source": "hf://a/b", "format": "tensorrt-llm", "parameters": "671B", "precision": "int4-awq"},
                  gpu={"class": "h100", "count": 8})
     p = plan(small, classes, Settings(), Children(deployments=(live,)), replicas=1)
+    assert p.delete == (), "the groups keep serving while the one-node model is prepared"
+    dep = next(m for m in p.apply if m["kind"] == "Deployment")
+    assert dep["spec"]["replicas"] == 0, "held until prepared"
+    job = copy.deepcopy(next(m for m in p.apply if m["kind"] == "Job"))
+    job["metadata"].update(uid="u-job", resourceVersion="9")
+    job["status"] = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
+    p = plan(small, classes, Settings(), Children(deployments=(live,), jobs=(job,)), replicas=1)
     assert p.delete == (("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "demo-group"),)
-    assert "Deployment" in [m["kind"] for m in p.apply]
+    assert next(m for m in p.apply if m["kind"] == "Deployment")["spec"]["replicas"] == 1
 
 
 def test_a_group_needs_as_many_nodes_with_room_as_it_has_pods():

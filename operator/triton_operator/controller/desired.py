@@ -122,10 +122,13 @@ def plan(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Sett
     # Deployments of classes no longer in use (a spill class whose replicas came back, spill
     # switched off): placement only empties a class once its replicas serve elsewhere.
     # A one-node service that became a multi-node one (or back) replaces its workload too.
+    # While the new spec's model is being prepared, what runs keeps serving the old one: a service
+    # that moves from groups across nodes to one node (or back) keeps its old workload until then.
     names = set(rendered.deployments.values())
+    preparing = ready is not None and any(c not in ready for c in rendered.deployments)
     delete += [(d.get("apiVersion", "apps/v1"), d.get("kind", "Deployment"), d["metadata"]["name"])
                for d in children.all_deployments()
-               if d["metadata"]["name"] not in names and not d["metadata"].get("deletionTimestamp")]
+               if d["metadata"]["name"] not in names and not d["metadata"].get("deletionTimestamp") and not preparing]
     return Plan(
         replicas=replicas, gpu_class=rendered.gpu_class, notes=tuple(rendered.notes),
         apply=tuple(m for m in manifests if not matches(m, with_full_spec(children.live(m)))),
