@@ -183,3 +183,19 @@ def test_the_steady_load_table_reports_each_load_from_its_own_run():
 
 def plans_line(text: str) -> str:
     return next(line for line in text.splitlines() if line.startswith("Plans with foresight (seed 1;"))
+
+
+def test_a_two_hour_row_plays_its_trace_twice_back_to_back():
+    """The two-hour rows: the same requests, the second copy one period later (the first hour's
+    tokens and arrivals, every one)."""
+    import autoscaling as bench
+
+    two = next(w for w in bench.WORKLOADS if w.repeat == 2 and "code" in w.trace)
+    one = next(w for w in bench.WORKLOADS if w.repeat == 1 and w.trace == two.trace)
+    first, both = bench.requests_for(one, 1), bench.requests_for(two, 1)
+    assert two.duration == 2 * one.duration and len(both) == 2 * len(first)
+    period = two.duration / 2
+    assert both[:len(first)] == first
+    assert [(r.arrival - period, r.prompt_tokens, r.output_tokens) for r in both[len(first):]] == [
+        (pytest.approx(r.arrival), r.prompt_tokens, r.output_tokens) for r in first]
+    assert max(r.arrival for r in first) < period
