@@ -696,3 +696,30 @@ def test_a_group_recreated_by_its_set_is_reported_and_a_rollout_or_a_scale_up_is
     assert group_restarts(first, group_leaders([leader("b", revision="r2")])) == [], "a rollout is no restart"
     # a group scaled away and made again later is a new group, not a restart
     assert remembered_leaders(first, {}, {"big-group": 0}) == {}
+
+
+def test_the_autoscaler_reads_a_group_set_as_replicas_of_groups_and_the_leaders_as_its_pods(classes):
+    """What the autoscaling loop reads of a service whose replicas span nodes (Views.scaling): the
+    LeaderWorkerSet's groups as its replicas, its ready groups as ready replicas, and the leaders
+    (who run Triton and report the engine's metrics) as its serving pods; the workers are not."""
+    from triton_operator.controller.trim import trim_child
+    from triton_operator.controller.views import Views
+    from triton_operator.kube.kinds import LEADER_WORKER_SET, POD
+
+    obj = _big()
+    rendered = render(obj, classes, Settings(), replicas=2).manifests
+    lws = copy.deepcopy(next(m for m in rendered if m["kind"] == "LeaderWorkerSet"))
+    lws["metadata"].update(uid="u-lws", generation=1, resourceVersion="7")
+    lws["status"] = {"replicas": 2, "readyReplicas": 1, "updatedReplicas": 2}
+    store = Store(owner=owner_of)
+    store.upsert(LEADER_WORKER_SET.kind, trim_child(lws))
+    leader_labels = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["metadata"]["labels"]
+    worker_labels = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"]["labels"]
+    for i, (name, labels) in enumerate([("demo-group-0", leader_labels), ("demo-group-1", leader_labels),
+                                        ("demo-group-0-1", worker_labels), ("demo-group-1-1", worker_labels)]):
+        store.upsert(POD.kind, trim_pod({"metadata": {"name": name, "namespace": "ml", "uid": f"p{i}",
+                                                       "resourceVersion": str(20 + i), "labels": dict(labels)},
+                                         "status": {"phase": "Running"}}))
+    workload, pods = Views(store).scaling(("ml", "demo"))
+    assert workload["spec"]["replicas"] == 2 and workload["status"]["readyReplicas"] == 1
+    assert sorted(p["metadata"]["name"] for p in pods) == ["demo-group-0", "demo-group-1"]
