@@ -115,16 +115,16 @@ Rules, and the failures they prevent (the upstream issue behind each is named; d
   about that: a replica held through the gap meets its need warm (so a price read from the queue
   fell each time the keep-alive worked, and the replica was released for the next burst to find
   gone: `simulate` at its defaults on the real code trace played twice, its second hour 94.0 % at
-  3.33 GPU-h where fixed:3 served 96.4 % at 2.86; priced in full, 98.5 % at 3.52), and under in-flight batching a replica short shows as latency, not as a queue. The
-  needs are what the arrivals asked for each tick over the last hour, not the replicas asked to
-  drain a backlog (a debt paid once). Judged
-  over the gaps seen between needs that were longer than the current one has lasted (a burst's
-  own pauses say nothing about the quiet after it); where none was longer (a need seen for the
-  first time), the hold is the restart's cost itself, the ski-rental break-even, which never pays
-  more than twice what hindsight would. On the real code-completion trace the bursts of its first
-  ten minutes met one warm replica each time before (a need seen once was released at once), and
-  a fixed pool of two served more requests for less; holding for a restart's cost keeps the
-  second and third replicas warm between them.
+  3.33 GPU-h where fixed:3 served 96.4 % at 2.86; priced in full, 98.5 % at 3.52), and under
+  in-flight batching a replica short shows as latency, not as a queue. The needs are what the
+  arrivals asked for each tick over the last hour, not the replicas asked to drain a backlog (a
+  debt paid once). Judged over the gaps seen between needs that were longer than the current one
+  has lasted (a burst's own pauses say nothing about the quiet after it); where none was longer
+  (a need seen for the first time), the hold is the restart's cost itself, the ski-rental
+  break-even, which never pays more than twice what hindsight would. On the real code-completion
+  trace the bursts of its first ten minutes met one warm replica each time before (a need seen
+  once was released at once), and a fixed pool of two served more requests for less; holding for
+  a restart's cost keeps the second and third replicas warm between them.
 """
 
 from __future__ import annotations
@@ -578,8 +578,8 @@ def layer_gaps(needs: tuple[tuple[datetime, int], ...], layer: int, now: datetim
     last: datetime | None = None
     for t, n in needs:
         if n >= layer:
-            if last is not None and (t - last).total_seconds() > MIN_GAP_S:
-                gaps.append((t - last).total_seconds())
+            if last is not None and (step := (t - last).total_seconds()) > MIN_GAP_S:
+                gaps.append(step)
             last = t
     return gaps, math.inf if last is None else (now - last).total_seconds()
 
