@@ -582,14 +582,21 @@ def _big(**gpu):
                 gpu={"class": "h100", "count": 16, **gpu})
 
 
-def test_a_group_set_in_place_is_not_written_and_reads_as_a_deployment_of_groups(classes):
-    from triton_operator.controller.trim import trim_child
-    from triton_operator.controller.trim import with_full_spec
-    obj = _big()
+def _group_set(obj, classes):
+    """The manifests rendered for `obj` at 2 replicas, and its LeaderWorkerSet as the API server
+    returns it: 2 groups, 1 of them ready."""
     rendered = render(obj, classes, Settings(), replicas=2).manifests
     lws = copy.deepcopy(next(m for m in rendered if m["kind"] == "LeaderWorkerSet"))
     lws["metadata"].update(uid="u-lws", generation=1, resourceVersion="7")
     lws["status"] = {"replicas": 2, "readyReplicas": 1, "updatedReplicas": 2}
+    return rendered, lws
+
+
+def test_a_group_set_in_place_is_not_written_and_reads_as_a_deployment_of_groups(classes):
+    from triton_operator.controller.trim import trim_child
+    from triton_operator.controller.trim import with_full_spec
+    obj = _big()
+    rendered, lws = _group_set(obj, classes)
     cached = trim_child(lws)
     # what status and placement read: ready groups as available ones, the leaders' labels as the template's
     assert cached["status"]["availableReplicas"] == 1 and cached["spec"]["replicas"] == 2
@@ -706,11 +713,7 @@ def test_the_autoscaler_reads_a_group_set_as_replicas_of_groups_and_the_leaders_
     from triton_operator.controller.views import Views
     from triton_operator.kube.kinds import LEADER_WORKER_SET, POD
 
-    obj = _big()
-    rendered = render(obj, classes, Settings(), replicas=2).manifests
-    lws = copy.deepcopy(next(m for m in rendered if m["kind"] == "LeaderWorkerSet"))
-    lws["metadata"].update(uid="u-lws", generation=1, resourceVersion="7")
-    lws["status"] = {"replicas": 2, "readyReplicas": 1, "updatedReplicas": 2}
+    _, lws = _group_set(_big(), classes)
     store = Store(owner=owner_of)
     store.upsert(LEADER_WORKER_SET.kind, trim_child(lws))
     leader_labels = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["metadata"]["labels"]
