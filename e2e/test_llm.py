@@ -168,7 +168,9 @@ def test_the_engines_signals_are_on_tritons_metrics_port(llm: LLMTriton):
                         and q, timeout=30, interval=0.2)
         assert seen >= 2 and metric(llm, "triton_llm_active_requests") == 1
         assert metric(llm, "nv_inference_pending_request_count") == 0
-        assert 0 < metric(llm, "triton_llm_kv_cache_utilization") < 1   # the context the active request holds
+        # the context the active request holds (the gauge is read when Triton gathers its metrics)
+        wait_for("the KV cache in use", lambda: 0 < metric(llm, "triton_llm_kv_cache_utilization") < 1,
+                 timeout=30, interval=0.2)
     finally:
         for t in threads:
             t.join(120)
