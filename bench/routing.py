@@ -53,12 +53,13 @@ WORDS = ("billing support refund invoice account plan upgrade shipping order war
 
 def serve_gateway(port: int, keys: str, policy: str, ports: list[int]) -> None:
     """The gateway process: one service `smol` over the replicas at `ports`."""
-    from triton_operator.gateway import gateway_command, openai_proxy
+    from triton_operator.gateway import gateway_command, openai_proxy, routing
     from triton_operator.gateway.config import GatewaySettings
     from triton_operator.gateway.server import Gateway
 
-    if policy == "random":   # a random order per request: prefix routing's bound, with no affinity
-        openai_proxy.affinity_of = lambda req, key: random.getrandbits(64)  # type: ignore[assignment]
+    if policy == "random":   # a random order per request, within prefix routing's bound, knowing no prompt
+        openai_proxy.beginning_of = (  # type: ignore[assignment]
+            lambda req, key, answer=0: routing.Beginning(random.getrandbits(64), (), 0, answer))
     gw = Gateway(GatewaySettings(address="127.0.0.1", port=port, metrics_port=0, key_files=[keys],
                                  requests_per_minute=1e9), None)
     gw.router.set_service({"metadata": {"name": "smol", "namespace": "bench"},

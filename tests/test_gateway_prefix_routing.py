@@ -1,8 +1,10 @@
 """Prefix routing (gateway/routing.py, spec.routing.policy prefix): requests that begin alike go
 to the same replica, in an order their beginning alone decides, until it holds more than its
 share of the requests in flight; two routers that share nothing pick alike; a replica that comes
-or goes moves only the beginnings it ranks first. And the route in process: a conversation's turns
-land on one replica."""
+or goes moves only the beginnings it ranks first; a replica that holds a prompt's beginning is
+worth waiting for while its queue costs less than the prompt it saves; the index of what replicas
+hold is bounded and forgets a replica that leaves or fails. And the route in process: a tenant's
+requests land on one replica."""
 
 from __future__ import annotations
 
@@ -12,9 +14,9 @@ from collections import Counter
 from aiohttp import web
 
 from triton_operator.gateway import routing
-from triton_operator.gateway.openai_proxy import affinity_of
+from triton_operator.gateway.openai_proxy import beginning_of
 from triton_operator.gateway import translate as t
-from triton_operator.gateway.routing import Router, affinity
+from triton_operator.gateway.routing import Router, beginning
 
 from .gateway_http import Rig, isvc, run, slice_for
 
@@ -32,7 +34,7 @@ def router_with(ports: list[int], **spec) -> Router:
 
 def test_the_same_beginning_goes_to_the_same_replica_and_two_routers_agree():
     a, b = router_with([1, 2, 3, 4]), router_with([4, 3, 2, 1])     # the same replicas, listed apart
-    keys = [affinity(f"tenant {i}: you are a helpful assistant") for i in range(200)]
+    keys = [beginning(f"tenant {i}: you are a helpful assistant") for i in range(200)]
     assert [a.pick(KEY, 0.0, k) for k in keys] == [b.pick(KEY, 0.0, k) for k in keys]
     assert a.pick(KEY, 0.0, keys[0]) == a.pick(KEY, 0.0, keys[0])
     spread = Counter(a.pick(KEY, 0.0, k) for k in keys)
@@ -41,23 +43,23 @@ def test_the_same_beginning_goes_to_the_same_replica_and_two_routers_agree():
 
 def test_a_hot_beginning_spills_to_its_second_replica_past_its_share():
     r = router_with([1, 2, 3])
-    hot = affinity("the one system prompt everybody sends")
+    hot = beginning("the one system prompt everybody sends")
     first = r.pick(KEY, 0.0, hot)
     picks = []
     for _ in range(6):               # six requests of it in flight at once
         address = r.pick(KEY, 0.0, hot)
         picks.append(address)
-        r.acquire(address)
+        r.acquire(address, hot)
     load = Counter(picks)
-    # each takes it while under 1.25 x (in flight + 1) / 3: its first replica and its second
-    # alternate, never past 1.25 x the mean (3 of 6), and a third replica is not needed
-    assert picks[0] == first and picks[1] != first and set(picks) == {first, picks[1]}
-    assert load[first] == load[picks[1]] == 3
+    # each takes it while under 1.25 x (in flight + 1) / 3, plus one: its first replica takes 4 of
+    # the 6 (up to 2, 3, then 4), its second the rest, and a third replica is not needed
+    assert picks[0] == first and set(picks) == {first, picks[3]} and picks[3] != first
+    assert load[first] == 4 and load[picks[3]] == 2
 
 
 def test_a_replica_that_goes_moves_only_the_beginnings_it_ranked_first():
     four, three = router_with([1, 2, 3, 4]), router_with([1, 2, 3])
-    keys = [affinity(f"conversation {i}") for i in range(300)]
+    keys = [beginning(f"conversation {i}") for i in range(300)]
     before = {k: four.pick(KEY, 0.0, k) for k in keys}
     after = {k: three.pick(KEY, 0.0, k) for k in keys}
     moved = [k for k in keys if before[k] != after[k]]
@@ -71,19 +73,98 @@ def test_without_an_affinity_the_fewest_in_flight_wins():
     assert r.pick(KEY, 0.0) != busy
 
 
-def test_a_conversations_turns_share_their_affinity_and_the_service_is_part_of_it():
+def test_a_conversations_turns_share_their_affinity_and_blocks_and_the_service_is_part_of_them():
     turn1 = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi"}]
     turn2 = turn1 + [{"role": "assistant", "content": "Hello."}, {"role": "user", "content": "And?" * 300}]
 
     def chat(messages):
         return t.parse_body(json.dumps({"model": "m", "messages": messages}).encode(), t.ChatRequest)
 
-    assert affinity_of(chat(turn1), KEY) != affinity_of(chat(turn2), KEY)   # short: the whole text differs
+    def of(messages, key=KEY):
+        return beginning_of(chat(messages), key, 16)
+
+    assert of(turn1).affinity != of(turn2).affinity   # short: the whole text differs
     long_system = [{"role": "system", "content": "Rules. " * 100}]
-    assert affinity_of(chat(long_system + turn1[1:]), KEY) == affinity_of(chat(long_system + turn2[1:]), KEY)
-    assert affinity_of(chat(long_system), KEY) != affinity_of(chat(long_system), ("ml", "other"))
+    first, later = of(long_system + turn1[1:]), of(long_system + turn2[1:])
+    assert first.affinity == later.affinity
+    # the later turn resends the first: every whole block of the first is a block of the later
+    assert len(first.blocks) == (len(first.blocks) * routing.BLOCK_CHARS) // routing.BLOCK_CHARS > 10
+    assert later.blocks[:len(first.blocks)] == first.blocks and len(later.blocks) > len(first.blocks) + 10
+    assert first.answer == 16 and first.chars == len(first.blocks) * routing.BLOCK_CHARS + first.chars % routing.BLOCK_CHARS
+    other = of(long_system, ("ml", "other"))
+    assert other.affinity != of(long_system).affinity and not set(other.blocks) & set(of(long_system).blocks)
 
 
+def test_blocks_are_chained_a_block_names_everything_before_it():
+    a, b = beginning("x" * 64 + "same" * 16), beginning("y" * 64 + "same" * 16)
+    assert len(a.blocks) == len(b.blocks) == 2
+    assert a.blocks[1] != b.blocks[1]          # the same second block after different first ones
+    assert beginning("x" * 127).blocks == a.blocks[:1] and beginning("x" * 63).blocks == ()
+
+
+def tenant(n: int, question: str) -> routing.Beginning:
+    """A tenant's request: a 2,000-character system prompt, then a short question; 8 tokens of answer."""
+    return beginning(f"tenant {n}: " + "Answer in the company's voice. " * 64 + question, 8)
+
+
+def test_a_busy_replica_that_holds_the_beginning_wins_while_its_queue_costs_less_than_the_prompt():
+    """One sequence at a time (maxBatchSize 1): the replica that read a tenant's system prompt is
+    worth a wait behind a short request (its queue costs less than the 2,000 characters it saves),
+    not behind one that reads a whole new prompt."""
+    r = router_with([1, 2, 3], engine={"maxBatchSize": 1})
+    home = r.pick(KEY, 0.0, tenant(1, "Q1"))
+    r.release(home, r.acquire(home, tenant(1, "Q1")))          # the first question: the prompt is read
+    assert tenant(1, "Q2").blocks == tenant(1, "Q1").blocks      # the question is in the prompt's partial last block
+    assert r.holds(home, tenant(1, "Q2")) == len(tenant(1, "Q2").blocks) == 31
+    short = r.acquire(home, tenant(1, "Q2"))                     # a second question runs there
+    assert short == tenant(1, "Q2").chars - r.holds(home, tenant(1, "Q2")) * routing.BLOCK_CHARS + 8 * 16
+    assert short < 200
+    assert r.pick(KEY, 0.0, tenant(1, "Q3")) == home            # wait behind it: ~200 characters, not ~2,100
+    r.release(home, short)
+    long = r.acquire(home, tenant(2, "a new tenant's first question"))   # now a whole prompt to read
+    assert r.work[home] == long > 2000
+    assert r.pick(KEY, 0.0, tenant(1, "Q3")) != home            # an idle replica reads it sooner
+    r.release(home, long)
+    assert home not in r.in_flight and home not in r.work       # nothing left over
+
+
+def test_with_batch_room_the_replica_that_holds_the_beginning_takes_it():
+    """A batching engine (the default 64 slots) starts a request at once while it has a slot: the
+    replica holding the prompt takes it whatever its queue, within the load bound."""
+    r = router_with([1, 2, 3])
+    home = r.pick(KEY, 0.0, tenant(1, "Q1"))
+    r.acquire(home, tenant(1, "Q1"))
+    assert r.pick(KEY, 0.0, tenant(1, "Q2")) == home    # 1 in flight < ceil(1.25 * 2 / 3)
+    other = r.pick(KEY, 0.0, tenant(2, "Q1"))
+    assert r.cost(home, tenant(1, "Q2"), 64) < r.cost(other, tenant(1, "Q2"), 64) - 1900
+
+
+def test_a_replica_that_leaves_or_fails_to_connect_is_forgotten():
+    r = router_with([1, 2, 3])
+    home = r.pick(KEY, 0.0, tenant(1, "Q1"))
+    r.release(home, r.acquire(home, tenant(1, "Q1")))
+    assert r.holds(home, tenant(1, "Q2")) > 0
+    r.eject(home, until=5.0)                       # refused a connection: it may have restarted
+    assert r.holds(home, tenant(1, "Q2")) == 0
+    r.release(home, r.acquire(home, tenant(1, "Q1")))
+    r.set_slice({"metadata": {"name": "s", "namespace": "ml", "labels": {routing.SERVICE_NAME_LABEL: "llama"}},
+                 "ports": [{"name": "http", "port": 8000}],
+                 "endpoints": [{"addresses": [f"10.0.0.{p}"], "conditions": {"ready": p != int(home[0][-1])}}
+                               for p in (1, 2, 3)]})   # not ready: restarting, or going
+    assert home not in r.endpoints(KEY) and home not in r.held
+    assert all(r.holds(a, tenant(1, "Q2")) == 0 for a in r.endpoints(KEY))
+
+
+def test_the_index_is_bounded_and_forgets_a_prompts_last_blocks_first(monkeypatch):
+    monkeypatch.setattr(routing, "INDEX_BLOCKS", 40)
+    r = router_with([1, 2])
+    address = r.endpoints(KEY)[0]
+    one, two = tenant(1, "Q"), tenant(2, "Q")       # 31 blocks each
+    r.acquire(address, one)
+    r.acquire(address, two)
+    assert len(r.held[address]) == 40
+    assert r.holds(address, two) == len(two.blocks)            # the latest whole
+    assert r.holds(address, one) == 9                          # the older keeps its first 40 - 31
 def test_the_route_sends_a_tenants_requests_to_one_replica():
     hits: list[int] = []
 
@@ -117,16 +198,16 @@ def test_a_replica_with_a_full_batch_is_passed_over_while_another_has_room():
     replica that is busy does not take it while another is idle: the next in its order with room
     does; once every replica is busy, the one with the fewest in flight."""
     r = router_with([1, 2, 3], engine={"maxBatchSize": 1})
-    talk = affinity("a conversation's opening")
-    order = sorted(r.usable(KEY, 0.0), key=lambda a: routing._rank(talk, a), reverse=True)
-    picks = []
+    talk = beginning("a conversation's opening")
+    order = sorted(r.usable(KEY, 0.0), key=lambda a: routing._rank(talk.affinity, a), reverse=True)
+    picks, works = [], {}
     for _ in range(4):
         address = r.pick(KEY, 0.0, talk)
         picks.append(address)
-        r.acquire(address)
+        works[address] = r.acquire(address, talk)
     assert picks[:3] == order            # each replica's one slot, in the beginning's order
     assert picks[3] == order[0]          # all full: the fewest in flight, first in the order
-    r.release(order[1])
+    r.release(order[1], works[order[1]])
     assert r.pick(KEY, 0.0, talk) == order[1]
     assert router_with([1, 2, 3]).services[KEY].batch_slots == routing.DEFAULT_MAX_BATCH   # not stated: the default
 

@@ -15,7 +15,7 @@ from . import tracing as tr
 from . import translate as t
 from .auth import Caller
 from .config import GatewaySettings
-from .routing import Address, Router, Service, ServiceKey
+from .routing import Address, Beginning, Router, Service, ServiceKey
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +62,12 @@ class Holding:
         self.draining = False
         self._said: dict[ServiceKey, float] = {}   # service -> when its last no-usable-replica line was logged
 
-    async def endpoint(self, svc: Service, caller: Caller, affinity: int | None = None) -> Address:
-        """A usable replica for `svc` (by `affinity` when the request has one: routing.Router.pick),
+    async def endpoint(self, svc: Service, caller: Caller, begins: Beginning | None = None) -> Address:
+        """A usable replica for `svc` (by its Beginning when the request has one: routing.Router.pick),
         waiting for one (bounded, and within the caller's share of the service's hold queue) while
         its replicas are starting."""
         now = self.clock()
-        address = self.router.pick(svc.key, now, affinity)
+        address = self.router.pick(svc.key, now, begins)
         if address is not None:
             return address
         self._check_servable(svc)
@@ -87,12 +87,12 @@ class Holding:
         gauge.inc()
         try:
             with self.tracing.span("gateway.hold", {tr.NAMESPACE: svc.key[0], tr.NAME: svc.key[1]}):
-                return await self._wait_for_replica(svc, now, affinity)
+                return await self._wait_for_replica(svc, now, begins)
         finally:
             self.holds.leave(svc.key, caller.digest)
             gauge.dec()
 
-    async def _wait_for_replica(self, svc: Service, started: float, affinity: int | None = None) -> Address:
+    async def _wait_for_replica(self, svc: Service, started: float, begins: Beginning | None = None) -> Address:
         """The wait of endpoint(): until a replica is usable, the service goes away or fails, or the
         wait's deadline passes: hold_timeout_seconds while replicas are starting, else
         UNUSABLE_GRACE_SECONDS."""
@@ -120,7 +120,7 @@ class Holding:
             svc = current
             self._check_servable(svc)
             now = self.clock()
-            address = self.router.pick(svc.key, now, affinity)
+            address = self.router.pick(svc.key, now, begins)
             if address is not None:
                 m.HOLD_SECONDS.labels(*svc.key).observe(now - started)
                 return address

@@ -20,7 +20,7 @@ from .admission import Admission, Held
 from .auth import Auth, Caller
 from .holding import Holding
 from .resolution import Resolver
-from .routing import Router, Service, ServiceKey, affinity
+from .routing import Beginning, Router, Service, ServiceKey, beginning
 from .upstream import Exchange, Upstream, answer_json, answer_too_large, read_chunk, read_whole, upstream_error
 
 
@@ -138,14 +138,14 @@ class OpenAIProxy:
         if not svc.llm:   # a text model: the gateway renders the chat (the llm model renders its own)
             prompt = t.render_chat(template, req.messages) if chat else req.text()  # type: ignore[attr-defined]
         gen = t.to_generate(req, min(svc.default_max_tokens, cap), svc.llm, prompt)
-        affinity = affinity_of(req, svc.key) if svc.prefix_routing else None
+        begins = beginning_of(req, svc.key, gen.max_tokens) if svc.prefix_routing else None
         del req, prompt
         payload = held.replace(t.encode(gen.body))   # the body as it came is no longer held
         gen = gen.without_body()
         path = f"/v2/models/{svc.generate_model}/" + ("generate_stream" if gen.upstream_stream else "generate")
         async with self.upstream.exchange(svc, caller, route, "POST", path, payload,
                                           {"Content-Type": "application/json", "Accept-Encoding": "identity"},
-                                          lambda sent: self.auth.account(caller, svc, sent), affinity) as ex:
+                                          lambda sent: self.auth.account(caller, svc, sent), begins) as ex:
             resp = ex.resp
             if resp.status != 200:
                 raise await upstream_error(resp, svc)
@@ -253,11 +253,12 @@ class OpenAIProxy:
         return out
 
 
-def affinity_of(req: t._Request, key: ServiceKey) -> int:
-    """The request's affinity for prefix routing: its beginning as the model will read it (the
-    chat's roles and contents in order, or the prompt), within its service."""
+def beginning_of(req: t._Request, key: ServiceKey, answer: int = 0) -> Beginning:
+    """The request's Beginning for prefix routing: its prompt as the model will read it (the
+    chat's roles and contents in order, or the prompt), within its service, and the `answer`
+    tokens it may take."""
     if isinstance(req, t.ChatRequest):
         text = "\x1e".join(f"{m.role}\x1f{m.text()}" for m in req.messages)
     else:
         text = req.text()  # type: ignore[attr-defined]
-    return affinity(f"{key[0]}/{key[1]}\x1d{text}")
+    return beginning(f"{key[0]}/{key[1]}\x1d{text}", answer)

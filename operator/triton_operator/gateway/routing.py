@@ -6,22 +6,32 @@ the InferenceService's name; its port `http` is Triton's HTTP port) whose `ready
 not false. A request goes to the ready endpoint with the fewest requests in flight from this
 gateway; ties go round robin, so an idle fleet still spreads its load.
 
-With `spec.routing.policy: prefix`, a request that carries an affinity (a hash of its first
-AFFINITY_CHARS characters: its system prompt, its conversation's opening) goes to the first replica,
-in an order that hash alone decides (rendezvous hashing: hash of affinity and address, highest
-first), whose requests in flight are under AFFINITY_LOAD times the mean (consistent hashing with
-bounded loads, as KubeAI's PrefixHash) and under its batch (spec.engine.maxBatchSize: a replica
-whose batch is full would queue the request while another starts it at once); when every replica
-is past that, the one with the fewest in flight, the first in the order among equals. Requests
-that begin alike meet the replica whose KV cache holds that beginning; a hot beginning spills to
-its second replica, not to a random one; replicas coming or going move only the beginnings they
-rank first; and every gateway replica ranks alike without sharing state.
+With `spec.routing.policy: prefix`, a request goes where its first token comes soonest, as this
+gateway can tell (cache-aware routing, as llm-d's prefix and queue scorers and Dynamo's KV router):
+- what each replica holds: an index of the beginnings this gateway sent it, as hashes of each
+  whole BLOCK_CHARS block of the prompt chained from its start (a block's hash names everything
+  before it, as the engines' KV block hashes do), least recently sent forgotten first past
+  INDEX_BLOCKS, and a replica's whole index forgotten when it leaves the ready endpoints or fails
+  to connect (a restarted replica's cache is empty);
+- the cost of a replica, in characters of prompt to read: the part of this prompt it does not
+  hold, plus its answer (DECODE_CHARS a token), plus, when its batch (spec.engine.maxBatchSize)
+  is full, the work of the requests ahead of it;
+- the cheapest replica whose requests in flight are under AFFINITY_LOAD times the mean, plus one
+  (consistent hashing with bounded loads, as KubeAI's PrefixHash: a hot beginning cannot pile onto
+  one replica; the one more lets a replica that holds a prompt take a second request at low load,
+  where spreading would save nothing and cost a prefill), any replica when every one is past
+  that; among equals, the first in an order the
+  request's first AFFINITY_CHARS characters alone decide (rendezvous hashing of that affinity and
+  the address). A beginning no replica holds yet goes to the first in its order, so every gateway
+  replica sends it to the same place without sharing state, and replicas coming or going move
+  only the beginnings they rank first.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -39,14 +49,50 @@ SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 # the same over a conversation's turns (each resends a longer history) and to be a tenant's shared
 # system prompt (the first characters of thousands), as KubeAI's PrefixHash hashes its first 100.
 AFFINITY_CHARS = 256
-AFFINITY_LOAD = 1.25       # ... while it has under this times the mean requests in flight (plus one)
+AFFINITY_LOAD = 1.25       # a replica takes a request while it has under this times the mean in flight, plus one
 DEFAULT_MAX_BATCH = 64     # spec.engine.maxBatchSize's default (api/spec.py)
+# The index of what a replica holds: blocks of 64 characters (about 16 tokens, an engine's KV block
+# size: TensorRT-LLM's tokens_per_block defaults to 32, vLLM's block to 16), 4,096 of them a
+# replica (about 64k tokens, a fraction of what one GPU's KV cache holds: what the index forgets
+# early costs one prefill, what it remembers that the engine dropped costs one too).
+BLOCK_CHARS = 64
+INDEX_BLOCKS = 4096
+# What a token of the answer costs against a character of prompt: decoding a token takes about as
+# long as reading 16 characters of prompt (4 tokens) on the CPU engine measured here (SmolLM2:
+# 3.5 ms a prompt token, about 15 ms a decoded token on one thread); it matters only to weigh the
+# requests ahead in a full batch.
+DECODE_CHARS = 16
 
 
 def affinity(text: str) -> int:
     """The affinity of a request that begins with `text` (its first AFFINITY_CHARS characters)."""
     return int.from_bytes(hashlib.blake2b(text[:AFFINITY_CHARS].encode("utf-8", "replace"), digest_size=8).digest(),
                           "big")
+
+
+@dataclass(frozen=True)
+class Beginning:
+    """What prefix routing knows of a request: its affinity, the chained hash of each whole block
+    of its prompt, the prompt's length and the tokens its answer may take."""
+    affinity: int
+    blocks: tuple[int, ...]
+    chars: int
+    answer: int = 0
+
+    def work(self, held_blocks: int) -> int:
+        """What reading this prompt and writing its answer costs a replica that holds its first
+        `held_blocks` blocks, in characters of prompt (see DECODE_CHARS)."""
+        return self.chars - held_blocks * BLOCK_CHARS + self.answer * DECODE_CHARS
+
+
+def beginning(text: str, answer: int = 0) -> Beginning:
+    """The Beginning of a request whose prompt reads `text` and whose answer may take `answer` tokens."""
+    h = hashlib.blake2b(digest_size=8)
+    blocks = []
+    for start in range(0, len(text) - BLOCK_CHARS + 1, BLOCK_CHARS):
+        h.update(text[start:start + BLOCK_CHARS].encode("utf-8", "surrogatepass"))
+        blocks.append(int.from_bytes(h.copy().digest(), "big"))
+    return Beginning(affinity(text), tuple(blocks), len(text), answer)
 
 
 def _rank(key: int, address: Address) -> int:
@@ -182,6 +228,8 @@ class Router:
     services: dict[ServiceKey, Service] = field(default_factory=dict)
     slices: dict[tuple[str, str], tuple[ServiceKey, tuple[Address, ...]]] = field(default_factory=dict)
     in_flight: dict[Address, int] = field(default_factory=dict)
+    work: dict[Address, int] = field(default_factory=dict)       # the work in flight (Beginning.work)
+    held: dict[Address, OrderedDict[int, None]] = field(default_factory=dict)   # the index (see the module)
     ejected: dict[Address, float] = field(default_factory=dict)   # replicas that failed to connect -> until when
     _endpoints: dict[ServiceKey, tuple[Address, ...]] = field(default_factory=dict)
     _unnamed_port: set[tuple[str, str]] = field(default_factory=set)   # slices without port_name
@@ -245,6 +293,8 @@ class Router:
             addresses = tuple(sorted({a for k, addrs in self.slices.values() if k == key for a in addrs}))
             if addresses != self._endpoints.get(key, ()):
                 changed.add(key)
+                for gone in set(self._endpoints.get(key, ())) - set(addresses):
+                    self.held.pop(gone, None)     # not ready (restarting, going): its cache is not to be trusted
                 if addresses:
                     self._endpoints[key] = addresses
                 else:
@@ -273,6 +323,7 @@ class Router:
 
     def eject(self, address: Address, until: float) -> None:
         self.ejected[address] = until
+        self.held.pop(address, None)
 
     def why_no_endpoint(self, key: ServiceKey) -> str:
         """Why `key` has no ready endpoint, as the EndpointSlices say it."""
@@ -283,31 +334,69 @@ class Router:
             return f"its EndpointSlices have no port named {self.port_name!r}"
         return "its EndpointSlices list no ready endpoint"
 
-    def pick(self, key: ServiceKey, now: float = 0.0, affinity: int | None = None) -> Address | None:
+    def pick(self, key: ServiceKey, now: float = 0.0, begins: Beginning | None = None) -> Address | None:
         """The usable endpoint with the fewest requests in flight (round robin among equals), or,
-        for a request with an affinity, the first in its order with room (see the module)."""
+        for a request whose Beginning is known, the one where it costs least (see the module)."""
         addresses = self.usable(key, now)
         if not addresses:
             return None
-        if affinity is not None and len(addresses) > 1:
+        if begins is not None and len(addresses) > 1:
             load = self.in_flight.get
-            room = math.ceil(AFFINITY_LOAD * (sum(load(a, 0) for a in addresses) + 1) / len(addresses))
+            bound = math.ceil(AFFINITY_LOAD * (sum(load(a, 0) for a in addresses) + 1) / len(addresses)) + 1
+            room = [a for a in addresses if load(a, 0) < bound] or list(addresses)
             svc = self.services.get(key)
-            if svc is not None and svc.batch_slots:
-                room = min(room, svc.batch_slots)
-            ranked = sorted(addresses, key=lambda a: _rank(affinity, a), reverse=True)
-            return next((a for a in ranked if load(a, 0) < room), min(ranked, key=lambda a: load(a, 0)))
+            slots = (svc.batch_slots if svc is not None else None) or DEFAULT_MAX_BATCH
+            return min(room, key=lambda a: (self.cost(a, begins, slots), -_rank(begins.affinity, a)))
         least = min(self.in_flight.get(a, 0) for a in addresses)
         candidates = [a for a in addresses if self.in_flight.get(a, 0) == least]
         self._turn += 1
         return candidates[self._turn % len(candidates)]
 
-    def acquire(self, address: Address) -> None:
-        self.in_flight[address] = self.in_flight.get(address, 0) + 1
+    def holds(self, address: Address, begins: Beginning) -> int:
+        """How many of the first blocks of `begins` this gateway last sent to `address`."""
+        index = self.held.get(address)
+        if not index:
+            return 0
+        n = 0
+        for block in begins.blocks:
+            if block not in index:
+                break
+            n += 1
+        return n
 
-    def release(self, address: Address) -> None:
+    def cost(self, address: Address, begins: Beginning, slots: int) -> float:
+        """What `begins` costs at `address`: its own work there, plus, when the replica's `slots`
+        are all taken, the work in flight ahead of it (the share of it that must end first)."""
+        own = begins.work(self.holds(address, begins))
+        n = self.in_flight.get(address, 0)
+        ahead = self.work.get(address, 0) * max(0, n - slots + 1) / n if n else 0.0
+        return own + ahead
+
+    def acquire(self, address: Address, begins: Beginning | None = None) -> int:
+        """Count a request sent to `address`; with its Beginning, its work (returned: give it back to
+        `release`) and its blocks, which the replica holds from now on."""
+        self.in_flight[address] = self.in_flight.get(address, 0) + 1
+        if begins is None:
+            return 0
+        work = begins.work(self.holds(address, begins))
+        self.work[address] = self.work.get(address, 0) + work
+        if begins.blocks:
+            index = self.held.setdefault(address, OrderedDict())
+            for block in reversed(begins.blocks):   # a prompt's first blocks are forgotten last
+                index[block] = None
+                index.move_to_end(block)
+            while len(index) > INDEX_BLOCKS:
+                index.popitem(last=False)
+        return work
+
+    def release(self, address: Address, work: int = 0) -> None:
         left = self.in_flight.get(address, 0) - 1
         if left > 0:
             self.in_flight[address] = left
         else:
             self.in_flight.pop(address, None)
+        rest = self.work.get(address, 0) - work
+        if left > 0 and rest > 0:
+            self.work[address] = rest
+        else:
+            self.work.pop(address, None)

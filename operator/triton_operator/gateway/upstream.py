@@ -26,7 +26,7 @@ from .admission import Held
 from .auth import Caller
 from .config import GatewaySettings
 from .holding import EJECT_SECONDS, Holding
-from .routing import Address, Router, Service, ServiceKey, url
+from .routing import Address, Beginning, Router, Service, ServiceKey, url
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class Upstream:
     @contextlib.asynccontextmanager
     async def exchange(self, svc: Service, caller: Caller, route: str, method: str, path: str,
                        body: bytes | bytearray | None, headers: dict[str, str],
-                       account: Callable[[float], None], affinity: int | None = None) -> AsyncIterator[Exchange]:
+                       account: Callable[[float], None], begins: Beginning | None = None) -> AsyncIterator[Exchange]:
         """What every route does around one request to a replica: send it (`send`), count it in
         flight, and once the handler's answer is over (or failed on its way, or was cancelled) end
         the span, release the answer and the replica and `account(sent)` for the key; a replica
@@ -106,7 +106,7 @@ class Upstream:
         in_flight_gauge = m.child(m.IN_FLIGHT, *svc.key)
         ex: Exchange | None = None
         try:
-            address, resp, sent, span = await self.send(svc, caller, method, path, body, headers, affinity)
+            address, resp, sent, span, work = await self.send(svc, caller, method, path, body, headers, begins)
             in_flight_gauge.inc()
             ex = Exchange(resp, span, started)
             try:
@@ -117,7 +117,7 @@ class Upstream:
             finally:
                 span.end()
                 resp.release()
-                self.router.release(address)
+                self.router.release(address, work)
                 in_flight_gauge.dec()
                 account(sent)
             code = ex.code
@@ -138,19 +138,20 @@ class Upstream:
                     m.child(m.SLO_REQUESTS, *svc.key, "true" if met else "false").inc()
 
     async def send(self, svc: Service, caller: Caller, method: str, path: str, body: bytes | bytearray | None,
-                   headers: dict[str, str], affinity: int | None = None
-                   ) -> tuple[Address, aiohttp.ClientResponse, float, Any]:
+                   headers: dict[str, str], begins: Beginning | None = None
+                   ) -> tuple[Address, aiohttp.ClientResponse, float, Any, int]:
         """A request to a usable replica. A replica that refuses the connection or does not accept it
         within upstream_connect_timeout_seconds (nothing reached it) is ejected for EJECT_SECONDS and
         the request tried on another, up to CONNECT_ATTEMPTS; when none is left, a 503 that says so.
         Returns the replica, its answer (headers read), when the request was sent, and the attempt's
-        upstream span (tracing.py), which the caller ends when the answer is over. The caller also
-        releases the replica (router.release) and the answer."""
+        upstream span (tracing.py), which the caller ends when the answer is over, and the request's
+        work at the replica (router.acquire). The caller also releases the replica (router.release,
+        with that work) and the answer."""
         attempts = 0
         while True:
-            address = await self.holding.endpoint(svc, caller, affinity)
+            address = await self.holding.endpoint(svc, caller, begins)
             attempts += 1
-            self.router.acquire(address)
+            work = self.router.acquire(address, begins)
             span = self.tracing.upstream(method, address[0], address[1], path, headers)
             try:
                 # Already encoded: the path is built from checked names only, and must reach the
@@ -160,11 +161,11 @@ class Upstream:
                 resp = await self.session().request(method, target, data=body, headers=headers,
                                                     server_hostname=self.tls_name(svc))
                 span.status_code(resp.status)
-                return address, resp, sent, span
+                return address, resp, sent, span, work
             except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
                 span.fail(e)
                 span.end()
-                self.router.release(address)
+                self.router.release(address, work)
                 self.router.eject(address, self.clock() + EJECT_SECONDS)
                 reason = "timeout" if isinstance(e, aiohttp.ConnectionTimeoutError) else (
                     "tls" if isinstance(e, aiohttp.ClientSSLError) else "refused")
@@ -181,7 +182,7 @@ class Upstream:
             except BaseException as e:
                 span.fail(e)
                 span.end()
-                self.router.release(address)
+                self.router.release(address, work)
                 raise
 
     def cached_template(self, svc: Service) -> str | None:
