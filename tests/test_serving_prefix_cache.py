@@ -1,10 +1,10 @@
 """The CPU engine's prefix cache (runtime/triton_runtime/serving/prefix_cache.py, pure): the
 longest saved prefix of a prompt, the boundary where its last message begins, and the byte budget
-(least recently used first). The cache on the real model is in e2e/test_llm.py."""
+(never reused first, of the kind that has served fewer prompts, then least recently used). The cache on the real model is in e2e/test_llm.py."""
 
 from __future__ import annotations
 
-from triton_runtime.serving.prefix_cache import MIN_TOKENS, PrefixCache, boundary
+from triton_runtime.serving.prefix_cache import BOUNDARY, END, MIN_TOKENS, PrefixCache, boundary
 
 SYSTEM = list(range(100, 140))          # a shared system turn: 40 tokens
 
@@ -42,6 +42,40 @@ def test_states_never_reused_go_first_then_the_least_recently_used():
     assert list(cache.states) == [tuple(d), tuple(SYSTEM + [5] * 20)] and cache.bytes == 200
     assert cache.store(list(range(500)), "big", 300) == [], "a state larger than the budget is not kept"
     assert cache.stats.removed == 3
+
+
+def test_a_new_tenants_system_prompt_outlives_the_questions_saved_after_it():
+    """Tenants: the boundary states (system prompts) serve later prompts, the ends of questions
+    never do; a new tenant's system prompt, not yet reused, outlives the ends saved after it."""
+    cache = PrefixCache(300)
+    t1, t2 = SYSTEM, [200 + i for i in range(40)]
+    cache.store(t1, "t1", 100, BOUNDARY)
+    cache.store(t1 + [1] * 20, "t1-q1", 100, END)
+    cache.longest(t1 + [2] * 20)                      # tenant 1's second question: its boundary serves
+    assert cache.stats.hits_by_kind == {BOUNDARY: 1, END: 0}
+    cache.store(t1 + [2] * 20, "t1-q2", 100, END)      # the budget is full
+    assert cache.store(t2, "t2", 100, BOUNDARY) == [tuple(t1 + [1] * 20)]    # a new tenant: the oldest end goes
+    assert cache.store(t2 + [3] * 20, "t2-q1", 100, END) == [tuple(t1 + [2] * 20)], \
+        "an end goes, not tenant 2's system prompt, older and never reused yet"
+    assert cache.store(t1 + [4] * 20, "t1-q3", 100, END) == [tuple(t2 + [3] * 20)]
+    assert tuple(t2) in cache.states and cache.longest(t2 + [5] * 20) == (40, "t2")
+
+
+def test_a_conversations_last_turn_outlives_the_boundaries_saved_after_it():
+    """Conversations: each turn starts from the end of the last (the history it resends); the
+    boundary before a turn's last question never serves, so it goes first."""
+    cache = PrefixCache(300)
+    turn1 = SYSTEM + [1] * 20
+    cache.store(SYSTEM, "b1", 100, BOUNDARY)
+    cache.store(turn1, "e1", 100, END)
+    turn2 = turn1 + [7] * 10 + [2] * 20                # the reply, then the next question
+    assert cache.longest(turn2) == (60, "e1")
+    assert cache.stats.hits_by_kind == {BOUNDARY: 0, END: 1}
+    assert cache.store(turn1 + [7] * 10, "b2", 100, BOUNDARY) == []
+    assert cache.store(turn2, "e2", 100, END) == [tuple(SYSTEM)], "the unused boundary goes, not an end"
+    other = [300 + i for i in range(60)]
+    cache.store(other, "e-other", 100, END)            # another conversation's first turn
+    assert tuple(turn2) in cache.states and tuple(turn1 + [7] * 10) not in cache.states
 
 
 def test_the_boundary_is_where_the_last_message_begins():

@@ -32,7 +32,7 @@ import threading
 from typing import Any
 
 from .engine import Counter, Job, RequestError, Stats, Step, TokenLogprob, with_bos
-from .prefix_cache import PrefixCache, boundary
+from .prefix_cache import BOUNDARY, END, PrefixCache, boundary
 from .text import StopScanner, Utf8Pieces
 
 log = logging.getLogger(__name__)
@@ -226,7 +226,7 @@ class LlamaCppEngine:
                 buffer = (ctypes.c_uint8 * size)()
                 written = llama_cpp.llama_state_seq_get_data(self.llm._ctx.ctx, buffer, size, 0)
                 if 0 < written <= size:
-                    self.cache.store(ids[:end], bytes(buffer)[:written], written)
+                    self.cache.store(ids[:end], bytes(buffer)[:written], written, BOUNDARY if end == cut else END)
         return done
 
     def _logprob(self, token: int, top: int) -> TokenLogprob:

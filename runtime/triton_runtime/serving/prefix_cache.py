@@ -8,24 +8,34 @@ longest saved prefix of its tokens. The prompt is evaluated in the same pieces w
 prefix was saved (first up to the boundary, then the rest), so an answer does not depend on what
 other requests left behind: greedy decoding gives the same tokens cold or warm.
 
-When the saved bytes pass the budget, states never reused go first (the end of a one-off
-question), then the least recently used: a tenant's system prompt, reused by every request of the
-tenant, outlives the stream of questions that follow it (as in 2Q / segmented LRU).
+When the saved bytes pass the budget, states never reused go first, then the least recently
+used (as in 2Q / segmented LRU). Among those never reused, the kind that has served fewer prompts
+so far goes first, the oldest of it first: the two kinds serve different traffic. A tenant's
+requests share the state at the boundary (its system prompt) and never the end of a question; a
+conversation's next turn starts from the end of the last one (the history it resends) and never
+from the boundary before its last question. A new tenant's system prompt then outlives the ends
+of the questions saved after it until its second request comes (with the oldest never-reused
+state going first, a replica that held a few tenants' prompts lost each new one to the next
+question), and a conversation's last turn outlives the boundaries saved after it.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 MIN_TOKENS = 16     # shorter prefixes are not worth a state
+
+
+BOUNDARY, END = "boundary", "end"   # a state where the last message begins, at the prompt's end
 
 
 @dataclass
 class Stats:
     lookups: int = 0
     hits: int = 0
+    hits_by_kind: dict[str, int] = field(default_factory=lambda: {BOUNDARY: 0, END: 0})
     prompt_tokens: int = 0
     cached_tokens: int = 0
     stored: int = 0
@@ -37,6 +47,7 @@ class PrefixCache:
         self.budget = budget_bytes
         self.states: OrderedDict[tuple[int, ...], tuple[Any, int]] = OrderedDict()   # prefix -> (state, bytes)
         self.reused: set[tuple[int, ...]] = set()     # prefixes whose state served a later prompt
+        self.kinds: dict[tuple[int, ...], str] = {}    # prefix -> BOUNDARY or END
         self.bytes = 0
         self.stats = Stats()
 
@@ -59,6 +70,7 @@ class PrefixCache:
         self.states.move_to_end(best)
         self.reused.add(best)
         self.stats.hits += 1
+        self.stats.hits_by_kind[self.kinds[best]] += 1
         self.stats.cached_tokens += len(best)
         return len(best), self.states[best][0]
 
@@ -66,29 +78,41 @@ class PrefixCache:
         """Whether a state for `prefix` is worth saving (long enough, not saved yet)."""
         return self.enabled and len(prefix) >= MIN_TOKENS and tuple(prefix) not in self.states
 
-    def store(self, prefix: Sequence[int], state: Any, size: int) -> list[tuple[int, ...]]:
-        """Save `state` for `prefix`; returns the prefixes evicted to stay within the budget."""
+    def store(self, prefix: Sequence[int], state: Any, size: int, kind: str = END) -> list[tuple[int, ...]]:
+        """Save `state` for `prefix`, a state of `kind` (BOUNDARY or END); returns the prefixes
+        evicted to stay within the budget."""
         key = tuple(prefix)
         if not self.enabled or size > self.budget or key in self.states:
             return []
         self.states[key] = (state, size)
+        self.kinds[key] = kind
         self.bytes += size
         self.stats.stored += 1
         evicted = []
         while self.bytes > self.budget:
-            old = next((p for p in self.states if p not in self.reused and p != key), None)
-            if old is None:
-                old = next(iter(self.states))
+            old = self._victim(key)
             _, old_size = self.states.pop(old)
             self.reused.discard(old)
+            del self.kinds[old]
             self.bytes -= old_size
             self.stats.removed += 1
             evicted.append(old)
         return evicted
 
+    def _victim(self, keep: tuple[int, ...]) -> tuple[int, ...]:
+        """The state to evict (never `keep`, the one just saved): the oldest never reused of the
+        kind that has served fewer prompts (ends on a tie), then the oldest never reused, then the
+        least recently used."""
+        hits = self.stats.hits_by_kind
+        first = END if hits[END] <= hits[BOUNDARY] else BOUNDARY
+        unused = [p for p in self.states if p not in self.reused and p != keep]
+        pick = next((p for p in unused if self.kinds[p] == first), None) or next(iter(unused), None)
+        return pick if pick is not None else next(p for p in self.states if p != keep)
+
     def clear(self) -> None:
         self.states.clear()
         self.reused.clear()
+        self.kinds.clear()
         self.bytes = 0
 
 
