@@ -70,8 +70,14 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     lws = subprocess.run([ROOT / "hack" / "lws.sh", "up", CLUSTER_NAME], capture_output=True, text=True, timeout=180)
     if lws.returncode != 0:
         raise RuntimeError(f"LeaderWorkerSet did not start:\n{lws.stderr[-4000:]}")
+    # The Gateway API Inference Extension's InferencePool CRD, before the operator starts (it watches pools)
+    kubeconfig = up.stdout.strip().splitlines()[-1]
+    for args in (["apply", "--server-side", "-f", f"{bin_dir}/inference-extension-crds.yaml"],
+                 ["wait", "--for=condition=Established", "--timeout=60s", "crd/inferencepools.inference.networking.k8s.io"]):
+        subprocess.run([f"{bin_dir}/kubectl", "--kubeconfig", kubeconfig, *args], check=True, capture_output=True,
+                       timeout=90)
     try:
-        yield Cluster(kubeconfig=up.stdout.strip().splitlines()[-1], bin_dir=bin_dir)
+        yield Cluster(kubeconfig=kubeconfig, bin_dir=bin_dir)
     finally:
         if request.session.testsfailed and (kept := keep_cluster_logs()):
             print(f"\ne2e: {request.session.testsfailed} failed; the cluster's logs are kept in {kept}")

@@ -27,6 +27,8 @@ IMPLICIT = {
     ("networking.k8s.io", "networkpolicies", "create"): "server-side apply (a PATCH) of an absent object needs create",
     ("leaderworkerset.x-k8s.io", "leaderworkersets", "create"):
         "server-side apply (a PATCH) of an absent object needs create",
+    ("inference.networking.k8s.io", "inferencepools", "create"):
+        "server-side apply (a PATCH) of an absent object needs create",
 }
 
 

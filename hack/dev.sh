@@ -43,6 +43,7 @@ BIN=$("$HERE/install-tools.sh")
 export PATH="$BIN:$PATH"
 cd "$ROOT"
 kubectl apply --server-side -f crds/ >/dev/null
+kubectl apply --server-side -f "$BIN/inference-extension-crds.yaml" >/dev/null   # InferencePool (spec.routing.inferencePool)
 kubectl wait --for=condition=Established crd --all --timeout=60s >/dev/null
 kubectl apply --server-side -f examples/gpuclasses.yaml >/dev/null
 

@@ -12,19 +12,23 @@ HELM_VERSION=${HELM_VERSION:-v3.21.4}
 # LeaderWorkerSet (multi-node replicas): its manager and CRD, kept beside the others under a name
 # that carries its own version, so a new LWS version builds only itself.
 LWS_VERSION=${LWS_VERSION:-v0.9.0}
+# The Gateway API Inference Extension's InferencePool CRD (the operator renders pools where it is
+# installed), kept the same way.
+GIE_VERSION=${GIE_VERSION:-v1.5.0}
 
 CACHE_ROOT=${TRITON_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/triton-operator}
 KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}"
 BIN="$CACHE_ROOT/tools/$KEY/bin"
 STAMP="$CACHE_ROOT/tools/$KEY/complete"
 LWS="lws-manager-$LWS_VERSION"
+GIE="inference-extension-$GIE_VERSION.crds.yaml"
 TOOLS=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok kwokctl helm "$LWS")
 
 log() { echo "install-tools: $*" >&2; }
 
 if [ -f "$STAMP" ]; then
   for t in "${TOOLS[@]}"; do [ -x "$BIN/$t" ] || { rm -f "$STAMP"; break; }; done
-  [ -f "$BIN/$LWS.crds.yaml" ] || rm -f "$STAMP"
+  [ -f "$BIN/$LWS.crds.yaml" ] && [ -f "$BIN/$GIE" ] || rm -f "$STAMP"
 fi
 if [ -f "$STAMP" ]; then echo "$BIN"; exit 0; fi
 
@@ -85,6 +89,15 @@ build_lws() {
       config/crd/bases/disaggregatedset.x-k8s.io_disaggregatedsets.yaml > "$BIN/$LWS.crds.yaml"
 }
 
+fetch_gie() {
+  # CRDs only: nothing to build. The exact version's module, as for LWS.
+  local dir
+  log "fetching the InferencePool CRD $GIE_VERSION"
+  dir=$(cd "$work" && go mod download -json "sigs.k8s.io/gateway-api-inference-extension@$GIE_VERSION" |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+  cp "$dir/config/crd/bases/inference.networking.k8s.io_inferencepools.yaml" "$BIN/$GIE"
+}
+
 build_go_install() {  # module path, version, packages...
   local ver=$1; shift
   log "installing $* @ $ver"
@@ -98,8 +111,10 @@ build_go_install() {  # module path, version, packages...
 [ -x "$BIN/kwok" ] && [ -x "$BIN/kwokctl" ] || build_go_install "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok/cmd/kwokctl
 [ -x "$BIN/helm" ] || build_go_install "$HELM_VERSION" helm.sh/helm/v3/cmd/helm
 [ -x "$BIN/$LWS" ] && [ -f "$BIN/$LWS.crds.yaml" ] || build_lws
+[ -f "$BIN/$GIE" ] || fetch_gie
 # hack/lws.sh runs whichever version this script was told to build.
 ln -sf "$LWS" "$BIN/lws-manager" && ln -sf "$LWS.crds.yaml" "$BIN/lws-crds.yaml"
+ln -sf "$GIE" "$BIN/inference-extension-crds.yaml"
 
 for t in "${TOOLS[@]}"; do [ -x "$BIN/$t" ] || { log "missing $t after build"; exit 1; }; done
 touch "$STAMP"

@@ -116,6 +116,11 @@ spec:
 - apiGroups: [""]
   resources: [secrets]
   verbs: [create]
+# spec.routing.inferencePool: an InferencePool for a gateway of the Gateway API Inference Extension
+# (where its CRDs are installed); deleted when the field is taken out.
+- apiGroups: [inference.networking.k8s.io]
+  resources: [inferencepools]
+  verbs: [list, watch, create, patch, delete]
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, watch]

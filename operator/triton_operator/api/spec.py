@@ -545,16 +545,47 @@ class RolloutSpec(Model):
         return v
 
 
+INFERENCE_POOL_ENGINE = "triton-tensorrt-llm"   # the endpoint picker's built-in metric names our llm model exports
+INFERENCE_POOL_FORMAT_MESSAGE = ("routing.inferencePool needs model.format tensorrt-llm (the endpoint picker scores "
+                                 "pods by the LLM engine's queue and KV cache)")
+
+
+class EndpointPickerRef(Model):
+    """The endpoint picker (EPP) of the Gateway API Inference Extension that scores this pool's pods."""
+
+    name: str = Field(..., pattern=DNS_1035_LABEL, max_length=63,
+                      description="The endpoint picker's Service, in the InferenceService's namespace.")
+    port: int = Field(9002, ge=1, le=65535, description="The endpoint picker Service's gRPC (ext-proc) port.")
+    failure_mode: Literal["FailOpen", "FailClose"] = Field(
+        "FailClose", description="What the gateway does when the endpoint picker does not answer: FailClose refuses "
+                                 "the request, FailOpen sends it to a pod of its own choice.")
+
+
+class InferencePoolSpec(Model):
+    """An InferencePool (inference.networking.k8s.io/v1) for gateways that implement the Gateway API
+    Inference Extension: the pool selects the service's serving pods on Triton's HTTP port, and
+    the pods carry the engine label whose built-in metric names the endpoint picker reads."""
+
+    endpoint_picker: EndpointPickerRef = Field(..., description="The endpoint picker that scores the pool's pods.")
+
+
 class RoutingSpec(Model):
     """How the gateway picks a replica for each request of this service."""
 
     policy: Literal["leastInFlight", "prefix"] = Field(
         "leastInFlight",
-        description="leastInFlight: the replica with the fewest requests in flight. prefix: requests that begin "
-                    "alike (the same system prompt, the same conversation) go to the same replica, whose KV cache "
-                    "holds that beginning already (TensorRT-LLM reuses cached blocks), unless it has more than "
-                    "1.25x its share of the requests in flight (then the next replica in the same consistent "
-                    "order takes them); every gateway replica picks alike without sharing state.")
+        description="leastInFlight: the replica with the fewest requests in flight. prefix: the replica where the "
+                    "request's first token comes soonest, as the gateway can tell: the part of the prompt the "
+                    "replica does not hold yet (from the prompts the gateway sent it, in blocks of 64 "
+                    "characters), its answer, and the work ahead when the replica's batch is full; a replica "
+                    "takes a request while it has under 1.25x its share of the requests in flight, plus one, so "
+                    "a hot prompt cannot pile onto one replica; a prompt no replica holds goes where its "
+                    "beginning hashes, so every gateway replica sends it to the same place without sharing state.")
+    inference_pool: InferencePoolSpec | None = Field(
+        None, description="Also render an InferencePool (Gateway API Inference Extension, "
+                          "inference.networking.k8s.io/v1) selecting this service's serving pods, for a gateway "
+                          "that implements the extension (format tensorrt-llm). The pods then carry the label "
+                          f"inference.networking.k8s.io/engine-type: {INFERENCE_POOL_ENGINE}.")
 
 
 class OpenAISpec(Model):
@@ -596,6 +627,8 @@ class InferenceServiceSpec(Model):
             CALIBRATION_MESSAGE, "engine.calibrationDataset"),
         cel(f"self.gpu.class != '{AUTO_CLASS}' || has(self.model.parameters)", AUTO_PARAMETERS_MESSAGE,
             "gpu.class"),
+        cel("!has(self.routing) || !has(self.routing.inferencePool) || self.model.format == 'tensorrt-llm'",
+            INFERENCE_POOL_FORMAT_MESSAGE, "routing.inferencePool"),
     ]})
 
     model: ModelSpec = Field(..., description="The model to serve.")
@@ -665,6 +698,14 @@ class InferenceServiceSpec(Model):
         model = info.data.get("model")
         if v is not None and v.task == "embeddings" and model is not None and model.format == "tensorrt-llm":
             raise ValueError("openai.task embeddings needs a model of another format (tensorrt-llm services generate)")
+        return v
+
+    @field_validator("routing")
+    @classmethod
+    def _pool_format(cls, v: RoutingSpec | None, info: ValidationInfo) -> RoutingSpec | None:
+        model = info.data.get("model")
+        if v is not None and v.inference_pool is not None and model is not None and model.format != "tensorrt-llm":
+            raise ValueError(INFERENCE_POOL_FORMAT_MESSAGE)
         return v
 
     @field_validator("gpu")

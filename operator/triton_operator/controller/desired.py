@@ -26,6 +26,7 @@ from .trim import with_full_spec
 
 
 WORKLOAD_KINDS = ("Deployment", "LeaderWorkerSet")
+POOL_API_VERSION = "inference.networking.k8s.io/v1"
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class Children:
     service: dict[str, Any] | None = None
     pdb: dict[str, Any] | None = None
     network_policy: dict[str, Any] | None = None
+    inference_pool: dict[str, Any] | None = None
     jobs: tuple[dict[str, Any], ...] = ()
     pods: tuple[dict[str, Any], ...] = ()          # serving pods
     build_pods: tuple[dict[str, Any], ...] = ()    # pods of engine-build Jobs
@@ -62,6 +64,8 @@ class Children:
             return self.pdb
         if kind == "NetworkPolicy":
             return self.network_policy
+        if kind == "InferencePool":
+            return self.inference_pool
         name = manifest["metadata"]["name"]
         return next((j for j in self.jobs if j["metadata"]["name"] == name), None)
 
@@ -129,6 +133,10 @@ def plan(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Sett
     delete += [(d.get("apiVersion", "apps/v1"), d.get("kind", "Deployment"), d["metadata"]["name"])
                for d in children.all_deployments()
                if d["metadata"]["name"] not in names and not d["metadata"].get("deletionTimestamp") and not preparing]
+    pool = children.inference_pool
+    if pool is not None and not pool["metadata"].get("deletionTimestamp") and not any(
+            m["kind"] == "InferencePool" for m in manifests):
+        delete.append((pool.get("apiVersion", POOL_API_VERSION), "InferencePool", pool["metadata"]["name"]))
     return Plan(
         replicas=replicas, gpu_class=rendered.gpu_class, notes=tuple(rendered.notes),
         apply=tuple(m for m in manifests if not matches(m, with_full_spec(children.live(m)))),

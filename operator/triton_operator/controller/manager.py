@@ -18,7 +18,7 @@ from ..kube.client import ApiError, Kube, describe_api_error, namespace_terminat
 from ..kube.failures import FailureLog
 from ..kube.informer import Informer
 from ..kube.reach import Reachability
-from ..kube.kinds import DEPLOYMENT, JOB, LEADER_WORKER_SET, NETWORK_POLICY, NODE, PDB, POD, SERVICE
+from ..kube.kinds import DEPLOYMENT, INFERENCE_POOL, JOB, LEADER_WORKER_SET, NETWORK_POLICY, NODE, PDB, POD, SERVICE, Kind
 from ..kube.queue import WorkQueue
 from ..kube.store import Key, Store, key_of
 from ..labels import LABEL_SERVICE, MANAGED_BY, MANAGED_BY_LABEL
@@ -33,9 +33,41 @@ PODS_SELECTOR = f"{LABEL_SERVICE},{CHILDREN_SELECTOR}"  # serving pods and engin
 # Every pod that may hold GPUs: the API server drops ended pods (as kube-scheduler's own pod
 # informer does); trim_gpu_pod keeps only bound pods that request an extended resource.
 GPU_PODS_FIELDS = "status.phase!=Succeeded,status.phase!=Failed"
-GROUPS_CHECK_SECONDS = 60.0
-# What the controller applies beyond the built-in kinds: its own, and LeaderWorkerSets.
-APPLIED_KINDS = OWN_KINDS + (LEADER_WORKER_SET,)
+ADDON_CHECK_SECONDS = 60.0
+# What the controller applies beyond the built-in kinds: its own, LeaderWorkerSets and InferencePools.
+APPLIED_KINDS = OWN_KINDS + (LEADER_WORKER_SET, INFERENCE_POOL)
+
+
+class AddOn:
+    """A kind the cluster serves only where an add-on installed it (LeaderWorkerSet, InferencePool):
+    watched from the start when it is served, else looked for again (at most every
+    ADDON_CHECK_SECONDS, when a service needs it) and watched from when it appears."""
+
+    def __init__(self, kube: Kube, kind: Kind, informers: list[Informer], failures: FailureLog):
+        self.kube, self.kind, self.informers, self.failures = kube, kind, informers, failures
+        self._lock = threading.Lock()
+        self._checked = -ADDON_CHECK_SECONDS
+        self.started = False
+
+    def served(self) -> bool:
+        self._checked = time.monotonic()
+        try:
+            return self.kube.available(self.kind)
+        except ApiError as e:
+            self.failures.failure(f"discovering {self.kind.kind}", describe_api_error(e))
+            return False
+
+    def ready(self) -> bool:
+        """Whether the kind is served and its cache is filled."""
+        with self._lock:
+            if not self.started:
+                if time.monotonic() - self._checked < ADDON_CHECK_SECONDS or not self.served():
+                    return False
+                self.started = True
+                for informer in self.informers:
+                    informer.start()
+                log.info("%s is served: watching it", self.kind.kind)
+        return all(i.synced.is_set() for i in self.informers)
 
 
 class Manager:
@@ -52,7 +84,8 @@ class Manager:
         self._observe_lock, self._requests_counted = threading.Lock(), 0
         self.autoscaler = Autoscaler(self.views, self.queue.add, self.kube, settings, source_for(settings))
         self.reconciler = Reconciler(self.kube, self.store, self.views, settings, self.autoscaler.report,
-                                     self.queue.add_after, groups_ready=self.groups_ready)
+                                     self.queue.add_after, groups_ready=lambda: self.groups.ready(),
+                                     pools_ready=lambda: self.pools.ready())
         self.informers: list[Informer] = []
         namespaces: list[str | None] = list(settings.namespaces) or [None]
         kinds = [(INFERENCE_SERVICE, None, None), (DEPLOYMENT, CHILDREN_SELECTOR, trim_child),
@@ -75,15 +108,12 @@ class Manager:
                 self.informers.append(Informer(self.kube, self.store, kind, ns, self.on_change, self.failures, **kwargs))
         self.informers.append(Informer(self.kube, self.store, GPU_CLASS, None, self.on_change, self.failures,
                                        reach=self.reach))
-        # LeaderWorkerSets (replicas across nodes) where the cluster serves them: watched from the
-        # start when it does, else from when a service needs them and the API appears.
-        self._groups_lock = threading.Lock()
-        self._groups_checked = -GROUPS_CHECK_SECONDS
-        self.group_informers = [
-            Informer(self.kube, self.store, LEADER_WORKER_SET, ns, self.on_change, self.failures,
-                     label_selector=CHILDREN_SELECTOR, project=trim_child, reach=self.reach, on_listed=self.on_listed)
-            for ns in namespaces]
-        self._groups_started = False
+        # LeaderWorkerSets (replicas across nodes) and InferencePools where the cluster serves them.
+        self.addons = [AddOn(self.kube, kind, [
+            Informer(self.kube, self.store, kind, ns, self.on_change, self.failures, label_selector=CHILDREN_SELECTOR,
+                     project=trim_child, reach=self.reach, on_listed=self.on_listed) for ns in namespaces],
+            self.failures) for kind in (LEADER_WORKER_SET, INFERENCE_POOL)]
+        self.groups, self.pools = self.addons
         if settings.watch_gpu_capacity:
             # The free-GPU view for spill-over: Nodes (GPU nodes only, trimmed) and every pod's GPU
             # requests (cluster-wide; a pod without GPUs is a watch event and nothing more). They do
@@ -145,35 +175,14 @@ class Manager:
     # -- running ----------------------------------------------------------------------------------
 
     def start(self) -> None:
-        if self._groups_api():
-            # Part of the cache the reconciles wait for: a group set not yet listed is not absent.
-            self.informers += self.group_informers
-            self._groups_started = True
+        for addon in self.addons:
+            if addon.served():
+                # Part of the cache the reconciles wait for: a child not yet listed is not absent.
+                self.informers += addon.informers
+                addon.started = True
         for informer in self.informers + self.capacity_informers:
             informer.start()
         self._spawn(self._start_when_synced, "controller start")
-
-    def _groups_api(self) -> bool:
-        self._groups_checked = time.monotonic()
-        try:
-            return self.kube.available(LEADER_WORKER_SET)
-        except ApiError as e:
-            self.failures.failure("discovering LeaderWorkerSet", describe_api_error(e))
-            return False
-
-    def groups_ready(self) -> bool:
-        """Whether LeaderWorkerSets are served and their cache is filled. Until they are, the API is
-        looked for again at most every GROUPS_CHECK_SECONDS (when a service needs it), and watched
-        from when it appears."""
-        with self._groups_lock:
-            if not self._groups_started:
-                if time.monotonic() - self._groups_checked < GROUPS_CHECK_SECONDS or not self._groups_api():
-                    return False
-                self._groups_started = True
-                for informer in self.group_informers:
-                    informer.start()
-                log.info("LeaderWorkerSet is served: watching it")
-        return all(i.synced.is_set() for i in self.group_informers)
 
     def _spawn(self, target: Any, name: str) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
@@ -258,7 +267,7 @@ class Manager:
         self._stop.set()
         self.queue.shutdown()
         self.autoscaler.stop()
-        for informer in {id(i): i for i in self.informers + self.capacity_informers + self.group_informers}.values():
+        for informer in {id(i): i for i in self.informers + self.capacity_informers + [i for a in self.addons for i in a.informers]}.values():
             informer.stop()
         for thread in self._threads:
             thread.join(timeout=10)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import logging
 import threading
 import time
@@ -29,7 +30,7 @@ from ..api.kinds import INFERENCE_SERVICE
 from ..autoscaling.report import METRICS_AVAILABLE, Report
 from ..kube.client import ApiError, Kube
 from ..kube.events import Event
-from ..kube.kinds import DEPLOYMENT, JOB, LEADER_WORKER_SET, NETWORK_POLICY, PDB, SERVICE
+from ..kube.kinds import DEPLOYMENT, INFERENCE_POOL, JOB, LEADER_WORKER_SET, NETWORK_POLICY, PDB, SERVICE
 from ..kube.store import Key, Store, trim
 from ..labels import selector_labels
 from ..planning.replicas import desired_replicas
@@ -53,6 +54,7 @@ LEGACY_ANNOTATION_PREFIX = f"{GROUP}/"
 REFUSAL_RETRY_BASE, REFUSAL_RETRY_MAX = 30.0, 600.0
 STALE_RETRY_SECONDS = 1.0   # a pass that met a gap in the InferenceServices' cache comes back after this
 GROUPS_RECHECK_SECONDS = 60.0  # a service waiting for LeaderWorkerSet to be installed looks again after this
+POOLS_RECHECK_SECONDS = 60.0   # ... and one whose InferencePool waits for its CRD
 
 
 @dataclass(frozen=True)
@@ -77,11 +79,13 @@ class Reconciler:
                  reports: Callable[[Key], Report | None] = lambda key: None,
                  enqueue_after: Callable[[Key, float], None] = lambda key, delay: None,
                  now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
-                 groups_ready: Callable[[], bool] = lambda: True):
+                 groups_ready: Callable[[], bool] = lambda: True, pools_ready: Callable[[], bool] = lambda: True):
         """`groups_ready`: whether the cluster serves LeaderWorkerSets and their cache is filled
-        (replicas across nodes are groups of one)."""
+        (replicas across nodes are groups of one); `pools_ready`: the same for InferencePools."""
         self.kube, self.store, self.views, self.settings = kube, store, views, settings
-        self.groups_ready = groups_ready
+        self.groups_ready, self.pools_ready = groups_ready, pools_ready
+        self._pools_missing: set[Key] = set()   # services whose InferencePool waits for its CRD
+        self._pools_warned: set[Key] = set()    # ... and have had their Event
         self.reports, self.enqueue_after, self.now = reports, enqueue_after, now
         self._converged: dict[Key, Converged] = {}
         self._gpu_gauges: dict[Key, set[str]] = {}  # GPU classes with a triton_operator_service_gpus series
@@ -95,6 +99,8 @@ class Reconciler:
 
     def forget(self, key: Key) -> None:
         self._converged.pop(key, None)
+        self._pools_missing.discard(key)
+        self._pools_warned.discard(key)
         self._leaders.pop(key, None)
         self._series.forget(key)
         for gpu_class in self._gpu_gauges.pop(key, ()):
@@ -183,6 +189,7 @@ class Reconciler:
         before = self._leaders.get(key)
         leaders = status_core.group_leaders(list(children.pods))
         events += status_core.group_restarts(before, leaders)
+        events += self._pool_events(key)
         groups = {d["metadata"]["name"]: int((d.get("spec") or {}).get("replicas") or 0)
                   for d in children.all_deployments() if d.get("kind") == LEADER_WORKER_SET.kind}
         remembered = status_core.remembered_leaders(before, leaders, groups)
@@ -192,6 +199,19 @@ class Reconciler:
             self._leaders.pop(key, None)
         new_status = _with_autoscaling(new_status, raw.get("status") or {}, report, isvc, self.now())
         return self._write_status(raw, new_status, events)
+
+    def _pool_events(self, key: Key) -> list[Event]:
+        """A Warning the first pass that finds the service's InferencePool waiting for its CRD."""
+        if key not in self._pools_missing:
+            self._pools_warned.discard(key)
+            return []
+        if key in self._pools_warned:
+            return []
+        self._pools_warned.add(key)
+        return [Event("Warning", "InferencePoolNotInstalled", (
+            f"spec.routing.inferencePool: the cluster does not serve {INFERENCE_POOL.api_version} InferencePools: "
+            f"install the Gateway API Inference Extension's CRDs (v1.0 or later); the pool is created within a "
+            f"minute after, and the service serves through the operator's gateway meanwhile"))]
 
     def _count_gpus(self, key: Key, plan: desired_core.Plan, children: desired_core.Children, default: int) -> None:
         """triton_operator_service_gpus for this service: ready replicas x GPUs per replica, per class."""
@@ -233,6 +253,15 @@ class Reconciler:
                 options=plan.options)
             self.enqueue_after(key, GROUPS_RECHECK_SECONDS)
             return plan
+        pool_wait = None
+        if any(m["kind"] == INFERENCE_POOL.kind for m in plan.apply) and not self.pools_ready():
+            # The pool is an addition: the service is rendered and serves without it meanwhile.
+            plan = replace(plan, apply=tuple(m for m in plan.apply if m["kind"] != INFERENCE_POOL.kind))
+            self._pools_missing.add(key)
+            pool_wait = POOLS_RECHECK_SECONDS
+            self.enqueue_after(key, pool_wait)
+        else:
+            self._pools_missing.discard(key)
         existing = _versions(children)
         if any((m["kind"], m["metadata"]["name"]) not in existing for m in plan.apply) and not self._owner_exists(
                 key, inputs[0]):
@@ -264,6 +293,8 @@ class Reconciler:
             pause = min(REFUSAL_RETRY_MAX, REFUSAL_RETRY_BASE * 2 ** (refusals - 1))
             retry_at = time.monotonic() + pause
             self.enqueue_after(key, pause)
+        if pool_wait is not None:
+            retry_at = min(retry_at or math.inf, time.monotonic() + pool_wait)
         # The memo keeps the children at the version this pass planned from or wrote (_memo_tokens).
         self._converged[key] = Converged(inputs, _memo_tokens(children, written, plan.delete),
                                          replace(plan, apply=()), retry_at, refusals)
@@ -339,14 +370,15 @@ def _trimmed(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
     return trim_child(obj) if kind in CHILD_KINDS else trim(obj)
 
 
-CHILD_KINDS = {DEPLOYMENT.kind, LEADER_WORKER_SET.kind, SERVICE.kind, PDB.kind, JOB.kind, NETWORK_POLICY.kind}
+CHILD_KINDS = {DEPLOYMENT.kind, LEADER_WORKER_SET.kind, SERVICE.kind, PDB.kind, JOB.kind, NETWORK_POLICY.kind,
+               INFERENCE_POOL.kind}
 
 
 def _versions(children: desired_core.Children) -> dict[tuple[str, str], dict[str, Any]]:
     """The children whose version decides whether a pass must plan, by (kind, name)."""
     out = {(d.get("kind", DEPLOYMENT.kind), d["metadata"]["name"]): d for d in children.all_deployments()}
     for kind, obj in ((SERVICE.kind, children.service), (PDB.kind, children.pdb),
-                      (NETWORK_POLICY.kind, children.network_policy)):
+                      (NETWORK_POLICY.kind, children.network_policy), (INFERENCE_POOL.kind, children.inference_pool)):
         if obj is not None:
             out[(kind, obj["metadata"]["name"])] = obj
     out.update(((JOB.kind, j["metadata"]["name"]), j) for j in children.jobs)

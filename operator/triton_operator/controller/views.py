@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from .. import telemetry
 from ..api import GPUClass, InferenceService, first_error
 from ..api.kinds import GPU_CLASS, INFERENCE_SERVICE
-from ..kube.kinds import DEPLOYMENT, JOB, LEADER_WORKER_SET, NETWORK_POLICY, NODE, PDB, POD, SERVICE
+from ..kube.kinds import DEPLOYMENT, INFERENCE_POOL, JOB, LEADER_WORKER_SET, NETWORK_POLICY, NODE, PDB, POD, SERVICE
 from ..render.group import WORKER_COMPONENT, group_name
 from ..kube.store import Key, Store
 from ..planning import capacity
@@ -136,7 +136,7 @@ class Views:
         component = "app.kubernetes.io/component"
         return desired_core.Children(
             deployment=self.main_workload(key), service=s.get(SERVICE.kind, key), pdb=s.get(PDB.kind, key),
-            network_policy=s.get(NETWORK_POLICY.kind, key),
+            network_policy=s.get(NETWORK_POLICY.kind, key), inference_pool=s.get(INFERENCE_POOL.kind, key),
             jobs=jobs, pods=tuple(p for p in pods if p["metadata"]["labels"].get(component) == "server"),
             build_pods=tuple(p for p in pods if p["metadata"]["labels"].get(component) == "model-prepare"),
             deployments=deployments,

@@ -41,6 +41,8 @@ ENDPOINT_SLICE = Kind("discovery.k8s.io/v1", "EndpointSlice", "endpointslices")
 SECRET = Kind("v1", "Secret", "secrets")
 # Not built in: LeaderWorkerSet (sigs.k8s.io/lws), present where the cluster installed it.
 LEADER_WORKER_SET = Kind("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "leaderworkersets")
+# Not built in: InferencePool (Gateway API Inference Extension), present where the cluster installed it.
+INFERENCE_POOL = Kind("inference.networking.k8s.io/v1", "InferencePool", "inferencepools")
 BUILTIN_KINDS = (DEPLOYMENT, SERVICE, PDB, JOB, NETWORK_POLICY, POD, NODE, EVENT, SECRET)
 
 

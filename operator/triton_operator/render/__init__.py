@@ -6,7 +6,8 @@ choice, the replicas per class, which classes' models are prepared) and hands th
 down; rendering only writes them out. This module is the face: `deployment` (one class's
 Deployment), `server` (the Triton container and how the model reaches it), `scheduling` (nodes
 and resources of a class), `names` (names, labels, owner), `llm` (TensorRT-LLM preparation and
-serving), `runtime` (runtime/'s containers), `templates` (jinja2 and YAML).
+serving), `group` (replicas across nodes), `runtime` (runtime/'s containers), `templates`
+(jinja2 and YAML); an InferencePool where spec.routing asks for one.
 """
 
 from __future__ import annotations
@@ -146,5 +147,10 @@ def render(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Se
         if multi_node:
             ingress.append({"from": [{"podSelector": group.group_selector(isvc.name)}]})
         shared.append(render_template("networkpolicy.yaml.j2", **context, ingress=ingress, pods=pods))
+    pool = isvc.spec.routing.inference_pool if isvc.spec.routing is not None else None
+    if pool is not None:
+        # For a gateway of the Gateway API Inference Extension: the serving pods (the groups'
+        # leaders) on Triton's HTTP port, as the Service selects them.
+        shared.append(render_template("inferencepool.yaml.j2", **context, pool=pool))
     return Rendered(gpu_class=preferred, manifests=deployments + shared + (
         preparation_jobs(isvc, classes, settings, cands) if jobs is None else jobs), notes=notes, deployments=names)

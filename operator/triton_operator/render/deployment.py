@@ -9,7 +9,7 @@ from ..api import GPUClassSpec, InferenceService
 from ..labels import LABEL_GPU_CLASS, selector_labels
 from ..settings import Settings
 from . import llm, runtime
-from .names import labels_for, model_name, owner_reference
+from .names import engine_type_label, labels_for, model_name, owner_reference
 from .runtime import TRITON_UID
 from .scheduling import node_scheduling
 from .scheduling import resources as container_resources
@@ -55,7 +55,8 @@ def deployment(isvc: InferenceService, class_name: str, cls: GPUClassSpec, setti
         "name": name,
         "namespace": isvc.namespace,
         "labels": labels,
-        "pod_labels": {**spec.pod_labels, **labels_for(isvc, "server"), LABEL_GPU_CLASS: class_name},
+        "pod_labels": {**spec.pod_labels, **labels_for(isvc, "server"), LABEL_GPU_CLASS: class_name,
+                       **engine_type_label(isvc)},
         "pod_annotations": {
             **spec.pod_annotations,
             "prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT),

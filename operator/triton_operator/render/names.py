@@ -6,8 +6,17 @@ from __future__ import annotations
 from typing import Any
 
 from ..api import API_VERSION, InferenceService
-from ..labels import LABEL_SERVICE, MANAGED_BY
+from ..api.spec import INFERENCE_POOL_ENGINE
+from ..labels import LABEL_ENGINE_TYPE, LABEL_SERVICE, MANAGED_BY
 from . import llm
+
+
+def engine_type_label(isvc: InferenceService) -> dict[str, str]:
+    """The serving pods' engine label when an InferencePool selects them (its endpoint picker reads
+    their metrics by the names of that engine, which the llm model exports), else none."""
+    routing = isvc.spec.routing
+    return {LABEL_ENGINE_TYPE: INFERENCE_POOL_ENGINE} if routing is not None and routing.inference_pool else {}
+
 
 def model_name(isvc: InferenceService) -> str:
     """The model Triton serves and reports metrics for (the composing model for TRT-LLM)."""

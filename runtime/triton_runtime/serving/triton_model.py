@@ -15,6 +15,12 @@ its generation, and exports the engine's signals as Triton custom metrics
     triton_llm_request_duration_seconds                                                       (histograms)
     triton_llm_prompt_tokens_total, triton_llm_generation_tokens_total, triton_llm_requests_total{finish_reason}
 
+and the same three gauges under the names NVIDIA's TensorRT-LLM backend gives them, which the
+Gateway API Inference Extension's endpoint picker reads from pods labelled
+`inference.networking.k8s.io/engine-type: triton-tensorrt-llm` (its built-in engine config):
+
+    nv_trt_llm_request_metrics{request_type="waiting"|"scheduled"}, nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="fraction"}
+
 Errors a request causes are sent as an INVALID_ARG error whose message starts with ERROR_TAG; the
 gateway passes such messages on to the client (they are this module's own words) and replaces
 any other error text by a fixed one.
@@ -133,6 +139,15 @@ class TritonPythonModel:
                              "Requests the engine is generating").Metric(labels=labels)
         self.kv_cache = family("triton_llm_kv_cache_utilization", kinds.GAUGE,
                                "Fraction of the KV cache in use (0-1)").Metric(labels=labels)
+        # The endpoint picker's names for the same gauges (see the module).
+        requests_now = family("nv_trt_llm_request_metrics", kinds.GAUGE,
+                              "Requests by state (waiting: triton_llm_queued_requests, scheduled: "
+                              "triton_llm_active_requests), as the TensorRT-LLM backend names them")
+        self.picker_waiting = requests_now.Metric(labels={**labels, "request_type": "waiting"})
+        self.picker_scheduled = requests_now.Metric(labels={**labels, "request_type": "scheduled"})
+        self.picker_kv_cache = family("nv_trt_llm_kv_cache_block_metrics", kinds.GAUGE,
+                                      "KV cache use (fraction: triton_llm_kv_cache_utilization), as the TensorRT-LLM "
+                                      "backend names it").Metric(labels={**labels, "kv_cache_block_type": "fraction"})
         self.ttft = family("triton_llm_time_to_first_token_seconds", kinds.HISTOGRAM,
                            "Time from a request's arrival to its first generated token").Metric(
             labels=labels, buckets=TTFT_BUCKETS)
@@ -158,9 +173,11 @@ class TritonPythonModel:
             try:
                 s = self.engine.stats()
                 with self._metrics_lock:
-                    self.queued.set(s.queued)
-                    self.active.set(s.active)
-                    self.kv_cache.set(s.kv_cache_utilization)
+                    for gauges, value in (((self.queued, self.picker_waiting), s.queued),
+                                          ((self.active, self.picker_scheduled), s.active),
+                                          ((self.kv_cache, self.picker_kv_cache), s.kv_cache_utilization)):
+                        for gauge in gauges:
+                            gauge.set(value)
             except Exception as e:  # noqa: BLE001 - a metric update must not stop the model
                 log.debug("stats: %s", e)
 
