@@ -22,6 +22,7 @@ import pytest
 from .cluster import wait_for
 from .harness import http_ok
 from .harness.llm import LLMTriton, ensure_llm, tokenize
+from .harness.triton import parse_metrics
 
 QUESTION = "What is the capital of France? Answer with one word."
 
@@ -157,10 +158,12 @@ def test_a_client_that_goes_away_stops_its_generation(llm: LLMTriton):
 def test_the_engines_signals_are_on_tritons_metrics_port(llm: LLMTriton):
     """What the autoscaler reads: while one request generates, the others wait in the engine's
     queue (llama.cpp here generates one at a time), and Triton's own pending count stays at 0 (the
-    model is decoupled): only the model's gauges show the load."""
+    model is decoupled): only the model's gauges show the load; the same gauges under the
+    TensorRT-LLM backend's names, which the Gateway API Inference Extension's endpoint picker
+    reads. One of the requests streams (time to first token is observed for streamed requests)."""
     import threading
     body = {"messages": chat("Write a long story about a dragon."), "max_tokens": 80, "temperature": 0.0}
-    threads = [threading.Thread(target=generate, args=(llm,), kwargs=body) for _ in range(4)]
+    threads = [threading.Thread(target=generate, args=(llm,), kwargs={**body, "stream": i == 0}) for i in range(4)]
     for t in threads:
         t.start()
     try:
@@ -171,6 +174,15 @@ def test_the_engines_signals_are_on_tritons_metrics_port(llm: LLMTriton):
         # the context the active request holds (the gauge is read when Triton gathers its metrics)
         wait_for("the KV cache in use", lambda: 0 < metric(llm, "triton_llm_kv_cache_utilization") < 1,
                  timeout=30, interval=0.2)
+
+        def picker_view() -> bool:     # one scrape: both names of each gauge, set together
+            samples = {(name, labels.get("request_type") or labels.get("kv_cache_block_type")): v
+                       for name, labels, v in parse_metrics(llm.metrics_text())}
+            return (samples[("nv_trt_llm_request_metrics", "waiting")] == samples[("triton_llm_queued_requests", None)] >= 1
+                    and samples[("nv_trt_llm_request_metrics", "scheduled")] == samples[("triton_llm_active_requests", None)] == 1
+                    and samples[("nv_trt_llm_kv_cache_block_metrics", "fraction")]
+                    == samples[("triton_llm_kv_cache_utilization", None)] > 0)
+        wait_for("the endpoint picker's names", picker_view, timeout=30, interval=0.2)
     finally:
         for t in threads:
             t.join(120)

@@ -109,8 +109,9 @@ def tenant(n: int, question: str) -> routing.Beginning:
 
 def test_a_busy_replica_that_holds_the_beginning_wins_while_its_queue_costs_less_than_the_prompt():
     """One sequence at a time (maxBatchSize 1): the replica that read a tenant's system prompt is
-    worth a wait behind a short request (its queue costs less than the 2,000 characters it saves),
-    not behind one that reads a whole new prompt."""
+    worth a wait behind a request that runs (half of it left, on average: about 1,050 characters
+    of a whole new prompt, less than the 2,000 it saves), not behind one that runs and one that
+    waits (about 3,100)."""
     r = router_with([1, 2, 3], engine={"maxBatchSize": 1})
     home = r.pick(KEY, 0.0, tenant(1, "Q1"))
     r.release(home, r.acquire(home, tenant(1, "Q1")))          # the first question: the prompt is read
@@ -119,12 +120,17 @@ def test_a_busy_replica_that_holds_the_beginning_wins_while_its_queue_costs_less
     short = r.acquire(home, tenant(1, "Q2"))                     # a second question runs there
     assert short == tenant(1, "Q2").chars - r.holds(home, tenant(1, "Q2")) * routing.BLOCK_CHARS + 8 * 16
     assert short < 200
-    assert r.pick(KEY, 0.0, tenant(1, "Q3")) == home            # wait behind it: ~200 characters, not ~2,100
+    assert r.pick(KEY, 0.0, tenant(1, "Q3")) == home            # wait behind it
     r.release(home, short)
-    long = r.acquire(home, tenant(2, "a new tenant's first question"))   # now a whole prompt to read
+    long = r.acquire(home, tenant(2, "a new tenant's first question"))   # a whole prompt to read runs there
     assert r.work[home] == long > 2000
+    assert r.cost(home, tenant(1, "Q3"), 1) == tenant(1, "Q3").work(31) + long / 2
+    assert r.pick(KEY, 0.0, tenant(1, "Q3")) == home            # still worth the wait: half of it is left
+    queued = r.acquire(home, tenant(3, "another new tenant"))   # and another waits behind it
+    assert r.cost(home, tenant(1, "Q3"), 1) == tenant(1, "Q3").work(31) + (long + queued) / 2 * 1.5
     assert r.pick(KEY, 0.0, tenant(1, "Q3")) != home            # an idle replica reads it sooner
     r.release(home, long)
+    r.release(home, queued)
     assert home not in r.in_flight and home not in r.work       # nothing left over
 
 

@@ -577,7 +577,7 @@ class RoutingSpec(Model):
         description="leastInFlight: the replica with the fewest requests in flight. prefix: the replica where the "
                     "request's first token comes soonest, as the gateway can tell: the part of the prompt the "
                     "replica does not hold yet (from the prompts the gateway sent it, in blocks of 64 "
-                    "characters), its answer, and the work ahead when the replica's batch is full; a replica "
+                    "characters), its answer, and what is left of the work ahead when the replica's batch is full; a replica "
                     "takes a request while it has under 1.25x its share of the requests in flight, plus one, so "
                     "a hot prompt cannot pile onto one replica; a prompt no replica holds goes where its "
                     "beginning hashes, so every gateway replica sends it to the same place without sharing state.")

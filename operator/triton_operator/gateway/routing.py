@@ -15,7 +15,7 @@ gateway can tell (cache-aware routing, as llm-d's prefix and queue scorers and D
   to connect (a restarted replica's cache is empty);
 - the cost of a replica, in characters of prompt to read: the part of this prompt it does not
   hold, plus its answer (DECODE_CHARS a token), plus, when its batch (spec.engine.maxBatchSize)
-  is full, the work of the requests ahead of it;
+  is full, what is left of the work ahead of it (half of what runs, all of what waits);
 - the cheapest replica whose requests in flight are under AFFINITY_LOAD times the mean, plus one
   (consistent hashing with bounded loads, as KubeAI's PrefixHash: a hot beginning cannot pile onto
   one replica; the one more lets a replica that holds a prompt take a second request at low load,
@@ -366,11 +366,17 @@ class Router:
 
     def cost(self, address: Address, begins: Beginning, slots: int) -> float:
         """What `begins` costs at `address`: its own work there, plus, when the replica's `slots`
-        are all taken, the work in flight ahead of it (the share of it that must end first)."""
+        are all taken, what is left of the work in flight ahead of it: of the requests that must
+        end first, those running are half done on average (a request found at a random moment of
+        its run has half of it left), those waiting not begun."""
         own = begins.work(self.holds(address, begins))
         n = self.in_flight.get(address, 0)
-        ahead = self.work.get(address, 0) * max(0, n - slots + 1) / n if n else 0.0
-        return own + ahead
+        must_end = max(0, n - slots + 1)
+        if not must_end:
+            return own
+        mean = self.work.get(address, 0) / n
+        running = min(must_end, slots)
+        return own + mean * (must_end - running / 2)
 
     def acquire(self, address: Address, begins: Beginning | None = None) -> int:
         """Count a request sent to `address`; with its Beginning, its work (returned: give it back to
