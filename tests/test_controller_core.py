@@ -399,9 +399,10 @@ class _ApiServer:
 
     def __init__(self, after=None) -> None:
         from triton_operator.api.kinds import OWN_KINDS
-        from triton_operator.kube.kinds import BUILTIN_KINDS, LEADER_WORKER_SET, Kinds
-        self.kinds = Kinds(BUILTIN_KINDS + OWN_KINDS + (LEADER_WORKER_SET,))
+        from triton_operator.kube.kinds import BUILTIN_KINDS, INFERENCE_POOL, LEADER_WORKER_SET, Kinds
+        self.kinds = Kinds(BUILTIN_KINDS + OWN_KINDS + (LEADER_WORKER_SET, INFERENCE_POOL))
         self.created: list[dict] = []
+        self.events: list = []
         self.objects: dict[tuple[str, str], dict] = {}
         self.applied: list[tuple[str, str]] = []
         self.rv, self.after = 100, after
@@ -436,7 +437,7 @@ class _ApiServer:
         return True
 
     def post_event(self, obj, event) -> None:
-        pass
+        self.events.append(event)
 
     def delete(self, kind, name, namespace=None, propagation=None) -> None:
         raise AssertionError(f"nothing is deleted here: {kind.kind} {name}")
@@ -639,7 +640,10 @@ def test_a_group_needs_as_many_nodes_with_room_as_it_has_pods():
     assert capacity.room([16], 16, nodes_per_replica=2) == 1, "a 16-GPU node holds both 8-GPU pods of a group"
 
 
-def _multi_node_service(classes, groups_ready):
+def _reconciler_for(classes, doc, **ready):
+    """A Reconciler over a cache holding the GPU classes and `doc` (as the API server returns it to
+    a fresh read too), the _ApiServer it writes to, and the delays it asked to be called back
+    after; `ready`: groups_ready / pools_ready callables."""
     from triton_operator.api.kinds import GPU_CLASS, INFERENCE_SERVICE
     from triton_operator.controller.reconcile import Reconciler
     from triton_operator.controller.views import Views
@@ -649,17 +653,20 @@ def _multi_node_service(classes, groups_ready):
     for cls in classes.values():
         store.upsert(GPU_CLASS.kind, {**cls.model_dump(by_alias=True, exclude_none=True),
                                       "metadata": {"name": cls.name, "resourceVersion": "1"}})
-    doc = isvc_doc(model={"source": "hf://a/b", "format": "onnx", "parameters": "1B"})
-    doc["spec"]["model"] = {"source": "hf://a/b", "format": "tensorrt-llm", "parameters": "671B", "precision": "fp8"}
-    doc["spec"]["gpu"] = {"class": "h100", "count": 16}
     doc["metadata"] = {**doc["metadata"], "resourceVersion": "5", "uid": "uid-isvc"}
     store.upsert(INFERENCE_SERVICE.kind, doc)
     api = _ApiServer()
-    api.owners[("ml", "demo")] = doc
+    api.owners[(doc["metadata"]["namespace"], doc["metadata"]["name"])] = doc
     later: list = []
-    r = Reconciler(api, store, Views(store), Settings(), enqueue_after=lambda k, d: later.append((k, d)),
-                   groups_ready=lambda: groups_ready)
+    r = Reconciler(api, store, Views(store), Settings(), enqueue_after=lambda k, d: later.append((k, d)), **ready)
     return api, r, later
+
+
+def _multi_node_service(classes, groups_ready):
+    doc = isvc_doc(model={"source": "hf://a/b", "format": "onnx", "parameters": "1B"})
+    doc["spec"]["model"] = {"source": "hf://a/b", "format": "tensorrt-llm", "parameters": "671B", "precision": "fp8"}
+    doc["spec"]["gpu"] = {"class": "h100", "count": 16}
+    return _reconciler_for(classes, doc, groups_ready=lambda: groups_ready)
 
 
 def test_without_leader_worker_set_a_multi_node_service_says_so_and_writes_nothing(classes):

@@ -3,7 +3,8 @@ service, the engine label on its pods, the pool deleted when the field is taken 
 cluster without the pool's CRD told so once while the service is rendered without it. The pool
 on the real API server, with the upstream CRD, is in e2e/test_inference_pool.py.
 
-Stands in for the API server: tests/test_controller_core.py's _ApiServer (no cluster in the unit suite)."""
+Stands in for the API server (no cluster in the unit suite): tests/test_controller_core.py's
+_ApiServer, through _reconciler_for."""
 
 from __future__ import annotations
 
@@ -12,18 +13,12 @@ from dataclasses import replace
 import pytest
 from pydantic import ValidationError
 
-from triton_operator.api.kinds import GPU_CLASS, INFERENCE_SERVICE
 from triton_operator.controller.desired import Children, plan
-from triton_operator.controller.reconcile import Reconciler
-from triton_operator.controller.trim import owner_of
-from triton_operator.controller.views import Views
-from triton_operator.kube.kinds import INFERENCE_POOL
-from triton_operator.kube.store import Store
 from triton_operator.render import render
 from triton_operator.settings import Settings
 
 from .conftest import isvc, isvc_doc
-from .test_controller_core import _ApiServer
+from .test_controller_core import _reconciler_for
 
 LLM = {"source": "hf://a/b", "format": "tensorrt-llm", "parameters": "8B", "precision": "fp8"}
 POOL = {"endpointPicker": {"name": "chat-epp"}}
@@ -76,34 +71,9 @@ def test_a_pool_no_longer_asked_for_is_deleted(classes):
     assert not [m for m in kept.apply if m["kind"] == "InferencePool"], "in place: not written again"
 
 
-class _Recorder(_ApiServer):
-    """_ApiServer that knows InferencePools and keeps the Events posted."""
-
-    def __init__(self) -> None:
-        from triton_operator.api.kinds import OWN_KINDS
-        from triton_operator.kube.kinds import BUILTIN_KINDS, LEADER_WORKER_SET, Kinds
-        super().__init__()
-        self.kinds = Kinds(BUILTIN_KINDS + OWN_KINDS + (LEADER_WORKER_SET, INFERENCE_POOL))
-        self.events: list = []
-
-    def post_event(self, obj, event) -> None:
-        self.events.append(event)
-
-
 def _pool_service(classes, pools_ready):
-    store = Store(owner=owner_of)
-    for cls in classes.values():
-        store.upsert(GPU_CLASS.kind, {**cls.model_dump(by_alias=True, exclude_none=True),
-                                      "metadata": {"name": cls.name, "resourceVersion": "1"}})
-    doc = isvc_doc(model=LLM, routing={"inferencePool": POOL})
-    doc["metadata"] = {**doc["metadata"], "resourceVersion": "5", "uid": "uid-isvc"}
-    store.upsert(INFERENCE_SERVICE.kind, doc)
-    api = _Recorder()
-    api.owners[("ml", "demo")] = doc
-    later: list = []
-    r = Reconciler(api, store, Views(store), Settings(), enqueue_after=lambda k, d: later.append((k, d)),
-                   pools_ready=lambda: pools_ready[0])
-    return api, r, later
+    return _reconciler_for(classes, isvc_doc(model=LLM, routing={"inferencePool": POOL}),
+                           pools_ready=lambda: pools_ready[0])
 
 
 def test_without_the_pools_crd_the_service_is_rendered_without_it_and_told_once(classes):

@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from ..api import ClassPlacement, GPUClass, InferenceService
 from ..conditions import parse_timestamp
+from ..kube.kinds import INFERENCE_POOL
 from ..labels import LABEL_GPU_CLASS
 from ..planning import capacity, choice, preparation
 from ..planning import placement as placing
@@ -26,7 +27,6 @@ from .trim import with_full_spec
 
 
 WORKLOAD_KINDS = ("Deployment", "LeaderWorkerSet")
-POOL_API_VERSION = "inference.networking.k8s.io/v1"
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class Children:
             return self.pdb
         if kind == "NetworkPolicy":
             return self.network_policy
-        if kind == "InferencePool":
+        if kind == INFERENCE_POOL.kind:
             return self.inference_pool
         name = manifest["metadata"]["name"]
         return next((j for j in self.jobs if j["metadata"]["name"] == name), None)
@@ -135,8 +135,8 @@ def plan(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Sett
                if d["metadata"]["name"] not in names and not d["metadata"].get("deletionTimestamp") and not preparing]
     pool = children.inference_pool
     if pool is not None and not pool["metadata"].get("deletionTimestamp") and not any(
-            m["kind"] == "InferencePool" for m in manifests):
-        delete.append((pool.get("apiVersion", POOL_API_VERSION), "InferencePool", pool["metadata"]["name"]))
+            m["kind"] == INFERENCE_POOL.kind for m in manifests):
+        delete.append((pool.get("apiVersion", INFERENCE_POOL.api_version), INFERENCE_POOL.kind, pool["metadata"]["name"]))
     return Plan(
         replicas=replicas, gpu_class=rendered.gpu_class, notes=tuple(rendered.notes),
         apply=tuple(m for m in manifests if not matches(m, with_full_spec(children.live(m)))),

@@ -53,8 +53,8 @@ LEGACY_ANNOTATION_PREFIX = f"{GROUP}/"
 # A child the API server refused is tried again after these pauses (doubling), whatever happens.
 REFUSAL_RETRY_BASE, REFUSAL_RETRY_MAX = 30.0, 600.0
 STALE_RETRY_SECONDS = 1.0   # a pass that met a gap in the InferenceServices' cache comes back after this
-GROUPS_RECHECK_SECONDS = 60.0  # a service waiting for LeaderWorkerSet to be installed looks again after this
-POOLS_RECHECK_SECONDS = 60.0   # ... and one whose InferencePool waits for its CRD
+# A service waiting for an add-on's API (LeaderWorkerSet, InferencePool) looks again after this.
+ADDON_RECHECK_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,6 @@ class Reconciler:
         self.kube, self.store, self.views, self.settings = kube, store, views, settings
         self.groups_ready, self.pools_ready = groups_ready, pools_ready
         self._pools_missing: set[Key] = set()   # services whose InferencePool waits for its CRD
-        self._pools_warned: set[Key] = set()    # ... and have had their Event
         self.reports, self.enqueue_after, self.now = reports, enqueue_after, now
         self._converged: dict[Key, Converged] = {}
         self._gpu_gauges: dict[Key, set[str]] = {}  # GPU classes with a triton_operator_service_gpus series
@@ -100,7 +99,6 @@ class Reconciler:
     def forget(self, key: Key) -> None:
         self._converged.pop(key, None)
         self._pools_missing.discard(key)
-        self._pools_warned.discard(key)
         self._leaders.pop(key, None)
         self._series.forget(key)
         for gpu_class in self._gpu_gauges.pop(key, ()):
@@ -166,6 +164,7 @@ class Reconciler:
                   _preparation_digest(isvc) if isvc.spec.model.format == "tensorrt-llm" else None)
         free_known = self.views.free_gpus(classes)
         free = free_known if spill else None
+        pool_was_missing = key in self._pools_missing
         plan = self._converge(key, isvc, classes, children, replicas, inputs, free, now, always=spill)
         self._follow_placement(key, plan.placement)
 
@@ -189,7 +188,7 @@ class Reconciler:
         before = self._leaders.get(key)
         leaders = status_core.group_leaders(list(children.pods))
         events += status_core.group_restarts(before, leaders)
-        events += self._pool_events(key)
+        events += self._pool_events(key, pool_was_missing)
         groups = {d["metadata"]["name"]: int((d.get("spec") or {}).get("replicas") or 0)
                   for d in children.all_deployments() if d.get("kind") == LEADER_WORKER_SET.kind}
         remembered = status_core.remembered_leaders(before, leaders, groups)
@@ -200,14 +199,10 @@ class Reconciler:
         new_status = _with_autoscaling(new_status, raw.get("status") or {}, report, isvc, self.now())
         return self._write_status(raw, new_status, events)
 
-    def _pool_events(self, key: Key) -> list[Event]:
-        """A Warning the first pass that finds the service's InferencePool waiting for its CRD."""
-        if key not in self._pools_missing:
-            self._pools_warned.discard(key)
+    def _pool_events(self, key: Key, was_missing: bool) -> list[Event]:
+        """A Warning from the pass that first finds the service's InferencePool waiting for its CRD."""
+        if key not in self._pools_missing or was_missing:
             return []
-        if key in self._pools_warned:
-            return []
-        self._pools_warned.add(key)
         return [Event("Warning", "InferencePoolNotInstalled", (
             f"spec.routing.inferencePool: the cluster does not serve {INFERENCE_POOL.api_version} InferencePools: "
             f"install the Gateway API Inference Extension's CRDs (v1.0 or later); the pool is created within a "
@@ -251,14 +246,14 @@ class Reconciler:
                 f"LeaderWorkerSet (https://lws.sigs.k8s.io, v0.9 or later); the operator starts using it "
                 f"within a minute"), preparation=plan.preparation, deployments=plan.deployments,
                 options=plan.options)
-            self.enqueue_after(key, GROUPS_RECHECK_SECONDS)
+            self.enqueue_after(key, ADDON_RECHECK_SECONDS)
             return plan
         pool_wait = None
         if any(m["kind"] == INFERENCE_POOL.kind for m in plan.apply) and not self.pools_ready():
             # The pool is an addition: the service is rendered and serves without it meanwhile.
             plan = replace(plan, apply=tuple(m for m in plan.apply if m["kind"] != INFERENCE_POOL.kind))
             self._pools_missing.add(key)
-            pool_wait = POOLS_RECHECK_SECONDS
+            pool_wait = ADDON_RECHECK_SECONDS
             self.enqueue_after(key, pool_wait)
         else:
             self._pools_missing.discard(key)
