@@ -51,6 +51,19 @@ def test_layer_gaps_reads_the_needs_a_tick_at_a_time():
     assert layer_gaps(needs, 4, ticks[-1]) == ([], float("inf"))
 
 
+def test_the_quiet_before_a_layers_first_need_counts_as_a_gap():
+    """Replica 3 first asked for 300 s into the memory, then again 100 s later: the service did
+    without it for 300 s before, so that is a gap too (at least that long); a replica asked for
+    from the memory's first tick has no such gap."""
+    ticks = [T0 + timedelta(seconds=10 * i) for i in range(60)]
+    asked = {30: 3, 31: 3, 41: 3}
+    needs = tuple((t, asked.get(i, 1)) for i, t in enumerate(ticks))
+    assert layer_gaps(needs, 3, ticks[-1]) == ([300.0, 100.0], 180.0)
+    assert layer_gaps(needs, 1, ticks[-1]) == ([], 0.0)
+    late = tuple((t, 3 if i >= 2 else 1) for i, t in enumerate(ticks))   # 20 s in: under MIN_GAP_S
+    assert layer_gaps(late, 3, ticks[-1]) == ([], 0.0)
+
+
 SPEC = AutoscalingSpec(min_replicas=1, max_replicas=10, target_queue_depth=4, target_p99_latency_ms=4000)
 
 
@@ -98,6 +111,19 @@ def test_a_need_seen_once_is_held_for_what_a_restart_costs():
             "costs, a restart costing 1040s)") in d.reason
     later = decide(SPEC, 4, signals, history, first[-1][0] + timedelta(seconds=1100))
     assert later.desired == 3 and "is kept" not in later.reason
+
+
+def test_a_replica_first_needed_after_a_long_quiet_is_not_held_for_a_restarts_cost():
+    """The same first burst, but the service ran 3000 s on one replica before it: a gap of at
+    least 3000 s costs more to hold through than a restart (1040 s), so replica 4 goes once the
+    stabilization allows, where a service with no such past holds it (the test above)."""
+    history, _, signals = after_bursts(attainment=0.9)
+    first = tuple(n for n in history.needs if n[0] < T0 + timedelta(seconds=60 + 240))
+    quiet = tuple((T0 - timedelta(seconds=3000 - 10 * i), 1) for i in range(300))
+    history = replace(history, needs=quiet + first)
+    d = decide(SPEC, 4, signals, history, first[-1][0] + timedelta(seconds=10))
+    assert d.desired == 3 and "is kept" not in d.reason
+    assert layer_gaps(history.needs, 4, first[-1][0]) == ([3000.0], 240.0)
 
 
 def test_replicas_asked_only_to_drain_a_backlog_are_not_a_need_that_recurs():
