@@ -136,7 +136,8 @@ def plan(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Sett
     pool = children.inference_pool
     if pool is not None and not pool["metadata"].get("deletionTimestamp") and not any(
             m["kind"] == INFERENCE_POOL.kind for m in manifests):
-        delete.append((pool.get("apiVersion", INFERENCE_POOL.api_version), INFERENCE_POOL.kind, pool["metadata"]["name"]))
+        delete.append((pool.get("apiVersion", INFERENCE_POOL.api_version), INFERENCE_POOL.kind,
+                       pool["metadata"]["name"]))
     return Plan(
         replicas=replicas, gpu_class=rendered.gpu_class, notes=tuple(rendered.notes),
         apply=tuple(m for m in manifests if not matches(m, with_full_spec(children.live(m)))),

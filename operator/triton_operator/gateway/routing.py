@@ -21,9 +21,9 @@ gateway can tell (cache-aware routing, as llm-d's prefix and queue scorers and D
   one replica; the one more lets a replica that holds a prompt take a second request at low load,
   where spreading would save nothing and cost a prefill), any replica when every one is past
   that; among equals, the first in an order the request's first AFFINITY_CHARS characters alone
-  decide (rendezvous hashing of that affinity and the address). A beginning no replica holds yet goes to the first in its order, so every gateway
-  replica sends it to the same place without sharing state, and replicas coming or going move
-  only the beginnings they rank first.
+  decide (rendezvous hashing of that affinity and the address). A beginning no replica holds yet
+  goes to the first in its order, so every gateway replica sends it to the same place without
+  sharing state, and replicas coming or going move only the beginnings they rank first.
 """
 
 from __future__ import annotations
