@@ -9,10 +9,11 @@ fixed concurrency. Workloads:
 - tenants: --tenants tenants, each with its own system prompt of about 500 tokens, short questions;
 - conversations: multi-turn chats that resend their history on every turn;
 - control: prompts of about 500 tokens that share nothing.
-Routing: leastInFlight (the default), prefix (spec.routing.policy prefix), prefix behind two
-gateway replicas (two gateway processes with no state shared, requests alternating between them, as
+Routing: leastInFlight (the default), prefix (spec.routing.policy prefix: what each replica holds as
+the gateway sent it), kvEvents (as the replicas' engines report it), each also behind two gateway
+replicas (two gateway processes with no state shared, requests alternating between them, as
 a Service in front of the gateway's Deployment spreads them: each sees only its own requests in
-flight) and random (for reference: a random replica per request, within the same load bound). Every run starts with fresh
+flight, and with kvEvents the engines' events every answer brings) and random (for reference: a random replica per request, within the same load bound). Every run starts with fresh
 replicas (empty caches). Reported per run: TTFT p50/p90 (first streamed token), requests/s, and the
 hit rate (prompt tokens the replicas' caches held / prompt tokens, from their
 triton_llm_prompt_tokens_cached_total and triton_llm_prompt_tokens_total).
@@ -43,9 +44,9 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 OUT = ROOT / "bench" / "results"
-POLICIES = ("leastInFlight", "prefix", "prefix x2", "random")
-GATEWAYS = {"prefix x2": 2}   # gateway replicas per routing run (1 unless named here)
-LABELS = {"prefix x2": "prefix, 2 gateways"}
+POLICIES = ("leastInFlight", "prefix", "prefix x2", "kvEvents", "kvEvents x2", "random")
+GATEWAYS = {"prefix x2": 2, "kvEvents x2": 2}   # gateway replicas per routing run (1 unless named here)
+LABELS = {"prefix x2": "prefix, 2 gateways", "kvEvents x2": "kvEvents, 2 gateways"}
 WORKLOADS = ("tenants", "conversations", "control")
 WORDS = ("billing support refund invoice account plan upgrade shipping order warranty return policy customer "
          "device network password security privacy contract renewal discount payment delivery storage backup").split()
@@ -59,13 +60,13 @@ def serve_gateway(port: int, keys: str, policy: str, ports: list[int]) -> None:
 
     if policy == "random":   # a random order per request, within prefix routing's bound, knowing no prompt
         openai_proxy.beginning_of = (  # type: ignore[assignment]
-            lambda req, key, answer=0: routing.Beginning(random.getrandbits(64), (), 0, answer))
+            lambda req, key, answer=0, precise=False: routing.Beginning(random.getrandbits(64), (), 0, answer))
     gw = Gateway(GatewaySettings(address="127.0.0.1", port=port, metrics_port=0, key_files=[keys],
                                  requests_per_minute=1e9), None)
     gw.router.set_service({"metadata": {"name": "smol", "namespace": "bench"},
                            "spec": {"model": {"format": "tensorrt-llm", "source": "hf://x/y"},
                                     "engine": {"maxBatchSize": 1},   # llama.cpp runs one sequence at a time
-                                    "routing": {"policy": "leastInFlight" if policy == "leastInFlight" else "prefix"}}})
+                                    "routing": {"policy": {"random": "prefix"}.get(policy, policy.split()[0])}}})
     for i, p in enumerate(ports):
         gw.router.set_slice({"metadata": {"name": f"smol-{i}", "namespace": "bench",
                                           "labels": {"kubernetes.io/service-name": "smol"}},
@@ -231,15 +232,16 @@ def main() -> None:
     by = {(r["workload"], r["policy"]): r for r in rows}
     lines.append("")
     for name in args.workload or WORKLOADS:
-        a, b = by.get((name, "prefix")), by.get((name, "leastInFlight"))
-        if a and b:
-            lines.append(f"- {name}: prefix routing's TTFT p90 is {a['ttft_p90'] / b['ttft_p90']:.2f}x "
-                         f"leastInFlight's, at {a['rps'] / b['rps']:.2f}x its throughput.")
-        two = by.get((name, "prefix x2"))
-        if a and two and a["hit_rate"] > 0:
-            lines.append(f"- {name}: behind two gateways prefix routing's hit rate is {two['hit_rate']:.1%} against "
-                         f"{a['hit_rate']:.1%} behind one ({two['hit_rate'] / a['hit_rate']:.2f}x), TTFT p90 "
-                         f"{two['ttft_p90']:.2f} s against {a['ttft_p90']:.2f} s.")
+        for policy in ("prefix", "kvEvents"):
+            a, b = by.get((name, policy)), by.get((name, "leastInFlight"))
+            if a and b:
+                lines.append(f"- {name}: {policy} routing's TTFT p90 is {a['ttft_p90'] / b['ttft_p90']:.2f}x "
+                             f"leastInFlight's, at {a['rps'] / b['rps']:.2f}x its throughput.")
+            two = by.get((name, f"{policy} x2"))
+            if a and two and a["hit_rate"] > 0:
+                lines.append(f"- {name}: behind two gateways {policy} routing's hit rate is {two['hit_rate']:.1%} "
+                             f"against {a['hit_rate']:.1%} behind one ({two['hit_rate'] / a['hit_rate']:.2f}x), TTFT "
+                             f"p90 {two['ttft_p90']:.2f} s against {a['ttft_p90']:.2f} s.")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "routing.md").write_text("\n".join(lines) + "\n")

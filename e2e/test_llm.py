@@ -219,6 +219,35 @@ def test_a_shared_system_prompt_is_evaluated_once_and_answers_do_not_change(llm:
              == expected, timeout=10)
 
 
+def test_the_engine_tells_what_its_prefix_cache_stored_by_the_names_a_request_gave(llm: LLMTriton):
+    """A request that carries the router's block hashes (prefix_keys, and how many lie before its
+    last message) gets back, on its last response, what the engine's prefix cache stored and
+    removed since the cursor it sent (kv_events): the states saved for it at its last message
+    and at its end, named by the last hash each covers. A reader without a cursor gets a
+    snapshot; a bad key is refused with a clear message."""
+    system = "You are the archivist of ACME. " + " ".join(f"Record {i} is kept in room {i}." for i in range(30))
+    keys = [f"{uuid.uuid4().int & ((1 << 64) - 1):016x}" for _ in range(12)]
+
+    def ask(question: str, names: list[str], cursor: str, stream: bool = False) -> dict[str, Any]:
+        status, out = generate(llm, stream=stream, messages=json.dumps([
+            {"role": "system", "content": system}, {"role": "user", "content": question}]),
+            max_tokens=4, temperature=0, prefix_keys=names, prefix_boundary=8, kv_events_after=cursor)
+        assert status == 200, out
+        last = out[-1] if stream else out
+        assert all(not o["kv_events"] for o in out[:-1]) if stream else True
+        return json.loads(last["kv_events"])
+
+    first = ask(f"Where is record 3? ({uuid.uuid4().hex[:6]})", keys, "")
+    assert "snapshot" in first and [keys[7], 8] in first["snapshot"] and [keys[11], 12] in first["snapshot"]
+    cursor = f"{first['epoch']}:{first['seq']}"
+    other = keys[:8] + [f"{uuid.uuid4().int & ((1 << 64) - 1):016x}" for _ in range(3)]
+    second = ask("And where is record 4?", other, cursor, stream=True)
+    assert second["epoch"] == first["epoch"] and second["after"] == first["seq"]
+    assert second["events"] == [["stored", other[-1], 11]], "the system prompt's state was saved already"
+    status, out = generate(llm, text_input="hello " * 40, max_tokens=2, prefix_keys=["not-hex"], kv_events_after="")
+    assert status == 400 and "prefix_keys: at most 8192 keys of 16 lowercase hex digits" in out["error"]
+
+
 def test_the_engine_evaluates_prompts_on_its_own_threads_only():
     """A replica given one thread evaluates prompts on one thread too: llama-cpp-python's default
     would take every core for the prompt, and replicas sharing a machine then spin against each

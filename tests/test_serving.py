@@ -36,7 +36,7 @@ def test_config_pbtxt_is_a_decoupled_python_model_triton_can_parse():
     assert model_config_pb2.DataType.Name(inputs["stop"].data_type) == "TYPE_STRING" and list(inputs["stop"].dims) == [-1]
     assert model_config_pb2.DataType.Name(inputs["seed"].data_type) == "TYPE_UINT64"
     assert [t.name for t in config.output] == ["text_output", "finish_reason", "prompt_tokens", "completion_tokens",
-                                               "index", "tool_calls", "logprobs", "cached_tokens"]
+                                               "index", "tool_calls", "logprobs", "cached_tokens", "kv_events"]
     assert model_config_pb2.DataType.Name(inputs["n"].data_type) == "TYPE_INT32"
     assert model_config_pb2.DataType.Name(inputs["tools"].data_type) == "TYPE_STRING"
     # The names the upstream llmapi model also has keep its meaning (TensorRT-LLM

@@ -83,3 +83,66 @@ def test_the_boundary_is_where_the_last_message_begins():
     starts = [(0, True), (10, False), (50, True), (55, False), (60, True)]
     assert boundary(starts, 64) == 55
     assert boundary([(0, True)], 30) == 0, "a completion's prompt is one piece"
+
+
+# -- what the cache tells the router (KvEvents) ------------------------------------------------------
+
+def _read(cache: PrefixCache, cursor: str) -> tuple[str, dict]:
+    import json
+
+    out = json.loads(cache.events.since(cursor))
+    return f"{out['epoch']}:{out['seq']}", out
+
+
+def test_saving_and_evicting_named_states_are_told_as_numbered_events():
+    cache = PrefixCache(250)
+    cursor, first = _read(cache, "")
+    assert first == {"epoch": cache.events.epoch, "seq": 0, "snapshot": []}, "a new reader gets a snapshot"
+    cache.store(SYSTEM, "a", 100, BOUNDARY, ("00000000000000aa", 3))
+    cache.store(SYSTEM + [1] * 20, "b", 100, END, ("00000000000000bb", 5))
+    cache.store([7] * 30, "unnamed", 10, END)                       # a request that carried no keys
+    cursor, out = _read(cache, cursor)
+    assert out["events"] == [["stored", "00000000000000aa", 3], ["stored", "00000000000000bb", 5]]
+    assert cache.longest(SYSTEM + [2]) == (40, "a")                  # the boundary is reused: the end goes first
+    cache.store([8] * 30, "c", 100, END, ("00000000000000cc", 2))
+    cursor, out = _read(cache, cursor)
+    assert out["events"] == [["stored", "00000000000000cc", 2], ["removed", "00000000000000bb", 5]]
+    _, out = _read(cache, cursor)
+    assert out["events"] == [] and out["seq"] == 4
+
+
+def test_a_reader_of_another_run_or_too_far_behind_gets_a_snapshot():
+    from triton_runtime.serving.prefix_cache import LOG_EVENTS
+
+    cache = PrefixCache(10 ** 9)
+    cache.store(SYSTEM, "a", 100, BOUNDARY, ("00000000000000aa", 3))
+    _, out = _read(cache, "another-run:1")
+    assert out["snapshot"] == [["00000000000000aa", 3]] and "events" not in out, "an engine restarted since"
+    for i in range(LOG_EVENTS):
+        cache.name([i] * 20, None)                                  # unnamed: no event
+        cache.store([i + 1000] * 20, "s", 1, END, (f"{i:016x}", 1))
+    _, out = _read(cache, f"{cache.events.epoch}:0")
+    assert len(out["snapshot"]) == LOG_EVENTS + 1, "the log no longer reaches back to event 1"
+    _, out = _read(cache, f"{cache.events.epoch}:1")
+    assert len(out["events"]) == LOG_EVENTS, "it reaches back to event 2"
+    _, out = _read(cache, f"{cache.events.epoch}:{cache.events.seq + 5}")
+    assert "snapshot" in out, "a cursor from the future is not this run's"
+
+
+def test_a_name_held_by_two_states_is_removed_with_the_last_and_a_state_saved_unnamed_can_be_named():
+    cache = PrefixCache(250)
+    tag = ("00000000000000aa", 3)
+    cache.store(SYSTEM, "a", 100, BOUNDARY, tag)
+    cache.store(SYSTEM + [5] * 20, "b", 100, BOUNDARY, tag)    # the same keys, other tokens (another template)
+    cache.store([9] * 20, "c", 10, END)
+    cache.name([9] * 20, ("00000000000000cc", 1))              # later named by a request that carried keys
+    cache.name([9] * 20, ("00000000000000dd", 1))              # named once
+    cursor, out = _read(cache, f"{cache.events.epoch}:0")
+    assert out["events"] == [["stored", "00000000000000aa", 3], ["stored", "00000000000000cc", 1]]
+    cache.store([4] * 30, "d", 100, END)             # evicts "c", then "a": "b" still carries a's name
+    cursor, out = _read(cache, cursor)
+    assert list(cache.states) == [tuple(SYSTEM + [5] * 20), (4,) * 30]
+    assert out["events"] == [["removed", "00000000000000cc", 1]]
+    cache.clear()
+    _, out = _read(cache, cursor)
+    assert out["events"] == [["removed", "00000000000000aa", 3]]

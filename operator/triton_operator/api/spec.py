@@ -549,6 +549,9 @@ INFERENCE_POOL_ENGINE = "triton-tensorrt-llm"   # the endpoint picker's built-in
 INFERENCE_POOL_FORMAT_MESSAGE = ("routing.inferencePool needs model.format tensorrt-llm (the endpoint picker scores "
                                  "pods by the LLM engine's queue and KV cache)")
 
+KV_EVENTS_FORMAT_MESSAGE = ("routing.policy kvEvents needs model.format tensorrt-llm (the LLM engine reports what its "
+                            "cache holds)")
+
 
 class EndpointPickerRef(Model):
     """The endpoint picker (EPP) of the Gateway API Inference Extension that scores this pool's pods."""
@@ -572,7 +575,7 @@ class InferencePoolSpec(Model):
 class RoutingSpec(Model):
     """How the gateway picks a replica for each request of this service."""
 
-    policy: Literal["leastInFlight", "prefix"] = Field(
+    policy: Literal["leastInFlight", "prefix", "kvEvents"] = Field(
         "leastInFlight",
         description="leastInFlight: the replica with the fewest requests in flight. prefix: the replica where the "
                     "request's first token comes soonest, as the gateway can tell: the part of the prompt the "
@@ -580,7 +583,10 @@ class RoutingSpec(Model):
                     "characters), its answer, and what is left of the work ahead when the replica's batch is full; a replica "
                     "takes a request while it has under 1.25x its share of the requests in flight, plus one, so "
                     "a hot prompt cannot pile onto one replica; a prompt no replica holds goes where its "
-                    "beginning hashes, so every gateway replica sends it to the same place without sharing state.")
+                    "beginning hashes, so every gateway replica sends it to the same place without sharing state. "
+                    "kvEvents (model.format tensorrt-llm): as prefix, but what a replica holds is what its engine "
+                    "says it stored and evicted, read back with each answer, so every gateway replica knows the "
+                    "same; an engine that does not report its cache is routed as prefix.")
     inference_pool: InferencePoolSpec | None = Field(
         None, description="Also render an InferencePool (Gateway API Inference Extension, "
                           "inference.networking.k8s.io/v1) selecting this service's serving pods, for a gateway "
@@ -629,6 +635,8 @@ class InferenceServiceSpec(Model):
             "gpu.class"),
         cel("!has(self.routing) || !has(self.routing.inferencePool) || self.model.format == 'tensorrt-llm'",
             INFERENCE_POOL_FORMAT_MESSAGE, "routing.inferencePool"),
+        cel("!has(self.routing) || !has(self.routing.policy) || self.routing.policy != 'kvEvents' || "
+            "self.model.format == 'tensorrt-llm'", KV_EVENTS_FORMAT_MESSAGE, "routing.policy"),
     ]})
 
     model: ModelSpec = Field(..., description="The model to serve.")
@@ -704,8 +712,11 @@ class InferenceServiceSpec(Model):
     @classmethod
     def _pool_format(cls, v: RoutingSpec | None, info: ValidationInfo) -> RoutingSpec | None:
         model = info.data.get("model")
-        if v is not None and v.inference_pool is not None and model is not None and model.format != "tensorrt-llm":
-            raise ValueError(INFERENCE_POOL_FORMAT_MESSAGE)
+        if v is not None and model is not None and model.format != "tensorrt-llm":
+            if v.inference_pool is not None:
+                raise ValueError(INFERENCE_POOL_FORMAT_MESSAGE)
+            if v.policy == "kvEvents":
+                raise ValueError(KV_EVENTS_FORMAT_MESSAGE)
         return v
 
     @field_validator("gpu")

@@ -24,6 +24,10 @@ from .routing import Beginning, Router, Service, ServiceKey, beginning
 from .upstream import Exchange, Upstream, answer_json, answer_too_large, read_chunk, read_whole, upstream_error
 
 
+def _ignore(_: str) -> None:
+    pass
+
+
 class OpenAIProxy:
     def __init__(self, router: Router, auth: Auth, admission: Admission, resolver: Resolver, holding: Holding,
                  upstream: Upstream, clock: Callable[[], float]):
@@ -138,7 +142,10 @@ class OpenAIProxy:
         if not svc.llm:   # a text model: the gateway renders the chat (the llm model renders its own)
             prompt = t.render_chat(template, req.messages) if chat else req.text()  # type: ignore[attr-defined]
         gen = t.to_generate(req, min(svc.default_max_tokens, cap), svc.llm, prompt)
-        begins = beginning_of(req, svc.key, gen.max_tokens) if svc.prefix_routing else None
+        begins = beginning_of(req, svc.key, gen.max_tokens, svc.kv_events) if svc.prefix_routing else None
+        if begins is not None and begins.precise:
+            gen.body["prefix_keys"] = begins.keys()
+            gen.body["prefix_boundary"] = begins.before_last
         del req, prompt
         payload = held.replace(t.encode(gen.body))   # the body as it came is no longer held
         gen = gen.without_body()
@@ -152,19 +159,21 @@ class OpenAIProxy:
             if gen.stream:
                 answer = await self._stream(request, resp, gen, svc, ex, caller, held, original)
             elif gen.upstream_stream:
-                answer = await self._gathered(request, resp, gen, svc, caller, held)
+                answer = await self._gathered(request, resp, gen, svc, caller, held, ex.kv_events)
             else:
-                answer = await self._whole(request, resp, gen, svc, caller, held, original)
+                answer = await self._whole(request, resp, gen, svc, caller, held, original, ex.kv_events)
             ex.code = answer.status
             return answer
 
     async def _whole(self, request: web.Request, resp: aiohttp.ClientResponse, gen: t.Generate, svc: Service,
-                     caller: Caller, held: Held, original: r.ResponsesRequest | None = None) -> web.StreamResponse:
+                     caller: Caller, held: Held, original: r.ResponsesRequest | None = None,
+                     kv_events: Callable[[str], None] = _ignore) -> web.StreamResponse:
         """A non-streamed answer: read whole within max_answer_bytes, translated, and written to the
         client while its bytes are still counted."""
         s = self.upstream.settings
         data = await read_whole(resp, svc, held, s.max_answer_bytes, s.upstream_idle_timeout_seconds)
         whole = t.answer_of(answer_json(data, svc))
+        kv_events(whole.kv_events)
         self.auth.spend(caller, svc, whole.prompt_tokens, whole.completion_tokens)
         body = t.encode(r.response_object(original, whole) if original else t.completion(gen, whole), request=False)
         del data, whole
@@ -180,7 +189,7 @@ class OpenAIProxy:
         return out
 
     async def _gathered(self, request: web.Request, resp: aiohttp.ClientResponse, gen: t.Generate, svc: Service,
-                        caller: Caller, held: Held) -> web.StreamResponse:
+                        caller: Caller, held: Held, kv_events: Callable[[str], None] = _ignore) -> web.StreamResponse:
         """n answers, not streamed to the client: the model's stream read whole (within
         max_answer_bytes, as a whole answer is), gathered per answer, and written as one."""
         s = self.upstream.settings
@@ -193,6 +202,8 @@ class OpenAIProxy:
                 raise answer_too_large(svc, s.max_answer_bytes)
             held.set(size)
             pieces += [t.answer_of(event) for event in events.feed(chunk)]
+        for piece in pieces:
+            kv_events(piece.kv_events)
         answers = t.gather(pieces)
         counts = t.total_usage(answers)
         self.auth.spend(caller, svc, counts["prompt_tokens"] if counts else None,
@@ -219,6 +230,7 @@ class OpenAIProxy:
                 for event in events.feed(chunk):
                     held.set(base + events.size)
                     piece = t.answer_of(event)
+                    ex.kv_events(piece.kv_events)
                     if piece.text and first is None:
                         first = self.clock()
                         m.TTFT.labels(*svc.key).observe(first - started)
@@ -253,12 +265,16 @@ class OpenAIProxy:
         return out
 
 
-def beginning_of(req: t._Request, key: ServiceKey, answer: int = 0) -> Beginning:
+def beginning_of(req: t._Request, key: ServiceKey, answer: int = 0, precise: bool = False) -> Beginning:
     """The request's Beginning for prefix routing: its prompt as the model will read it (the
-    chat's roles and contents in order, or the prompt), within its service, and the `answer`
-    tokens it may take."""
+    chat's roles and contents in order, or the prompt), within its service, where its last
+    message's content begins, and the `answer` tokens it may take."""
+    head = f"{key[0]}/{key[1]}\x1d"
     if isinstance(req, t.ChatRequest):
-        text = "\x1e".join(f"{m.role}\x1f{m.text()}" for m in req.messages)
+        turns = [f"{m.role}\x1f{m.text()}" for m in req.messages]
+        text = "\x1e".join(turns)
+        last_at = len(text) - len(req.messages[-1].text()) if req.messages else 0
     else:
         text = req.text()  # type: ignore[attr-defined]
-    return beginning(f"{key[0]}/{key[1]}\x1d{text}", answer)
+        last_at = 0
+    return beginning(head + text, answer, len(head) + last_at if last_at else 0, precise)

@@ -24,11 +24,25 @@ gateway can tell (cache-aware routing, as llm-d's prefix and queue scorers and D
   decide (rendezvous hashing of that affinity and the address). A beginning no replica holds yet
   goes to the first in its order, so every gateway replica sends it to the same place without
   sharing state, and replicas coming or going move only the beginnings they rank first.
+
+With `spec.routing.policy: kvEvents` the same choice is made on what each replica's engine says it
+holds, not on what this gateway sent it: each request carries its block hashes (`prefix_keys`) and
+how many lie before its last message, the engine names the states it saves and evicts by them, and
+each answer brings back the engine's events since this gateway's cursor on that replica
+(runtime/triton_runtime/serving/prefix_cache.py). A replica then holds a request's first n blocks
+when its engine last said it stored a state named by the request's n-th block hash (a saved state
+is one whole prefix: holding a longer one says nothing of a shorter one), or while this gateway
+has a request in flight there that begins with them (its state is being saved). Every gateway
+replica reads the same events, so two of them route alike; an engine that restarts starts a new
+run, whose first answer replaces what was known of it. A replica whose engine has not reported
+(yet, or at all: one that does not keep such events) is routed on what this gateway sent it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -36,6 +50,8 @@ from typing import Any, Iterable
 
 from ..kube.store import Key
 from .passthrough import is_model_name
+
+log = logging.getLogger(__name__)
 
 ServiceKey = Key   # (namespace, InferenceService name): a service, never an API key
 Address = tuple[str, int]
@@ -61,6 +77,8 @@ INDEX_BLOCKS = 4096
 # 3.5 ms a prompt token, about 15 ms a decoded token on one thread); it matters only to weigh the
 # requests ahead in a full batch.
 DECODE_CHARS = 16
+ENGINE_INDEX = 65536        # most states a replica's engine is believed to hold (kvEvents)
+ROUTING_POLICIES = ("leastInFlight", "prefix", "kvEvents")
 
 
 def affinity(text: str) -> int:
@@ -72,11 +90,18 @@ def affinity(text: str) -> int:
 @dataclass(frozen=True)
 class Beginning:
     """What prefix routing knows of a request: its affinity, the chained hash of each whole block
-    of its prompt, the prompt's length and the tokens its answer may take."""
+    of its prompt, the prompt's length and the tokens its answer may take; with kvEvents
+    (`precise`), how many of its blocks lie before its last message."""
     affinity: int
     blocks: tuple[int, ...]
     chars: int
     answer: int = 0
+    before_last: int = 0
+    precise: bool = False
+
+    def keys(self) -> list[str]:
+        """The block hashes as the engine is sent them (prefix_keys): 16 hex digits each."""
+        return [f"{b:016x}" for b in self.blocks]
 
     def work(self, held_blocks: int) -> int:
         """What reading this prompt and writing its answer costs a replica that holds its first
@@ -84,14 +109,15 @@ class Beginning:
         return self.chars - held_blocks * BLOCK_CHARS + self.answer * DECODE_CHARS
 
 
-def beginning(text: str, answer: int = 0) -> Beginning:
-    """The Beginning of a request whose prompt reads `text` and whose answer may take `answer` tokens."""
+def beginning(text: str, answer: int = 0, last_at: int = 0, precise: bool = False) -> Beginning:
+    """The Beginning of a request whose prompt reads `text`, whose last message starts at character
+    `last_at`, and whose answer may take `answer` tokens."""
     h = hashlib.blake2b(digest_size=8)
     blocks = []
     for start in range(0, len(text) - BLOCK_CHARS + 1, BLOCK_CHARS):
         h.update(text[start:start + BLOCK_CHARS].encode("utf-8", "surrogatepass"))
         blocks.append(int.from_bytes(h.copy().digest(), "big"))
-    return Beginning(affinity(text), tuple(blocks), len(text), answer)
+    return Beginning(affinity(text), tuple(blocks), len(text), answer, min(last_at // BLOCK_CHARS, len(blocks)), precise)
 
 
 def _rank(key: int, address: Address) -> int:
@@ -113,7 +139,8 @@ class Service:
     ready: int | None = None        # status.readyReplicas
     slo: tuple[str, float] | None = None   # (which latency, its target in seconds): spec.autoscaling.slo
     embeddings: bool = False        # spec.openai.task embeddings: /v1/embeddings, not the text routes
-    prefix_routing: bool = False    # spec.routing.policy prefix (see the module)
+    prefix_routing: bool = False    # spec.routing.policy prefix or kvEvents (see the module)
+    kv_events: bool = False         # spec.routing.policy kvEvents: what replicas hold, as their engines say
     batch_slots: int | None = None  # spec.engine.maxBatchSize of an LLM service: requests a replica runs at once
 
     def starting(self) -> bool:
@@ -170,9 +197,16 @@ def service_from(obj: dict[str, Any]) -> Service | None:
         ready=_count(status.get("readyReplicas")),
         slo=_slo(autoscaling),
         embeddings=openai.get("task") == "embeddings" and not llm,
-        prefix_routing=((spec.get("routing") or {}).get("policy") == "prefix"),
+        prefix_routing=_routing(spec) in ("prefix", "kvEvents"),
+        kv_events=_routing(spec) == "kvEvents" and llm,
         batch_slots=_batch_slots(spec) if llm else None,
     )
+
+
+def _routing(spec: dict[str, Any]) -> str:
+    routing = spec.get("routing") if isinstance(spec.get("routing"), dict) else {}
+    policy = routing.get("policy")
+    return policy if policy in ROUTING_POLICIES else "leastInFlight"
 
 
 def _batch_slots(spec: dict[str, Any]) -> int:
@@ -229,6 +263,9 @@ class Router:
     in_flight: dict[Address, int] = field(default_factory=dict)
     work: dict[Address, int] = field(default_factory=dict)       # the work in flight (Beginning.work)
     held: dict[Address, OrderedDict[int, None]] = field(default_factory=dict)   # the index (see the module)
+    stored: dict[Address, dict[int, int]] = field(default_factory=dict)   # kvEvents: block hash -> blocks, as the engine said
+    cursors: dict[Address, tuple[str, int]] = field(default_factory=dict)   # kvEvents: (engine run, last event read)
+    pending: dict[Address, dict[int, int]] = field(default_factory=dict)  # kvEvents: blocks of requests in flight (counts)
     ejected: dict[Address, float] = field(default_factory=dict)   # replicas that failed to connect -> until when
     _endpoints: dict[ServiceKey, tuple[Address, ...]] = field(default_factory=dict)
     _unnamed_port: set[tuple[str, str]] = field(default_factory=set)   # slices without port_name
@@ -293,7 +330,7 @@ class Router:
             if addresses != self._endpoints.get(key, ()):
                 changed.add(key)
                 for gone in set(self._endpoints.get(key, ())) - set(addresses):
-                    self.held.pop(gone, None)     # not ready (restarting, going): its cache is not to be trusted
+                    self.forget(gone)     # not ready (restarting, going): its cache is not to be trusted
                 if addresses:
                     self._endpoints[key] = addresses
                 else:
@@ -322,7 +359,13 @@ class Router:
 
     def eject(self, address: Address, until: float) -> None:
         self.ejected[address] = until
+        self.forget(address)
+
+    def forget(self, address: Address) -> None:
+        """Forget what `address` holds (requests in flight there still count until they end)."""
         self.held.pop(address, None)
+        self.stored.pop(address, None)
+        self.cursors.pop(address, None)
 
     def why_no_endpoint(self, key: ServiceKey) -> str:
         """Why `key` has no ready endpoint, as the EndpointSlices say it."""
@@ -352,7 +395,10 @@ class Router:
         return candidates[self._turn % len(candidates)]
 
     def holds(self, address: Address, begins: Beginning) -> int:
-        """How many of the first blocks of `begins` this gateway last sent to `address`."""
+        """How many of the first blocks of `begins` `address` holds: as this gateway last sent them
+        there, or, for a precise Beginning, as its engine said and its requests in flight show."""
+        if begins.precise and address in self.cursors:
+            return self._holds_precisely(address, begins)
         index = self.held.get(address)
         if not index:
             return 0
@@ -362,6 +408,61 @@ class Router:
                 break
             n += 1
         return n
+
+    def _holds_precisely(self, address: Address, begins: Beginning) -> int:
+        stored = self.stored.get(address)
+        n = 0
+        if stored:
+            for depth in range(len(begins.blocks), 0, -1):
+                if stored.get(begins.blocks[depth - 1]) == depth:
+                    n = depth
+                    break
+        pending = self.pending.get(address)
+        if pending:
+            m = 0
+            for block in begins.blocks:
+                if block not in pending:
+                    break
+                m += 1
+            n = max(n, m)
+        return n
+
+    def cursor(self, address: Address) -> str:
+        """This gateway's cursor into the engine events of `address` ("" before the first)."""
+        run, seq = self.cursors.get(address, ("", 0))
+        return f"{run}:{seq}" if run else ""
+
+    def observe(self, address: Address, text: str) -> None:
+        """Apply what the engine of `address` said it did since this gateway's cursor (an answer's
+        kv_events: prefix_cache.KvEvents.since). Answers may come back out of order: one that says
+        nothing newer than what was applied is ignored, and of the events one brings, those applied
+        already are skipped. What cannot be read is ignored (and logged): routing goes on."""
+        try:
+            out = json.loads(text)
+            run, seq = out["epoch"], out["seq"]
+            if not (isinstance(run, str) and 0 < len(run) <= 32 and run.isalnum() and isinstance(seq, int)
+                    and not isinstance(seq, bool) and seq >= 0):
+                raise ValueError("no run and sequence number")
+            known_run, known_seq = self.cursors.get(address, ("", 0))
+            if "snapshot" in out:
+                if run == known_run and seq <= known_seq:
+                    return
+                self.stored[address] = dict(_held(out["snapshot"]))
+            elif run == known_run and seq > known_seq:
+                after = out["after"]
+                stored = self.stored.setdefault(address, {})
+                for kind, block, depth in out["events"][max(0, known_seq - after):]:
+                    if kind == "stored":
+                        if len(stored) < ENGINE_INDEX or block in stored:
+                            stored[_block(block)] = _depth(depth)
+                    elif kind == "removed":
+                        if stored.get(_block(block)) == _depth(depth):
+                            del stored[_block(block)]
+            else:
+                return
+            self.cursors[address] = (run, seq)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            log.debug("kv events from %s:%d not read: %s", address[0], address[1], e)
 
     def cost(self, address: Address, begins: Beginning, slots: int) -> float:
         """What `begins` costs at `address`: its own work there, plus, when the replica's `slots`
@@ -385,7 +486,11 @@ class Router:
             return 0
         work = begins.work(self.holds(address, begins))
         self.work[address] = self.work.get(address, 0) + work
-        if begins.blocks:
+        if begins.precise:
+            pending = self.pending.setdefault(address, {})
+            for block in begins.blocks:
+                pending[block] = pending.get(block, 0) + 1
+        if begins.blocks and address not in self.cursors:   # what it was sent, until its engine says
             index = self.held.setdefault(address, OrderedDict())
             for block in reversed(begins.blocks):   # a prompt's first blocks are forgotten last
                 index[block] = None
@@ -394,7 +499,17 @@ class Router:
                 index.popitem(last=False)
         return work
 
-    def release(self, address: Address, work: int = 0) -> None:
+    def release(self, address: Address, work: int = 0, begins: Beginning | None = None) -> None:
+        if begins is not None and begins.precise and address in self.pending:
+            pending = self.pending[address]
+            for block in begins.blocks:
+                n = pending.get(block, 0) - 1
+                if n > 0:
+                    pending[block] = n
+                else:
+                    pending.pop(block, None)
+            if not pending:
+                del self.pending[address]
         left = self.in_flight.get(address, 0) - 1
         if left > 0:
             self.in_flight[address] = left
@@ -405,3 +520,22 @@ class Router:
             self.work[address] = rest
         else:
             self.work.pop(address, None)
+
+
+def _block(text: Any) -> int:
+    if not (isinstance(text, str) and len(text) == 16 and all(c in "0123456789abcdef" for c in text)):
+        raise ValueError("a block hash is 16 hex digits")
+    return int(text, 16)
+
+
+def _depth(value: Any) -> int:
+    if not (isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 1 << 20):
+        raise ValueError("a depth is a positive count of blocks")
+    return value
+
+
+def _held(snapshot: Any) -> Iterable[tuple[int, int]]:
+    if not isinstance(snapshot, list):
+        raise ValueError("a snapshot is a list")
+    for block, depth in snapshot[:ENGINE_INDEX]:
+        yield _block(block), _depth(depth)

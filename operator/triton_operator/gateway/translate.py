@@ -555,6 +555,7 @@ class Answer:
     tool_calls: list[dict[str, str]] = field(default_factory=list)   # [{name, arguments}] (llm model)
     logprobs: list[dict[str, Any]] = field(default_factory=list)     # [{token, logprob, top}] (llm model)
     cached_tokens: int | None = None   # prompt tokens the engine's prefix cache held (llm model)
+    kv_events: str = ""                # what the engine's prefix cache did (llm model, kvEvents routing)
 
 
 def answer_of(response: dict[str, Any]) -> Answer:
@@ -572,7 +573,12 @@ def answer_of(response: dict[str, Any]) -> Answer:
     return Answer(str(out), reason or None, _int(response.get("prompt_tokens")),
                   _int(response.get("completion_tokens")), index if index is not None and 0 <= index < MAX_N else 0,
                   _json_list(response.get("tool_calls"), "tool_calls"), _json_list(response.get("logprobs"), "logprobs"),
-                  _int(response.get("cached_tokens")))
+                  _int(response.get("cached_tokens")), _str(response.get("kv_events")))
+
+
+def _str(value: Any) -> str:
+    value = _first(value)
+    return value if isinstance(value, str) else ""
 
 
 def _first(value: Any) -> Any:

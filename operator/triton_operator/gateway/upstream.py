@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import socket
@@ -47,6 +48,7 @@ class Exchange:
     first: float | None = None    # when the first token went to the client (streams)
     tokens: int = 0               # tokens streamed to the client
     failed: bool = False          # the answer began (200) and broke
+    kv_events: Callable[[str], None] = lambda _: None   # what the replica's prefix cache did (routing.Router.observe)
 
 
 class Upstream:
@@ -108,7 +110,7 @@ class Upstream:
         try:
             address, resp, sent, span, work = await self.send(svc, caller, method, path, body, headers, begins)
             in_flight_gauge.inc()
-            ex = Exchange(resp, span, started)
+            ex = Exchange(resp, span, started, kv_events=functools.partial(self.router.observe, address))
             try:
                 yield ex
             except BaseException as e:   # the answer failed on its way (a broken stream, a cancel)
@@ -117,7 +119,7 @@ class Upstream:
             finally:
                 span.end()
                 resp.release()
-                self.router.release(address, work)
+                self.router.release(address, work, begins)
                 in_flight_gauge.dec()
                 account(sent)
             code = ex.code
@@ -146,7 +148,9 @@ class Upstream:
         Returns the replica, its answer (headers read), when the request was sent, and the attempt's
         upstream span (tracing.py), which the caller ends when the answer is over, and the request's
         work at the replica (router.acquire). The caller also releases the replica (router.release,
-        with that work) and the answer."""
+        with that work) and the answer. A request routed on engine events (a precise Beginning)
+        tells the replica this gateway's cursor into them (kv_events_after, put first in the JSON
+        object `body`: the replica is known only now)."""
         attempts = 0
         while True:
             address = await self.holding.endpoint(svc, caller, begins)
@@ -158,14 +162,17 @@ class Upstream:
                 # replica exactly as built (a plain string would be re-normalised by yarl).
                 target = yarl.URL(url(address, self.scheme) + path, encoded=True)
                 sent = self.clock()
-                resp = await self.session().request(method, target, data=body, headers=headers,
+                data = body
+                if begins is not None and begins.precise and body and body[:1] == b"{":
+                    data = b'{"kv_events_after":"' + self.router.cursor(address).encode() + b'",' + bytes(body[1:])
+                resp = await self.session().request(method, target, data=data, headers=headers,
                                                     server_hostname=self.tls_name(svc))
                 span.status_code(resp.status)
                 return address, resp, sent, span, work
             except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
                 span.fail(e)
                 span.end()
-                self.router.release(address, work)
+                self.router.release(address, work, begins)
                 self.router.eject(address, self.clock() + EJECT_SECONDS)
                 reason = "timeout" if isinstance(e, aiohttp.ConnectionTimeoutError) else (
                     "tls" if isinstance(e, aiohttp.ClientSSLError) else "refused")
@@ -182,7 +189,7 @@ class Upstream:
             except BaseException as e:
                 span.fail(e)
                 span.end()
-                self.router.release(address, work)
+                self.router.release(address, work, begins)
                 raise
 
     def cached_template(self, svc: Service) -> str | None:

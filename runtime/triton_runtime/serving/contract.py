@@ -62,6 +62,13 @@ INPUTS = (
     Tensor("n", "TYPE_INT32", meaning="answers to generate for the prompt (each response names its index)"),
     Tensor("logprobs", "TYPE_INT32",
            meaning="report each token's log probability and this many most likely alternatives (0-20)"),
+    Tensor("prefix_keys", "TYPE_STRING", (-1,),
+           meaning="the router's chained hashes of the prompt's blocks, 16 hex digits each: the prefix "
+                   "cache names what it saves for this prompt by them (prefix_cache.py)"),
+    Tensor("prefix_boundary", "TYPE_INT32", meaning="how many of prefix_keys lie before the last message"),
+    Tensor("kv_events_after", "TYPE_STRING",
+           meaning="the reader's cursor into the prefix cache's events ('' for none): the last response "
+                   "then carries kv_events"),
 )
 
 OUTPUTS = (
@@ -78,12 +85,16 @@ OUTPUTS = (
            meaning='with logprobs: the tokens of this response\'s text, [{"token", "logprob", "top"}] as JSON; else ""'),
     Tensor("cached_tokens", "TYPE_INT32", optional=False,
            meaning="prompt tokens the engine's prefix cache held (not evaluated again)"),
+    Tensor("kv_events", "TYPE_STRING", optional=False,
+           meaning='with kv_events_after, on the last response: what the prefix cache stored and removed since '
+                   'that cursor, as JSON (prefix_cache.KvEvents.since); else ""'),
 )
 
 INPUT_NAMES = frozenset(t.name for t in INPUTS)
 FINISH_REASONS = ("stop", "length", "cancelled", "tool_calls")
 MAX_N = 16
 MAX_TOP_LOGPROBS = 20
+MAX_PREFIX_KEYS = 8192    # keys of 64 characters: prompts of about half a million characters
 
 
 def config_pbtxt(name: str = MODEL_NAME, instances: int = 1) -> str:

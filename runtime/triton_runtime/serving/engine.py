@@ -58,6 +58,7 @@ class Step:
     finish_reason: str | None = None  # set on the last step: stop, length or cancelled
     logprobs: tuple[TokenLogprob, ...] = ()   # the tokens of this step's text, when asked for
     cached_tokens: int = 0            # prompt tokens that came from a saved prefix (the engine's cache)
+    kv_events: str = ""               # on the last step, when the job has a kv_cursor: what the cache did since
 
 
 class RequestError(ValueError):
@@ -76,6 +77,9 @@ class Job:
     first_token: float | None = None
     last_token: float | None = None
     tag: Any = None
+    prefix_keys: tuple[str, ...] = ()  # the router's chained hashes of the prompt's blocks (prefix_cache.py)
+    prefix_boundary: int = 0           # how many of them lie before the last message
+    kv_cursor: str | None = None       # the reader's cursor into the cache's events (None: it reads none)
 
 
 @dataclass(frozen=True)

@@ -154,7 +154,7 @@ class LlamaCppEngine:
         # Left to itself, llama-cpp-python would reuse whatever prefix the last request left in
         # the context and evaluate the rest in other batch splits, and greedy decoding could then
         # tie-break another way.
-        cached = self._evaluate(ids, boundary(starts, len(ids)))
+        cached = self._evaluate(ids, boundary(starts, len(ids)), job)
         # min_p 0 and typical_p 1: no sampling OpenAI does not do; top_k <= 0 is off in llama.cpp.
         tokens = self.llm.generate(ids, top_k=s.top_k if s.top_k > 0 else 0, top_p=s.top_p, min_p=0.0, typical_p=1.0,
                                    temp=s.temperature, repeat_penalty=s.repetition_penalty,
@@ -166,8 +166,9 @@ class LlamaCppEngine:
         self._context_tokens = len(ids)
 
         def step(text: str, reason: str | None = None) -> Step:
+            events = self.cache.events.since(job.kv_cursor) if reason is not None and job.kv_cursor is not None else ""
             return Step(text, generated, len(ids), reason, marks.take(len(text), reason is not None) if marks else (),
-                        cached)
+                        cached, events)
 
         try:
             for token in tokens:
@@ -198,10 +199,10 @@ class LlamaCppEngine:
             return
         job.emit(step(rest + scanner.flush(), finish))
 
-    def _evaluate(self, ids: list[int], cut: int) -> int:
+    def _evaluate(self, ids: list[int], cut: int, job: Job | None = None) -> int:
         """Put the prompt `ids` in the context: from the longest saved prefix, then up to `cut`
-        (where its last message begins) and the rest, saving a state at each; the prompt tokens
-        that came from a saved state."""
+        (where its last message begins) and the rest, saving a state at each (named by the job's
+        prefix keys: prefix_cache.py); the prompt tokens that came from a saved state."""
         import llama_cpp
 
         self.llm.reset()
@@ -216,17 +217,18 @@ class LlamaCppEngine:
             else:
                 self.llm.input_ids[:done] = ids[:done]
                 self.llm.n_tokens = done
-        for end in (cut, len(ids)):
-            if end <= self.llm.n_tokens:
-                continue
-            self.llm.eval(ids[self.llm.n_tokens:end])
-            self._context_tokens = end
-            if self.cache.wants(ids[:end]):
-                size = llama_cpp.llama_state_seq_get_size(self.llm._ctx.ctx, 0)
-                buffer = (ctypes.c_uint8 * size)()
-                written = llama_cpp.llama_state_seq_get_data(self.llm._ctx.ctx, buffer, size, 0)
-                if 0 < written <= size:
-                    self.cache.store(ids[:end], bytes(buffer)[:written], written, BOUNDARY if end == cut else END)
+        for end, kind in ((cut, BOUNDARY), (len(ids), END)):
+            if end > self.llm.n_tokens:
+                self.llm.eval(ids[self.llm.n_tokens:end])
+                self._context_tokens = end
+                if self.cache.wants(ids[:end]):
+                    size = llama_cpp.llama_state_seq_get_size(self.llm._ctx.ctx, 0)
+                    buffer = (ctypes.c_uint8 * size)()
+                    written = llama_cpp.llama_state_seq_get_data(self.llm._ctx.ctx, buffer, size, 0)
+                    if 0 < written <= size:
+                        self.cache.store(ids[:end], bytes(buffer)[:written], written, kind, _tag(job, kind))
+                        continue
+            self.cache.name(ids[:end], _tag(job, kind))   # saved already (restored, or for another request)
         return done
 
     def _logprob(self, token: int, top: int) -> TokenLogprob:
@@ -248,6 +250,16 @@ class LlamaCppEngine:
 
     def _text_of(self, token: int) -> str:
         return self.llm.detokenize([token], special=False).decode("utf-8", "replace")
+
+
+def _tag(job: Job | None, kind: str) -> tuple[str, int] | None:
+    """What the router calls a state saved for `job` of `kind`: its last prefix key and how many
+    keys it covers (all of them at the prompt's end, those before the last message at the
+    boundary); None when the job has no keys, or none lie before its last message."""
+    if job is None or not job.prefix_keys:
+        return None
+    depth = len(job.prefix_keys) if kind == END else min(job.prefix_boundary, len(job.prefix_keys))
+    return (job.prefix_keys[depth - 1], depth) if depth > 0 else None
 
 
 class LogprobMarks:

@@ -43,7 +43,7 @@ import triton_python_backend_utils as pb_utils
 import yaml
 
 from . import chat, tools
-from .contract import MAX_N, MAX_TOP_LOGPROBS
+from .contract import MAX_N, MAX_PREFIX_KEYS, MAX_TOP_LOGPROBS
 from .delivery import CancelWatch, Outbox
 from .engine import Job, RequestError, Sampling, Step
 
@@ -86,6 +86,21 @@ def _check(name: str, value: float, low: float, high: float, low_open: bool = Fa
         bound = f"({low}, {high}]" if low_open else f"[{low}, {high}]"
         raise RequestError(f"{name} must be within {bound}, got {value}")
     return value
+
+
+def _prefix_keys(request: Any) -> tuple[tuple[str, ...], int, str | None]:
+    """prefix_keys (each 16 hex digits, at most MAX_PREFIX_KEYS), prefix_boundary (within them)
+    and kv_events_after (a cursor, at most 64 characters)."""
+    keys = tuple(_texts(request, "prefix_keys"))
+    if len(keys) > MAX_PREFIX_KEYS or not all(len(k) == 16 and all(c in "0123456789abcdef" for c in k) for k in keys):
+        raise RequestError(f"prefix_keys: at most {MAX_PREFIX_KEYS} keys of 16 lowercase hex digits")
+    before = int(_number(request, "prefix_boundary", 0))
+    if not 0 <= before <= len(keys):
+        raise RequestError(f"prefix_boundary must be within [0, {len(keys)}] (the prefix_keys sent), got {before}")
+    cursor = _text(request, "kv_events_after")   # "": a reader without a cursor yet
+    if cursor is not None and len(cursor) > 64:
+        raise RequestError("kv_events_after: at most 64 characters")
+    return keys, before, cursor
 
 
 class TritonPythonModel:
@@ -250,13 +265,17 @@ class TritonPythonModel:
             raise RequestError("stop: at most 16 strings of at most 1024 characters")
         if n > 1 and not stream:
             raise RequestError("n > 1 answers stream (send to generate_stream with stream true)")
+        keys, keys_before, cursor = _prefix_keys(request)
         left = [n]       # answers not finished yet: the last one's last response is the final one
         jobs = []
         for index in range(n):
             # each answer its own seed (seed, seed + 1, ...): n samples, each repeatable
             own = sampling if sampling.seed is None or index == 0 else replace(sampling, seed=(sampling.seed + index) % (1 << 63))
             scanner = tools.CallScanner(offered, choice.forced) if offered else None
-            jobs.append(self._new_job(pieces, own, stops, stream, sender, arrived, index, left, scanner))
+            job = self._new_job(pieces, own, stops, stream, sender, arrived, index, left, scanner)
+            job.prefix_keys, job.prefix_boundary = keys, keys_before
+            job.kv_cursor = cursor if index == n - 1 else None   # the request's last answer tells the events
+            jobs.append(job)
         return jobs
 
     def _has_special(self, text: str) -> bool:
@@ -341,6 +360,7 @@ class TritonPythonModel:
                                                  if calls else "")),
             pb_utils.Tensor("logprobs", string(marks)),
             pb_utils.Tensor("cached_tokens", np.array([step.cached_tokens], dtype=np.int32)),
+            pb_utils.Tensor("kv_events", string(step.kv_events)),
         ])
 
     def _finished(self, job: Job, step: Step, now: float) -> None:

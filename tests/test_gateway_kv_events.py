@@ -1,0 +1,253 @@
+"""Routing on the engine's own KV events (gateway/routing.py, spec.routing.policy kvEvents): a
+replica holds what its engine last said it stored, under the names the gateway gave the blocks;
+answers that come back out of order, an engine that restarted and a gateway that fell behind all
+end in what the engine holds; what a replica sends that cannot be read is ignored; two gateways
+that read the same engines route alike; and, in process, the route sends each request's block
+hashes and this gateway's cursor and applies the events its answer brings. The engine side is the
+real runtime's event log (runtime/triton_runtime/serving/prefix_cache.py) behind a stand-in replica
+(no model runs here: the real engine's events are in e2e/test_llm.py)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from triton_operator.gateway import routing
+from triton_operator.gateway import translate as t
+from triton_operator.gateway.openai_proxy import beginning_of
+from triton_operator.gateway.routing import Router
+from triton_runtime.serving.prefix_cache import BOUNDARY, END, PrefixCache
+
+from .gateway_http import Rig, isvc, run
+
+KEY = ("ml", "llama")
+SYSTEM = "Answer in the company's voice. " * 64
+
+
+def router_with(ports: list[int]) -> Router:
+    r = Router()
+    r.set_service(isvc("llama", routing={"policy": "kvEvents"}))
+    r.set_slice({"metadata": {"name": "s", "namespace": "ml", "labels": {routing.SERVICE_NAME_LABEL: "llama"}},
+                 "ports": [{"name": "http", "port": 8000}],
+                 "endpoints": [{"addresses": [f"10.0.0.{p}"], "conditions": {"ready": True}} for p in ports]})
+    return r
+
+
+def chat(tenant: int, question: str, key: tuple[str, str] = KEY) -> routing.Beginning:
+    req = t.parse_body(json.dumps({"model": "m", "messages": [
+        {"role": "system", "content": f"tenant {tenant}: {SYSTEM}"}, {"role": "user", "content": question}]}).encode(),
+        t.ChatRequest)
+    return beginning_of(req, key, 8, precise=True)
+
+
+class Engine:
+    """A replica's prefix cache as the real runtime keeps it, fed the names a request carries:
+    serving one saves its boundary and its end, as the CPU engine does."""
+
+    def __init__(self, budget: int = 10 ** 9) -> None:
+        self.cache = PrefixCache(budget)
+
+    def serve(self, begins: routing.Beginning, cursor: str, size: int = 100) -> str:
+        keys = begins.keys()
+        for depth, kind in ((begins.before_last, BOUNDARY), (len(keys), END)):
+            if depth:
+                self.cache.store([int(k, 16) for k in keys[:depth]], "state", size, kind, (keys[depth - 1], depth))
+        return self.cache.events.since(cursor)
+
+
+def test_the_last_message_starts_where_a_tenants_requests_part():
+    one, two = chat(1, "What is ACME?"), chat(1, "Who are you, and what do you sell? " * 4)
+    assert one.precise and one.before_last == two.before_last > 30
+    assert one.blocks[:one.before_last] == two.blocks[:two.before_last]
+    assert one.blocks[one.before_last:] != two.blocks[two.before_last:]
+    assert len(one.keys()) == len(one.blocks) and all(len(k) == 16 for k in one.keys())
+    completion = beginning_of(t.parse_body(b'{"model": "m", "prompt": "' + b"x" * 300 + b'"}', t.CompletionRequest),
+                              KEY, 8, precise=True)
+    assert completion.before_last == 0 and len(completion.blocks) == 4
+
+
+def test_a_replica_holds_what_its_engine_said_it_stored_and_no_more():
+    r = router_with([1, 2, 3])
+    engine, home = Engine(), r.endpoints(KEY)[1]
+    question = "What is ACME, and what does it sell? " * 5
+    first = chat(1, question)
+    r.observe(home, engine.serve(first, r.cursor(home)))
+    assert len(first.blocks) > first.before_last
+    assert r.holds(home, first) == len(first.blocks)                        # its end
+    assert r.holds(home, chat(1, "Who are you?")) == first.before_last       # the system prompt's state
+    assert all(r.holds(a, chat(1, "Who are you?")) == 0 for a in r.endpoints(KEY) if a != home)
+    # a saved state is one whole prefix: sharing more than the boundary but less than the end
+    # holds the boundary only (the engine restores the longest state, not blocks of one)
+    part = chat(1, question[:120] + " and then something else entirely" * 4)
+    shared = next(i for i, (x, y) in enumerate(zip(part.blocks, first.blocks)) if x != y)
+    assert shared > first.before_last and r.holds(home, part) == first.before_last
+    assert r.pick(KEY, 0.0, chat(1, "Who are you?")) == home
+
+
+def test_events_move_what_a_replica_holds_and_an_older_answer_changes_nothing():
+    r = router_with([1, 2])
+    home = r.endpoints(KEY)[0]
+    engine = Engine(budget=250)                       # two states of 100: a third evicts the oldest
+    stale = r.cursor(home)
+    r.observe(home, engine.serve(chat(1, "a question of a few blocks " * 5), stale))   # its boundary and end
+    cursor = r.cursor(home)
+    late = engine.cache.events.since(stale)          # an answer sent with the old cursor, back late
+    r.observe(home, engine.serve(chat(2, "another question, as long " * 5), cursor))  # evicts tenant 1's
+    assert r.holds(home, chat(1, "q9")) == 0 and r.holds(home, chat(2, "q9")) == chat(2, "q9").before_last
+    r.observe(home, late)
+    assert r.holds(home, chat(1, "q9")) == 0, "an answer that brings nothing newer is ignored"
+    # two answers sent with one cursor: the second brings the first's events again, applied once
+    c = r.cursor(home)
+    a = engine.serve(chat(3, "q3"), c)
+    b = engine.serve(chat(2, "q4"), c)
+    r.observe(home, a)
+    r.observe(home, b)
+    assert set(r.stored[home]) == {int(k, 16) for k, _ in engine.cache.events.held}
+
+
+def test_a_restarted_engine_or_a_gateway_far_behind_is_replaced_by_a_snapshot():
+    r = router_with([1, 2])
+    home = r.endpoints(KEY)[0]
+    before = Engine()
+    r.observe(home, before.serve(chat(1, "q"), r.cursor(home)))
+    assert r.holds(home, chat(1, "x")) > 0
+    restarted = Engine()                              # a new run: its answer to the old cursor is a snapshot
+    r.observe(home, restarted.serve(chat(2, "q"), r.cursor(home)))
+    assert r.holds(home, chat(1, "x")) == 0 and r.holds(home, chat(2, "x")) > 0
+    assert r.cursor(home) == f"{restarted.cache.events.epoch}:{restarted.cache.events.seq}"
+
+
+def test_two_gateways_that_read_the_same_engines_hold_and_pick_alike():
+    a, b = router_with([1, 2, 3]), router_with([3, 2, 1])
+    engines = {address: Engine() for address in a.endpoints(KEY)}
+    for i in range(30):                              # gateway a sends everything, b only reads answers
+        begins = chat(i % 6, f"question {i}")
+        address = a.pick(KEY, 0.0, begins)
+        a.observe(address, engines[address].serve(begins, a.cursor(address)))
+    for address, engine in engines.items():           # b's next answer from each replica
+        b.observe(address, engine.cache.events.since(b.cursor(address)))
+    assert a.stored == b.stored and a.stored
+    asks = [chat(i, "next") for i in range(6)]
+    assert [a.pick(KEY, 0.0, k) for k in asks] == [b.pick(KEY, 0.0, k) for k in asks]
+    assert all(max(a.holds(x, k) for x in a.endpoints(KEY)) == k.before_last for k in asks)
+
+
+def test_a_request_in_flight_counts_as_held_until_it_ends_and_a_silent_engine_falls_back():
+    r = router_with([1, 2, 3])
+    begins = chat(1, "q")
+    home = r.pick(KEY, 0.0, begins)
+    work = r.acquire(home, begins)
+    assert r.holds(home, chat(1, "other")) == begins.before_last        # not reported yet: what was sent
+    r.observe(home, Engine().serve(chat(9, "unrelated"), ""))         # reported: tenant 1's is still in flight
+    assert r.holds(home, chat(1, "other")) == begins.before_last
+    r.release(home, work, begins)
+    assert r.holds(home, chat(1, "other")) == 0 and home not in r.pending, "the engine never said it stored it"
+    r.eject(home, until=5.0)
+    assert home not in r.stored and r.cursor(home) == ""
+
+
+@pytest.mark.parametrize("payload", [
+    "", "not json", "[]", '{"epoch": "e", "seq": "1", "events": []}', '{"epoch": "a b", "seq": 1, "snapshot": []}',
+    '{"epoch": "e", "seq": 2, "snapshot": [["zz", 1]]}', '{"epoch": "e", "seq": 2, "snapshot": [["00000000000000aa", 0]]}',
+    '{"epoch": "e", "seq": 2, "snapshot": [["00000000000000aa", true]]}', '{"epoch": "' + "e" * 33 + '", "seq": 1, "snapshot": []}',
+    '{"epoch": "e", "seq": 2, "snapshot": {"00000000000000aa": 1}}', '{"epoch": "e", "seq": -1, "snapshot": []}',
+    '{"epoch": "e", "seq": 3, "snapshot": [["0x0000000000000a", 1]]}', '{"seq": 3, "snapshot": []}',
+])
+def test_what_a_replica_sends_that_cannot_be_read_changes_nothing(payload: str):
+    r = router_with([1])
+    home = r.endpoints(KEY)[0]
+    r.observe(home, '{"epoch": "e", "seq": 1, "snapshot": [["00000000000000bb", 2]]}')
+    r.observe(home, payload)
+    assert r.stored[home] == {0xbb: 2} and r.cursor(home) == "e:1"
+
+
+def test_an_engine_cannot_grow_the_index_past_its_bound(monkeypatch):
+    monkeypatch.setattr(routing, "ENGINE_INDEX", 3)
+    r = router_with([1])
+    home = r.endpoints(KEY)[0]
+    r.observe(home, json.dumps({"epoch": "e", "seq": 1, "snapshot": [[f"{i:016x}", 1] for i in range(10)]}))
+    assert len(r.stored[home]) == 3
+    r.observe(home, json.dumps({"epoch": "e", "seq": 2, "after": 1,
+                                "events": [["stored", f"{i + 100:016x}", 1] for i in range(10)]}))
+    assert len(r.stored[home]) == 3
+
+
+def test_the_route_sends_block_hashes_and_the_cursor_and_applies_the_answers_events():
+    engine = Engine()
+    bodies: list[dict[str, Any]] = []
+
+    async def answer(request: web.BaseRequest) -> web.StreamResponse:
+        body = json.loads(await request.read())
+        bodies.append(body)
+        keys, before = body["prefix_keys"], body["prefix_boundary"]
+        begins = routing.Beginning(0, tuple(int(k, 16) for k in keys), 0, 0, before, True)
+        events = engine.serve(begins, body["kv_events_after"])
+        if request.raw_path.endswith("/generate_stream"):
+            out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await out.prepare(request)
+            for piece, last in (("he", False), ("llo", True)):
+                await out.write(b"data: " + json.dumps({
+                    "text_output": piece, "finish_reason": "stop" if last else "", "prompt_tokens": 3,
+                    "completion_tokens": 1 + last, "kv_events": events if last else ""}).encode() + b"\n\n")
+            await out.write_eof()
+            return out
+        return web.json_response({"text_output": "ok", "finish_reason": "stop", "prompt_tokens": 3,
+                                  "completion_tokens": 1, "kv_events": events})
+
+    async def scenario():
+        async with Rig() as rig:
+            rig.upstream.answer = answer
+            rig.gw.router.set_service(isvc("llama", routing={"policy": "kvEvents"}))
+            address = rig.gw.router.endpoints(KEY)[0]
+            system = {"role": "system", "content": SYSTEM}
+            for i, stream in enumerate((False, True, False)):
+                reply = await rig.call("POST", "/v1/chat/completions", body={
+                    "model": "ml/llama", "stream": stream,
+                    "messages": [system, {"role": "user", "content": f"question {i}, in a few blocks " * 4}]})
+                assert reply.status == 200
+            first, second, third = bodies
+            assert first["kv_events_after"] == "" and next(iter(first)) == "kv_events_after"
+            assert second["kv_events_after"] == f"{engine.cache.events.epoch}:2"     # boundary and end
+            assert third["kv_events_after"] == f"{engine.cache.events.epoch}:3"      # the second's end
+            assert first["prefix_keys"][:first["prefix_boundary"]] == second["prefix_keys"][:second["prefix_boundary"]]
+            assert json.loads(first["messages"])[0] == system
+            assert rig.gw.router.stored[address] == {int(k, 16): n for k, n in engine.cache.events.held}
+            assert len(rig.gw.router.stored[address]) == 4 and not rig.gw.router.pending
+    run(scenario)
+
+
+def test_a_service_of_another_format_is_never_routed_on_engine_events():
+    r = Router()
+    r.set_service(isvc("resnet", fmt="onnx", routing={"policy": "kvEvents"}))
+    svc = r.services[("ml", "resnet")]
+    assert svc.prefix_routing and not svc.kv_events
+
+
+def test_admission_refuses_kv_events_for_a_model_that_is_not_an_llm():
+    """At admission (the CRD's CEL rule, as tests/crd_admission.py evaluates it) and in the models."""
+    from pydantic import ValidationError
+
+    from triton_operator import crdgen
+    from triton_operator.api.spec import InferenceServiceSpec
+
+    from .crd_admission import Admission
+
+    admission = Admission(crdgen.inference_service_crd())
+
+    def doc(fmt: str) -> dict[str, Any]:
+        return {"apiVersion": "serving.triton-operator.io/v1alpha1", "kind": "InferenceService",
+                "metadata": {"name": "chat"},
+                "spec": {"model": {"source": "hf://org/model", "format": fmt}, "gpu": {"class": "h100"},
+                         "routing": {"policy": "kvEvents"}}}
+
+    refusals = admission.refusals(doc("onnx"))
+    assert [(r.path, r.message) for r in refusals] == [
+        ("spec.routing.policy", "routing.policy kvEvents needs model.format tensorrt-llm (the LLM engine reports "
+                                "what its cache holds)")]
+    assert admission.refusals(doc("tensorrt-llm")) == []
+    with pytest.raises(ValidationError, match="routing.policy kvEvents needs model.format tensorrt-llm"):
+        InferenceServiceSpec.model_validate(doc("onnx")["spec"])
+    assert InferenceServiceSpec.model_validate(doc("tensorrt-llm")["spec"]).routing.policy == "kvEvents"
