@@ -177,12 +177,13 @@ def test_model_yaml_holds_llm_api_arguments_and_the_checkpoints_chat(tmp_path):
     doc = yaml.safe_load((folder / "1" / "model.yaml").read_text())
     # Every llm_args key is an LLM API argument (TorchLlmArgs, TensorRT-LLM 1.2.1 docs: backend,
     # tensor_parallel_size, max_batch_size, max_num_tokens, max_seq_len, kv_cache_config
-    # (KvCacheConfig.free_gpu_memory_fraction, enable_block_reuse), enable_iter_perf_stats,
+    # (KvCacheConfig.free_gpu_memory_fraction, enable_block_reuse, event_buffer_max_size), enable_iter_perf_stats,
     # guided_decoding_backend 'xgrammar'|'llguidance').
     assert doc["llm_args"] == {"enable_iter_perf_stats": True, "guided_decoding_backend": "xgrammar",
                                "tensor_parallel_size": 2, "max_batch_size": 64, "max_num_tokens": 8192,
                                "max_seq_len": 4096, "kv_cache_config": {"free_gpu_memory_fraction": 0.9,
-                                                                        "enable_block_reuse": True}}
+                                                                        "enable_block_reuse": True,
+                                                                        "event_buffer_max_size": 16384}}
     assert (doc["engine"], doc["model"], doc["max_tokens_limit"]) == ("trtllm", str(tmp_path), 4096)
     assert doc["chat_template"] == LLAMA3 and doc["eos_token"] == "<|eot_id|>"
     assert doc["stop_token_ids"] == [128001, 128008, 128009]

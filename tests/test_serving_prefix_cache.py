@@ -112,7 +112,7 @@ def test_saving_and_evicting_named_states_are_told_as_numbered_events():
 
 
 def test_a_reader_of_another_run_or_too_far_behind_gets_a_snapshot():
-    from triton_runtime.serving.prefix_cache import LOG_EVENTS
+    from triton_runtime.serving.kv_events import LOG_EVENTS
 
     cache = PrefixCache(10 ** 9)
     cache.store(SYSTEM, "a", 100, BOUNDARY, ("00000000000000aa", 3))

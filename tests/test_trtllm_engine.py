@@ -9,6 +9,7 @@ cannot prove (real generation, real statistics, load on a GPU) is the GPU smoke 
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -246,3 +247,44 @@ def test_log_probabilities_come_from_the_llm_apis_logprobs_diff(trtllm):
     assert marks[0].top == (("<1000>", -0.1), ("<7000>", -3.0))
     plain, _ = run(engine, [Piece("x", False)], Sampling(max_tokens=64, temperature=0))
     assert all(s.logprobs == () for s in plain) and engine.llm.requests[1][1].logprobs is None
+
+
+def test_the_kv_caches_blocks_come_back_named_by_the_routers_keys(trtllm):
+    """With block reuse and an event buffer (the repository's default kv_cache_config), a request
+    that carried the router's prefix keys gets, on its last step, what the cache holds named by
+    them; the blocks the engine then reports (get_kv_cache_events, drained with the statistics)
+    tie each name to its last full block, and a block the engine evicts takes its name with it."""
+    engine = trtllm()
+    assert engine.llm.kwargs["kv_cache_config"].event_buffer_max_size > 0
+    keys = tuple(f"{i:016x}" for i in range(1, 13))
+    prompt = [Piece("<|begin|>system: ", True), Piece("You answer for ACME. " * 5, False), Piece("<|eot|>user: ", True),
+              Piece("Where is my order, and when will it come? " * 2, False), Piece("<|eot|>", True)]
+    steps: list[Step] = []
+    done = threading.Event()
+    job = Job(prompt=prompt, sampling=Sampling(max_tokens=8, temperature=0), stops=(), fail=lambda e: done.set(),
+              emit=lambda s: (steps.append(s), s.finish_reason and done.set()),
+              prefix_keys=keys, prefix_boundary=6, kv_cursor="")
+    engine.submit(job)
+    assert done.wait(10) and steps[-1].finish_reason == "stop"
+    told = json.loads(steps[-1].kv_events)
+    assert told["snapshot"] == [[keys[5], 6], [keys[11], 12]] and all(s.kv_events == "" for s in steps[:-1])
+    deadline = time.monotonic() + 5
+    while engine.names.waiting and time.monotonic() < deadline:     # the next drains show the blocks
+        time.sleep(0.02)
+    ids, _, _ = engine.llm.requests[0]
+    per = engine.llm.kwargs["kv_cache_config"].tokens_per_block
+    end_block = engine.names.named[(keys[11], 12)]
+    assert end_block is not None and engine.names._walk(tuple(ids[:len(ids) // per * per])) == end_block
+    engine.llm.evict([end_block])
+    cursor = f"{told['epoch']}:{told['seq']}"
+    deadline = time.monotonic() + 5
+    while (keys[11], 12) in engine.names.named and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert json.loads(engine.names.events.since(cursor))["events"] == [["removed", keys[11], 12]]
+
+
+def test_without_an_event_buffer_no_events_are_read_or_told(trtllm):
+    engine = trtllm(kv_cache_config={"enable_block_reuse": True})
+    assert engine.names is None
+    steps, errors = run(engine, [Piece("hi there", False)], Sampling(max_tokens=4, temperature=0))
+    assert errors == [] and steps[-1].kv_events == ""

@@ -49,6 +49,7 @@ from triton_runtime.serving.triton_model import TritonPythonModel  # noqa: E402,
 # queue and KV-cache metrics), and a guided-decoding backend so that response_format (JSON) can be
 # honoured. (`backend` is left out: tensorrt_llm.LLM is the PyTorch backend, and the argument is
 # deprecated.)
+KV_EVENT_BUFFER = 16384   # KV cache events the engine keeps until they are read (read every half second)
 BASE_LLM_ARGS: dict[str, Any] = {
     "enable_iter_perf_stats": True,
     "guided_decoding_backend": "xgrammar",
@@ -120,9 +121,11 @@ def model_yaml(spec: Spec) -> dict[str, Any]:
         for name in ("max_batch_size", "max_num_tokens", "max_seq_len", "dtype"):
             if getattr(spec, name) is not None:
                 args[name] = getattr(spec, name)
+        # Block reuse on (a shared prefix is prefilled once), and its events kept for the router
+        # (KvCacheConfig.event_buffer_max_size: get_kv_cache_events reads them; serving/kv_events.py).
+        args["kv_cache_config"] = {"enable_block_reuse": True, "event_buffer_max_size": KV_EVENT_BUFFER}
         if spec.kv_cache_free_gpu_memory_fraction is not None:
-            args["kv_cache_config"] = {"free_gpu_memory_fraction": spec.kv_cache_free_gpu_memory_fraction,
-                                       "enable_block_reuse": True}
+            args["kv_cache_config"]["free_gpu_memory_fraction"] = spec.kv_cache_free_gpu_memory_fraction
         doc["llm_args"] = args
         doc.update(checkpoint_chat(Path(spec.model)))
         if spec.max_seq_len:

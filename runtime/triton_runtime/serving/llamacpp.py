@@ -32,6 +32,7 @@ import threading
 from typing import Any
 
 from .engine import Counter, Job, RequestError, Stats, Step, TokenLogprob, with_bos
+from .kv_events import tag
 from .prefix_cache import BOUNDARY, END, PrefixCache, boundary
 from .text import StopScanner, Utf8Pieces
 
@@ -253,13 +254,7 @@ class LlamaCppEngine:
 
 
 def _tag(job: Job | None, kind: str) -> tuple[str, int] | None:
-    """What the router calls a state saved for `job` of `kind`: its last prefix key and how many
-    keys it covers (all of them at the prompt's end, those before the last message at the
-    boundary); None when the job has no keys, or none lie before its last message."""
-    if job is None or not job.prefix_keys:
-        return None
-    depth = len(job.prefix_keys) if kind == END else min(job.prefix_boundary, len(job.prefix_keys))
-    return (job.prefix_keys[depth - 1], depth) if depth > 0 else None
+    return tag(job.prefix_keys, job.prefix_boundary, kind) if job is not None else None
 
 
 class LogprobMarks:

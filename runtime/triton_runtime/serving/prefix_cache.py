@@ -18,29 +18,21 @@ of the questions saved after it until its second request comes (with the oldest 
 state going first, a replica that held a few tenants' prompts lost each new one to the next
 question), and a conversation's last turn outlives the boundaries saved after it.
 
-What the cache holds is also told as events (KvEvents), in the router's own terms: a request may
-carry the gateway's chained hashes of its prompt's blocks (`prefix_keys`, and how many of them lie
-before its last message), and a state saved for it is then named by the last key it covers and how
-many keys that is. Saving and evicting such a state are "stored" and "removed" events, numbered
-in order within the engine's run (its epoch), which the gateway reads back with its answers: the
-precise counterpart of the index it would otherwise keep of what it sent where (TensorRT-LLM's
-KV cache events, and Dynamo's and llm-d's routers, work on the same idea with token blocks).
+What the cache holds is also told as events in the router's own terms (kv_events.py): a state
+saved for a request that carried prefix keys is named by them.
 """
 
 from __future__ import annotations
 
-import json
-import secrets
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from .kv_events import BOUNDARY, END, KvEvents, Tag
+
 MIN_TOKENS = 16     # shorter prefixes are not worth a state
-LOG_EVENTS = 1024   # events kept for readers that come back; one that fell further behind gets a snapshot
-Tag = tuple[str, int]   # (the last prefix key a state covers, how many keys it covers)
 
 
-BOUNDARY, END = "boundary", "end"   # a state where the last message begins, at the prompt's end
 
 
 @dataclass
@@ -146,57 +138,6 @@ class PrefixCache:
             self.events.removed(tag)
         self.tags.clear()
         self.bytes = 0
-
-
-class KvEvents:
-    """What a cache holds, as the router names it, and the numbered events that changed it.
-
-    A reader keeps a cursor, "<epoch>:<seq>" (the last event it has applied), and asks for what
-    came after it (`since`): the events after `seq` when the cursor is of this epoch and the log
-    still reaches back to it, else a snapshot of everything held (a reader that is new, that fell
-    behind more than LOG_EVENTS, or that last read an engine since restarted). Several states
-    may carry one tag (two prompts whose keys end alike): it is held while any does, and
-    "stored" and "removed" are told when the first comes and when the last goes. Not
-    thread-safe: one engine thread changes it and reads it."""
-
-    def __init__(self, epoch: str | None = None) -> None:
-        self.epoch = epoch or secrets.token_hex(8)
-        self.seq = 0
-        self.held: dict[Tag, int] = {}                        # tag -> states that carry it
-        self.log: deque[tuple[int, str, Tag]] = deque(maxlen=LOG_EVENTS)
-
-    def stored(self, tag: Tag) -> None:
-        n = self.held.get(tag, 0)
-        self.held[tag] = n + 1
-        if not n:
-            self._append("stored", tag)
-
-    def removed(self, tag: Tag) -> None:
-        n = self.held.get(tag, 0)
-        if n > 1:
-            self.held[tag] = n - 1
-        elif n == 1:
-            del self.held[tag]
-            self._append("removed", tag)
-
-    def _append(self, kind: str, tag: Tag) -> None:
-        self.seq += 1
-        self.log.append((self.seq, kind, tag))
-
-    def since(self, cursor: str) -> str:
-        """What a reader whose cursor is `cursor` ("" for none) has not seen, as JSON:
-        {"epoch", "seq", "after": the cursor's seq, "events": [["stored"|"removed", key, depth], ...]}
-        (the events numbered after+1 to seq) or {"epoch", "seq", "snapshot": [[key, depth], ...]}."""
-        epoch, _, seq_text = cursor.partition(":")
-        seq = int(seq_text) if seq_text.isdigit() else -1
-        oldest = self.log[0][0] if self.log else self.seq + 1
-        out: dict[str, Any] = {"epoch": self.epoch, "seq": self.seq}
-        if epoch == self.epoch and oldest - 1 <= seq <= self.seq:
-            out["after"] = seq
-            out["events"] = [[kind, key, depth] for n, kind, (key, depth) in self.log if n > seq]
-        else:
-            out["snapshot"] = [[key, depth] for key, depth in self.held]
-        return json.dumps(out, separators=(",", ":"))
 
 
 def boundary(offsets: Sequence[tuple[int, bool]], total: int) -> int:

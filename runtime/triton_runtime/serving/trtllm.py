@@ -18,7 +18,11 @@ Every name used here is the LLM API's, as documented for 1.2.1 (nvidia.github.io
 - with `logprobs`, CompletionOutput's `logprobs_diff`: for each new token (`token_ids_diff`) a dict
   {token id: Logprob(logprob, rank)} of the most likely tokens at its place;
 - `LLM.get_stats(timeout)`: iteration statistics (with `enable_iter_perf_stats`): dicts with
-  numQueuedRequests, numActiveRequests and kvCacheStats {usedNumBlocks, maxNumBlocks}.
+  numQueuedRequests, numActiveRequests and kvCacheStats {usedNumBlocks, maxNumBlocks};
+- `LLM.get_kv_cache_events(timeout)` (with `KvCacheConfig(enable_block_reuse=True,
+  event_buffer_max_size=N)`, blocks of `KvCacheConfig.tokens_per_block` tokens, 32 by default):
+  the blocks the cache stored and removed, as kv_events.BlockNames reads them; a request that
+  carried the router's prefix keys gets them back, named, on its last response.
 
 What the names do not say, read from NVIDIA/TensorRT-LLM's sources of the 1.1-1.3 series
 (tensorrt_llm/executor/result.py, executor.py, sampling_params.py; the v1.2.1 tag itself could
@@ -44,6 +48,8 @@ import threading
 from typing import Any
 
 from .engine import Counter, Job, RequestError, Sampling, Stats, Step, TokenLogprob, with_bos
+from .kv_events import BOUNDARY, END, BlockNames, tag
+from .prefix_cache import boundary
 from .text import StopScanner
 
 log = logging.getLogger(__name__)
@@ -60,8 +66,13 @@ class TrtllmEngine:
         from tensorrt_llm.llmapi import KvCacheConfig
 
         args = dict(llm_args)
+        kv = args.get("kv_cache_config") if isinstance(args.get("kv_cache_config"), dict) else {}
         if isinstance(args.get("kv_cache_config"), dict):
             args["kv_cache_config"] = KvCacheConfig(**args["kv_cache_config"])
+        # What the KV cache holds, named for the router, when the engine keeps its events.
+        self.names = (BlockNames(int(kv.get("tokens_per_block", 32)))
+                      if kv.get("event_buffer_max_size", 0) > 0 and kv.get("enable_block_reuse", True) else None)
+        self._names_lock = threading.Lock()
         # Never code from the checkpoint (the API refuses ChatGLM/Baichuan sources by name for it).
         self.llm = LLM(model=model_dir, **{**args, "trust_remote_code": False})
         self.hf_tokenizer = getattr(self.llm.tokenizer, "tokenizer", self.llm.tokenizer)
@@ -82,11 +93,30 @@ class TrtllmEngine:
         self._stats_thread.start()
 
     def tokenize(self, pieces: Any) -> list[int]:
+        return self._tokenize(pieces)[0]
+
+    def _tokenize(self, pieces: Any) -> tuple[list[int], int]:
+        """The prompt's tokens, and where its last message begins in them (prefix_cache.boundary)."""
         ids: list[int] = []
+        starts: list[tuple[int, bool]] = []
         for piece in pieces:
+            starts.append((len(ids), piece.trusted))
             ids += self.hf_tokenizer.encode(piece.text, add_special_tokens=False,
                                             split_special_tokens=not piece.trusted)
-        return with_bos(ids, self.bos_id, self.adds_bos)
+        full = with_bos(ids, self.bos_id, self.adds_bos)
+        shift = len(full) - len(ids)
+        return full, boundary([(start + shift, trusted) for start, trusted in starts], len(full))
+
+    def _told(self, job: Job, ids: list[int], cut: int) -> str:
+        """On a request's last step: its prompt's prefixes named (they are in the cache now), and
+        the events since its reader's cursor ("" when it reads none, or the engine keeps none)."""
+        if self.names is None:
+            return ""
+        with self._names_lock:
+            if job.prefix_keys:
+                self.names.finished(ids, ((cut, tag(job.prefix_keys, job.prefix_boundary, BOUNDARY)),
+                                          (len(ids), tag(job.prefix_keys, job.prefix_boundary, END))))
+            return self.names.events.since(job.kv_cursor) if job.kv_cursor is not None else ""
 
     @staticmethod
     def refusal(sampling: Sampling) -> str | None:
@@ -165,7 +195,8 @@ class TrtllmEngine:
             why = self.refusal(job.sampling)
             if why:
                 raise RequestError(why)
-            ids = [int(t) for t in self.tokenize(job.prompt)]
+            ids, cut = self._tokenize(job.prompt)
+            ids = [int(t) for t in ids]
             if not ids:
                 raise RequestError("the prompt is empty")
             params = self.sampling_params(job)
@@ -183,13 +214,15 @@ class TrtllmEngine:
                 text = scanner.push(o.text_diff or "")
                 if scanner.stopped and not out.finished:   # ours saw the stop first: end it here
                     result.abort()
-                    job.emit(Step(text, len(o.token_ids), len(ids), "stop", marks))
+                    job.emit(Step(text, len(o.token_ids), len(ids), "stop", marks,
+                                  kv_events=self._told(job, ids, cut)))
                     return
                 if out.finished:
                     reason = {"stop": "stop", "length": "length"}.get(o.finish_reason or "", "cancelled")
                     # A stop string ended it: what is held back is the start of that string.
                     held = "" if scanner.stopped or isinstance(getattr(o, "stop_reason", None), str) else scanner.flush()
-                    job.emit(Step(text + held, len(o.token_ids), len(ids), reason, marks))
+                    job.emit(Step(text + held, len(o.token_ids), len(ids), reason, marks,
+                                  kv_events=self._told(job, ids, cut)))
                     return
                 if text or marks:
                     job.emit(Step(text, len(o.token_ids), len(ids), logprobs=marks))
@@ -216,6 +249,13 @@ class TrtllmEngine:
                 log.debug("get_stats failed: %s", e)
                 continue
             self._stats = self.figures(entries, self._stats, self.received.value, self.outstanding.value)
+            if self.names is not None:
+                try:
+                    events = self.llm.get_kv_cache_events(timeout=STATS_QUIET_S)
+                    with self._names_lock:
+                        self.names.apply(events)
+                except Exception as e:  # noqa: BLE001 - routing hints are best effort
+                    log.debug("get_kv_cache_events failed: %s", e)
 
     @staticmethod
     def figures(entries: list[Any], last: Stats, received: int, outstanding: int) -> Stats:

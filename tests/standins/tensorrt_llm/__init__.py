@@ -182,6 +182,7 @@ class LLM:
             raise ValueError(f"The sum of prompt length ({len(inputs)}) and query length (0) should not exceed "
                              f"max_num_tokens ({self.refuse_longer_than})")
         self.requests.append((list(inputs), sampling_params, streaming))
+        self._store_blocks(list(inputs))
         return GenerationResult(self, len(self.requests), list(inputs), sampling_params, list(self.script))
 
     def get_stats(self, timeout: float | None = 2) -> list[dict]:
@@ -193,6 +194,54 @@ class LLM:
                   "get_stats() AFTER prompts have been submitted.")
             return []
         out, self.stats = self.stats, []
+        return out
+
+    # -- KV cache events (KvCacheConfig(enable_block_reuse=True, event_buffer_max_size=N > 0)) ------------
+
+    def _kv_config(self) -> KvCacheConfig | None:
+        return self.kwargs.get("kv_cache_config")
+
+    def _store_blocks(self, ids: list[int]) -> None:
+        """As the engine's prefill stores a prompt's full blocks (not its last token's partial one)
+        in its radix tree, reporting only the blocks new to it, chained by parent_hash (None at
+        the root), each hash a 64-bit unsigned int."""
+        config = self._kv_config()
+        if config is None or not config.enable_block_reuse or config.event_buffer_max_size <= 0:
+            return
+        per = config.tokens_per_block
+        tree = self.__dict__.setdefault("_tree", {})
+        parent, first_parent, new = None, None, []
+        for i in range((len(ids) - 1) // per):
+            tokens = tuple(ids[i * per:(i + 1) * per])
+            h = tree.get((parent, tokens))
+            if h is None:
+                if not new:
+                    first_parent = parent
+                h = tree[(parent, tokens)] = hash((parent, tokens, "block")) & ((1 << 64) - 1)
+                new.append({"type": "stored_block", "block_hash": h, "tokens": [
+                    {"type": "unique_token", "token_id": t, "token_extra_id": 0} for t in tokens],
+                    "cache_level": 0, "priority": 35})
+            parent = h
+        if new:
+            self._kv_events().append({"event_id": len(self._kv_events()), "window_size": per * 1024, "data": {
+                "type": "stored", "parent_hash": first_parent, "blocks": new}})
+
+    def _kv_events(self) -> list[dict]:
+        return self.__dict__.setdefault("_events", [])
+
+    def evict(self, hashes: list[int]) -> None:
+        """The test's hand on the engine's evictions: these blocks leave the tree."""
+        tree = self.__dict__.setdefault("_tree", {})
+        for key in [k for k, h in tree.items() if h in hashes]:
+            del tree[key]
+        self._kv_events().append({"event_id": len(self._kv_events()), "window_size": 32768,
+                                  "data": {"type": "removed", "block_hashes": list(hashes)}})
+
+    def get_kv_cache_events(self, timeout: float | None = 2) -> list[dict]:
+        config = self._kv_config()
+        if config is None or config.event_buffer_max_size <= 0:
+            raise RuntimeError("KV cache events need KvCacheConfig.event_buffer_max_size > 0")
+        out, self.__dict__["_events"] = self._kv_events(), []
         return out
 
     def shutdown(self) -> None:

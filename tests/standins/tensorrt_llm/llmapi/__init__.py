@@ -17,6 +17,9 @@ class KvCacheConfig:
                  sink_token_length=None, free_gpu_memory_fraction=0.9, host_cache_size=None,
                  onboard_blocks=True, cross_kv_cache_fraction=None, secondary_offload_min_priority=None,
                  event_buffer_max_size=0, enable_partial_reuse=True, copy_on_partial_reuse=True,
-                 use_uvm=False, dtype="auto"):
+                 use_uvm=False, dtype="auto", tokens_per_block=32):
         self.free_gpu_memory_fraction = free_gpu_memory_fraction
         self.dtype = dtype
+        self.enable_block_reuse = enable_block_reuse
+        self.event_buffer_max_size = event_buffer_max_size
+        self.tokens_per_block = tokens_per_block
