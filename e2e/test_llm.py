@@ -223,8 +223,8 @@ def test_the_engine_tells_what_its_prefix_cache_stored_by_the_names_a_request_ga
     """A request that carries the router's block hashes (prefix_keys, and how many lie before its
     last message) gets back, on its last response, what the engine's prefix cache stored and
     removed since the cursor it sent (kv_events): the states saved for it at its last message
-    and at its end, named by the last hash each covers. A reader without a cursor gets a
-    snapshot; a bad key is refused with a clear message."""
+    and at its end, named by the last hash each covers, and how many requests the engine held.
+    A reader without a cursor gets a snapshot; a bad key is refused with a clear message."""
     system = "You are the archivist of ACME. " + " ".join(f"Record {i} is kept in room {i}." for i in range(30))
     keys = [f"{uuid.uuid4().int & ((1 << 64) - 1):016x}" for _ in range(12)]
 
@@ -239,6 +239,7 @@ def test_the_engine_tells_what_its_prefix_cache_stored_by_the_names_a_request_ga
 
     first = ask(f"Where is record 3? ({uuid.uuid4().hex[:6]})", keys, "")
     assert "snapshot" in first and [keys[7], 8] in first["snapshot"] and [keys[11], 12] in first["snapshot"]
+    assert first["load"] == 1, "the engine held this request only"
     cursor = f"{first['epoch']}:{first['seq']}"
     other = keys[:8] + [f"{uuid.uuid4().int & ((1 << 64) - 1):016x}" for _ in range(3)]
     second = ask("And where is record 4?", other, cursor, stream=True)

@@ -251,3 +251,23 @@ def test_admission_refuses_kv_events_for_a_model_that_is_not_an_llm():
     with pytest.raises(ValidationError, match="routing.policy kvEvents needs model.format tensorrt-llm"):
         InferenceServiceSpec.model_validate(doc("onnx")["spec"])
     assert InferenceServiceSpec.model_validate(doc("tensorrt-llm")["spec"]).routing.policy == "kvEvents"
+
+
+def test_what_other_gateways_sent_a_replica_counts_for_a_while():
+    """An answer says how many requests the engine held: less this gateway's own, what other
+    gateway replicas sent it, which the load bound and the work ahead count for OTHERS_FOR_S."""
+    r = router_with([1, 2, 3])
+    r.services[KEY] = routing.Service(KEY, "llm", "llm", True, llm=True, prefix_routing=True, kv_events=True,
+                                      batch_slots=1)
+    begins = chat(1, "q")
+    home = r.pick(KEY, 10.0, begins)
+    work = r.acquire(home, begins)
+    r.observe(home, json.dumps({"epoch": "e", "seq": 0, "snapshot": [], "load": 3}), now=10.0)
+    assert r.load(home, 10.5) == 3 and r.others[home] == (2, 10.0)
+    assert r.pick(KEY, 10.5, chat(1, "next")) != home, "two more of other gateways' requests wait there"
+    r.release(home, work, begins)
+    assert r.load(home, 10.0 + routing.OTHERS_FOR_S) == 0 and home not in r.others, "told too long ago"
+    assert r.pick(KEY, 13.0, chat(1, "next")) == home
+    r.observe(home, json.dumps({"epoch": "e", "seq": 0, "snapshot": [], "load": True}), now=13.0)
+    r.observe(home, json.dumps({"epoch": "e", "seq": 0, "snapshot": [], "load": -1}), now=13.0)
+    assert home not in r.others

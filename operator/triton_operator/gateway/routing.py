@@ -36,6 +36,10 @@ has a request in flight there that begins with them (its state is being saved). 
 replica reads the same events, so two of them route alike; an engine that restarts starts a new
 run, whose first answer replaces what was known of it. A replica whose engine has not reported
 (yet, or at all: one that does not keep such events) is routed on what this gateway sent it.
+Each answer also says how many requests its engine held then: less this gateway's own, what the
+other gateway replicas sent it, counted with this gateway's requests in flight there for
+OTHERS_FOR_S seconds (the load bound and the work ahead then see every gateway's requests, not
+one's share of them).
 """
 
 from __future__ import annotations
@@ -78,6 +82,7 @@ INDEX_BLOCKS = 4096
 # requests ahead in a full batch.
 DECODE_CHARS = 16
 ENGINE_INDEX = 65536        # most states a replica's engine is believed to hold (kvEvents)
+OTHERS_FOR_S = 2.0          # how long the requests other gateways sent a replica count (kvEvents: see the module)
 ROUTING_POLICIES = ("leastInFlight", "prefix", "kvEvents")
 
 
@@ -266,6 +271,7 @@ class Router:
     stored: dict[Address, dict[int, int]] = field(default_factory=dict)   # kvEvents: block hash -> blocks, as the engine said
     cursors: dict[Address, tuple[str, int]] = field(default_factory=dict)   # kvEvents: (engine run, last event read)
     pending: dict[Address, dict[int, int]] = field(default_factory=dict)  # kvEvents: blocks of requests in flight (counts)
+    others: dict[Address, tuple[int, float]] = field(default_factory=dict)  # kvEvents: other gateways' requests, when told
     ejected: dict[Address, float] = field(default_factory=dict)   # replicas that failed to connect -> until when
     _endpoints: dict[ServiceKey, tuple[Address, ...]] = field(default_factory=dict)
     _unnamed_port: set[tuple[str, str]] = field(default_factory=set)   # slices without port_name
@@ -366,6 +372,18 @@ class Router:
         self.held.pop(address, None)
         self.stored.pop(address, None)
         self.cursors.pop(address, None)
+        self.others.pop(address, None)
+
+    def load(self, address: Address, now: float) -> int:
+        """The requests in flight at `address`: this gateway's, and those the other gateways sent it
+        as its engine last told (for OTHERS_FOR_S seconds)."""
+        n = self.in_flight.get(address, 0)
+        told = self.others.get(address)
+        if told is not None:
+            if now - told[1] < OTHERS_FOR_S:
+                return n + told[0]
+            del self.others[address]
+        return n
 
     def why_no_endpoint(self, key: ServiceKey) -> str:
         """Why `key` has no ready endpoint, as the EndpointSlices say it."""
@@ -383,12 +401,12 @@ class Router:
         if not addresses:
             return None
         if begins is not None and len(addresses) > 1:
-            load = self.in_flight.get
-            bound = math.ceil(AFFINITY_LOAD * (sum(load(a, 0) for a in addresses) + 1) / len(addresses)) + 1
-            room = [a for a in addresses if load(a, 0) < bound] or list(addresses)
+            load = {a: self.load(a, now) for a in addresses}
+            bound = math.ceil(AFFINITY_LOAD * (sum(load.values()) + 1) / len(addresses)) + 1
+            room = [a for a in addresses if load[a] < bound] or list(addresses)
             svc = self.services.get(key)
             slots = (svc.batch_slots if svc is not None else None) or DEFAULT_MAX_BATCH
-            return min(room, key=lambda a: (self.cost(a, begins, slots), -_rank(begins.affinity, a)))
+            return min(room, key=lambda a: (self.cost(a, begins, slots, load[a]), -_rank(begins.affinity, a)))
         least = min(self.in_flight.get(a, 0) for a in addresses)
         candidates = [a for a in addresses if self.in_flight.get(a, 0) == least]
         self._turn += 1
@@ -432,7 +450,7 @@ class Router:
         run, seq = self.cursors.get(address, ("", 0))
         return f"{run}:{seq}" if run else ""
 
-    def observe(self, address: Address, text: str) -> None:
+    def observe(self, address: Address, text: str, now: float = 0.0) -> None:
         """Apply what the engine of `address` said it did since this gateway's cursor (an answer's
         kv_events: prefix_cache.KvEvents.since). Answers may come back out of order: one that says
         nothing newer than what was applied is ignored, and of the events one brings, those applied
@@ -444,6 +462,10 @@ class Router:
                     and not isinstance(seq, bool) and seq >= 0):
                 raise ValueError("no run and sequence number")
             known_run, known_seq = self.cursors.get(address, ("", 0))
+            load = out.get("load")
+            if isinstance(load, int) and not isinstance(load, bool) and 0 <= load <= 1 << 20:
+                # this gateway's requests there are still in flight (the one answered among them)
+                self.others[address] = (max(0, load - self.in_flight.get(address, 0)), now)
             if "snapshot" in out:
                 if run == known_run and seq <= known_seq:
                     return
@@ -464,17 +486,20 @@ class Router:
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             log.debug("kv events from %s:%d not read: %s", address[0], address[1], e)
 
-    def cost(self, address: Address, begins: Beginning, slots: int) -> float:
+    def cost(self, address: Address, begins: Beginning, slots: int, load: int | None = None) -> float:
         """What `begins` costs at `address`: its own work there, plus, when the replica's `slots`
-        are all taken, what is left of the work in flight ahead of it: of the requests that must
-        end first, those running are half done on average (a request found at a random moment of
-        its run has half of it left), those waiting not begun."""
+        are all taken (by its `load`: this gateway's requests in flight unless said), what is left
+        of the work in flight ahead of it: of the requests that must end first, those running are
+        half done on average (a request found at a random moment of its run has half of it left),
+        those waiting not begun; another gateway's request weighs as this gateway's do on
+        average, or as this one would cold when this gateway has none there."""
         own = begins.work(self.holds(address, begins))
-        n = self.in_flight.get(address, 0)
+        n = self.in_flight.get(address, 0) if load is None else load
         must_end = max(0, n - slots + 1)
         if not must_end:
             return own
-        mean = self.work.get(address, 0) / n
+        mine = self.in_flight.get(address, 0)
+        mean = self.work.get(address, 0) / mine if mine else begins.work(0)
         running = min(must_end, slots)
         return own + mean * (must_end - running / 2)
 

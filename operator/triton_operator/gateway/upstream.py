@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import logging
 import socket
@@ -110,7 +109,7 @@ class Upstream:
         try:
             address, resp, sent, span, work = await self.send(svc, caller, method, path, body, headers, begins)
             in_flight_gauge.inc()
-            ex = Exchange(resp, span, started, kv_events=functools.partial(self.router.observe, address))
+            ex = Exchange(resp, span, started, kv_events=lambda text: self.router.observe(address, text, self.clock()))
             try:
                 yield ex
             except BaseException as e:   # the answer failed on its way (a broken stream, a cancel)

@@ -72,14 +72,18 @@ class KvEvents:
         self.seq += 1
         self.log.append((self.seq, kind, tag))
 
-    def since(self, cursor: str) -> str:
+    def since(self, cursor: str, load: int | None = None) -> str:
         """What a reader whose cursor is `cursor` ("" for none) has not seen, as JSON:
         {"epoch", "seq", "after": the cursor's seq, "events": [["stored"|"removed", key, depth], ...]}
-        (the events numbered after+1 to seq) or {"epoch", "seq", "snapshot": [[key, depth], ...]}."""
+        (the events numbered after+1 to seq) or {"epoch", "seq", "snapshot": [[key, depth], ...]};
+        with `load`, also "load": the requests the engine holds now (queued and running, the
+        one answered among them), which tells a gateway what the other gateways sent it."""
         epoch, _, seq_text = cursor.partition(":")
         seq = int(seq_text) if seq_text.isdigit() else -1
         oldest = self.log[0][0] if self.log else self.seq + 1
         out: dict[str, Any] = {"epoch": self.epoch, "seq": self.seq}
+        if load is not None:
+            out["load"] = load
         if epoch == self.epoch and oldest - 1 <= seq <= self.seq:
             out["after"] = seq
             out["events"] = [[kind, key, depth] for n, kind, (key, depth) in self.log if n > seq]

@@ -167,7 +167,8 @@ class LlamaCppEngine:
         self._context_tokens = len(ids)
 
         def step(text: str, reason: str | None = None) -> Step:
-            events = self.cache.events.since(job.kv_cursor) if reason is not None and job.kv_cursor is not None else ""
+            events = (self.cache.events.since(job.kv_cursor, self.queued.value + self.active.value)
+                      if reason is not None and job.kv_cursor is not None else "")
             return Step(text, generated, len(ids), reason, marks.take(len(text), reason is not None) if marks else (),
                         cached, events)
 

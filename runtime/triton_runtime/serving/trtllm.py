@@ -116,7 +116,7 @@ class TrtllmEngine:
             if job.prefix_keys:
                 self.names.finished(ids, ((cut, tag(job.prefix_keys, job.prefix_boundary, BOUNDARY)),
                                           (len(ids), tag(job.prefix_keys, job.prefix_boundary, END))))
-            return self.names.events.since(job.kv_cursor) if job.kv_cursor is not None else ""
+            return self.names.events.since(job.kv_cursor, self.outstanding.value) if job.kv_cursor is not None else ""
 
     @staticmethod
     def refusal(sampling: Sampling) -> str | None:
