@@ -29,13 +29,12 @@ With `spec.routing.policy: kvEvents` the same choice is made on what each replic
 holds, not on what this gateway sent it: each request carries its block hashes (`prefix_keys`) and
 how many lie before its last message, the engine names the states it saves and evicts by them, and
 each answer brings back the engine's events since this gateway's cursor on that replica
-(runtime/triton_runtime/serving/prefix_cache.py). A replica then holds a request's first n blocks
-when its engine last said it stored a state named by the request's n-th block hash (a saved state
-is one whole prefix: holding a longer one says nothing of a shorter one), or while this gateway
-has a request in flight there that begins with them (its state is being saved). Every gateway
-replica reads the same events, so two of them route alike; an engine that restarts starts a new
-run, whose first answer replaces what was known of it. A replica whose engine has not reported
-(yet, or at all: one that does not keep such events) is routed on what this gateway sent it.
+(runtime/triton_runtime/serving/kv_events.py). A replica then holds a request's first n blocks
+when its engine last said it stored a prefix named by the request's n-th block hash, or, as with
+prefix, when this gateway sent it them, unless its engine has since said it evicted them. Every
+gateway replica reads the same events, so each knows what the others' requests left on a
+replica, and none counts on a prompt a replica evicted; an engine that restarts starts a new run,
+whose first answer replaces what was known of it (what was sent there included).
 Each answer also says how many requests its engine held then: less this gateway's own, what the
 other gateway replicas sent it, counted with this gateway's requests in flight there for
 OTHERS_FOR_S seconds (the load bound and the work ahead then see every gateway's requests, not
@@ -270,11 +269,11 @@ class Router:
     held: dict[Address, OrderedDict[int, None]] = field(default_factory=dict)   # the index (see the module)
     stored: dict[Address, dict[int, int]] = field(default_factory=dict)   # kvEvents: block hash -> blocks, as the engine said
     cursors: dict[Address, tuple[str, int]] = field(default_factory=dict)   # kvEvents: (engine run, last event read)
-    pending: dict[Address, dict[int, int]] = field(default_factory=dict)  # kvEvents: blocks of requests in flight (counts)
     others: dict[Address, tuple[int, float]] = field(default_factory=dict)  # kvEvents: other gateways' requests, when told
     ejected: dict[Address, float] = field(default_factory=dict)   # replicas that failed to connect -> until when
     _endpoints: dict[ServiceKey, tuple[Address, ...]] = field(default_factory=dict)
     _unnamed_port: set[tuple[str, str]] = field(default_factory=set)   # slices without port_name
+    _live: dict[Address, int] = field(default_factory=dict)   # ready endpoints -> services that list them
     _turn: int = 0
 
     # -- updates from the watches (each returns the services whose ready endpoints changed) -----
@@ -335,8 +334,14 @@ class Router:
             addresses = tuple(sorted({a for k, addrs in self.slices.values() if k == key for a in addrs}))
             if addresses != self._endpoints.get(key, ()):
                 changed.add(key)
-                for gone in set(self._endpoints.get(key, ())) - set(addresses):
+                before = set(self._endpoints.get(key, ()))
+                for gone in before - set(addresses):
+                    self._live[gone] -= 1
+                    if not self._live[gone]:
+                        del self._live[gone]
                     self.forget(gone)     # not ready (restarting, going): its cache is not to be trusted
+                for new in set(addresses) - before:
+                    self._live[new] = self._live.get(new, 0) + 1
                 if addresses:
                     self._endpoints[key] = addresses
                 else:
@@ -368,7 +373,7 @@ class Router:
         self.forget(address)
 
     def forget(self, address: Address) -> None:
-        """Forget what `address` holds (requests in flight there still count until they end)."""
+        """Forget what `address` holds."""
         self.held.pop(address, None)
         self.stored.pop(address, None)
         self.cursors.pop(address, None)
@@ -414,35 +419,20 @@ class Router:
 
     def holds(self, address: Address, begins: Beginning) -> int:
         """How many of the first blocks of `begins` `address` holds: as this gateway last sent them
-        there, or, for a precise Beginning, as its engine said and its requests in flight show."""
-        if begins.precise and address in self.cursors:
-            return self._holds_precisely(address, begins)
+        there (less what its engine said it evicted), or, for a precise Beginning, as its engine
+        said it stored them, whichever is more."""
+        n = 0
         index = self.held.get(address)
-        if not index:
-            return 0
-        n = 0
-        for block in begins.blocks:
-            if block not in index:
-                break
-            n += 1
-        return n
-
-    def _holds_precisely(self, address: Address, begins: Beginning) -> int:
-        stored = self.stored.get(address)
-        n = 0
-        if stored:
-            for depth in range(len(begins.blocks), 0, -1):
-                if stored.get(begins.blocks[depth - 1]) == depth:
-                    n = depth
-                    break
-        pending = self.pending.get(address)
-        if pending:
-            m = 0
+        if index:
             for block in begins.blocks:
-                if block not in pending:
+                if block not in index:
                     break
-                m += 1
-            n = max(n, m)
+                n += 1
+        stored = self.stored.get(address) if begins.precise else None
+        if stored:
+            for depth in range(len(begins.blocks), n, -1):
+                if stored.get(begins.blocks[depth - 1]) == depth:
+                    return depth
         return n
 
     def cursor(self, address: Address) -> str:
@@ -455,6 +445,8 @@ class Router:
         kv_events: prefix_cache.KvEvents.since). Answers may come back out of order: one that says
         nothing newer than what was applied is ignored, and of the events one brings, those applied
         already are skipped. What cannot be read is ignored (and logged): routing goes on."""
+        if address not in self._live or address in self.ejected:
+            return    # the replica left while its answer was on its way
         try:
             out = json.loads(text)
             run, seq = out["epoch"], out["seq"]
@@ -470,16 +462,20 @@ class Router:
                 if run == known_run and seq <= known_seq:
                     return
                 self.stored[address] = dict(_held(out["snapshot"]))
+                if known_run and run != known_run:
+                    self.held.pop(address, None)     # restarted: what was sent there is gone
             elif run == known_run and seq > known_seq:
                 after = out["after"]
                 stored = self.stored.setdefault(address, {})
+                sent = self.held.get(address, {})
                 for kind, block, depth in out["events"][max(0, known_seq - after):]:
                     if kind == "stored":
-                        if len(stored) < ENGINE_INDEX or block in stored:
+                        if len(stored) < ENGINE_INDEX or _block(block) in stored:
                             stored[_block(block)] = _depth(depth)
                     elif kind == "removed":
                         if stored.get(_block(block)) == _depth(depth):
                             del stored[_block(block)]
+                        sent.pop(_block(block), None)
             else:
                 return
             self.cursors[address] = (run, seq)
@@ -511,11 +507,7 @@ class Router:
             return 0
         work = begins.work(self.holds(address, begins))
         self.work[address] = self.work.get(address, 0) + work
-        if begins.precise:
-            pending = self.pending.setdefault(address, {})
-            for block in begins.blocks:
-                pending[block] = pending.get(block, 0) + 1
-        if begins.blocks and address not in self.cursors:   # what it was sent, until its engine says
+        if begins.blocks:
             index = self.held.setdefault(address, OrderedDict())
             for block in reversed(begins.blocks):   # a prompt's first blocks are forgotten last
                 index[block] = None
@@ -524,17 +516,7 @@ class Router:
                 index.popitem(last=False)
         return work
 
-    def release(self, address: Address, work: int = 0, begins: Beginning | None = None) -> None:
-        if begins is not None and begins.precise and address in self.pending:
-            pending = self.pending[address]
-            for block in begins.blocks:
-                n = pending.get(block, 0) - 1
-                if n > 0:
-                    pending[block] = n
-                else:
-                    pending.pop(block, None)
-            if not pending:
-                del self.pending[address]
+    def release(self, address: Address, work: int = 0) -> None:
         left = self.in_flight.get(address, 0) - 1
         if left > 0:
             self.in_flight[address] = left

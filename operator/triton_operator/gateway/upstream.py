@@ -118,7 +118,7 @@ class Upstream:
             finally:
                 span.end()
                 resp.release()
-                self.router.release(address, work, begins)
+                self.router.release(address, work)
                 in_flight_gauge.dec()
                 account(sent)
             code = ex.code
@@ -171,7 +171,7 @@ class Upstream:
             except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
                 span.fail(e)
                 span.end()
-                self.router.release(address, work, begins)
+                self.router.release(address, work)
                 self.router.eject(address, self.clock() + EJECT_SECONDS)
                 reason = "timeout" if isinstance(e, aiohttp.ConnectionTimeoutError) else (
                     "tls" if isinstance(e, aiohttp.ClientSSLError) else "refused")
@@ -188,7 +188,7 @@ class Upstream:
             except BaseException as e:
                 span.fail(e)
                 span.end()
-                self.router.release(address, work, begins)
+                self.router.release(address, work)
                 raise
 
     def cached_template(self, svc: Service) -> str | None:
