@@ -44,9 +44,10 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 OUT = ROOT / "bench" / "results"
-POLICIES = ("leastInFlight", "prefix", "prefix x2", "kvEvents", "kvEvents x2", "random")
-GATEWAYS = {"prefix x2": 2, "kvEvents x2": 2}   # gateway replicas per routing run (1 unless named here)
-LABELS = {"prefix x2": "prefix, 2 gateways", "kvEvents x2": "kvEvents, 2 gateways"}
+POLICIES = ("leastInFlight", "prefix", "prefix x2", "kvEvents", "kvEvents x2", "random", "leastInFlight x2")
+GATEWAYS = {"prefix x2": 2, "kvEvents x2": 2, "leastInFlight x2": 2}   # gateway replicas a run (1 unless named)
+LABELS = {"prefix x2": "prefix, 2 gateways", "kvEvents x2": "kvEvents, 2 gateways",
+          "leastInFlight x2": "leastInFlight, 2 gateways"}
 WORKLOADS = ("tenants", "conversations", "control")
 WORDS = ("billing support refund invoice account plan upgrade shipping order warranty return policy customer "
          "device network password security privacy contract renewal discount payment delivery storage backup").split()
