@@ -24,6 +24,7 @@ from triton_runtime.serving.prefix_cache import BOUNDARY, END, PrefixCache
 from .gateway_http import Rig, isvc, run
 
 KEY = ("ml", "llama")
+NS = {"X-Inference-Namespace": "ml"}     # ml/llama, not lab/llama
 SYSTEM = "Answer in the company's voice. " * 64
 
 
@@ -277,3 +278,23 @@ def test_what_other_gateways_sent_a_replica_counts_for_a_while():
     r.observe(home, json.dumps({"epoch": "e", "seq": 0, "snapshot": [], "load": True}), now=13.0)
     r.observe(home, json.dumps({"epoch": "e", "seq": 0, "snapshot": [], "load": -1}), now=13.0)
     assert home not in r.others
+
+
+def test_a_client_cannot_set_the_routers_inputs_through_the_v2_routes():
+    """prefix_keys, prefix_boundary and kv_events_after are the gateway's: a client that set them
+    on the generate pass-through could read which prompts other keys left in a replica's cache
+    (the events' names are hashes of prompts a client can compute) or name states falsely."""
+    async def scenario():
+        async with Rig() as rig:
+            for route in ("generate", "generate_stream"):
+                for extra in ({"kv_events_after": ""}, {"prefix_keys": ["00000000000000aa"], "prefix_boundary": 1}):
+                    reply = await rig.call("POST", f"/v2/models/llama/{route}", body={"text_input": "x", **extra},
+                                           headers=NS)
+                    field = sorted(extra)
+                    assert (reply.status, reply.error["code"], reply.error["message"]) == (
+                        400, "reserved_parameter", f"{', '.join(field)}: set by the gateway, not by clients")
+            assert not rig.upstream.seen, "nothing reached the replica"
+            ok = await rig.call("POST", "/v2/models/llama/generate", body={"text_input": "x", "max_tokens": 4},
+                                headers=NS)
+            assert ok.status == 200
+    run(scenario)

@@ -584,9 +584,10 @@ class RoutingSpec(Model):
                     "takes a request while it has under 1.25x its share of the requests in flight, plus one, so "
                     "a hot prompt cannot pile onto one replica; a prompt no replica holds goes where its "
                     "beginning hashes, so every gateway replica sends it to the same place without sharing state. "
-                    "kvEvents (model.format tensorrt-llm): as prefix, but what a replica holds is what its engine "
-                    "says it stored and evicted, read back with each answer, so every gateway replica knows the "
-                    "same; an engine that does not report its cache is routed as prefix.")
+                    "kvEvents (model.format tensorrt-llm): as prefix, and each answer also brings what the "
+                    "replica's engine stored and evicted and how many requests it holds, so every gateway "
+                    "replica knows what the others' requests left there, and none counts on a prompt a replica "
+                    "evicted.")
     inference_pool: InferencePoolSpec | None = Field(
         None, description="Also render an InferencePool (Gateway API Inference Extension, "
                           "inference.networking.k8s.io/v1) selecting this service's serving pods, for a gateway "

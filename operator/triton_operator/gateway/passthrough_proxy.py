@@ -36,6 +36,7 @@ HEADER_LENGTH = "Inference-Header-Content-Length"
 INT32_MAX = 2**31 - 1
 SMALL_BODY = 1 << 16  # answers up to this size are passed through whole, larger ones streamed
 GENERATE_ROUTES = ("/generate", "/generate_stream")
+ROUTER_INPUTS = frozenset({"prefix_keys", "prefix_boundary", "kv_events_after"})   # the llm model's, set by the gateway
 _DIGITS = re.compile(r"[0-9]{1,10}")
 
 
@@ -84,6 +85,13 @@ class PassthroughProxy:
         if not isinstance(data, dict):
             m.REJECTED.labels("bad_request").inc()
             raise t.OpenAIError(400, "the request body must be a JSON object")
+        reserved = sorted(ROUTER_INPUTS & data.keys())
+        if reserved:
+            # The router's own inputs (kvEvents routing): a client that set them could read which
+            # prompts other keys' requests left in a replica's cache, or name its states falsely.
+            m.REJECTED.labels("bad_request").inc()
+            raise t.OpenAIError(400, f"{', '.join(reserved)}: set by the gateway, not by clients", param=reserved[0],
+                                code="reserved_parameter")
         cap = self.auth.max_tokens_cap(caller)
         asked = data.get("max_tokens")
         if isinstance(asked, list) and len(asked) == 1:
