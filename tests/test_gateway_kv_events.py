@@ -162,6 +162,8 @@ def test_what_this_gateway_sent_counts_until_the_engine_says_it_evicted_it_or_re
     '{"epoch": "e", "seq": 2, "snapshot": [["00000000000000aa", true]]}', '{"epoch": "' + "e" * 33 + '", "seq": 1, "snapshot": []}',
     '{"epoch": "e", "seq": 2, "snapshot": {"00000000000000aa": 1}}', '{"epoch": "e", "seq": -1, "snapshot": []}',
     '{"epoch": "e", "seq": 3, "snapshot": [["0x0000000000000a", 1]]}', '{"seq": 3, "snapshot": []}',
+    '{"epoch": "e", "seq": 3, "after": 2, "events": [["removed", "00000000000000bb", 2]]}',
+    '{"epoch": "e", "seq": 3, "after": "1", "events": [["removed", "00000000000000bb", 2]]}',
 ])
 def test_what_a_replica_sends_that_cannot_be_read_changes_nothing(payload: str):
     r = router_with([1])

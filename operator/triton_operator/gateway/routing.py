@@ -442,9 +442,9 @@ class Router:
 
     def observe(self, address: Address, text: str, now: float = 0.0) -> None:
         """Apply what the engine of `address` said it did since this gateway's cursor (an answer's
-        kv_events: prefix_cache.KvEvents.since). Answers may come back out of order: one that says
-        nothing newer than what was applied is ignored, and of the events one brings, those applied
-        already are skipped. What cannot be read is ignored (and logged): routing goes on."""
+        kv_events: runtime/triton_runtime/serving/kv_events.py, KvEvents.since). Answers may come back
+        out of order: one that says nothing newer than what was applied is ignored, and of the
+        events one brings, those applied already are skipped. What cannot be read is ignored (and logged): routing goes on."""
         if address not in self._live or address in self.ejected:
             return    # the replica left while its answer was on its way
         try:
@@ -466,6 +466,8 @@ class Router:
                     self.held.pop(address, None)     # restarted: what was sent there is gone
             elif run == known_run and seq > known_seq:
                 after = out["after"]
+                if not (isinstance(after, int) and 0 <= after <= known_seq):
+                    raise ValueError("events from after a cursor this gateway never sent")
                 stored = self.stored.setdefault(address, {})
                 sent = self.held.get(address, {})
                 for kind, block, depth in out["events"][max(0, known_seq - after):]:
