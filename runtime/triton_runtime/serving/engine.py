@@ -110,6 +110,21 @@ def with_bos(ids: list[int], bos_id: int | None, adds_bos: bool) -> list[int]:
     return [bos_id, *ids]
 
 
+def tokenize_pieces(pieces: Sequence[Piece], encode: Callable[[Piece], list[int]], bos_id: int | None,
+                    adds_bos: bool) -> tuple[list[int], list[tuple[int, bool]]]:
+    """A prompt's token ids, `encode`d piece by piece (without special tokens) with its BOS as
+    with_bos puts it, and where each piece starts in them (and whether it is the template's own
+    text): what prefix_cache.boundary reads."""
+    ids: list[int] = []
+    starts: list[tuple[int, bool]] = []
+    for piece in pieces:
+        starts.append((len(ids), piece.trusted))
+        ids += encode(piece)
+    full = with_bos(ids, bos_id, adds_bos)
+    shift = len(full) - len(ids)
+    return full, [(start + shift, trusted) for start, trusted in starts]
+
+
 class Counter:
     """A thread-safe count (queued and active requests)."""
 

@@ -31,7 +31,7 @@ import random
 import threading
 from typing import Any
 
-from .engine import Counter, Job, RequestError, Stats, Step, TokenLogprob, with_bos
+from .engine import Counter, Job, RequestError, Stats, Step, TokenLogprob, tokenize_pieces
 from .kv_events import tag
 from .prefix_cache import BOUNDARY, END, PrefixCache, boundary
 from .text import StopScanner, Utf8Pieces
@@ -86,14 +86,9 @@ class LlamaCppEngine:
     def _tokenize(self, pieces: Any) -> tuple[list[int], list[tuple[int, bool]]]:
         """The prompt's tokens, and where each piece starts in them (and whether it is the
         template's own text)."""
-        ids: list[int] = []
-        starts: list[tuple[int, bool]] = []
-        for piece in pieces:
-            starts.append((len(ids), piece.trusted))
-            ids += self.llm.tokenize(piece.text.encode("utf-8"), add_bos=False, special=piece.trusted)
-        full = with_bos(ids, self.bos_id, self.add_bos)
-        shift = len(full) - len(ids)
-        return full, [(start + shift, trusted) for start, trusted in starts]
+        return tokenize_pieces(pieces, lambda piece: self.llm.tokenize(piece.text.encode("utf-8"), add_bos=False,
+                                                                       special=piece.trusted),
+                               self.bos_id, self.add_bos)
 
     # -- the Engine interface ----------------------------------------------------------------------
 

@@ -47,7 +47,7 @@ import logging
 import threading
 from typing import Any
 
-from .engine import Counter, Job, RequestError, Sampling, Stats, Step, TokenLogprob, with_bos
+from .engine import Counter, Job, RequestError, Sampling, Stats, Step, TokenLogprob, tokenize_pieces
 from .kv_events import BOUNDARY, END, BlockNames, tag
 from .prefix_cache import boundary
 from .text import StopScanner
@@ -97,15 +97,9 @@ class TrtllmEngine:
 
     def _tokenize(self, pieces: Any) -> tuple[list[int], int]:
         """The prompt's tokens, and where its last message begins in them (prefix_cache.boundary)."""
-        ids: list[int] = []
-        starts: list[tuple[int, bool]] = []
-        for piece in pieces:
-            starts.append((len(ids), piece.trusted))
-            ids += self.hf_tokenizer.encode(piece.text, add_special_tokens=False,
-                                            split_special_tokens=not piece.trusted)
-        full = with_bos(ids, self.bos_id, self.adds_bos)
-        shift = len(full) - len(ids)
-        return full, boundary([(start + shift, trusted) for start, trusted in starts], len(full))
+        ids, starts = tokenize_pieces(pieces, lambda piece: self.hf_tokenizer.encode(
+            piece.text, add_special_tokens=False, split_special_tokens=not piece.trusted), self.bos_id, self.adds_bos)
+        return ids, boundary(starts, len(ids))
 
     def _told(self, job: Job, ids: list[int], cut: int) -> str:
         """On a request's last step: its prompt's prefixes named (they are in the cache now), and
