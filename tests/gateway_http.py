@@ -39,6 +39,9 @@ class Seen:
 Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 
 
+UPSTREAM_MAX_BODY = 64 << 20
+
+
 @dataclass
 class Upstream:
     """A loopback HTTP server that records every request and answers as `answer` says (by
@@ -58,8 +61,13 @@ class Upstream:
         return await default_answer(request, body)
 
     async def start(self, ssl_context: Any = None) -> None:
-        self._server = await asyncio.get_running_loop().create_server(
-            web.Server(self._handle), "127.0.0.1", 0, ssl=ssl_context)
+        loop = asyncio.get_running_loop()
+
+        def request(message: Any, payload: Any, protocol: Any, writer: Any, task: Any) -> web.BaseRequest:
+            # Triton takes bodies far past aiohttp's 1 MiB default (a long prompt with its block hashes)
+            return web.BaseRequest(message, payload, protocol, writer, task, loop, client_max_size=UPSTREAM_MAX_BODY)
+        self._server = await loop.create_server(
+            web.Server(self._handle, request_factory=request), "127.0.0.1", 0, ssl=ssl_context)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:

@@ -166,6 +166,8 @@ def test_held_bytes_are_bounded_per_key_and_in_all():
         mib = 1 << 20
         async with Rig(max_body_bytes=mib, body_budget_bytes=4 * mib, key_share=0.6, hold_timeout_seconds=30,
                        max_held_per_service=64, max_held_total=64) as rig:
+            # the budget below fits the prompts as sent; kvEvents routing would add their block hashes
+            rig.gw.router.set_service(isvc("llama", routing={"policy": "leastInFlight"}))
             rig.gw.router.set_slice({"metadata": {"name": "llama-x", "namespace": "ml",
                                                   "labels": {"kubernetes.io/service-name": "llama"}},
                                      "ports": [{"name": "http", "port": rig.upstream.port}], "endpoints": []})

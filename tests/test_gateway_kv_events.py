@@ -228,6 +228,45 @@ def test_the_route_sends_block_hashes_and_the_cursor_and_applies_the_answers_eve
     run(scenario)
 
 
+@pytest.mark.parametrize("spec,policy", [
+    ({}, "kvEvents"),                                                        # an LLM on the llm model
+    ({"routing": {"inferencePool": {"endpointPicker": {"name": "epp"}}}}, "kvEvents"),   # routing without a policy
+    ({"routing": {"policy": "leastInFlight"}}, "leastInFlight"),
+    ({"routing": {"policy": "prefix"}}, "prefix"),
+    ({"openai": {"model": "ensemble"}}, "leastInFlight"),                    # generates on a model of its own
+    ({"model": {"format": "onnx", "source": "hf://a/b"}}, "leastInFlight"),
+    ({"model": {"format": "python", "source": "hf://a/b"}, "openai": {"enabled": True}}, "leastInFlight"),
+])
+def test_the_default_policy_is_kv_events_for_an_llm_on_the_llm_model(spec, policy):
+    svc = routing.service_from(isvc("llama", **spec))
+    assert (svc.prefix_routing, svc.kv_events) == {"kvEvents": (True, True), "prefix": (True, False),
+                                                   "leastInFlight": (False, False)}[policy]
+
+
+def test_the_cursor_is_written_in_place_for_each_replica_tried():
+    """The slot reserved first in the encoded body takes each replica's cursor in turn (a request
+    retried elsewhere after a connect failure), the body stays the same length and valid JSON, and
+    a cursor too long for the slot is sent as "" (the engine then answers with what it holds)."""
+    r = Router()
+    a, b, c = ("10.0.0.1", 8000), ("10.0.0.2", 8000), ("10.0.0.3", 8000)
+    r.cursors[a] = ("run1", 5)
+    r.cursors[b] = ("z" * 32, 10 ** 30)
+    r.cursors[c] = ("z" * 32, 10 ** 40)                   # 32 + 1 + 41 characters: past the slot
+    body = bytearray(t.encode(routing.cursor_slot({"text_input": "x", "prefix_keys": ["00ff"]})))
+    size = len(body)
+    assert routing.has_cursor_slot(body) and not routing.has_cursor_slot(bytes(body))
+    seen = []
+    for address in (a, b, c, a):
+        r.write_cursor(body, address)
+        assert len(body) == size and routing.has_cursor_slot(body)
+        seen.append(json.loads(body))
+    assert [x["kv_events_after"] for x in seen] == ["run1:5", "z" * 32 + ":" + "1" + "0" * 30, "", "run1:5"]
+    assert all(x == {"kv_events_after": x["kv_events_after"], "text_input": "x", "prefix_keys": ["00ff"]}
+               for x in seen)
+    assert next(iter(seen[0])) == "kv_events_after"
+    assert not routing.has_cursor_slot(bytearray(t.encode({"text_input": "x"})))
+
+
 def test_a_service_of_another_format_is_never_routed_on_engine_events():
     r = Router()
     r.set_service(isvc("resnet", fmt="onnx", routing={"policy": "kvEvents"}))

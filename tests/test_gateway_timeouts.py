@@ -5,7 +5,10 @@ The upstream is a recording stand-in for Triton (tests/gateway_http.py says why)
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
+
+import pytest
 
 from triton_operator.gateway import guard, holding
 from triton_operator.gateway import telemetry as m
@@ -193,9 +196,13 @@ def test_a_held_request_is_answered_503_once_the_service_says_its_replicas_are_u
     run(scenario)
 
 
-def test_a_replica_that_does_not_accept_connections_is_ejected_and_the_next_request_goes_elsewhere():
+@pytest.mark.parametrize("policy,prompts", [("leastInFlight", ["x"] * 6),
+                                             # routed by the prompt: some of 20 rank the stuck replica first
+                                             ("kvEvents", [f"prompt {i}" for i in range(20)])])
+def test_a_replica_that_does_not_accept_connections_is_ejected_and_the_next_request_goes_elsewhere(policy, prompts):
     """Outlier ejection: a connect timeout takes a replica out for a while; the request that met it
-    is tried on another replica, and later ones do not try it again."""
+    is tried on another replica, and later ones do not try it again. With kvEvents the retried
+    request carries a cursor written for the replica it is sent to."""
     async def scenario():
         stuck = socket.socket()
         stuck.bind(("127.0.0.2", 0))   # another address of this machine
@@ -211,14 +218,18 @@ def test_a_replica_that_does_not_accept_connections_is_ejected_and_the_next_requ
                 good = slice_for("llama", rig.upstream.port)
                 bad = slice_for("llama", stuck.getsockname()[1], address="127.0.0.2")
                 bad["metadata"] = {**bad["metadata"], "name": "llama-y"}
+                rig.gw.router.set_service(isvc("llama", routing={"policy": policy}))
                 rig.gw.router.replace_slices([good, bad])
                 before = m.UPSTREAM_CONNECT_FAILURES.labels("ml", "llama", "timeout")._value.get()
-                replies = [await rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": "x"})
-                           for _ in range(6)]
-                assert [r.status for r in replies] == [200] * 6
+                replies = [await rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": p})
+                           for p in prompts]
+                assert [r.status for r in replies] == [200] * len(prompts)
                 assert m.UPSTREAM_CONNECT_FAILURES.labels("ml", "llama", "timeout")._value.get() == before + 1
                 assert stuck.getsockname() in rig.gw.router.ejected   # tried once, then left out
-                assert len(rig.upstream.seen) == 6
+                assert len(rig.upstream.seen) == len(prompts)
+                sent = [json.loads(seen.body) for seen in rig.upstream.seen]
+                assert all(("kv_events_after" in body) == (policy == "kvEvents") for body in sent)
+                assert all(body.get("kv_events_after", "") == "" for body in sent)   # the answers told no events
         finally:
             stuck.close()
             for f in fillers:

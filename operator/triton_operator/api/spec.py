@@ -575,9 +575,11 @@ class InferencePoolSpec(Model):
 class RoutingSpec(Model):
     """How the gateway picks a replica for each request of this service."""
 
-    policy: Literal["leastInFlight", "prefix", "kvEvents"] = Field(
-        "leastInFlight",
-        description="leastInFlight: the replica with the fewest requests in flight. prefix: the replica where the "
+    policy: Literal["leastInFlight", "prefix", "kvEvents"] | None = Field(
+        None,
+        description="Unset: kvEvents for model.format tensorrt-llm served on the operator's own LLM model (no "
+                    "openai.model of another name), leastInFlight otherwise. "
+                    "leastInFlight: the replica with the fewest requests in flight. prefix: the replica where the "
                     "request's first token comes soonest, as the gateway can tell: the part of the prompt the "
                     "replica does not hold yet (from the prompts the gateway sent it, in blocks of 64 "
                     "characters), its answer, and what is left of the work ahead when the replica's batch is full; a replica "

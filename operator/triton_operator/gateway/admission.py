@@ -61,7 +61,7 @@ class Held:
         else:
             self.release(self.bytes - n)
 
-    def replace(self, body: bytes) -> bytes:
+    def replace(self, body: bytes | bytearray) -> bytes | bytearray:
         """The body as it came is no longer held; `body` (what goes to the replica) is, counted from now."""
         self.body = body
         self.set(len(body))

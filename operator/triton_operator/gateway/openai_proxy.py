@@ -20,7 +20,7 @@ from .admission import Admission, Held
 from .auth import Auth, Caller
 from .holding import Holding
 from .resolution import Resolver
-from .routing import Beginning, Router, Service, ServiceKey, beginning
+from .routing import Beginning, Router, Service, ServiceKey, beginning, cursor_slot
 from .upstream import Exchange, Upstream, answer_json, answer_too_large, read_chunk, read_whole, upstream_error
 
 
@@ -143,11 +143,18 @@ class OpenAIProxy:
             prompt = t.render_chat(template, req.messages) if chat else req.text()  # type: ignore[attr-defined]
         gen = t.to_generate(req, min(svc.default_max_tokens, cap), svc.llm, prompt)
         begins = beginning_of(req, svc.key, gen.max_tokens, svc.kv_events) if svc.prefix_routing else None
-        if begins is not None and begins.precise:
-            gen.body["prefix_keys"] = begins.keys()
-            gen.body["prefix_boundary"] = begins.before_last
+        precise = begins is not None and begins.precise
+        body = gen.body
+        if begins is not None and precise:
+            body["prefix_keys"] = begins.keys()
+            body["prefix_boundary"] = begins.before_last
+            body = cursor_slot(body)
         del req, prompt
-        payload = held.replace(t.encode(gen.body))   # the body as it came is no longer held
+        encoded = t.encode(body)
+        del body
+        # the body as it came is no longer held; with a cursor slot, one the replica's cursor is written into
+        payload = held.replace(bytearray(encoded) if precise else encoded)
+        del encoded
         gen = gen.without_body()
         path = f"/v2/models/{svc.generate_model}/" + ("generate_stream" if gen.upstream_stream else "generate")
         async with self.upstream.exchange(svc, caller, route, "POST", path, payload,

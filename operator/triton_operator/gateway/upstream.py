@@ -26,7 +26,7 @@ from .admission import Held
 from .auth import Caller
 from .config import GatewaySettings
 from .holding import EJECT_SECONDS, Holding
-from .routing import Address, Beginning, Router, Service, ServiceKey, url
+from .routing import Address, Beginning, Router, Service, ServiceKey, has_cursor_slot, url
 
 log = logging.getLogger(__name__)
 
@@ -148,8 +148,8 @@ class Upstream:
         upstream span (tracing.py), which the caller ends when the answer is over, and the request's
         work at the replica (router.acquire). The caller also releases the replica (router.release,
         with that work) and the answer. A request routed on engine events (a precise Beginning)
-        tells the replica this gateway's cursor into them (kv_events_after, put first in the JSON
-        object `body`: the replica is known only now)."""
+        tells the replica this gateway's cursor into them (kv_events_after, written into the slot
+        `body` reserves for it first in its JSON object: the replica is known only now)."""
         attempts = 0
         while True:
             address = await self.holding.endpoint(svc, caller, begins)
@@ -161,10 +161,9 @@ class Upstream:
                 # replica exactly as built (a plain string would be re-normalised by yarl).
                 target = yarl.URL(url(address, self.scheme) + path, encoded=True)
                 sent = self.clock()
-                data = body
-                if begins is not None and begins.precise and body and body[:1] == b"{":
-                    data = b'{"kv_events_after":"' + self.router.cursor(address).encode() + b'",' + bytes(body[1:])
-                resp = await self.session().request(method, target, data=data, headers=headers,
+                if begins is not None and begins.precise and has_cursor_slot(body):
+                    self.router.write_cursor(body, address)
+                resp = await self.session().request(method, target, data=body, headers=headers,
                                                     server_hostname=self.tls_name(svc))
                 span.status_code(resp.status)
                 return address, resp, sent, span, work
