@@ -245,6 +245,14 @@ def test_the_engine_tells_what_its_prefix_cache_stored_by_the_names_a_request_ga
     second = ask("And where is record 4?", other, cursor, stream=True)
     assert second["epoch"] == first["epoch"] and second["after"] == first["seq"]
     assert second["events"] == [["stored", other[-1], 11]], "the system prompt's state was saved already"
+    # A gateway's probe (the cursor alone) is answered at once with the events since it, and no text.
+    status, out = generate(llm, kv_events_after=cursor)
+    assert status == 200 and out["text_output"] == "" and out["completion_tokens"] == 0, out
+    probe = json.loads(out["kv_events"])
+    assert (probe["epoch"], probe["after"], probe["events"], probe["load"]) == (
+        first["epoch"], first["seq"], [["stored", other[-1], 11]], 0)
+    status, out = generate(llm, kv_events_after="x" * 65)
+    assert status == 400 and "kv_events_after: at most 64 characters" in out["error"]
     status, out = generate(llm, text_input="hello " * 40, max_tokens=2, prefix_keys=["not-hex"], kv_events_after="")
     assert status == 400 and "prefix_keys: at most 8192 keys of 16 lowercase hex digits" in out["error"]
 

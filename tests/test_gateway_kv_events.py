@@ -9,6 +9,7 @@ real runtime's event log (runtime/triton_runtime/serving/prefix_cache.py) behind
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -21,7 +22,7 @@ from triton_operator.gateway.openai_proxy import beginning_of
 from triton_operator.gateway.routing import Router
 from triton_runtime.serving.prefix_cache import BOUNDARY, END, PrefixCache
 
-from .gateway_http import Rig, isvc, run
+from .gateway_http import Rig, Upstream, isvc, run, slice_for
 
 KEY = ("ml", "llama")
 NS = {"X-Inference-Namespace": "ml"}     # ml/llama, not lab/llama
@@ -319,6 +320,80 @@ def test_what_other_gateways_sent_a_replica_counts_for_a_while():
     r.observe(home, json.dumps({"epoch": "e", "seq": 0, "snapshot": [], "load": True}), now=13.0)
     r.observe(home, json.dumps({"epoch": "e", "seq": 0, "snapshot": [], "load": -1}), now=13.0)
     assert home not in r.others
+
+
+def test_a_prompt_no_replica_is_known_to_hold_asks_the_replicas_not_heard_from_lately():
+    r = router_with([1, 2, 3])
+    a, b, c = r.endpoints(KEY)
+    begins = chat(1, "q")
+    assert r.to_probe(KEY, begins, 10.0) == [a, b, c]
+    assert r.to_probe(KEY, begins, 10.1) == [], "asked just now (answered or not)"
+    r.observe(b, json.dumps({"epoch": "e", "seq": 0, "snapshot": []}), now=10.3)
+    assert r.to_probe(KEY, begins, 10.0 + routing.PROBE_FRESH_S) == [a, c], "b's events were read at 10.3"
+    r.observe(b, json.dumps({"epoch": "e", "seq": 1, "after": 0,
+                             "events": [["stored", begins.keys()[begins.before_last - 1], begins.before_last]]}),
+              now=11.0)
+    assert r.holds(b, begins) == begins.before_last
+    assert r.to_probe(KEY, begins, 20.0) == [], "b holds the prompt up to its last message"
+    assert r.to_probe(KEY, chat(2, "q"), 20.0) == [a, b, c], "another tenant's prompt: nobody is known to hold it"
+    one_message = beginning_of(t.parse_body(b'{"model": "m", "prompt": "' + b"x" * 300 + b'"}', t.CompletionRequest),
+                               KEY, 8, precise=True)
+    assert r.to_probe(KEY, one_message, 30.0) == [], "nothing before its last message to find"
+    assert r.to_probe(KEY, dataclasses.replace(begins, precise=False), 40.0) == [], "prefix routing: no events"
+    alone = router_with([1])
+    assert alone.to_probe(KEY, begins, 10.0) == [], "one replica: nothing to choose"
+
+
+def test_a_gateway_asks_what_another_gateways_requests_left_before_it_routes():
+    """Two replicas; this gateway never sent the tenant's prompt anywhere, and the engine of the
+    replica the prompt's beginning does not rank first says it holds the system prompt (another
+    gateway's request left it there). The probe (kv_events_after alone) reads that before the
+    request is routed, and the request goes there. A replica whose probe fails is routed on what is
+    known of it."""
+    begins = chat(1, "What is ACME?")
+    probes: dict[int, list[dict[str, Any]]] = {}
+
+    def replica(events: str | None) -> Any:
+        async def answer(request: web.BaseRequest) -> web.StreamResponse:
+            body = json.loads(await request.read())
+            if "messages" not in body:
+                probes.setdefault(request.transport.get_extra_info("sockname")[1], []).append(body)
+                if events is None:
+                    return web.json_response({"error": "no"}, status=500)
+                return web.json_response({"text_output": "", "kv_events": events})
+            return web.json_response({"text_output": "ok", "finish_reason": "stop", "prompt_tokens": 3,
+                                      "completion_tokens": 1})
+        return answer
+
+    async def scenario():
+        other = Upstream()
+        await other.start()
+        try:
+            async with Rig() as rig:
+                rig.gw.router.set_service(isvc("llama", routing={"policy": "kvEvents"}))
+                rig.gw.router.replace_slices([slice_for("llama", rig.upstream.port),
+                                              {**slice_for("llama", other.port), "metadata": {
+                                                  "name": "llama-y", "namespace": "ml",
+                                                  "labels": {routing.SERVICE_NAME_LABEL: "llama"}}}])
+                first = max(rig.gw.router.endpoints(KEY), key=lambda a: routing._rank(begins.affinity, a))
+                holder, cold = (other, rig.upstream) if first[1] == rig.upstream.port else (rig.upstream, other)
+                keys = begins.keys()
+                holder.answer = replica(json.dumps({"epoch": "run1", "seq": 1, "snapshot": [
+                    [keys[begins.before_last - 1], begins.before_last]]}))
+                cold.answer = replica(None)
+                body = {"model": "ml/llama", "messages": [{"role": "system", "content": f"tenant 1: {SYSTEM}"},
+                                                          {"role": "user", "content": "What is ACME?"}]}
+                reply = await rig.call("POST", "/v1/chat/completions", body=body)
+                assert reply.status == 200
+                assert probes == {holder.port: [{"kv_events_after": ""}], cold.port: [{"kv_events_after": ""}]}
+                sent = [s for s in holder.seen if b'"messages"' in s.body]
+                assert len(sent) == 1 and not [s for s in cold.seen if b'"messages"' in s.body]
+                assert json.loads(sent[0].body)["kv_events_after"] == "run1:1"
+                reply = await rig.call("POST", "/v1/chat/completions", body=body)
+                assert reply.status == 200 and len(probes[holder.port]) == 1, "known to hold it: no probe"
+        finally:
+            await other.stop()
+    run(scenario)
 
 
 def test_a_client_cannot_set_the_routers_inputs_through_the_v2_routes():

@@ -157,6 +157,8 @@ class OpenAIProxy:
         del encoded
         gen = gen.without_body()
         path = f"/v2/models/{svc.generate_model}/" + ("generate_stream" if gen.upstream_stream else "generate")
+        if begins is not None and precise:
+            await self.upstream.probe(svc, begins)
         async with self.upstream.exchange(svc, caller, route, "POST", path, payload,
                                           {"Content-Type": "application/json", "Accept-Encoding": "identity"},
                                           lambda sent: self.auth.account(caller, svc, sent), begins) as ex:

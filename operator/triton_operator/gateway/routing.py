@@ -42,7 +42,11 @@ whose first answer replaces what was known of it (what was sent there included).
 Each answer also says how many requests its engine held then: less this gateway's own, what the
 other gateway replicas sent it, counted with this gateway's requests in flight there for
 OTHERS_FOR_S seconds (the load bound and the work ahead then see every gateway's requests, not
-one's share of them).
+one's share of them). A prompt that no replica is known to hold up to its last message (a chat's
+next turn whose last turn went through another gateway replica, whose answer told that one what
+it left) is routed only after the replicas not heard from within PROBE_FRESH_S are asked for their
+events (to_probe; upstream.Upstream.probe): behind two gateways that alternate a conversation's
+turns, the hit rate went from 0.78-0.86x of one gateway's to 0.91-0.99x.
 """
 
 from __future__ import annotations
@@ -86,6 +90,7 @@ INDEX_BLOCKS = 4096
 DECODE_CHARS = 16
 ENGINE_INDEX = 65536        # most states a replica's engine is believed to hold (kvEvents)
 OTHERS_FOR_S = 2.0          # how long the requests other gateways sent a replica count (kvEvents: see the module)
+PROBE_FRESH_S = 0.25        # kvEvents: a replica whose events were read this recently is not asked again (to_probe)
 ROUTING_POLICIES = ("leastInFlight", "prefix", "kvEvents")
 # kvEvents: the cursor goes first in the JSON body sent to a replica, in a slot of CURSOR_WIDTH
 # characters reserved when the body is encoded and written in place when the replica is known (no
@@ -295,6 +300,7 @@ class Router:
     stored: dict[Address, dict[int, int]] = field(default_factory=dict)   # kvEvents: block hash -> blocks, as the engine said
     cursors: dict[Address, tuple[str, int]] = field(default_factory=dict)   # kvEvents: (engine run, last event read)
     others: dict[Address, tuple[int, float]] = field(default_factory=dict)  # kvEvents: other gateways' requests, when told
+    heard: dict[Address, float] = field(default_factory=dict)    # kvEvents: when its engine's events were last read
     ejected: dict[Address, float] = field(default_factory=dict)   # replicas that failed to connect -> until when
     _endpoints: dict[ServiceKey, tuple[Address, ...]] = field(default_factory=dict)
     _unnamed_port: set[tuple[str, str]] = field(default_factory=set)   # slices without port_name
@@ -403,6 +409,7 @@ class Router:
         self.stored.pop(address, None)
         self.cursors.pop(address, None)
         self.others.pop(address, None)
+        self.heard.pop(address, None)
 
     def load(self, address: Address, now: float) -> int:
         """The requests in flight at `address`: this gateway's, and those the other gateways sent it
@@ -475,6 +482,22 @@ class Router:
         start = len(CURSOR_FIELD)
         body[start:start + CURSOR_WIDTH + 1] = cursor + b'"' + b" " * (CURSOR_WIDTH - len(cursor))
 
+    def to_probe(self, key: ServiceKey, begins: Beginning, now: float) -> list[Address]:
+        """kvEvents: the replicas to ask what their engines hold before `begins` is routed. When no
+        replica is known to hold its prompt up to its last message, another gateway may have just
+        sent the earlier turns (or the tenant's system prompt) somewhere, and the answer that says
+        so went to that gateway: the usable replicas whose events were last read (or asked for)
+        PROBE_FRESH_S ago or more, counted as asked now (one that cannot answer is not asked by every
+        request). None for a prompt of one message, or when a replica is known to hold it."""
+        if not begins.precise or not begins.before_last:
+            return []
+        addresses = self.usable(key, now)
+        if len(addresses) < 2 or any(self.holds(a, begins) >= begins.before_last for a in addresses):
+            return []
+        asked = [a for a in addresses if now - self.heard.get(a, -math.inf) >= PROBE_FRESH_S]
+        for a in asked:
+            self.heard[a] = now
+        return asked
 
     def observe(self, address: Address, text: str, now: float = 0.0) -> None:
         """Apply what the engine of `address` said it did since this gateway's cursor (an answer's
@@ -490,6 +513,7 @@ class Router:
                     and not isinstance(seq, bool) and seq >= 0):
                 raise ValueError("no run and sequence number")
             known_run, known_seq = self.cursors.get(address, ("", 0))
+            self.heard[address] = now
             load = out.get("load")
             if isinstance(load, int) and not isinstance(load, bool) and 0 <= load <= 1 << 20:
                 # this gateway's requests there are still in flight (the one answered among them)

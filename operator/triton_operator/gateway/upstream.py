@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 
 TEMPLATE_TTL = 600.0  # seconds a chat template read from a model's config is used before it is read again
 CONNECT_ATTEMPTS = 3  # replicas a request tries when they refuse the connection or do not accept it in time
+PROBE_TIMEOUT_S = 0.5  # kvEvents: how long a request waits for the replicas' engines to say what they hold
+PROBE_MAX_BYTES = 8 << 20   # kvEvents: the largest answer to a probe read (a snapshot of a full index is ~2 MiB)
 
 
 @dataclass
@@ -189,6 +191,40 @@ class Upstream:
                 span.end()
                 self.router.release(address, work)
                 raise
+
+    async def probe(self, svc: Service, begins: Beginning) -> None:
+        """kvEvents: before `begins` is routed, ask the replicas Router.to_probe names what their
+        engines stored and evicted since this gateway's cursor (the llm model answers a request that
+        carries kv_events_after alone at once, outside its engine's queue), all at once, for at most
+        PROBE_TIMEOUT_S; each answer is applied as a request's would be. A replica that does not
+        answer in time, or answers what cannot be read, is routed on what is known of it."""
+        addresses = self.router.to_probe(svc.key, begins, self.clock())
+        if not addresses:
+            return
+        path = f"/v2/models/{svc.generate_model}/generate"
+
+        async def ask(address: Address) -> None:
+            body = json.dumps({"kv_events_after": self.router.cursor(address)}).encode()
+            try:
+                async with self.session().post(yarl.URL(url(address, self.scheme) + path, encoded=True), data=body,
+                                               headers={"Content-Type": "application/json"},
+                                               server_hostname=self.tls_name(svc),
+                                               timeout=aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S)) as resp:
+                    data = bytearray()
+                    async for chunk in resp.content.iter_chunked(1 << 16):
+                        data += chunk
+                        if len(data) > PROBE_MAX_BYTES:
+                            raise ValueError(f"an answer over {PROBE_MAX_BYTES} bytes")
+                    if resp.status != 200:
+                        raise ValueError(f"HTTP {resp.status}")
+                    events = json.loads(data).get("kv_events")
+                    if not isinstance(events, str):
+                        raise ValueError("no kv_events")
+                    self.router.observe(address, events, self.clock())
+            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError) as e:
+                log.debug("probe of %s:%d: %s", address[0], address[1], e)
+
+        await asyncio.gather(*(ask(a) for a in addresses))
 
     def cached_template(self, svc: Service) -> str | None:
         """The model's chat template if it was read within TEMPLATE_TTL ("" when the model has none),

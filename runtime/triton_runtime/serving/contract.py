@@ -68,7 +68,8 @@ INPUTS = (
     Tensor("prefix_boundary", "TYPE_INT32", meaning="how many of prefix_keys lie before the last message"),
     Tensor("kv_events_after", "TYPE_STRING",
            meaning="the reader's cursor into the prefix cache's events ('' for none): the last response "
-                   "then carries kv_events"),
+                   "then carries kv_events; sent alone (no text_input, no messages), one response at once, "
+                   "outside the engine's queue, with kv_events and no text (a gateway's probe)"),
 )
 
 OUTPUTS = (

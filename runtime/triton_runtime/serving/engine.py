@@ -96,6 +96,11 @@ class Engine(Protocol):
 
     def stats(self) -> Stats: ...
 
+    def kv_events(self, cursor: str) -> str:
+        """What the prefix cache stored and removed since `cursor`, with the engine's load, as a
+        request's last step tells them (KvEvents.since); "" when the engine names nothing."""
+        ...
+
     def shutdown(self) -> None: ...
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import threading
 from collections import OrderedDict, deque
 from typing import Any, Iterable, Sequence
 
@@ -45,28 +46,31 @@ class KvEvents:
     still reaches back to it, else a snapshot of everything held (a reader that is new, that fell
     behind more than LOG_EVENTS, or that last read an engine since restarted). Several states
     may carry one tag (two prompts whose keys end alike): it is held while any does, and
-    "stored" and "removed" are told when the first comes and when the last goes. Not
-    thread-safe: one engine thread changes it and reads it."""
+    "stored" and "removed" are told when the first comes and when the last goes. The engine's
+    thread changes it; a gateway's probe (triton_model) reads it from another: one lock."""
 
     def __init__(self, epoch: str | None = None) -> None:
         self.epoch = epoch or secrets.token_hex(8)
         self.seq = 0
         self.held: dict[Tag, int] = {}                        # tag -> states that carry it
         self.log: deque[tuple[int, str, Tag]] = deque(maxlen=LOG_EVENTS)
+        self._lock = threading.Lock()
 
     def stored(self, tag: Tag) -> None:
-        n = self.held.get(tag, 0)
-        self.held[tag] = n + 1
-        if not n:
-            self._append("stored", tag)
+        with self._lock:
+            n = self.held.get(tag, 0)
+            self.held[tag] = n + 1
+            if not n:
+                self._append("stored", tag)
 
     def removed(self, tag: Tag) -> None:
-        n = self.held.get(tag, 0)
-        if n > 1:
-            self.held[tag] = n - 1
-        elif n == 1:
-            del self.held[tag]
-            self._append("removed", tag)
+        with self._lock:
+            n = self.held.get(tag, 0)
+            if n > 1:
+                self.held[tag] = n - 1
+            elif n == 1:
+                del self.held[tag]
+                self._append("removed", tag)
 
     def _append(self, kind: str, tag: Tag) -> None:
         self.seq += 1
@@ -80,15 +84,16 @@ class KvEvents:
         one answered among them), which tells a gateway what the other gateways sent it."""
         epoch, _, seq_text = cursor.partition(":")
         seq = int(seq_text) if seq_text.isdigit() else -1
-        oldest = self.log[0][0] if self.log else self.seq + 1
-        out: dict[str, Any] = {"epoch": self.epoch, "seq": self.seq}
-        if load is not None:
-            out["load"] = load
-        if epoch == self.epoch and oldest - 1 <= seq <= self.seq:
-            out["after"] = seq
-            out["events"] = [[kind, key, depth] for n, kind, (key, depth) in self.log if n > seq]
-        else:
-            out["snapshot"] = [[key, depth] for key, depth in self.held]
+        with self._lock:
+            oldest = self.log[0][0] if self.log else self.seq + 1
+            out: dict[str, Any] = {"epoch": self.epoch, "seq": self.seq}
+            if load is not None:
+                out["load"] = load
+            if epoch == self.epoch and oldest - 1 <= seq <= self.seq:
+                out["after"] = seq
+                out["events"] = [[kind, key, depth] for n, kind, (key, depth) in self.log if n > seq]
+            else:
+                out["snapshot"] = [[key, depth] for key, depth in self.held]
         return json.dumps(out, separators=(",", ":"))
 
 

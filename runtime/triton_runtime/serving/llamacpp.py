@@ -100,6 +100,9 @@ class LlamaCppEngine:
         return Stats(queued=self.queued.value, active=self.active.value,
                      kv_cache_utilization=self._context_tokens / self.n_ctx if self.n_ctx else 0.0)
 
+    def kv_events(self, cursor: str) -> str:
+        return self.cache.events.since(cursor, self.queued.value + self.active.value)
+
     def shutdown(self) -> None:
         self._jobs.put(None)
         self._worker.join(timeout=10)

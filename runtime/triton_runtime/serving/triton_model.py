@@ -202,11 +202,30 @@ class TritonPythonModel:
         for request in requests:
             sender = request.get_response_sender()
             try:
+                events = self._probe(request)
+                if events is not None:
+                    sender.send(self._response("", Step("", 0, 0, kv_events=events)),
+                                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                    continue
                 for job in self._jobs(request, sender):
                     self.engine.submit(job)
             except (RequestError, chat.ChatError, tools.ToolError) as e:
                 self._fail(sender, e, time.monotonic())
         return None
+
+    def _probe(self, request: Any) -> str | None:
+        """A gateway's probe: kv_events_after alone, no prompt and no chat. Answered at once, outside
+        the engine's queue, with what the prefix cache did since that cursor and the engine's load
+        (a gateway about to route a prompt it saw no replica hold asks what the other gateways'
+        requests left; the generate pass-through never lets a client set the cursor). None: not one."""
+        if _text(request, "text_input") is not None or _text(request, "messages") is not None:
+            return None
+        cursor = _text(request, "kv_events_after")
+        if cursor is None:
+            return None
+        if len(cursor) > 64:
+            raise RequestError("kv_events_after: at most 64 characters")
+        return self.engine.kv_events(cursor)
 
     def _jobs(self, request: Any, sender: Any) -> list[Job]:
         """The request's answers as engine jobs (n of them), all checked before any is submitted."""

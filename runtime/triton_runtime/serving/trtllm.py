@@ -176,6 +176,12 @@ class TrtllmEngine:
     def stats(self) -> Stats:
         return self._stats
 
+    def kv_events(self, cursor: str) -> str:
+        if self.names is None:
+            return ""
+        with self._names_lock:
+            return self.names.events.since(cursor, self.outstanding.value)
+
     def shutdown(self) -> None:
         self._stopping.set()
         self._loop.call_soon_threadsafe(self._loop.stop)
