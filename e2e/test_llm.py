@@ -240,6 +240,7 @@ def test_the_engine_tells_what_its_prefix_cache_stored_by_the_names_a_request_ga
     first = ask(f"Where is record 3? ({uuid.uuid4().hex[:6]})", keys, "")
     assert "snapshot" in first and [keys[7], 8] in first["snapshot"] and [keys[11], 12] in first["snapshot"]
     assert first["load"] == 1, "the engine held this request only"
+    assert first["reading"] == [[keys[7], 8]], "told on its last step, before it leaves the engine"
     cursor = f"{first['epoch']}:{first['seq']}"
     other = keys[:8] + [f"{uuid.uuid4().int & ((1 << 64) - 1):016x}" for _ in range(3)]
     second = ask("And where is record 4?", other, cursor, stream=True)
@@ -251,6 +252,7 @@ def test_the_engine_tells_what_its_prefix_cache_stored_by_the_names_a_request_ga
     probe = json.loads(out["kv_events"])
     assert (probe["epoch"], probe["after"], probe["events"], probe["load"]) == (
         first["epoch"], first["seq"], [["stored", other[-1], 11]], 0)
+    assert "reading" not in probe, "no request is in the engine"
     status, out = generate(llm, kv_events_after="x" * 65)
     assert status == 400 and "kv_events_after: at most 64 characters" in out["error"]
     status, out = generate(llm, text_input="hello " * 40, max_tokens=2, prefix_keys=["not-hex"], kv_events_after="")

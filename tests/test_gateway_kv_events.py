@@ -344,6 +344,31 @@ def test_a_prompt_no_replica_is_known_to_hold_asks_the_replicas_not_heard_from_l
     assert alone.to_probe(KEY, begins, 10.0) == [], "one replica: nothing to choose"
 
 
+def test_a_prompt_another_gateway_sent_and_a_replica_is_still_reading_is_sent_there_too():
+    """Two gateways that each send a tenant's first requests before either is answered would read
+    its system prompt on two replicas: an engine tells what it is reading (its requests taken in
+    and not finished, up to their last message), which counts as held there for OTHERS_FOR_S or
+    until the engine next tells (an older answer changes nothing)."""
+    r = router_with([1, 2, 3])
+    r.services[KEY] = routing.Service(KEY, "llm", "llm", True, llm=True, prefix_routing=True, kv_events=True,
+                                      batch_slots=1)
+    begins = chat(1, "q")
+    home = min(r.endpoints(KEY), key=lambda a: routing._rank(begins.affinity, a))   # last in its order
+    name = [begins.keys()[begins.before_last - 1], begins.before_last]
+    r.observe(home, json.dumps({"epoch": "e", "seq": 4, "snapshot": [], "load": 1, "reading": [name]}), now=10.0)
+    assert r.holds(home, begins) == begins.before_last
+    assert r.to_probe(KEY, begins, 10.1) == [], "known to be read there"
+    assert r.pick(KEY, 10.2, begins) == home, "waiting for one request there beats reading it all elsewhere"
+    r.observe(home, json.dumps({"epoch": "e", "seq": 3, "snapshot": [], "load": 0}), now=10.3)
+    assert r.holds(home, begins) == begins.before_last, "an older answer says nothing about now"
+    assert r.pick(KEY, 10.0 + routing.OTHERS_FOR_S, begins) != home and r.holds(home, begins) == 0, "told too long ago"
+    r.observe(home, json.dumps({"epoch": "e", "seq": 5, "after": 4, "events": [], "reading": [name]}), now=20.0)
+    r.observe(home, json.dumps({"epoch": "e", "seq": 6, "after": 5, "events": []}), now=20.5)
+    assert r.holds(home, begins) == 0, "done reading, and not stored: evicted already, or failed"
+    r.observe(home, json.dumps({"epoch": "e", "seq": 7, "after": 6, "events": [], "reading": [["xyz", 1]]}), now=21.0)
+    assert r.holds(home, begins) == 0
+
+
 def test_a_gateway_asks_what_another_gateways_requests_left_before_it_routes():
     """Two replicas; this gateway never sent the tenant's prompt anywhere, and the engine of the
     replica the prompt's beginning does not rank first says it holds the system prompt (another

@@ -146,3 +146,23 @@ def test_a_name_held_by_two_states_is_removed_with_the_last_and_a_state_saved_un
     cache.clear()
     _, out = _read(cache, cursor)
     assert out["events"] == [["removed", "00000000000000aa", 3]]
+
+
+def test_the_prompts_taken_in_and_not_finished_are_told_as_being_read():
+    """begin/end bracket a request's life in the engine: while any request whose prompt carries a
+    name is queued or running, every reader is told it is being read (a gateway then sends the
+    tenant's next request to this replica rather than read the same prompt on a second one)."""
+    cache = PrefixCache(10 ** 9)
+    tenant = ("00000000000000aa", 3)
+    cache.events.begin(tenant)
+    cache.events.begin(tenant)
+    cache.events.begin(None)                                        # a prompt without keys: nothing to tell
+    cursor, out = _read(cache, "")
+    assert out["reading"] == [["00000000000000aa", 3]] and out["snapshot"] == []
+    cache.events.end(tenant)
+    _, out = _read(cache, cursor)
+    assert out["reading"] == [["00000000000000aa", 3]] and out["events"] == [], "one of the two still runs"
+    cache.events.end(tenant)
+    cache.events.end(None)
+    _, out = _read(cache, cursor)
+    assert "reading" not in out and out["events"] == []

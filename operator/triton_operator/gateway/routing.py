@@ -46,7 +46,10 @@ one's share of them). A prompt that no replica is known to hold up to its last m
 next turn whose last turn went through another gateway replica, whose answer told that one what
 it left) is routed only after the replicas not heard from within PROBE_FRESH_S are asked for their
 events (to_probe; upstream.Upstream.probe): behind two gateways that alternate a conversation's
-turns, the hit rate went from 0.78-0.86x of one gateway's to 0.91-0.99x.
+turns, the hit rate went from 0.78-0.86x of one gateway's to 0.91-0.99x. Engines also tell the
+prompts they are reading (requests taken in and not finished, up to their last message), held
+there for OTHERS_FOR_S or until the engine next tells: two gateways that each send a tenant's
+first requests before either is answered then agree on one replica.
 """
 
 from __future__ import annotations
@@ -301,6 +304,7 @@ class Router:
     cursors: dict[Address, tuple[str, int]] = field(default_factory=dict)   # kvEvents: (engine run, last event read)
     others: dict[Address, tuple[int, float]] = field(default_factory=dict)  # kvEvents: other gateways' requests, when told
     heard: dict[Address, float] = field(default_factory=dict)    # kvEvents: when its engine's events were last read
+    reading: dict[Address, tuple[dict[int, int], float]] = field(default_factory=dict)  # kvEvents: prompts being read, when told
     ejected: dict[Address, float] = field(default_factory=dict)   # replicas that failed to connect -> until when
     _endpoints: dict[ServiceKey, tuple[Address, ...]] = field(default_factory=dict)
     _unnamed_port: set[tuple[str, str]] = field(default_factory=set)   # slices without port_name
@@ -410,6 +414,7 @@ class Router:
         self.cursors.pop(address, None)
         self.others.pop(address, None)
         self.heard.pop(address, None)
+        self.reading.pop(address, None)
 
     def load(self, address: Address, now: float) -> int:
         """The requests in flight at `address`: this gateway's, and those the other gateways sent it
@@ -438,6 +443,7 @@ class Router:
         if not addresses:
             return None
         if begins is not None and len(addresses) > 1:
+            self._forget_reading(now)
             load = {a: self.load(a, now) for a in addresses}
             bound = math.ceil(AFFINITY_LOAD * (sum(load.values()) + 1) / len(addresses)) + 1
             room = [a for a in addresses if load[a] < bound] or list(addresses)
@@ -460,11 +466,14 @@ class Router:
                 if block not in index:
                     break
                 n += 1
-        stored = self.stored.get(address) if begins.precise else None
-        if stored:
-            for depth in range(len(begins.blocks), n, -1):
-                if stored.get(begins.blocks[depth - 1]) == depth:
-                    return depth
+        if not begins.precise:
+            return n
+        for names in (self.stored.get(address), self.reading.get(address, ({}, 0.0))[0]):
+            if names:
+                for depth in range(len(begins.blocks), n, -1):
+                    if names.get(begins.blocks[depth - 1]) == depth:
+                        n = depth
+                        break
         return n
 
     def cursor(self, address: Address) -> str:
@@ -491,6 +500,7 @@ class Router:
         request). None for a prompt of one message, or when a replica is known to hold it."""
         if not begins.precise or not begins.before_last:
             return []
+        self._forget_reading(now)
         addresses = self.usable(key, now)
         if len(addresses) < 2 or any(self.holds(a, begins) >= begins.before_last for a in addresses):
             return []
@@ -498,6 +508,11 @@ class Router:
         for a in asked:
             self.heard[a] = now
         return asked
+
+    def _forget_reading(self, now: float) -> None:
+        """What engines said they were reading OTHERS_FOR_S ago is stored by now, or their events say not."""
+        for address in [a for a, (_, told) in self.reading.items() if now - told >= OTHERS_FOR_S]:
+            del self.reading[address]
 
     def observe(self, address: Address, text: str, now: float = 0.0) -> None:
         """Apply what the engine of `address` said it did since this gateway's cursor (an answer's
@@ -514,6 +529,13 @@ class Router:
                 raise ValueError("no run and sequence number")
             known_run, known_seq = self.cursors.get(address, ("", 0))
             self.heard[address] = now
+            if run == known_run and seq < known_seq:
+                return    # an older answer: what it says is being read may be done and stored
+            reading = out.get("reading")
+            if reading is None:
+                self.reading.pop(address, None)
+            else:
+                self.reading[address] = (dict(_held(reading)), now)
             load = out.get("load")
             if isinstance(load, int) and not isinstance(load, bool) and 0 <= load <= 1 << 20:
                 # this gateway's requests there are still in flight (the one answered among them)

@@ -54,7 +54,25 @@ class KvEvents:
         self.seq = 0
         self.held: dict[Tag, int] = {}                        # tag -> states that carry it
         self.log: deque[tuple[int, str, Tag]] = deque(maxlen=LOG_EVENTS)
+        self.reading: dict[Tag, int] = {}                     # tag -> requests queued or running that carry it
         self._lock = threading.Lock()
+
+    def begin(self, tag: Tag | None) -> None:
+        """A request whose prompt carries `tag` (where its last message begins) was taken in: until
+        `end`, `since` names it as being read (a gateway then sends the tenant's next request here,
+        not to a second replica, before this one is stored)."""
+        if tag is not None:
+            with self._lock:
+                self.reading[tag] = self.reading.get(tag, 0) + 1
+
+    def end(self, tag: Tag | None) -> None:
+        if tag is not None:
+            with self._lock:
+                n = self.reading.get(tag, 0)
+                if n > 1:
+                    self.reading[tag] = n - 1
+                else:
+                    self.reading.pop(tag, None)
 
     def stored(self, tag: Tag) -> None:
         with self._lock:
@@ -81,7 +99,9 @@ class KvEvents:
         {"epoch", "seq", "after": the cursor's seq, "events": [["stored"|"removed", key, depth], ...]}
         (the events numbered after+1 to seq) or {"epoch", "seq", "snapshot": [[key, depth], ...]};
         with `load`, also "load": the requests the engine holds now (queued and running, the
-        one answered among them), which tells a gateway what the other gateways sent it."""
+        one answered among them), which tells a gateway what the other gateways sent it; while
+        requests are taken in and not finished, "reading": [[key, depth], ...], their prompts up to
+        their last message (begin)."""
         epoch, _, seq_text = cursor.partition(":")
         seq = int(seq_text) if seq_text.isdigit() else -1
         with self._lock:
@@ -89,6 +109,8 @@ class KvEvents:
             out: dict[str, Any] = {"epoch": self.epoch, "seq": self.seq}
             if load is not None:
                 out["load"] = load
+            if self.reading:
+                out["reading"] = [[key, depth] for key, depth in self.reading]
             if epoch == self.epoch and oldest - 1 <= seq <= self.seq:
                 out["after"] = seq
                 out["events"] = [[kind, key, depth] for n, kind, (key, depth) in self.log if n > seq]

@@ -93,6 +93,7 @@ class LlamaCppEngine:
     # -- the Engine interface ----------------------------------------------------------------------
 
     def submit(self, job: Job) -> None:
+        self.cache.events.begin(_tag(job, BOUNDARY))
         self.queued.add(1)
         self._jobs.put(job)
 
@@ -123,6 +124,7 @@ class LlamaCppEngine:
             finally:
                 self.active.add(-1)
                 self._context_tokens = 0
+                self.cache.events.end(_tag(job, BOUNDARY))
 
     def _grammar(self, schema: str | None) -> Any:
         if schema is None:

@@ -169,6 +169,8 @@ class TrtllmEngine:
     # -- the Engine interface ----------------------------------------------------------------------
 
     def submit(self, job: Job) -> None:
+        if self.names is not None:
+            self.names.events.begin(tag(job.prefix_keys, job.prefix_boundary, BOUNDARY))
         self.received.add(1)
         self.outstanding.add(1)
         asyncio.run_coroutine_threadsafe(self._run(job), self._loop)
@@ -234,6 +236,8 @@ class TrtllmEngine:
             self.outstanding.add(-1)
             if counted:
                 self.received.add(-1)
+            if self.names is not None:
+                self.names.events.end(tag(job.prefix_keys, job.prefix_boundary, BOUNDARY))
 
     def _poll_stats(self) -> None:
         while not self._stopping.wait(STATS_PERIOD_S):
