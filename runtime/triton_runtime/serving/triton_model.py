@@ -97,10 +97,16 @@ def _prefix_keys(request: Any) -> tuple[tuple[str, ...], int, str | None]:
     before = int(_number(request, "prefix_boundary", 0))
     if not 0 <= before <= len(keys):
         raise RequestError(f"prefix_boundary must be within [0, {len(keys)}] (the prefix_keys sent), got {before}")
-    cursor = _text(request, "kv_events_after")   # "": a reader without a cursor yet
+    return keys, before, _cursor(request)
+
+
+def _cursor(request: Any) -> str | None:
+    """kv_events_after: a reader's cursor into the prefix cache's events ("" for none yet), at most
+    64 characters; None when not sent."""
+    cursor = _text(request, "kv_events_after")
     if cursor is not None and len(cursor) > 64:
         raise RequestError("kv_events_after: at most 64 characters")
-    return keys, before, cursor
+    return cursor
 
 
 class TritonPythonModel:
@@ -220,12 +226,8 @@ class TritonPythonModel:
         requests left; the generate pass-through never lets a client set the cursor). None: not one."""
         if _text(request, "text_input") is not None or _text(request, "messages") is not None:
             return None
-        cursor = _text(request, "kv_events_after")
-        if cursor is None:
-            return None
-        if len(cursor) > 64:
-            raise RequestError("kv_events_after: at most 64 characters")
-        return self.engine.kv_events(cursor)
+        cursor = _cursor(request)
+        return None if cursor is None else self.engine.kv_events(cursor)
 
     def _jobs(self, request: Any, sender: Any) -> list[Job]:
         """The request's answers as engine jobs (n of them), all checked before any is submitted."""
