@@ -145,10 +145,31 @@ def test_a_gap_longer_than_a_restart_is_not_held_through():
     assert d.desired == 3 and "is kept" not in d.reason
 
 
-def test_a_service_that_meets_its_target_keeps_no_idle_replica():
-    """Replicas are kept idle to buy attainment that is missing; at the target, or with no
-    measure of it, the scale-down's own hold is all."""
+def test_a_service_that_meets_its_target_keeps_no_idle_replica_past_a_start_up():
+    """Replicas are kept idle to buy attainment that is missing. At the target a restart costs its
+    start-up alone (50 s): the 140 s left of the one gap seen cost more to hold through, so replica
+    4 goes; with no measure of the attainment, the scale-down's own hold is all."""
     for attainment in (0.995, None):
         history, now, signals = after_bursts(attainment)
         d = decide(SPEC, 4, signals, history, now)
         assert d.desired == 3 and "is kept" not in d.reason
+
+
+def test_at_the_target_a_replica_is_held_for_its_start_up():
+    """A service that meets its target, its replicas starting in 325 s: replica 4, first needed
+    a minute ago (no gap seen), is held for what releasing and starting it again costs in GPU time
+    alone, its start-up (where a missed target prices it at 0.99: 325 + 325 x RESTART_PENALTY x 99
+    = 6760 s), and released after it."""
+    needs = tuple((T0 + timedelta(seconds=10 * i), 4 if i < 6 else 1) for i in range(12))
+    history = replace(History(((T0, 1, "restart"),)), capacity=20.0, startup=325.0, needs=needs)
+    signals = Signals(queue_depth=0.0, p99_ms=500.0, ready=4, arrival_rate=10.0, throughput=10.0,
+                      startup_s=325.0, attainment=0.995)
+    now = needs[-1][0] + timedelta(seconds=10)
+    d = decide(SPEC, 4, signals, history, now)
+    assert d.desired == 4
+    assert ("replica 4 was needed 70s ago and is kept 325s (no longer gap seen: held for what a restart costs, "
+            "a restart costing 325s)") in d.reason
+    missed = decide(SPEC, 4, replace(signals, attainment=0.9), history, now)
+    assert missed.desired == 4 and f"a restart costing {325 + 325 * RESTART_PENALTY * 99:.0f}s" in missed.reason
+    later = decide(SPEC, 4, signals, history, needs[5][0] + timedelta(seconds=330))
+    assert later.desired == 3 and "is kept" not in later.reason
