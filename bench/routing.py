@@ -9,6 +9,12 @@ fixed concurrency. Workloads:
 - tenants: --tenants tenants, each with its own system prompt of about 500 tokens, short questions;
 - conversations: multi-turn chats that resend their history on every turn;
 - control: prompts of about 500 tokens that share nothing.
+- chat (not in the default run): chats of 5 turns under one product's system prompt, each turn
+  resending the history (answers of about 60 words standing for the model's), --open of them
+  under way at once, their turns interleaved as a chat service's users' are (a chat's next turn
+  comes after the others' current ones); with --requests 144 --cache-mib 96 a replica's cache
+  holds the product's prompt and a few chats, and the chats' first turns are under a tenth of
+  the requests (bench/results/routing-chat.md).
 Routing: leastInFlight (the default), prefix (spec.routing.policy prefix: what each replica holds as
 the gateway sent it), kvEvents (as the replicas' engines report it), each also behind two gateway
 replicas (two gateway processes with no state shared, requests alternating between them, as
@@ -48,7 +54,10 @@ POLICIES = ("leastInFlight", "prefix", "prefix x2", "kvEvents", "kvEvents x2", "
 GATEWAYS = {"prefix x2": 2, "kvEvents x2": 2, "leastInFlight x2": 2}   # gateway replicas a run (1 unless named)
 LABELS = {"prefix x2": "prefix, 2 gateways", "kvEvents x2": "kvEvents, 2 gateways",
           "leastInFlight x2": "leastInFlight, 2 gateways"}
-WORKLOADS = ("tenants", "conversations", "control")
+WORKLOADS = ("tenants", "conversations", "control")   # the default run
+CHOICES = WORKLOADS + ("chat",)
+TURNS = 5                      # turns in a conversation
+_Turn = list[dict[str, str]]   # the messages one request sends
 WORDS = ("billing support refund invoice account plan upgrade shipping order warranty return policy customer "
          "device network password security privacy contract renewal discount payment delivery storage backup").split()
 
@@ -82,7 +91,7 @@ def system_prompt(rng: random.Random, tenant: int) -> str:
     return f"You are the assistant of company {tenant}. {rules}"
 
 
-def workload(name: str, tenants: int, requests: int, seed: int) -> list[list[list[dict[str, str]]]]:
+def workload(name: str, tenants: int, requests: int, seed: int) -> list[list[_Turn]]:
     """Sessions: each a list of turns, each turn the messages sent (a conversation's turns resend
     its history: the earlier questions, each followed by a fixed reply standing for its answer)."""
     rng = random.Random(seed)
@@ -91,50 +100,63 @@ def workload(name: str, tenants: int, requests: int, seed: int) -> list[list[lis
         return [[[{"role": "system", "content": systems[rng.randrange(tenants)]},
                   {"role": "user", "content": f"Question {i}: what about my {rng.choice(WORDS)}?"}]]
                 for i in range(requests)]
-    if name == "conversations":
+    if name in ("conversations", "chat"):
+        product = system_prompt(rng, 1000) if name == "chat" else None   # chat: one product's, every user's
         sessions = []
-        for c in range(requests // 5):
-            history = [{"role": "system", "content": system_prompt(rng, 1000 + c)}]
+        for c in range(requests // TURNS):
+            history = [{"role": "system", "content": product or system_prompt(rng, 1000 + c)}]
             turns = []
-            for k in range(5):
+            for k in range(TURNS):
                 history = history + [{"role": "user", "content": f"Turn {k}: tell me about {rng.choice(WORDS)}."}]
                 turns.append(list(history))
-                history = history + [{"role": "assistant", "content": f"Here is what I know about turn {k}."}]
+                answer = (f"About turn {k} of chat {c}: " + " ".join(rng.choice(WORDS) for _ in range(60)) + "."
+                          if product else f"Here is what I know about turn {k}.")   # standing for the model's
+                history = history + [{"role": "assistant", "content": answer}]
             sessions.append(turns)
         return sessions
     return [[[{"role": "user", "content": system_prompt(rng, 5000 + i) + " Summarise rule 1."}]] for i in range(requests)]
 
 
-async def run_sessions(urls: list[str], key: str, sessions: list[list[list[dict[str, str]]]],
-                       concurrency: int) -> tuple[list[float], float, int]:
-    """TTFTs of every request, the wall time, and the requests done. Each session's turns go in
-    order; `concurrency` sessions at once; requests alternate over `urls` (one per gateway), a
-    conversation's turns included."""
+async def run_sessions(urls: list[str], key: str, sessions: list[list[_Turn]], concurrency: int,
+                       open_at_once: int) -> tuple[list[float], float, int]:
+    """TTFTs of every request, the wall time, and the requests done. `open_at_once` sessions are
+    under way at once (a new one starts when one ends); `concurrency` requests are in flight at
+    once, each a turn of the session that has waited longest since its last turn was answered,
+    so a session's next turn follows the other sessions' current ones and may leave on any
+    connection. Requests alternate over `urls` (one per gateway)."""
     ttfts: list[float] = []
     sent = 0
-    queue: asyncio.Queue[list[list[dict[str, str]]]] = asyncio.Queue()
-    for s in sessions:
-        queue.put_nowait(s)
+    total = sum(len(s) for s in sessions)
+    ready: asyncio.Queue[tuple[list[_Turn], int] | None] = asyncio.Queue()
+    waiting = list(sessions)
+    for _ in range(min(open_at_once, len(waiting))):
+        ready.put_nowait((waiting.pop(0), 0))
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
 
     async def worker(session: aiohttp.ClientSession) -> None:
         nonlocal sent
-        while not queue.empty():
-            turns = queue.get_nowait()
-            for messages in turns:
-                url = urls[sent % len(urls)]
-                sent += 1
-                body = json.dumps({"model": "smol", "messages": messages, "max_tokens": 8, "temperature": 0,
-                                   "stream": True}).encode()
-                started = time.perf_counter()
-                first = None
-                async with session.post(url, data=body, headers=headers) as resp:
-                    assert resp.status == 200, await resp.text()
-                    async for line in resp.content:
-                        if first is None and line.startswith(b"data: {") and b'"content":"' in line \
-                                and b'"content":""' not in line:
-                            first = time.perf_counter() - started
-                ttfts.append(first if first is not None else time.perf_counter() - started)
+        while (item := await ready.get()) is not None:
+            turns, k = item
+            url = urls[sent % len(urls)]
+            sent += 1
+            body = json.dumps({"model": "smol", "messages": turns[k], "max_tokens": 8, "temperature": 0,
+                               "stream": True}).encode()
+            started = time.perf_counter()
+            first = None
+            async with session.post(url, data=body, headers=headers) as resp:
+                assert resp.status == 200, await resp.text()
+                async for line in resp.content:
+                    if first is None and line.startswith(b"data: {") and b'"content":"' in line \
+                            and b'"content":""' not in line:
+                        first = time.perf_counter() - started
+            ttfts.append(first if first is not None else time.perf_counter() - started)
+            if k + 1 < len(turns):
+                ready.put_nowait((turns, k + 1))
+            elif waiting:
+                ready.put_nowait((waiting.pop(0), 0))
+            if len(ttfts) == total:
+                for _ in range(concurrency):
+                    ready.put_nowait(None)
 
     t0 = time.perf_counter()
     timeout = aiohttp.ClientTimeout(total=600)
@@ -172,7 +194,8 @@ def one_run(policy: str, name: str, args: argparse.Namespace) -> dict[str, Any]:
             wait_for(f"the gateway at {url}", lambda: http_ok(url, timeout=2), timeout=60, interval=0.2)
         sessions = workload(name, args.tenants, args.requests, args.seed)
         ttfts, wall, n = asyncio.run(run_sessions([f"http://127.0.0.1:{port}/v1/chat/completions" for port in ports],
-                                                  key, sessions, args.concurrency))
+                                                  key, sessions, args.concurrency,
+                                                  args.open if name == "chat" else args.concurrency))
         prompt = sum(sum(v for _, v in r.metric_samples("triton_llm_prompt_tokens_total")) for r in replicas)
         cached = sum(sum(v for _, v in r.metric_samples("triton_llm_prompt_tokens_cached_total")) for r in replicas)
         return {"policy": policy, "gateways": len(ports), "workload": name, "requests": n, "ttft_p50": pct(ttfts, 0.5),
@@ -191,11 +214,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--replicas", type=int, default=3)
     p.add_argument("--tenants", type=int, default=12)
-    p.add_argument("--requests", type=int, default=72, help="requests per workload (conversations: 5 turns each)")
+    p.add_argument("--requests", type=int, default=72, help="requests per workload (conversations, chat: 5 turns each)")
     p.add_argument("--concurrency", type=int, default=3)
+    p.add_argument("--open", type=int, default=6, help="chat: chats under way at once")
     p.add_argument("--cache-mib", type=int, default=48, help="each replica's prefix-cache budget")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--workload", action="append", choices=WORKLOADS)
+    p.add_argument("--workload", action="append", choices=CHOICES)
     p.add_argument("--policy", action="append", choices=POLICIES)
     p.add_argument("--out", default=str(OUT))
     p.add_argument("--serve-gateway", nargs=4, help=argparse.SUPPRESS)
@@ -221,8 +245,9 @@ def main() -> None:
         f"`make bench-routing` (`python bench/routing.py`), {started:%Y-%m-%d %H:%M} UTC, on this machine "
         f"({machine()}; the cores shared by the replicas, the gateway and the client); {args.replicas} replicas of "
         f"SmolLM2-135M-Instruct (llama.cpp, one thread each, a {args.cache_mib} MiB prefix cache each), "
-        f"{args.tenants} tenants, {args.requests} requests per workload, concurrency {args.concurrency}, "
-        f"8 tokens per answer, seed {args.seed}. Each run starts from empty caches.",
+        f"{args.tenants} tenants, {args.requests} requests per workload, concurrency {args.concurrency}"
+        + (f", {args.open} chats under way at once" if "chat" in (args.workload or WORKLOADS) else "")
+        + f", 8 tokens per answer, seed {args.seed}. Each run starts from empty caches.",
         "",
         "| workload | routing | TTFT p50 (s) | TTFT p90 (s) | requests/s | cache hit rate |",
         "| --- | --- | --- | --- | --- | --- |",

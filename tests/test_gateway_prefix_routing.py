@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import pytest
 from aiohttp import web
 
 from triton_operator.gateway import routing
@@ -132,6 +133,29 @@ def test_a_busy_replica_that_holds_the_beginning_wins_while_its_queue_costs_less
     r.release(home, long)
     r.release(home, queued)
     assert home not in r.in_flight and home not in r.work       # nothing left over
+
+
+def product(question: str) -> routing.Beginning:
+    """A chat under one product's system prompt (about 3,100 characters), every user's."""
+    return beginning("system: " + "Answer in the product's voice. " * 100 + question, 8)
+
+
+@pytest.mark.parametrize("slots, third_goes_home", [(1, False), (64, True)])
+def test_a_prompt_every_request_shares_spreads_once_a_second_request_would_wait(slots, third_goes_home):
+    """Three in flight on three replicas: the replica that read the product's prompt takes a
+    second request (a wait behind one short request costs less than reading the prompt cold), but
+    on a batch of one not a third: two would then wait, and the replicas that never read the prompt
+    would never start to (all of a bench's chats went to one replica, at half the requests/s of
+    leastInFlight). A batching engine starts the third at once, within the load bound."""
+    r = router_with([1, 2, 3], engine={"maxBatchSize": slots})
+    home = r.pick(KEY, 0.0, product("Q0"))
+    r.release(home, r.acquire(home, product("Q0")))             # the prompt is read there
+    for q in ("Q1", "Q2"):
+        assert r.pick(KEY, 0.0, product(q)) == home
+        r.acquire(home, product(q))
+    third = r.pick(KEY, 0.0, product("Q3"))
+    assert (third == home) is third_goes_home
+    assert r.in_flight.get(third, 0) == (2 if third_goes_home else 0)     # not home: an idle replica
 
 
 def test_with_batch_room_the_replica_that_holds_the_beginning_takes_it():

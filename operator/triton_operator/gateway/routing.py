@@ -21,10 +21,13 @@ gateway can tell (cache-aware routing, as llm-d's prefix and queue scorers and D
   hold, plus its answer (DECODE_CHARS a token), plus, when its batch (spec.engine.maxBatchSize)
   is full, what is left of the work ahead of it (half of what runs, all of what waits);
 - the cheapest replica whose requests in flight are under AFFINITY_LOAD times the mean, plus one
-  (consistent hashing with bounded loads, as KubeAI's PrefixHash: a hot beginning cannot pile onto
-  one replica; the one more lets a replica that holds a prompt take a second request at low load,
-  where spreading would save nothing and cost a prefill), any replica when every one is past
-  that; among equals, the first in an order the request's first AFFINITY_CHARS characters alone
+  where at most one request would then wait for its batch (consistent hashing with bounded loads,
+  as KubeAI's PrefixHash: a hot beginning cannot pile onto one replica; the one more lets a
+  replica that holds a prompt take a second request at low load, where spreading would save
+  nothing and cost a prefill, but not a third behind a batch of one: chats under one product's
+  system prompt, 3 in flight on 3 replicas of one sequence, all went to the replica that read the
+  prompt first, the two others never reading it, at half leastInFlight's requests/s), any
+  replica when every one is past that; among equals, the first in an order the request's first AFFINITY_CHARS characters alone
   decide (rendezvous hashing of that affinity and the address). A beginning no replica holds yet
   goes to the first in its order, so every gateway replica sends it to the same place without
   sharing state, and replicas coming or going move only the beginnings they rank first.
@@ -445,10 +448,11 @@ class Router:
         if begins is not None and len(addresses) > 1:
             self._forget_reading(now)
             load = {a: self.load(a, now) for a in addresses}
-            bound = math.ceil(AFFINITY_LOAD * (sum(load.values()) + 1) / len(addresses)) + 1
-            room = [a for a in addresses if load[a] < bound] or list(addresses)
             svc = self.services.get(key)
             slots = (svc.batch_slots if svc is not None else None) or DEFAULT_MAX_BATCH
+            bound = math.ceil(AFFINITY_LOAD * (sum(load.values()) + 1) / len(addresses))
+            # One more than the bound only where at most one request would then wait for the batch.
+            room = [a for a in addresses if load[a] < bound or load[a] == bound <= slots] or list(addresses)
             return min(room, key=lambda a: (self.cost(a, begins, slots, load[a]), -_rank(begins.affinity, a)))
         least = min(self.in_flight.get(a, 0) for a in addresses)
         candidates = [a for a in addresses if self.in_flight.get(a, 0) == least]
