@@ -107,28 +107,28 @@ Rules, and the failures they prevent (the upstream issue behind each is named; d
   recommendations forecast a start-up ahead, so once every recommendation within the last
   start-up time was demand's, that shorter window is the hold (see Demand).
 - Keep-alive by break-even (the attainment against the spec's target, 0.99 for a p99 target,
-  measured by the gateway over 10 minutes; unknown: no keep-alive): a replica no longer needed
-  is kept as long as holding it costs less than starting it again when it is next needed
-  (keep_alive). While the service meets its target, a restart costs its start-up alone (no
-  attainment is bought, but a replica released and asked for again within a start-up cost more
-  GPU time than it saved). While it misses it, a restart costs its start-up plus a whole
-  start-up run a replica short, priced by the target (restart_cost): a need that recurs is seen
-  when its load arrives, and the replica started for it serves a start-up later. Whether past needs found requests waiting says nothing
+  measured by the gateway over 10 minutes; unknown: no keep-alive): a replica no longer needed is
+  kept as long as holding it costs less than starting it again when it is next needed (keep_alive).
+  While the service meets its target, a restart costs its start-up alone (no attainment is bought,
+  but a replica released and asked for again within a start-up cost more GPU time than it saved).
+  While it misses it, a restart costs its start-up plus a whole start-up run a replica short, priced
+  by the target (restart_cost): a need that recurs is seen when its load arrives, and the replica
+  started for it serves a start-up later. Whether past needs found requests waiting says nothing
   about that: a replica held through the gap meets its need warm (so a price read from the queue
   fell each time the keep-alive worked, and the replica was released for the next burst to find
   gone: `simulate` at its defaults on the real code trace played twice, its second hour 94.0 % at
   3.33 GPU-h where fixed:3 served 96.4 % at 2.86; priced in full, 98.5 % at 3.52), and under
   in-flight batching a replica short shows as latency, not as a queue. The needs are what the
-  arrivals asked for each tick over the last hour, not the replicas asked to drain a backlog (a
-  debt paid once). Judged over the gaps seen between needs that were longer than the current one
-  has lasted (a burst's own pauses say nothing about the quiet after it), the quiet before a
-  replica's first need within the hour counting as one (the service did without it that long: a
-  replica first asked for by a burst after an hour without it is released, not held); where none was longer
-  (a need seen for the first time), the hold is the restart's cost itself, the ski-rental
-  break-even, which never pays more than twice what hindsight would. On the real code-completion
-  trace the bursts of its first ten minutes met one warm replica each time before (a need seen
-  once was released at once), and a fixed pool of two served more requests for less; holding for
-  a restart's cost keeps the second and third replicas warm between them.
+  arrivals asked for each tick over the last hour, not the replicas asked to drain a backlog (a debt
+  paid once). Judged over the gaps seen between needs that were longer than the current one has
+  lasted (a burst's own pauses say nothing about the quiet after it), the quiet before a replica's
+  first need within the hour counting as one (the service did without it that long: a replica first
+  asked for by a burst after an hour without it is released, not held); where none was longer (a
+  need seen for the first time), the hold is the restart's cost itself, the ski-rental break-even,
+  which never pays more than twice what hindsight would. On the real code-completion trace the
+  bursts of its first ten minutes met one warm replica each time before (a need seen once was
+  released at once), and a fixed pool of two served more requests for less; holding for a restart's
+  cost keeps the second and third replicas warm between them.
 """
 
 from __future__ import annotations
