@@ -10,7 +10,7 @@ import pytest
 
 from triton_operator.api import AutoscalingSpec
 from triton_operator.autoscaling.policy import (RESTART_PENALTY, History, Signals, decide, keep_alive, layer_gaps,
-                                                restart_cost)
+                                                restart_cost, target_met)
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
 
@@ -153,6 +153,33 @@ def test_a_service_that_meets_its_target_keeps_no_idle_replica_past_a_start_up()
         history, now, signals = after_bursts(attainment)
         d = decide(SPEC, 4, signals, history, now)
         assert d.desired == 3 and "is kept" not in d.reason
+
+
+@pytest.mark.parametrize("share, requests, met", [
+    (0.9924, 1575.0, False),    # a quiet window on the real code trace: 12 missed; the bound is 98.8 %
+    (0.9924, 60000.0, True),    # the same share over a busy window: 99.18 %
+    (0.999, 33000.0, True),     # 99.87 %
+    (1.0, 10.0, False),         # ten requests, all met, say little (the bound is 78.7 %)
+    (1.0, 1000.0, True),        # a thousand do (99.73 %)
+    (0.989, 1e6, False),        # under the target however many requests say so
+    (0.9924, None, True),       # no count: the share itself
+])
+def test_the_target_is_met_when_the_shares_lower_bound_meets_it(share, requests, met):
+    assert target_met(share, requests, 0.99) is met
+
+
+def test_a_quiet_window_that_met_the_target_by_its_share_prices_a_restart_in_full():
+    """The service of the test above at 99.5 % of the last 10 minutes' requests: over 100,000
+    requests that is the target met (replica 4 goes after its start-up's worth of holding); over
+    400 (two missed) it is within the counting noise of a miss (the bound is 98.5 %), so a restart is
+    priced by the target (1040 s) and replica 4 is kept through the gap seen."""
+    history, now, signals = after_bursts(0.995)
+    busy = decide(SPEC, 4, replace(signals, slo_requests=100_000.0), history, now)
+    assert busy.desired == 3 and "is kept" not in busy.reason
+    quiet = decide(SPEC, 4, replace(signals, slo_requests=400.0), history, now)
+    assert quiet.desired == 4
+    assert ("replica 4 was needed 110s ago and is kept 250s (break-even over the 1 longer gap seen, a restart "
+            f"costing {50 + 50 * RESTART_PENALTY * 99:.0f}s)") in quiet.reason
 
 
 def test_at_the_target_a_replica_is_held_for_its_start_up():

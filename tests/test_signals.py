@@ -44,6 +44,12 @@ CASES = [
      dict(ready=2, current=2, queue=0.0, throughput=math.inf, in_flight=math.nan, reporting=math.nan,
           held=math.nan),
      Signals(queue_depth=0.0, ready=2)),
+    ("the gateway's attainment, with the count it is a share of",
+     dict(ready=2, current=2, queue=0.0, slo_met=1188.0, slo_requests=1200.0),
+     Signals(queue_depth=0.0, ready=2, attainment=0.99, slo_requests=1200.0)),
+    ("no request counted: neither",
+     dict(ready=2, current=2, queue=0.0, slo_met=0.0, slo_requests=0.0),
+     Signals(queue_depth=0.0, ready=2)),
 ]
 
 

@@ -31,8 +31,9 @@ def service_signals(*, ready: int, current: int, error: str | None = None, queue
     if error is not None:
         return Signals(ready=ready, error=error)
 
-    gateway = {"held": _finite(held), "gateway_in_flight": _finite(gateway_in_flight),
-               "attainment": attainment(slo_met, slo_requests)}
+    share = attainment(slo_met, slo_requests)
+    gateway = {"held": _finite(held), "gateway_in_flight": _finite(gateway_in_flight), "attainment": share,
+               "slo_requests": None if share is None else slo_requests}
     if queue is None:
         if current == 0:
             return Signals(queue_depth=0.0, ready=ready, **gateway)
