@@ -7,8 +7,9 @@ not false. With `spec.routing.policy: leastInFlight` a request goes to the ready
 fewest requests in flight from this gateway; ties go round robin, so an idle fleet still spreads its
 load. A service that leaves the policy unset gets kvEvents (below) when it generates on the
 operator's own LLM model, whose engine reports what its cache holds, and leastInFlight otherwise:
-measured on real replicas (`make bench-routing`), kvEvents served 2.2x leastInFlight's requests/s
-with shared system prompts and 1.3x on multi-turn chat, and cost 3 % where prompts share nothing.
+measured on real replicas (`make bench-routing`, bench/results/routing.md), kvEvents served 1.7-2.2x
+leastInFlight's requests/s with shared system prompts, 0.95-1.3x on multi-turn chat (runs move that
+much), and 0.97-1.04x where prompts share nothing.
 
 With `spec.routing.policy: prefix`, a request goes where its first token comes soonest, as this
 gateway can tell (cache-aware routing, as llm-d's prefix and queue scorers and Dynamo's KV router):
