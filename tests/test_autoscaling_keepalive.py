@@ -169,7 +169,7 @@ def test_the_target_is_met_when_the_shares_lower_bound_meets_it(share, requests,
 
 
 def test_a_quiet_window_that_met_the_target_by_its_share_prices_a_restart_in_full():
-    """The service of the test above at 99.5 % of the last 10 minutes' requests: over 100,000
+    """The service of `after_bursts` at 99.5 % of the last 10 minutes' requests: over 100,000
     requests that is the target met (replica 4 goes after its start-up's worth of holding); over
     400 (two missed) it is within the counting noise of a miss (the bound is 98.5 %), so a restart is
     priced by the target (1040 s) and replica 4 is kept through the gap seen."""
