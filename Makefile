@@ -16,7 +16,7 @@ define covered_pytest
 	  $(COVERAGE) combine --quiet && $(COVERAGE) report; exit $$status
 endef
 
-.PHONY: help venv test unit unit-coverage e2e crds golden dashboards check-generated dev dev-down tools lint lock bench-autoscaling bench-scale bench-spill bench-foresight bench-robustness bench-gateway bench-standby bench-delivery bench-routing bench-sim-vs-live
+.PHONY: help venv test unit unit-coverage e2e crds golden dashboards check-generated dev dev-down tools lint lock bench-autoscaling bench-autoscaling-rates bench-scale bench-spill bench-foresight bench-robustness bench-gateway bench-standby bench-delivery bench-routing bench-sim-vs-live
 
 help:
 	@echo "make dev       local cluster with simulated GPU nodes + operator + an example service"
@@ -30,6 +30,7 @@ help:
 	@echo "make dashboards rewrite the chart's Grafana dashboards from hack/dashboards.py"
 	@echo "make lock      rewrite requirements/*.lock from pyproject.toml's ranges (hashes included)"
 	@echo "make bench-autoscaling  ours vs the frontier of swept HPA/KEDA/Knative/fixed pools, 7 workloads, 4 conditions -> bench/results/autoscaling.md"
+	@echo "make bench-autoscaling-rates  the same on the real traces at other rates (held out) -> bench/results/autoscaling-rates.md"
 	@echo "make bench-scale        the control plane at N=1000 services: bulk, idle, autoscaler -> bench/results/scale.md"
 	@echo "make bench-spill        SLO during a GPU shortage with and without spill-over -> bench/results/spill.md"
 	@echo "make bench-routing      TTFT by routing (prefix, least in flight, random) on 3 real CPU replicas -> bench/results/routing.md"
@@ -96,6 +97,9 @@ check-generated: $(STAMP)
 
 bench-autoscaling: $(STAMP)
 	$(PY) bench/autoscaling.py
+
+bench-autoscaling-rates: $(STAMP)
+	$(PY) bench/autoscaling.py --rates
 
 # N=1000 by default; N=200 make bench-scale for a quick look.
 bench-scale: $(STAMP)

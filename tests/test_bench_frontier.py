@@ -199,3 +199,25 @@ def test_a_two_hour_row_plays_its_trace_twice_back_to_back():
     assert [(r.arrival - period, r.prompt_tokens, r.output_tokens) for r in both[len(first):]] == [
         (pytest.approx(r.arrival), r.prompt_tokens, r.output_tokens) for r in first]
     assert max(r.arrival for r in first) < period
+
+
+def test_the_rates_bench_replays_the_real_traces_at_their_own_rates_and_claims_nothing_about_foresight(tmp_path):
+    """`--rates` (make bench-autoscaling-rates) on one of its rows: the trace at the row's rate (the
+    request count scales with it), a report of its own (the main report and the README untouched), and no
+    verdict on plans with foresight, which it does not run."""
+    import autoscaling as bench
+
+    slow, fast = (next(w for w in bench.RATE_WORKLOADS if w.label == f"Azure code trace x{r} (real)") for r in (1, 2))
+    assert len(bench.requests_for(fast, 1)) == pytest.approx(2 * len(bench.requests_for(slow, 1)), rel=0.02)
+    assert all(w.trace and (ROOT / "bench" / "data" / w.trace).exists() for w in bench.RATE_WORKLOADS)
+    assert bench.main(["--rates", "--workload", slow.label, "--seeds", "1", "--jobs", "1", "--out", str(tmp_path)]) == 0
+    assert not (tmp_path / "autoscaling.md").exists()
+    text = (tmp_path / "autoscaling-rates.md").read_text()
+    assert text.startswith("# Autoscaling benchmark at other rates")
+    verdict = [line for line in text.splitlines() if line.startswith(("Ours beats", "- cold start 50 s:", "- seed 1:"))]
+    assert len(verdict) == 3 and "no plans with foresight are run here" in verdict[0]
+    assert not any("foresight" in line for line in verdict[1:]), verdict
+    summary = next(line for line in text.splitlines() if line.startswith(f"| {slow.label} | cold start 50 s |"))
+    cells = [c.strip() for c in summary.strip("|").split("|")]
+    assert cells[12] == "-" and cells[11] in ("no", "**yes**")
+    assert not any(line.startswith("| oracle") for line in text.splitlines())
