@@ -557,11 +557,8 @@ def main(argv: list[str] | None = None) -> int:
         ("# Autoscaling benchmark at other rates: the real traces replayed faster and slower than in "
          "bench/results/autoscaling.md" if args.rates else
          "# Autoscaling benchmark: ours against the frontier of tuned baselines"), "",
-        *(["The rows below were not tuned on. They were first run through `simulate` on the day this file "
-           "was added, after the policy's last change; three variants of the policy were then measured on "
-           "them (no scale-down while p99 is over target with the batches shared; the latency limit learned as "
-           "p99 over the mean time in the batch; the keep-alive's needs at a capacity averaged over ticks) and "
-           "none was kept. The policy is the same as in bench/results/autoscaling.md.", ""] if args.rates else []),
+        *(["The rows below were not tuned on; the record at the end says what was looked at on them, and "
+           "how.", ""] if args.rates else []),
         f"Command: `{command}`. Date: {started:%Y-%m-%d %H:%M} UTC. Machine: {machine()}. "
         f"Wall time {total / 60:.1f} min for {len(tasks)} simulations ({args.jobs} processes).", "",
         f"Service: {SPEC.relative_to(ROOT.parent)} ({svc.spec.model.parameters} {svc.spec.model.precision} "
