@@ -118,14 +118,13 @@ def workload(name: str, tenants: int, requests: int, seed: int) -> list[list[_Tu
 
 
 async def run_sessions(urls: list[str], key: str, sessions: list[list[_Turn]], concurrency: int,
-                       open_at_once: int) -> tuple[list[float], float, int, list[tuple[str, float]]]:
-    """TTFTs of every request, the wall time, the requests done, and each request's system prompt (its
-    first sentence: the tenant or the chat) with its TTFT, in the order they were answered. `open_at_once` sessions are
+                       open_at_once: int) -> tuple[list[tuple[str, float]], float]:
+    """Each request's system prompt (its first sentence: the tenant or the chat) with its TTFT, in the
+    order they were answered, and the wall time. `open_at_once` sessions are
     under way at once (a new one starts when one ends); `concurrency` requests are in flight at
     once, each a turn of the session that has waited longest since its last turn was answered,
     so a session's next turn follows the other sessions' current ones and may leave on any
     connection. Requests alternate over `urls` (one per gateway)."""
-    ttfts: list[float] = []
     answered: list[tuple[str, float]] = []
     sent = 0
     total = sum(len(s) for s in sessions)
@@ -151,13 +150,13 @@ async def run_sessions(urls: list[str], key: str, sessions: list[list[_Turn]], c
                     if first is None and line.startswith(b"data: {") and b'"content":"' in line \
                             and b'"content":""' not in line:
                         first = time.perf_counter() - started
-            ttfts.append(first if first is not None else time.perf_counter() - started)
-            answered.append((str(turns[k][0]["content"]).split(".")[0], ttfts[-1]))
+            answered.append((str(turns[k][0]["content"]).split(".")[0],
+                             first if first is not None else time.perf_counter() - started))
             if k + 1 < len(turns):
                 ready.put_nowait((turns, k + 1))
             elif waiting:
                 ready.put_nowait((waiting.pop(0), 0))
-            if len(ttfts) == total:
+            if len(answered) == total:
                 for _ in range(concurrency):
                     ready.put_nowait(None)
 
@@ -165,7 +164,7 @@ async def run_sessions(urls: list[str], key: str, sessions: list[list[_Turn]], c
     timeout = aiohttp.ClientTimeout(total=600)
     async with aiohttp.ClientSession(timeout=timeout) as session:
         await asyncio.gather(*(worker(session) for _ in range(concurrency)))
-    return ttfts, time.perf_counter() - t0, len(ttfts), answered
+    return answered, time.perf_counter() - t0
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -196,9 +195,10 @@ def one_run(policy: str, name: str, args: argparse.Namespace) -> dict[str, Any]:
             url = f"http://127.0.0.1:{port}/healthz"
             wait_for(f"the gateway at {url}", lambda: http_ok(url, timeout=2), timeout=60, interval=0.2)
         sessions = workload(name, args.tenants, args.requests, args.seed)
-        ttfts, wall, n, answered = asyncio.run(run_sessions([f"http://127.0.0.1:{port}/v1/chat/completions" for port in ports],
+        answered, wall = asyncio.run(run_sessions([f"http://127.0.0.1:{port}/v1/chat/completions" for port in ports],
                                                   key, sessions, args.concurrency,
                                                   args.open if name == "chat" else args.concurrency))
+        ttfts, n = [t for _, t in answered], len(answered)
         prompt = sum(sum(v for _, v in r.metric_samples("triton_llm_prompt_tokens_total")) for r in replicas)
         cached = sum(sum(v for _, v in r.metric_samples("triton_llm_prompt_tokens_cached_total")) for r in replicas)
         return {"policy": policy, "gateways": len(ports), "workload": name, "requests": n, "ttft_p50": pct(ttfts, 0.5),
