@@ -45,6 +45,11 @@ def test_the_inference_pool_is_applied_accepted_and_removed_with_the_field(opera
     assert template[ENGINE_LABEL] == "triton-tensorrt-llm"
     assert spec["selector"]["matchLabels"].items() <= template.items()
 
+    # The field taken out once the service is settled (its model prepared, its replica written):
+    # the pool is deleted and the label goes, though every field still rendered is in place.
+    wait_for("the replica written", lambda: c.get("deployment", "pooled", ns)["spec"]["replicas"] == 1, timeout=60)
+    wait_for("the service Ready", lambda: (c.condition("infsvc", "pooled", ns, "Ready") or {}).get("status") == "True",
+             timeout=60)
     # The field taken out: the pool is deleted and the label goes.
     c.kubectl("patch", "infsvc", "pooled", "-n", ns, "--type=merge",
               "-p", json.dumps({"spec": {"routing": {"inferencePool": None}}}))

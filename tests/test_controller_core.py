@@ -9,7 +9,7 @@ import logging
 import threading
 
 import pytest
-from triton_operator.controller.desired import Children, matches, plan
+from triton_operator.controller.desired import Children, matches, plan, stamped
 from triton_operator.controller.trim import content_token as token
 from triton_operator.controller.trim import owner_of, trim_pod
 from triton_operator.kube.failures import FailureLog
@@ -212,10 +212,11 @@ def test_quantity_fields_compare_with_the_one_quantity_parser():
 # -- plan -------------------------------------------------------------------------------------------
 
 def live_children(manifests):
-    """What the API server would hold after applying `manifests`: the same fields plus defaults."""
+    """What the API server would hold after the operator applied `manifests` (with their digest,
+    as a pass applies them): the same fields plus defaults."""
     out = {}
     for m in manifests:
-        live = copy.deepcopy(m)
+        live = copy.deepcopy(stamped(m))
         live["metadata"].update(uid="u-" + m["kind"], generation=1, resourceVersion="7")
         live.setdefault("status", {})
         if m["kind"] == "Deployment":
@@ -242,6 +243,33 @@ def test_only_what_drifted_is_written(classes):
     assert [m["kind"] for m in p.apply] == ["Deployment"] and p.apply[0]["spec"]["replicas"] == 2
     p = plan(obj, classes, Settings(), Children(service=children.service, pdb=children.pdb), replicas=2)
     assert [m["kind"] for m in p.apply] == ["Deployment"], "a deleted child is created again"
+
+
+def test_a_field_the_operator_stopped_rendering_is_written_away(classes):
+    """Every field rendered now is in place in the live object, but the live one also holds a
+    field an earlier rendering had (a label, a node selector): the digest differs, so the child
+    is applied, and the apply (one field manager) removes the field. Edits by others to fields
+    the operator never renders still write nothing."""
+    obj = isvc()
+    rendered = render(obj, classes, Settings(), replicas=2).manifests
+    dep = next(m for m in rendered if m["kind"] == "Deployment")
+    older = copy.deepcopy(dep)
+    older["spec"]["template"]["metadata"]["labels"]["inference.networking.k8s.io/engine-type"] = "triton-tensorrt-llm"
+    older["spec"]["template"]["spec"]["nodeSelector"] = {"pool": "old"}
+    children = live_children([older, *[m for m in rendered if m["kind"] != "Deployment"]])
+    assert matches(stamped(dep)["spec"], children.deployment["spec"]), "the subset comparison alone finds it in place"
+    p = plan(obj, classes, Settings(), children, replicas=2)
+    (written,) = p.apply
+    assert written["kind"] == "Deployment" and "nodeSelector" not in written["spec"]["template"]["spec"]
+    assert "inference.networking.k8s.io/engine-type" not in written["spec"]["template"]["metadata"]["labels"]
+    assert written["metadata"]["annotations"]["serving.triton-operator.io/rendered"] == stamped(dep)["metadata"][
+        "annotations"]["serving.triton-operator.io/rendered"]
+    assert "serving.triton-operator.io/rendered" not in written["spec"]["template"]["metadata"].get("annotations", {}), \
+        "on the object only: a new digest rolls no pods"
+    others = live_children(rendered)
+    others.deployment["metadata"]["annotations"]["deployment.kubernetes.io/revision"] = "3"
+    others.deployment["metadata"]["labels"]["team"] = "search"
+    assert plan(obj, classes, Settings(), others, replicas=2).apply == ()
 
 
 def test_a_spec_that_cannot_render_is_an_error_not_an_exception(classes):
@@ -323,7 +351,7 @@ def test_a_cached_child_keeps_its_spec_compact_and_whole_on_demand(classes):
     from triton_operator.controller.trim import SPEC_JSON, trim_child
     from triton_operator.controller.trim import with_full_spec as whole
     obj = isvc()
-    dep = render(obj, classes, Settings(), replicas=2).by_kind("Deployment")
+    dep = stamped(render(obj, classes, Settings(), replicas=2).by_kind("Deployment"))
     live = {**dep, "metadata": {**dep["metadata"], "uid": "u", "generation": 1, "managedFields": [{"x": 1}]},
             "status": {"readyReplicas": 2}}
     cached = trim_child(live)
@@ -587,7 +615,7 @@ def _group_set(obj, classes):
     """The manifests rendered for `obj` at 2 replicas, and its LeaderWorkerSet as the API server
     returns it: 2 groups, 1 of them ready."""
     rendered = render(obj, classes, Settings(), replicas=2).manifests
-    lws = copy.deepcopy(next(m for m in rendered if m["kind"] == "LeaderWorkerSet"))
+    lws = copy.deepcopy(stamped(next(m for m in rendered if m["kind"] == "LeaderWorkerSet")))
     lws["metadata"].update(uid="u-lws", generation=1, resourceVersion="7")
     lws["status"] = {"replicas": 2, "readyReplicas": 1, "updatedReplicas": 2}
     return rendered, lws
@@ -604,7 +632,7 @@ def test_a_group_set_in_place_is_not_written_and_reads_as_a_deployment_of_groups
     assert cached["spec"]["template"]["metadata"]["labels"]["serving.triton-operator.io/gpu-class"] == "h100"
     assert with_full_spec(cached)["spec"]["leaderWorkerTemplate"]["size"] == 2
     rest = live_children([m for m in rendered if m["kind"] not in ("LeaderWorkerSet", "Job")])
-    job = copy.deepcopy(next(m for m in rendered if m["kind"] == "Job"))
+    job = copy.deepcopy(stamped(next(m for m in rendered if m["kind"] == "Job")))
     job["metadata"].update(uid="u-job", resourceVersion="9")
     job["status"] = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
     children = Children(deployment=cached, service=rest.service, pdb=rest.pdb, deployments=(cached,), jobs=(job,))

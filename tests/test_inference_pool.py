@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 from pydantic import ValidationError
 
-from triton_operator.controller.desired import Children, plan
+from triton_operator.controller.desired import Children, plan, stamped
 from triton_operator.render import render
 from triton_operator.settings import Settings
 
@@ -61,7 +61,8 @@ def test_a_pool_for_a_model_that_is_not_an_llm_is_refused():
 
 
 def test_a_pool_no_longer_asked_for_is_deleted(classes):
-    with_pool = render(isvc(model=LLM, routing={"inferencePool": POOL}), classes, Settings()).by_kind("InferencePool")
+    with_pool = stamped(render(isvc(model=LLM, routing={"inferencePool": POOL}), classes, Settings())
+                        .by_kind("InferencePool"))
     live = {**with_pool, "metadata": {**with_pool["metadata"], "uid": "p1", "resourceVersion": "7"}}
     p = plan(isvc(model=LLM), classes, Settings(), Children(inference_pool=live), replicas=1)
     assert ("inference.networking.k8s.io/v1", "InferencePool", "demo") in p.delete

@@ -6,10 +6,14 @@ GPUs per class).
 The comparison is the one server-side apply makes meaningful: every field the operator renders
 must hold the rendered value in the live object; fields others set (defaults, status, other
 managers) are theirs. Only manifests that fail it are applied, so a fleet at rest writes nothing.
+Each manifest carries a digest of itself (`stamped`), so that a field the operator no longer
+renders counts as a change too: applied, the apply removes it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Mapping
@@ -17,7 +21,7 @@ from typing import Any, Mapping
 from ..api import ClassPlacement, GPUClass, InferenceService
 from ..conditions import parse_timestamp
 from ..kube.kinds import INFERENCE_POOL
-from ..labels import LABEL_GPU_CLASS
+from ..labels import LABEL_GPU_CLASS, RENDERED_ANNOTATION
 from ..planning import capacity, choice, preparation
 from ..planning import placement as placing
 from ..quantity import QuantityError, parse_quantity
@@ -138,12 +142,25 @@ def plan(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Sett
             m["kind"] == INFERENCE_POOL.kind for m in manifests):
         delete.append((pool.get("apiVersion", INFERENCE_POOL.api_version), INFERENCE_POOL.kind,
                        pool["metadata"]["name"]))
+    manifests = [stamped(m) for m in manifests]
     return Plan(
         replicas=replicas, gpu_class=rendered.gpu_class, notes=tuple(rendered.notes),
         apply=tuple(m for m in manifests if not matches(m, with_full_spec(children.live(m)))),
         delete=tuple(delete), preparation=None if prep_states is None else tuple(prep_states),
         rendered=len(manifests), deployments=tuple(rendered.deployments.items()), placement=placement,
         options=tuple(cands.usable()) + tuple(cands.skipped))
+
+
+def stamped(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The manifest with a digest of its content in an annotation (on the object, not its pod
+    template: a new digest rolls no pods). The subset comparison (`matches`) finds every rendered
+    field in place when a field was dropped from the rendering; the digest differs then, and the
+    apply that follows removes the field, which the operator's field manager owns."""
+    digest = hashlib.blake2b(json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode(),
+                             digest_size=8).hexdigest()
+    meta = manifest["metadata"]
+    return {**manifest, "metadata": {**meta, "annotations": {**(meta.get("annotations") or {}),
+                                                              RENDERED_ANNOTATION: digest}}}
 
 
 # -- spill-over ------------------------------------------------------------------------------------
