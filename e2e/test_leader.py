@@ -2,7 +2,8 @@
 Deployment (from `helm template`, the liveness address moved to loopback): one leads, the other
 waits and answers the chart's probes meanwhile (the kubelet would restart a standby that does
 not); a leader killed without a word, frozen (SIGSTOP) or cut off from the API server (the fault
-proxy) is replaced within the lease duration, and a frozen or cut-off leader that comes back
+proxy: a silent partition) is replaced within the lease duration, a blip shorter than the renew
+deadline costs it nothing, and a frozen or cut-off leader that comes back
 exits instead of acting beside the new one; a leader stopped cleanly gives the lease up at once.
 (kwok runs no containers, so the chart's pods cannot run the operator: local processes with the
 chart's ServiceAccount token stand in for them, and the kubelet's probes are applied by
@@ -187,8 +188,10 @@ def test_a_frozen_leader_is_replaced_and_exits_when_it_thaws(replicas: list[Oper
 
 
 def test_a_leader_cut_off_from_the_api_server_steps_down(replicas: list[Operator], ns: str, tmp_path: Path):
-    """A network partition between the leader and the API server (every connection reset by the
-    fault proxy): it cannot renew, stops leading after the renew deadline and exits; the follower
+    """Between the leader and the API server, the fault proxy. A blip shorter than the renew
+    deadline (every connection reset for 8 s, one renewal missed) leaves it leading and renewing.
+    A silent partition (the proxy holds every byte, nothing is ever answered or refused): each
+    renewal times out, the leader stops leading after the renew deadline and exits; the follower
     leads once the lease expires."""
     a, b = replicas
     config = yaml.safe_load(Path(a.kubeconfig).read_text())
@@ -204,14 +207,25 @@ def test_a_leader_cut_off_from_the_api_server_steps_down(replicas: list[Operator
         assert leading(a)
         b.start(wait=False)
         wait_for("the standby", lambda: "waiting to lead" in b.log_path.read_text(), timeout=60)
-        proxy.mode("reset")
-        cut = time.monotonic()
         assert a.proc is not None
+
+        proxy.mode("reset")
+        time.sleep(8)
+        proxy.mode("pass")
+        assert proxy.injected["reset"] >= 1
+        renewed = a.log_since_start().count("successfully acquired lease")
+        wait_for("a renewal after the blip",
+                 lambda: a.log_since_start().count("successfully acquired lease") > renewed, timeout=30)
+        assert a.proc.poll() is None and "lost the leader lease" not in a.log_since_start(), a.log_tail()
+        assert "Error retrieving resource lock" in a.log_since_start(), "the blip cost a renewal"
+
+        proxy.mode("delay", seconds=3600)
+        cut = time.monotonic()
         code = a.proc.wait(timeout=RENEW_DEADLINE_SECONDS + 40)
         stepped_down = time.monotonic() - cut
         assert code == 1 and "lost the leader lease" in a.log_path.read_text(), a.log_tail()
         wait_for("the follower to lead", lambda: leading(b), timeout=LEASE_SECONDS + 60)
-        print(f"partition: the leader stepped down after {stepped_down:.1f} s (renew deadline "
+        print(f"silent partition: the leader stepped down after {stepped_down:.1f} s (renew deadline "
               f"{RENEW_DEADLINE_SECONDS} s), the follower led after {time.monotonic() - cut:.1f} s")
         c = b.cluster
         c.apply(service("after-partition", ns))
