@@ -286,6 +286,9 @@ def test_llm_serving_waits_for_its_preparation_and_stale_jobs_are_deleted(classe
     assert next(m for m in p.apply if m["kind"] == "Deployment")["spec"]["replicas"] == 0, "held until prepared"
     assert p.delete == (("batch/v1", "Job", "demo-oldhash"),)
     assert [e["phase"] for e in p.preparation] == ["Preparing"]
+    job = next(m for m in p.apply if m["kind"] == "Job")
+    assert "serving.triton-operator.io/rendered" not in (job["metadata"].get("annotations") or {}), \
+        "a Job's template cannot change in place: no digest asks for it"
 
     running = live_children([m for m in p.apply if m["kind"] == "Deployment"]).deployment
     p2 = plan(obj, classes, Settings(), Children(deployment=running, jobs=()), replicas=2)
@@ -632,7 +635,7 @@ def test_a_group_set_in_place_is_not_written_and_reads_as_a_deployment_of_groups
     assert cached["spec"]["template"]["metadata"]["labels"]["serving.triton-operator.io/gpu-class"] == "h100"
     assert with_full_spec(cached)["spec"]["leaderWorkerTemplate"]["size"] == 2
     rest = live_children([m for m in rendered if m["kind"] not in ("LeaderWorkerSet", "Job")])
-    job = copy.deepcopy(stamped(next(m for m in rendered if m["kind"] == "Job")))
+    job = copy.deepcopy(next(m for m in rendered if m["kind"] == "Job"))
     job["metadata"].update(uid="u-job", resourceVersion="9")
     job["status"] = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
     children = Children(deployment=cached, service=rest.service, pdb=rest.pdb, deployments=(cached,), jobs=(job,))

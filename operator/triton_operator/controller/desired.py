@@ -142,7 +142,8 @@ def plan(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Sett
             m["kind"] == INFERENCE_POOL.kind for m in manifests):
         delete.append((pool.get("apiVersion", INFERENCE_POOL.api_version), INFERENCE_POOL.kind,
                        pool["metadata"]["name"]))
-    manifests = [stamped(m) for m in manifests]
+    # Not a Job: its pod template cannot change in place (a new preparation is a new Job, by name).
+    manifests = [m if m["kind"] == "Job" else stamped(m) for m in manifests]
     return Plan(
         replicas=replicas, gpu_class=rendered.gpu_class, notes=tuple(rendered.notes),
         apply=tuple(m for m in manifests if not matches(m, with_full_spec(children.live(m)))),
