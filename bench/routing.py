@@ -71,6 +71,8 @@ def serve_gateway(port: int, keys: str, policy: str, ports: list[int]) -> None:
     if policy == "random":   # a random order per request, within prefix routing's bound, knowing no prompt
         openai_proxy.beginning_of = (  # type: ignore[assignment]
             lambda req, key, answer=0, precise=False: routing.Beginning(random.getrandbits(64), (), 0, answer))
+    if os.environ.get("BENCH_AFFINITY_LOAD"):   # --affinity-load: the load bound's factor, for its sensitivity
+        routing.AFFINITY_LOAD = float(os.environ["BENCH_AFFINITY_LOAD"])
     gw = Gateway(GatewaySettings(address="127.0.0.1", port=port, metrics_port=0, key_files=[keys],
                                  requests_per_minute=1e9), None)
     gw.router.set_service({"metadata": {"name": "smol", "namespace": "bench"},
@@ -83,6 +85,11 @@ def serve_gateway(port: int, keys: str, policy: str, ports: list[int]) -> None:
                              "ports": [{"name": "http", "port": p}],
                              "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": True}}]})
     gateway_command.run_loop(gateway_command.serve(gw))
+
+
+def routing_bound() -> float:
+    from triton_operator.gateway import routing
+    return routing.AFFINITY_LOAD
 
 
 def system_prompt(rng: random.Random, tenant: int) -> str:
@@ -190,7 +197,8 @@ def one_run(policy: str, name: str, args: argparse.Namespace) -> dict[str, Any]:
         for port in ports:
             gateways.append(subprocess.Popen(
                 [sys.executable, __file__, "--serve-gateway", str(port), keys.name, policy,
-                 ",".join(str(r.http_port) for r in replicas)], start_new_session=True))
+                 ",".join(str(r.http_port) for r in replicas)], start_new_session=True,
+                env={**os.environ, "BENCH_AFFINITY_LOAD": str(args.affinity_load or "")}))
         for port in ports:
             url = f"http://127.0.0.1:{port}/healthz"
             wait_for(f"the gateway at {url}", lambda: http_ok(url, timeout=2), timeout=60, interval=0.2)
@@ -225,6 +233,8 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--workload", action="append", choices=CHOICES)
     p.add_argument("--policy", action="append", choices=POLICIES)
+    p.add_argument("--affinity-load", type=float, default=None,
+                   help="the load bound's factor (the gateway's AFFINITY_LOAD), to measure what it does")
     p.add_argument("--out", default=str(OUT))
     p.add_argument("--serve-gateway", nargs=4, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -251,7 +261,9 @@ def main() -> None:
         f"SmolLM2-135M-Instruct (llama.cpp, one thread each, a {args.cache_mib} MiB prefix cache each), "
         f"{args.tenants} tenants, {args.requests} requests per workload, concurrency {args.concurrency}"
         + (f", {args.open} chats under way at once" if "chat" in (args.workload or WORKLOADS) else "")
-        + f", 8 tokens per answer, seed {args.seed}. Each run starts from empty caches.",
+        + f", 8 tokens per answer, seed {args.seed}"
+        + (f", the load bound at {args.affinity_load:g}x the mean in flight (the gateway's is "
+           f"{routing_bound():g}x)" if args.affinity_load else "") + ". Each run starts from empty caches.",
         "",
         "| workload | routing | TTFT p50 (s) | TTFT p90 (s) | requests/s | cache hit rate |",
         "| --- | --- | --- | --- | --- | --- |",
