@@ -87,11 +87,6 @@ def serve_gateway(port: int, keys: str, policy: str, ports: list[int]) -> None:
     gateway_command.run_loop(gateway_command.serve(gw))
 
 
-def routing_bound() -> float:
-    from triton_operator.gateway import routing
-    return routing.AFFINITY_LOAD
-
-
 def system_prompt(rng: random.Random, tenant: int) -> str:
     rules = " ".join(f"Rule {k}: for {rng.choice(WORDS)} questions about {rng.choice(WORDS)}, "
                      f"mention the {rng.choice(WORDS)} team." for k in range(30))
@@ -243,6 +238,7 @@ def main() -> None:
         serve_gateway(int(port), keys, policy, [int(x) for x in ports.split(",")])
         return
     from bench.common import machine
+    from triton_operator.gateway import routing as gateway_routing
 
     started = datetime.now(timezone.utc)
     rows = []
@@ -263,7 +259,7 @@ def main() -> None:
         + (f", {args.open} chats under way at once" if "chat" in (args.workload or WORKLOADS) else "")
         + f", 8 tokens per answer, seed {args.seed}"
         + (f", the load bound at {args.affinity_load:g}x the mean in flight (the gateway's is "
-           f"{routing_bound():g}x)" if args.affinity_load else "") + ". Each run starts from empty caches.",
+           f"{gateway_routing.AFFINITY_LOAD:g}x)" if args.affinity_load else "") + ". Each run starts from empty caches.",
         "",
         "| workload | routing | TTFT p50 (s) | TTFT p90 (s) | requests/s | cache hit rate |",
         "| --- | --- | --- | --- | --- | --- |",

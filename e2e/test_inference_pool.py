@@ -50,7 +50,6 @@ def test_the_inference_pool_is_applied_accepted_and_removed_with_the_field(opera
     wait_for("the replica written", lambda: c.get("deployment", "pooled", ns)["spec"]["replicas"] == 1, timeout=60)
     wait_for("the service Ready", lambda: (c.condition("infsvc", "pooled", ns, "Ready") or {}).get("status") == "True",
              timeout=60)
-    # The field taken out: the pool is deleted and the label goes.
     c.kubectl("patch", "infsvc", "pooled", "-n", ns, "--type=merge",
               "-p", json.dumps({"spec": {"routing": {"inferencePool": None}}}))
     wait_for("the InferencePool deleted",

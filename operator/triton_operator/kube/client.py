@@ -151,10 +151,8 @@ class Kube:
             try:
                 resp = self.api.call_api(method_, url, header_params=headers_, body=body_,
                                          _request_timeout=timeout or self.timeout)
-            except ApiException as e:  # raised by the library for TLS errors
+            except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:  # ApiException: TLS errors
                 raise ApiError(0, "Unreachable", describe_api_error(e)) from None
-            except (urllib3.exceptions.HTTPError, OSError) as e:
-                raise ApiError(0, "Unreachable", f"API server unreachable: {type(e).__name__}") from None
             if resp.status == 429 and attempt < 3:
                 retry_after = _retry_after(resp)
                 resp.response.release_conn()

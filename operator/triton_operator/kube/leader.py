@@ -61,7 +61,7 @@ class BoundedLeaseApi:
             try:
                 out = call(*args, _request_timeout=self._timeout, **kwargs)
             except (urllib3.exceptions.HTTPError, OSError) as e:
-                raise ApiException(status=0, reason=f"API server unreachable: {type(e).__name__}") from None
+                raise ApiException(status=0, reason=describe_api_error(e)) from None
             if name in _WRITES:
                 self.written = time.monotonic()
             return out
