@@ -8,7 +8,10 @@ here the bounds themselves are checked. The upstream is a recording stand-in for
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
+import signal
+from typing import Iterator
 
 import pytest
 from aiohttp import web
@@ -128,6 +131,52 @@ def test_brackets_inside_strings_are_not_structure():
             reply = await rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": code[:MIB // 2]})
             assert reply.status == 200
     run(scenario)
+
+
+# An unterminated string of escaped quotes behind more brackets than the plain count lets through:
+# the string-cutting scan once restarted at every quote (a 32 KiB body held the event loop ~3 s).
+UNENDING_STRING = b"[" * 65 + b'"' + b'\\"' * ((MIB - 66) // 2)
+DEEPER_THAN_64 = "the request body nests JSON deeper than 64 levels"
+
+
+@contextlib.contextmanager
+def at_most(seconds: float) -> Iterator[None]:
+    """Interrupts what runs in the main thread after `seconds` (a regex scan included: the re
+    module checks for signals as it matches), so a scan that would run for an hour fails the test."""
+    def expired(*_: object) -> None:
+        raise TimeoutError(f"still running after {seconds:g}s")
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_an_unterminated_string_of_escapes_is_scanned_once():
+    assert len(UNENDING_STRING) == MIB
+    with at_most(10.0), pytest.raises(t.OpenAIError) as refused:
+        t.check_structure(UNENDING_STRING)
+    assert (refused.value.status, refused.value.code, refused.value.message) == (
+        400, "request_too_complex", DEEPER_THAN_64)
+    with at_most(10.0), pytest.raises(t.OpenAIError) as refused:
+        t.parse_json(b'{"stop": [' + b"[]," * 100 + b'"' + b'\\"' * 1000)   # shallow: cut to its end, then not JSON
+    assert (refused.value.status, refused.value.message) == (400, "the request body is not valid JSON")
+
+
+def test_a_body_of_one_unending_string_is_refused_and_health_answered_meanwhile():
+    async def scenario():
+        async with Rig() as rig:
+            hostile, health = await asyncio.gather(
+                rig.call("POST", "/v1/chat/completions", body=UNENDING_STRING),
+                rig.call("GET", "/healthz", key=None))
+            assert (hostile.status, hostile.error["code"], hostile.error["message"]) == (
+                400, "request_too_complex", DEEPER_THAN_64)
+            assert health.status == 200
+            assert rig.upstream.seen == [] and rig.gw.bodies.used == 0
+    with at_most(10.0):
+        run(scenario)
 
 
 def test_a_streaming_request_holds_only_what_it_sent_while_it_is_answered():

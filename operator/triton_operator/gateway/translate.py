@@ -88,7 +88,10 @@ UNRECOGNIZED = "unrecognized request argument"
 # before it is parsed into Python objects (about 20-30 times its size for `[{},{},...]`).
 MAX_JSON_CONTAINERS = 20_000
 MAX_JSON_DEPTH = 64
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+# A string, or an unterminated one to the end of the body (refused by the parse that follows): the
+# closing quote is optional so a match never fails after a scan, and each byte is read once. With
+# the quote required, a string of escaped quotes that never ends was rescanned from each of them.
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
 _NOT_STRUCTURE = bytes(b for b in range(256) if b not in b"[]{}")
 
 
