@@ -180,7 +180,7 @@ def test_held_bytes_are_bounded_per_key_and_in_all():
             assert rig.gw.holds.count == 2
             reply = await rig.call("POST", "/v1/chat/completions", body=big)
             assert (reply.status, reply.error["code"]) == (429, "too_many_bytes_in_flight")
-            generate = json.dumps({"text_input": "x" * (mib - 200), "max_tokens": 16}).encode()
+            generate = json.dumps({"text_input": "x" * (mib - 200), "max_tokens": 16}, separators=(",", ":")).encode()   # as re-encoded
             held += [asyncio.create_task(rig.call("POST", "/v2/models/llama/generate", key=KEY_B, body=generate,
                                                   headers={"X-Inference-Namespace": "ml"})) for _ in range(2)]
             for _ in range(500):

@@ -439,3 +439,30 @@ def test_a_client_cannot_set_the_routers_inputs_through_the_v2_routes():
                                 headers=NS)
             assert ok.status == 200
     run(scenario)
+
+
+def test_the_routers_inputs_are_refused_inside_parameters_too():
+    """Triton maps every key inside a generate body's "parameters" to the model input of that name
+    as it maps the top-level ones (server src/http_server.cc ConvertGenerateRequest): the nested
+    kv_events_after used to reach the model and bring back every tenant's cached prompt names."""
+    async def scenario():
+        async with Rig() as rig:
+            for route in ("generate", "generate_stream"):
+                for extra, named in (({"kv_events_after": ""}, "parameters.kv_events_after"),
+                                     ({"prefix_keys": ["00000000deadbeef"], "prefix_boundary": 1},
+                                      "parameters.prefix_boundary, parameters.prefix_keys")):
+                    reply = await rig.call("POST", f"/v2/models/llama/{route}", headers=NS,
+                                           body={"text_input": "x", "parameters": extra})
+                    assert (reply.status, reply.error) == (400, {
+                        "message": f"{named}: set by the gateway, not by clients", "type": "invalid_request_error",
+                        "param": named.split(", ")[0], "code": "reserved_parameter"})
+                reply = await rig.call("POST", f"/v2/models/llama/{route}", headers=NS,
+                                       body={"text_input": "x", "parameters": ["kv_events_after"]})
+                assert (reply.status, reply.error["message"], reply.error["param"]) == (
+                    400, "parameters must be a JSON object", "parameters")
+            assert rig.upstream.seen == []
+            ok = await rig.call("POST", "/v2/models/llama/generate", headers=NS,
+                                body={"text_input": "x", "parameters": {"temperature": 0.5}})
+            assert ok.status == 200 and rig.upstream.seen[-1].body == (
+                b'{"text_input":"x","parameters":{"temperature":0.5},"max_tokens":256}')
+    run(scenario)

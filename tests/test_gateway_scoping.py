@@ -13,8 +13,9 @@ from aiohttp import web
 
 from triton_operator.gateway import keys as k
 from triton_operator.gateway import telemetry as m
+from triton_operator.gateway.passthrough_proxy import HEADER_LENGTH
 
-from .gateway_http import KEY_A, KEY_B, Rig, run
+from .gateway_http import KEY_A, KEY_B, Rig, isvc, run, slice_for
 
 NS = {"X-Inference-Namespace": "ml"}
 
@@ -71,10 +72,53 @@ def test_a_keys_own_max_tokens_applies_on_v2_and_is_the_default_when_none_is_ask
             assert json.loads(rig.upstream.seen[-1].body) == {"text_input": "x", "max_tokens": 100}
             reply = await rig.call("POST", "/v2/models/llama/generate", body={"text_input": "x", "max_tokens": 50},
                                    headers=NS)
-            assert reply.status == 200 and rig.upstream.seen[-1].body == b'{"text_input": "x", "max_tokens": 50}'
+            assert reply.status == 200 and rig.upstream.seen[-1].body == b'{"text_input":"x","max_tokens":50}'
             # a model that is not an LLM keeps its own default when none is asked
             reply = await rig.call("POST", "/v2/models/resnet/generate", body={"text_input": "x"})
-            assert reply.status == 200 and rig.upstream.seen[-1].body == b'{"text_input": "x"}'
+            assert reply.status == 200 and rig.upstream.seen[-1].body == b'{"text_input":"x"}'
+    run(scenario)
+
+
+def test_max_tokens_inside_parameters_is_capped_and_the_checked_document_is_what_the_replica_reads():
+    """Triton maps "parameters"' keys to the model's inputs too (server src/http_server.cc
+    ConvertGenerateRequest), and reads the first of a key given twice where the gateway's parser
+    reads the last: {"max_tokens": 1000000} inside parameters, or before a second max_tokens of 1,
+    used to reach the model past the key's cap of 100. A text model's /infer took any max_tokens."""
+    async def scenario():
+        async with Rig() as rig:
+            rig.gw.auth.grants = k.parse(f"keys: [{{name: small, key: {KEY_A}, namespaces: [ml], maxTokens: 100}}]", "k")
+            rig.gw.router.set_service(isvc("chat", fmt="python", openai={"enabled": True}))
+            rig.gw.router.set_slice(slice_for("chat", rig.upstream.port))
+            for target in ("/v2/models/llama/generate", "/v2/models/llama/generate_stream", "/v2/models/chat/generate"):
+                reply = await rig.call("POST", target, headers=NS,
+                                       body={"text_input": "x", "parameters": {"max_tokens": 1_000_000}})
+                assert (reply.status, reply.error) == (400, {
+                    "message": "parameters.max_tokens: at most 100 for this API key", "type": "invalid_request_error",
+                    "param": "parameters.max_tokens", "code": "max_tokens_too_large"})
+                reply = await rig.call("POST", target, headers=NS, body={"text_input": "x", "parameters": {"max_tokens": 0}})
+                assert (reply.status, reply.error["message"]) == (400, "parameters.max_tokens must be a positive integer")
+                reply = await rig.call("POST", target, headers=NS,
+                                       body=b'{"text_input": "x", "max_tokens": 1, "max_tokens": 1000000}')
+                assert (reply.status, reply.error["message"]) == (400, "max_tokens: at most 100 for this API key")
+            reply = await rig.call("POST", "/v2/models/chat/infer", body={"inputs": [
+                {"name": "text_input", "datatype": "BYTES", "shape": [1], "data": ["x"]},
+                {"name": "max_tokens", "datatype": "INT32", "shape": [1], "data": [1_000_000]}]})
+            assert (reply.status, reply.error["code"], reply.error["message"]) == (
+                404, "route_not_allowed", "model chat generates text: send its requests to /v2/models/chat/generate "
+                                          "or generate_stream, or to the OpenAI routes")
+            assert rig.upstream.seen == []
+            # within the cap: the replica reads the document as checked, one key once, and an LLM's
+            # request capped inside parameters gets no second max_tokens (Triton refuses an input twice)
+            reply = await rig.call("POST", "/v2/models/llama/generate", headers={**NS, HEADER_LENGTH: "10"},
+                                   body=b'{"text_input": "x", "max_tokens": 1000000, "max_tokens": 50}')
+            assert reply.status == 200
+            assert rig.upstream.seen[-1].body == b'{"text_input":"x","max_tokens":50}'
+            assert HEADER_LENGTH not in rig.upstream.seen[-1].headers      # no binary part to a generate body
+            reply = await rig.call("POST", "/v2/models/llama/generate", headers=NS,
+                                   body={"text_input": "x", "parameters": {"max_tokens": 50}})
+            assert reply.status == 200
+            assert rig.upstream.seen[-1].body == b'{"text_input":"x","parameters":{"max_tokens":50}}'
+            assert len(rig.upstream.seen) == 2
     run(scenario)
 
 

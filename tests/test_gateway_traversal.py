@@ -151,6 +151,8 @@ def test_allowed_routes_reach_exactly_the_services_model(method, target, upstrea
             assert "Authorization" not in seen.headers             # the tenant's key stays at the gateway
             if method == "POST" and "/llama/" in target:   # an LLM's generate gets its default max_tokens
                 assert json.loads(seen.body) == {"inputs": [], "max_tokens": 256}
+            elif method == "POST" and "/generate" in target:   # the document as checked, re-encoded
+                assert seen.body == b'{"inputs":[]}'
             elif method == "POST":
                 assert seen.body == body
     run(scenario)

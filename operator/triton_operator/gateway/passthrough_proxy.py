@@ -4,10 +4,15 @@
 
 The generate routes are admitted as the OpenAI routes are: the key's max_tokens cap applies (an
 LLM service's request without max_tokens gets the service's default, capped), the answer's token
-counts are the key's usage and spend its tokens-per-minute. An LLM service's model is decoupled and
-answers only through generate and generate_stream, so /infer is refused for it: no route around
-those limits. `Inference-Header-Content-Length` must be an integer within the body (Triton r26.07
-ends its process on a value past INT_MAX)."""
+counts are the key's usage and spend its tokens-per-minute. Triton maps every key of a generate
+body to the model input of that name, at the top level and inside "parameters" (server
+src/http_server.cc ConvertGenerateRequest), so both are checked, and the replica is sent the
+document as checked, re-encoded (one key once), not the bytes as they came. An LLM service's model
+is decoupled and answers only through generate and generate_stream, so /infer is refused for it,
+and for a service whose model serves the OpenAI text routes (its /infer would take any max_tokens
+tensor): no route around those limits. `Inference-Header-Content-Length` must be an integer within
+the body (Triton r26.07 ends its process on a value past INT_MAX); the generate routes read the
+whole body as JSON and are sent none."""
 
 from __future__ import annotations
 
@@ -56,9 +61,10 @@ class PassthroughProxy:
             raise t.OpenAIError(e.status, e.message, code=e.code, allow=e.allow) from None
         caller = self.auth.authorize(request)
         svc = self.resolver.resolve(call.service, caller.grant, request.headers.get(NAMESPACE_HEADER), openai=False)
-        if svc.llm and call.route == "/infer":
+        if call.route == "/infer" and generates_text(svc):
             m.REJECTED.labels("not_found").inc()
-            raise t.OpenAIError(404, f"model {call.service} is an LLM: send its requests to /v2/models/"
+            what = "is an LLM" if svc.llm else "generates text"
+            raise t.OpenAIError(404, f"model {call.service} {what}: send its requests to /v2/models/"
                                      f"{call.service}/generate or generate_stream, or to the OpenAI routes",
                                 code="route_not_allowed")
         try:
@@ -79,13 +85,20 @@ class PassthroughProxy:
             return await self._v2_admitted(request, caller, svc, path, held, generate)
 
     def _capped(self, raw: bytes | bytearray, svc: Service, caller: Caller) -> bytes:
-        """A generate request within the key's max_tokens: refused past it; an LLM service's request
-        that names none gets the service's default, capped (the model's own default may be larger)."""
+        """A generate request within the key's max_tokens, as the replica is sent it (re-encoded):
+        refused past the cap, at the top level or inside "parameters"; an LLM service's request that
+        names none gets the service's default, capped (the model's own default may be larger)."""
         data = t.parse_json(raw)
         if not isinstance(data, dict):
             m.REJECTED.labels("bad_request").inc()
             raise t.OpenAIError(400, "the request body must be a JSON object")
-        reserved = sorted(ROUTER_INPUTS & data.keys())
+        scopes: list[tuple[dict[str, Any], str]] = [(data, "")]
+        if "parameters" in data:
+            if not isinstance(data["parameters"], dict):
+                m.REJECTED.labels("bad_request").inc()
+                raise t.OpenAIError(400, "parameters must be a JSON object", param="parameters")
+            scopes.append((data["parameters"], "parameters."))
+        reserved = sorted(prefix + name for scope, prefix in scopes for name in ROUTER_INPUTS & scope.keys())
         if reserved:
             # The router's own inputs (kvEvents routing): a client that set them could read which
             # prompts other keys' requests left in a replica's cache, or name its states falsely.
@@ -93,26 +106,31 @@ class PassthroughProxy:
             raise t.OpenAIError(400, f"{', '.join(reserved)}: set by the gateway, not by clients", param=reserved[0],
                                 code="reserved_parameter")
         cap = self.auth.max_tokens_cap(caller)
-        asked = data.get("max_tokens")
-        if isinstance(asked, list) and len(asked) == 1:
-            asked = asked[0]
-        if asked is None:
-            if not svc.llm:
-                return bytes(raw)
+        asked_anywhere = False
+        for scope, prefix in scopes:
+            asked = scope.get("max_tokens")
+            if isinstance(asked, list) and len(asked) == 1:
+                asked = asked[0]
+            if asked is None:
+                scope.pop("max_tokens", None)   # null is none asked (and no input given twice below)
+                continue
+            asked_anywhere = True
+            if isinstance(asked, bool) or not isinstance(asked, int) or asked < 1:
+                m.REJECTED.labels("bad_request").inc()
+                raise t.OpenAIError(400, f"{prefix}max_tokens must be a positive integer", param=f"{prefix}max_tokens")
+            if asked > cap:
+                m.REJECTED.labels("bad_request").inc()
+                raise t.OpenAIError(400, f"{prefix}max_tokens: at most {cap} for this API key",
+                                    param=f"{prefix}max_tokens", code="max_tokens_too_large")
+        if svc.llm and not asked_anywhere:
             data["max_tokens"] = min(svc.default_max_tokens, cap)
-            return t.encode(data)
-        if isinstance(asked, bool) or not isinstance(asked, int) or asked < 1:
-            m.REJECTED.labels("bad_request").inc()
-            raise t.OpenAIError(400, "max_tokens must be a positive integer", param="max_tokens")
-        if asked > cap:
-            m.REJECTED.labels("bad_request").inc()
-            raise t.OpenAIError(400, f"max_tokens: at most {cap} for this API key", param="max_tokens",
-                                code="max_tokens_too_large")
-        return bytes(raw)
+        return t.encode(data)
 
     async def _v2_admitted(self, request: web.Request, caller: Caller, svc: Service, path: str,
                            held: Held, generate: bool) -> web.StreamResponse:
-        headers = {h: request.headers[h] for h in V2_REQUEST_HEADERS if h in request.headers}
+        # a generate body is re-encoded JSON, read whole by Triton: no Inference-Header-Content-Length
+        headers = {h: request.headers[h] for h in V2_REQUEST_HEADERS
+                   if h in request.headers and not (generate and h == HEADER_LENGTH)}
         headers["Accept-Encoding"] = "identity" if generate else request.headers.get("Accept-Encoding", "identity")
         s = self.upstream.settings
         async with self.upstream.exchange(svc, caller, "v2", request.method, path, held.body or None, headers,
@@ -179,6 +197,12 @@ class PassthroughProxy:
                     pass
         await out.write_eof()
         return out
+
+
+def generates_text(svc: Service) -> bool:
+    """Whether /v2/models/<service>/ reaches a model that generates text under the key's limits: an
+    LLM's, or the text model a service serves the OpenAI text routes from."""
+    return svc.llm or (svc.openai and not svc.embeddings and svc.generate_model == svc.v2_model)
 
 
 def check_header_length(request: web.Request, body_length: int, identity: bool) -> None:
