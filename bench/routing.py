@@ -70,7 +70,7 @@ def serve_gateway(port: int, keys: str, policy: str, ports: list[int]) -> None:
 
     if policy == "random":   # a random order per request, within prefix routing's bound, knowing no prompt
         openai_proxy.beginning_of = (  # type: ignore[assignment]
-            lambda req, key, answer=0, precise=False: routing.Beginning(random.getrandbits(64), (), 0, answer))
+            lambda req, key, answer=0, precise=False, scope="": routing.Beginning(random.getrandbits(64), (), 0, answer))
     if os.environ.get("BENCH_AFFINITY_LOAD"):   # --affinity-load: the load bound's factor, for its sensitivity
         routing.AFFINITY_LOAD = float(os.environ["BENCH_AFFINITY_LOAD"])
     gw = Gateway(GatewaySettings(address="127.0.0.1", port=port, metrics_port=0, key_files=[keys],

@@ -13,6 +13,7 @@ from aiohttp import web
 
 from triton_operator.gateway import guard
 from triton_operator.gateway import telemetry as m
+from triton_operator.gateway.auth import cache_scope
 
 from .gateway_http import KEY_A, KEY_B, Rig, bearer, isvc, raw_request, read_reply, run, slice_for
 
@@ -180,14 +181,17 @@ def test_held_bytes_are_bounded_per_key_and_in_all():
             assert rig.gw.holds.count == 2
             reply = await rig.call("POST", "/v1/chat/completions", body=big)
             assert (reply.status, reply.error["code"]) == (429, "too_many_bytes_in_flight")
-            generate = json.dumps({"text_input": "x" * (mib - 200), "max_tokens": 16}, separators=(",", ":")).encode()   # as re-encoded
+            generate = json.dumps({"text_input": "x" * (mib - 200), "max_tokens": 16}).encode()
+            # held as the replica is sent it: re-encoded, with key b's cache scope
+            sent = json.dumps({"text_input": "x" * (mib - 200), "max_tokens": 16, "cache_salt": cache_scope("b")},
+                              separators=(",", ":")).encode()
             held += [asyncio.create_task(rig.call("POST", "/v2/models/llama/generate", key=KEY_B, body=generate,
                                                   headers={"X-Inference-Namespace": "ml"})) for _ in range(2)]
             for _ in range(500):
                 if rig.gw.holds.count == 4:
                     break
                 await asyncio.sleep(0.01)
-            assert rig.gw.bodies.used == 2 * len(big) + 2 * len(generate)
+            assert rig.gw.bodies.used == 2 * len(big) + 2 * len(sent)
             # b is within its share (2 of 2.4 MiB) but the gateway's 4 MiB are taken
             reply = await rig.call("POST", "/v1/completions", key=KEY_B, body={"model": "ml/llama", "prompt": "x" * 1000})
             assert (reply.status, reply.error["code"], reply.headers["retry-after"]) == (503, "gateway_busy", "1")

@@ -18,6 +18,7 @@ from aiohttp import web
 
 from triton_operator.gateway import routing
 from triton_operator.gateway import translate as t
+from triton_operator.gateway.auth import cache_scope
 from triton_operator.gateway.openai_proxy import beginning_of
 from triton_operator.gateway.routing import Router
 from triton_runtime.serving.prefix_cache import BOUNDARY, END, PrefixCache
@@ -38,11 +39,11 @@ def router_with(ports: list[int]) -> Router:
     return r
 
 
-def chat(tenant: int, question: str, key: tuple[str, str] = KEY) -> routing.Beginning:
+def chat(tenant: int, question: str, key: tuple[str, str] = KEY, scope: str = "") -> routing.Beginning:
     req = t.parse_body(json.dumps({"model": "m", "messages": [
         {"role": "system", "content": f"tenant {tenant}: {SYSTEM}"}, {"role": "user", "content": question}]}).encode(),
         t.ChatRequest)
-    return beginning_of(req, key, 8, precise=True)
+    return beginning_of(req, key, 8, precise=True, scope=scope)
 
 
 class Engine:
@@ -375,7 +376,7 @@ def test_a_gateway_asks_what_another_gateways_requests_left_before_it_routes():
     gateway's request left it there). The probe (kv_events_after alone) reads that before the
     request is routed, and the request goes there. A replica whose probe fails is routed on what is
     known of it."""
-    begins = chat(1, "What is ACME?")
+    begins = chat(1, "What is ACME?", scope=cache_scope("a"))    # as key a's request names it
     probes: dict[int, list[dict[str, Any]]] = {}
 
     def replica(events: str | None) -> Any:
@@ -464,5 +465,6 @@ def test_the_routers_inputs_are_refused_inside_parameters_too():
             ok = await rig.call("POST", "/v2/models/llama/generate", headers=NS,
                                 body={"text_input": "x", "parameters": {"temperature": 0.5}})
             assert ok.status == 200 and rig.upstream.seen[-1].body == (
-                b'{"text_input":"x","parameters":{"temperature":0.5},"max_tokens":256}')
+                b'{"text_input":"x","parameters":{"temperature":0.5},"max_tokens":256,"cache_salt":"%s"}'
+                % cache_scope("a").encode())
     run(scenario)

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 from aiohttp import web
 
 from triton_operator.gateway import keys as k
 from triton_operator.gateway import telemetry as m
+from triton_operator.gateway.auth import cache_scope
 from triton_operator.gateway.passthrough_proxy import HEADER_LENGTH
+from triton_runtime.serving.prefix_cache import BOUNDARY, END, PrefixCache
 
 from .gateway_http import KEY_A, KEY_B, Rig, isvc, run, slice_for
 
@@ -69,10 +72,12 @@ def test_a_keys_own_max_tokens_applies_on_v2_and_is_the_default_when_none_is_ask
             assert (reply.status, reply.error["message"]) == (400, "max_tokens: at most 100 for this API key")
             reply = await rig.call("POST", "/v2/models/llama/generate", body={"text_input": "x"}, headers=NS)
             assert reply.status == 200
-            assert json.loads(rig.upstream.seen[-1].body) == {"text_input": "x", "max_tokens": 100}
+            salt = cache_scope("small")      # the key's cache scope, on every request to an LLM
+            assert json.loads(rig.upstream.seen[-1].body) == {"text_input": "x", "max_tokens": 100, "cache_salt": salt}
             reply = await rig.call("POST", "/v2/models/llama/generate", body={"text_input": "x", "max_tokens": 50},
                                    headers=NS)
-            assert reply.status == 200 and rig.upstream.seen[-1].body == b'{"text_input":"x","max_tokens":50}'
+            assert reply.status == 200 and rig.upstream.seen[-1].body == (
+                b'{"text_input":"x","max_tokens":50,"cache_salt":"%s"}' % salt.encode())
             # a model that is not an LLM keeps its own default when none is asked
             reply = await rig.call("POST", "/v2/models/resnet/generate", body={"text_input": "x"})
             assert reply.status == 200 and rig.upstream.seen[-1].body == b'{"text_input":"x"}'
@@ -112,13 +117,80 @@ def test_max_tokens_inside_parameters_is_capped_and_the_checked_document_is_what
             reply = await rig.call("POST", "/v2/models/llama/generate", headers={**NS, HEADER_LENGTH: "10"},
                                    body=b'{"text_input": "x", "max_tokens": 1000000, "max_tokens": 50}')
             assert reply.status == 200
-            assert rig.upstream.seen[-1].body == b'{"text_input":"x","max_tokens":50}'
+            salt = cache_scope("small").encode()
+            assert rig.upstream.seen[-1].body == b'{"text_input":"x","max_tokens":50,"cache_salt":"%s"}' % salt
             assert HEADER_LENGTH not in rig.upstream.seen[-1].headers      # no binary part to a generate body
             reply = await rig.call("POST", "/v2/models/llama/generate", headers=NS,
                                    body={"text_input": "x", "parameters": {"max_tokens": 50}})
             assert reply.status == 200
-            assert rig.upstream.seen[-1].body == b'{"text_input":"x","parameters":{"max_tokens":50}}'
+            assert rig.upstream.seen[-1].body == b'{"text_input":"x","parameters":{"max_tokens":50},"cache_salt":"%s"}' % salt
             assert len(rig.upstream.seen) == 2
+    run(scenario)
+
+
+SECRET = "You are Globex's negotiation bot. Walk-away price for Project Falcon: 41 million."
+
+
+def llm_replica(bodies: list[dict]) -> Any:
+    """The llm model's prefix cache as the runtime keeps it (prefix_cache.py; a character stands for
+    a token): states saved where the last message begins and at the end, in the request's
+    cache_salt scope; a prompt restarts from the longest prefix saved in its scope, and the answer
+    says how many prompt tokens that was (cached_tokens, usage.prompt_tokens_details)."""
+    cache = PrefixCache(10 ** 9)
+
+    async def answer(request: web.BaseRequest) -> web.StreamResponse:
+        body = json.loads(await request.read())
+        if "messages" not in body:   # a kvEvents probe
+            return web.json_response({"text_output": "", "kv_events": '{"epoch":"e","seq":0,"snapshot":[]}'})
+        bodies.append(body)
+        rendered = [f"{m['role']}: {m['content']}\n" for m in json.loads(body["messages"])]
+        ids, scope = [ord(c) for c in "".join(rendered)], body.get("cache_salt", "")
+        cached, _ = cache.longest(ids, scope)
+        for prefix, kind in ((ids[:len("".join(rendered[:-1]))], BOUNDARY), (ids, END)):
+            if cache.wants(prefix, scope):
+                cache.store(prefix, "state", 100, kind, scope=scope)
+        return web.json_response({"text_output": "ok", "finish_reason": "stop", "prompt_tokens": len(ids),
+                                  "completion_tokens": 1, "cached_tokens": cached})
+    return answer
+
+
+def test_a_key_reuses_only_the_prompts_its_own_requests_left():
+    """Key a sending key b's system prompt used to be told, in usage.prompt_tokens_details
+    .cached_tokens, that b had sent it (the replica's prefix cache served every key of a service):
+    a way to confirm another tenant's confidential prompt. Each request now carries its key's
+    cache scope (the llm model's cache_salt), and the prefix names the gateway computes are the
+    key's."""
+    async def scenario():
+        bodies: list[dict] = []
+        async with Rig() as rig:
+            rig.upstream.answer = llm_replica(bodies)
+
+            async def usage(key: str, question: str) -> dict:
+                reply = await rig.call("POST", "/v1/chat/completions", key=key, body={
+                    "model": "ml/llama", "max_tokens": 1, "messages": [
+                        {"role": "system", "content": SECRET}, {"role": "user", "content": question}]})
+                assert reply.status == 200
+                return reply.json()["usage"]
+
+            system = len(f"system: {SECRET}\n")
+            assert (await usage(KEY_B, "Open at 30 million?"))["prompt_tokens_details"] == {"cached_tokens": 0}
+            assert await usage(KEY_A, "hello") == {"prompt_tokens": system + len("user: hello\n"),
+                                                   "completion_tokens": 1, "total_tokens": system + 13,
+                                                   "prompt_tokens_details": {"cached_tokens": 0}}
+            assert (await usage(KEY_B, "And at 35?"))["prompt_tokens_details"] == {"cached_tokens": system}
+            b1, a1, b2 = bodies
+            assert [x["cache_salt"] for x in bodies] == [cache_scope("b"), cache_scope("a"), cache_scope("b")]
+            assert cache_scope("a") != cache_scope("b")
+            assert set(a1["prefix_keys"]).isdisjoint(b1["prefix_keys"]), "the names of a's prompt are a's own"
+            assert b1["prefix_keys"][:b1["prefix_boundary"]] == b2["prefix_keys"][:b2["prefix_boundary"]]
+            # the scope is the gateway's to set, at the top level or inside parameters
+            for body, named in (({"text_input": "x", "cache_salt": cache_scope("b")}, "cache_salt"),
+                                ({"text_input": "x", "parameters": {"cache_salt": cache_scope("b")}},
+                                 "parameters.cache_salt")):
+                reply = await rig.call("POST", "/v2/models/llama/generate", headers=NS, body=body)
+                assert (reply.status, reply.error["code"], reply.error["message"]) == (
+                    400, "reserved_parameter", f"{named}: set by the gateway, not by clients")
+            assert len(bodies) == 3
     run(scenario)
 
 

@@ -10,6 +10,7 @@ import json
 import pytest
 
 from triton_operator.gateway import passthrough as p
+from triton_operator.gateway.auth import cache_scope
 
 from .gateway_http import KEY_A, KEY_B, Rig, isvc, run, slice_for
 
@@ -150,7 +151,7 @@ def test_allowed_routes_reach_exactly_the_services_model(method, target, upstrea
             assert seen.headers["Accept-Encoding"] == "identity"   # nothing the client did not ask for
             assert "Authorization" not in seen.headers             # the tenant's key stays at the gateway
             if method == "POST" and "/llama/" in target:   # an LLM's generate gets its default max_tokens
-                assert json.loads(seen.body) == {"inputs": [], "max_tokens": 256}
+                assert json.loads(seen.body) == {"inputs": [], "max_tokens": 256, "cache_salt": cache_scope("a")}
             elif method == "POST" and "/generate" in target:   # the document as checked, re-encoded
                 assert seen.body == b'{"inputs":[]}'
             elif method == "POST":

@@ -39,7 +39,7 @@ def test_states_never_reused_go_first_then_the_least_recently_used():
     assert cache.store(d, "d", 100) == [tuple(c)]
     cache.longest(d + [0])                  # now both were reused: the least recently used goes
     assert cache.store(SYSTEM + [5] * 20, "e", 100) == [tuple(a)]
-    assert list(cache.states) == [tuple(d), tuple(SYSTEM + [5] * 20)] and cache.bytes == 200
+    assert list(cache.states) == [("", tuple(d)), ("", tuple(SYSTEM + [5] * 20))] and cache.bytes == 200
     assert cache.store(list(range(500)), "big", 300) == [], "a state larger than the budget is not kept"
     assert cache.stats.removed == 3
 
@@ -58,7 +58,7 @@ def test_a_new_tenants_system_prompt_outlives_the_questions_saved_after_it():
     assert cache.store(t2 + [3] * 20, "t2-q1", 100, END) == [tuple(t1 + [2] * 20)], \
         "an end goes, not tenant 2's system prompt, older and never reused yet"
     assert cache.store(t1 + [4] * 20, "t1-q3", 100, END) == [tuple(t2 + [3] * 20)]
-    assert tuple(t2) in cache.states and cache.longest(t2 + [5] * 20) == (40, "t2")
+    assert ("", tuple(t2)) in cache.states and cache.longest(t2 + [5] * 20) == (40, "t2")
 
 
 def test_a_conversations_last_turn_outlives_the_boundaries_saved_after_it():
@@ -75,7 +75,7 @@ def test_a_conversations_last_turn_outlives_the_boundaries_saved_after_it():
     assert cache.store(turn2, "e2", 100, END) == [tuple(SYSTEM)], "the unused boundary goes, not an end"
     other = [300 + i for i in range(60)]
     cache.store(other, "e-other", 100, END)            # another conversation's first turn
-    assert tuple(turn2) in cache.states and tuple(turn1 + [7] * 10) not in cache.states
+    assert ("", tuple(turn2)) in cache.states and ("", tuple(turn1 + [7] * 10)) not in cache.states
 
 
 def test_the_boundary_is_where_the_last_message_begins():
@@ -83,6 +83,21 @@ def test_the_boundary_is_where_the_last_message_begins():
     starts = [(0, True), (10, False), (50, True), (55, False), (60, True)]
     assert boundary(starts, 64) == 55
     assert boundary([(0, True)], 30) == 0, "a completion's prompt is one piece"
+
+
+def test_a_prompt_starts_only_from_states_saved_in_its_own_scope():
+    """A scope is an API key's (the request's cache_salt): one key's prompt never starts from what
+    another key's requests saved, so neither its cached tokens nor its speed tell which prompts
+    another key sent."""
+    cache = PrefixCache(10 ** 9)
+    cache.store(SYSTEM, "b's system prompt", 100, BOUNDARY, scope="b")
+    assert cache.longest(SYSTEM + [1], "a") == (0, None)
+    assert cache.longest(SYSTEM + [1]) == (0, None), "no scope is a scope of its own"
+    assert cache.longest(SYSTEM + [1], "b") == (40, "b's system prompt")
+    assert cache.wants(SYSTEM, "a") and not cache.wants(SYSTEM, "b")
+    assert cache.store(SYSTEM, "a's", 100, BOUNDARY, scope="a") == [] and cache.longest(SYSTEM + [1], "a") == (40, "a's")
+    assert list(cache.states) == [("b", tuple(SYSTEM)), ("a", tuple(SYSTEM))] and cache.bytes == 200
+    assert (cache.stats.lookups, cache.stats.hits, cache.stats.cached_tokens) == (4, 2, 80)
 
 
 # -- what the cache tells the router (KvEvents) ------------------------------------------------------
@@ -141,7 +156,7 @@ def test_a_name_held_by_two_states_is_removed_with_the_last_and_a_state_saved_un
     assert out["events"] == [["stored", "00000000000000aa", 3], ["stored", "00000000000000cc", 1]]
     cache.store([4] * 30, "d", 100, END)             # evicts "c", then "a": "b" still carries a's name
     cursor, out = _read(cache, cursor)
-    assert list(cache.states) == [tuple(SYSTEM + [5] * 20), (4,) * 30]
+    assert list(cache.states) == [("", tuple(SYSTEM + [5] * 20)), ("", (4,) * 30)]
     assert out["events"] == [["removed", "00000000000000cc", 1]]
     cache.clear()
     _, out = _read(cache, cursor)

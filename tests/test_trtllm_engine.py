@@ -53,7 +53,7 @@ def trtllm(monkeypatch):
         monkeypatch.delitem(sys.modules, name)   # no other test imports the stand-in by accident
 
 
-def run(engine, prompt, sampling, stops=(), cancel_after: int | None = None, timeout: float = 10.0):
+def run(engine, prompt, sampling, stops=(), cancel_after: int | None = None, timeout: float = 10.0, salt: str = ""):
     steps: list[Step] = []
     errors: list[Exception] = []
     done = threading.Event()
@@ -68,7 +68,7 @@ def run(engine, prompt, sampling, stops=(), cancel_after: int | None = None, tim
         done.set()
 
     job = Job(prompt=prompt, sampling=sampling, stops=stops, emit=emit, fail=fail,
-              cancelled=lambda: cancel_after is not None and len(steps) >= cancel_after)
+              cancelled=lambda: cancel_after is not None and len(steps) >= cancel_after, cache_salt=salt)
     engine.submit(job)
     assert done.wait(timeout), "the engine never finished the job"
     return steps, errors
@@ -116,6 +116,15 @@ def test_sampling_reaches_the_llm_api_by_its_names(trtllm):
     assert sampled.stop == ["\n\n"] and sampled.guided_decoding.json == {"type": "object"}
     assert any_json.guided_decoding.json_object is True and any_json.guided_decoding.json is None
     assert all(r[1].seed is None and r[1].presence_penalty is None for r in engine.llm.requests)
+
+
+def test_a_requests_cache_salt_scopes_its_kv_block_reuse(trtllm):
+    """The gateway's API key scope reaches LLM.generate_async as cache_salt: TensorRT-LLM reuses a
+    request's KV blocks only for requests of the same salt; none is sent for a request without one."""
+    engine = trtllm()
+    for salt in ("6652555e035217f0", "", "25bd54bbe346263b"):
+        run(engine, [Piece("x", False)], Sampling(max_tokens=3, temperature=0), salt=salt)
+    assert engine.llm.salts == ["6652555e035217f0", None, "25bd54bbe346263b"]
 
 
 @pytest.mark.parametrize("sampling, words", [

@@ -34,6 +34,17 @@ class Caller:
     digest: str
     grant: keys_core.Grant
 
+    @property
+    def cache_scope(self) -> str:
+        return cache_scope(self.grant.name)
+
+
+def cache_scope(key_name: str) -> str:
+    """An API key's scope of prompt-cache reuse at the replicas (the llm model's cache_salt, and part
+    of every prefix name the gateway computes): a digest of its name, which a client cannot set for
+    another key. Keys of one name share it, as they share their usage."""
+    return hashlib.blake2b(key_name.encode("utf-8", "surrogatepass"), digest_size=8, person=b"cache-scope").hexdigest()
+
 
 class Auth:
     def __init__(self, settings: GatewaySettings, clock: Callable[[], float] = time.monotonic,

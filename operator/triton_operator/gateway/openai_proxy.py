@@ -142,9 +142,12 @@ class OpenAIProxy:
         if not svc.llm:   # a text model: the gateway renders the chat (the llm model renders its own)
             prompt = t.render_chat(template, req.messages) if chat else req.text()  # type: ignore[attr-defined]
         gen = t.to_generate(req, min(svc.default_max_tokens, cap), svc.llm, prompt)
-        begins = beginning_of(req, svc.key, gen.max_tokens, svc.kv_events) if svc.prefix_routing else None
+        scope = caller.cache_scope
+        begins = beginning_of(req, svc.key, gen.max_tokens, svc.kv_events, scope) if svc.prefix_routing else None
         precise = begins is not None and begins.precise
         body = gen.body
+        if svc.llm:
+            body["cache_salt"] = scope   # the engine reuses only what this key's requests left
         if begins is not None and precise:
             body["prefix_keys"] = begins.keys()
             body["prefix_boundary"] = begins.before_last
@@ -274,11 +277,14 @@ class OpenAIProxy:
         return out
 
 
-def beginning_of(req: t._Request, key: ServiceKey, answer: int = 0, precise: bool = False) -> Beginning:
+def beginning_of(req: t._Request, key: ServiceKey, answer: int = 0, precise: bool = False,
+                 scope: str = "") -> Beginning:
     """The request's Beginning for prefix routing: its prompt as the model will read it (the
-    chat's roles and contents in order, or the prompt), within its service, where its last
-    message's content begins, and the `answer` tokens it may take."""
-    head = f"{key[0]}/{key[1]}\x1d"
+    chat's roles and contents in order, or the prompt), within its service and the API key's
+    cache `scope` (Caller.cache_scope: engines reuse a prompt only for the key that sent it, so
+    its names and its place in the index are the key's), where its last message's content begins,
+    and the `answer` tokens it may take."""
+    head = f"{key[0]}/{key[1]}\x1d" + (f"{scope}\x1d" if scope else "")
     if isinstance(req, t.ChatRequest):
         turns = [f"{m.role}\x1f{m.text()}" for m in req.messages]
         text = "\x1e".join(turns)

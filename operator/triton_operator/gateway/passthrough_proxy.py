@@ -41,7 +41,8 @@ HEADER_LENGTH = "Inference-Header-Content-Length"
 INT32_MAX = 2**31 - 1
 SMALL_BODY = 1 << 16  # answers up to this size are passed through whole, larger ones streamed
 GENERATE_ROUTES = ("/generate", "/generate_stream")
-ROUTER_INPUTS = frozenset({"prefix_keys", "prefix_boundary", "kv_events_after"})   # the llm model's, set by the gateway
+# The llm model's inputs the gateway sets: the router's (kvEvents), and the key's cache scope
+ROUTER_INPUTS = frozenset({"prefix_keys", "prefix_boundary", "kv_events_after", "cache_salt"})
 _DIGITS = re.compile(r"[0-9]{1,10}")
 
 
@@ -100,8 +101,9 @@ class PassthroughProxy:
             scopes.append((data["parameters"], "parameters."))
         reserved = sorted(prefix + name for scope, prefix in scopes for name in ROUTER_INPUTS & scope.keys())
         if reserved:
-            # The router's own inputs (kvEvents routing): a client that set them could read which
-            # prompts other keys' requests left in a replica's cache, or name its states falsely.
+            # The router's own inputs (kvEvents routing) and the cache scope: a client that set them
+            # could read which prompts other keys' requests left in a replica's cache, name its
+            # states falsely, or reuse (and time) what another key's requests left there.
             m.REJECTED.labels("bad_request").inc()
             raise t.OpenAIError(400, f"{', '.join(reserved)}: set by the gateway, not by clients", param=reserved[0],
                                 code="reserved_parameter")
@@ -124,6 +126,8 @@ class PassthroughProxy:
                                     param=f"{prefix}max_tokens", code="max_tokens_too_large")
         if svc.llm and not asked_anywhere:
             data["max_tokens"] = min(svc.default_max_tokens, cap)
+        if svc.llm:
+            data["cache_salt"] = caller.cache_scope   # the engine reuses only what this key's requests left
         return t.encode(data)
 
     async def _v2_admitted(self, request: web.Request, caller: Caller, svc: Service, path: str,

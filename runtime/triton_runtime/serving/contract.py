@@ -66,6 +66,9 @@ INPUTS = (
            meaning="the router's chained hashes of the prompt's blocks, 16 hex digits each: the prefix "
                    "cache names what it saves for this prompt by them (prefix_cache.py)"),
     Tensor("prefix_boundary", "TYPE_INT32", meaning="how many of prefix_keys lie before the last message"),
+    Tensor("cache_salt", "TYPE_STRING",
+           meaning="the scope of prefix-cache reuse: a prompt reuses only what requests of the same salt left "
+                   "(the gateway sends its API key's; on GPUs TensorRT-LLM's cache_salt)"),
     Tensor("kv_events_after", "TYPE_STRING",
            meaning="the reader's cursor into the prefix cache's events ('' for none): the last response "
                    "then carries kv_events; sent alone (no text_input, no messages), one response at once, "

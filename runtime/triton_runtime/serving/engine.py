@@ -80,6 +80,7 @@ class Job:
     prefix_keys: tuple[str, ...] = ()  # the router's chained hashes of the prompt's blocks (prefix_cache.py)
     prefix_boundary: int = 0           # how many of them lie before the last message
     kv_cursor: str | None = None       # the reader's cursor into the cache's events (None: it reads none)
+    cache_salt: str = ""               # the scope of prefix-cache reuse: states of other salts are not reused
 
 
 @dataclass(frozen=True)

@@ -209,7 +209,8 @@ class LlamaCppEngine:
 
         self.llm.reset()
         self.llm._ctx.kv_cache_clear()
-        done, state = self.cache.longest(ids)
+        scope = job.cache_salt if job is not None else ""
+        done, state = self.cache.longest(ids, scope)
         if state is not None:
             size = len(state)
             if llama_cpp.llama_state_seq_set_data(self.llm._ctx.ctx, (ctypes.c_uint8 * size).from_buffer_copy(state),
@@ -223,14 +224,14 @@ class LlamaCppEngine:
             if end > self.llm.n_tokens:
                 self.llm.eval(ids[self.llm.n_tokens:end])
                 self._context_tokens = end
-                if self.cache.wants(ids[:end]):
+                if self.cache.wants(ids[:end], scope):
                     size = llama_cpp.llama_state_seq_get_size(self.llm._ctx.ctx, 0)
                     buffer = (ctypes.c_uint8 * size)()
                     written = llama_cpp.llama_state_seq_get_data(self.llm._ctx.ctx, buffer, size, 0)
                     if 0 < written <= size:
-                        self.cache.store(ids[:end], bytes(buffer)[:written], written, kind, _tag(job, kind))
+                        self.cache.store(ids[:end], bytes(buffer)[:written], written, kind, _tag(job, kind), scope)
                         continue
-            self.cache.name(ids[:end], _tag(job, kind))   # saved already (restored, or for another request)
+            self.cache.name(ids[:end], _tag(job, kind), scope)   # saved already (restored, or for another request)
         return done
 
     def _logprob(self, token: int, top: int) -> TokenLogprob:

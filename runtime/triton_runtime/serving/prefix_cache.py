@@ -20,6 +20,10 @@ question), and a conversation's last turn outlives the boundaries saved after it
 
 What the cache holds is also told as events in the router's own terms (kv_events.py): a state
 saved for a request that carried prefix keys is named by them.
+
+Each state belongs to a scope (the request's `cache_salt`: the gateway sends its API key's), and a
+prompt starts only from states of its own scope: one key cannot learn from its cached tokens, or
+from how fast it is answered, which prompts another key sent.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from typing import Any, Sequence
 from .kv_events import BOUNDARY, END, KvEvents, Tag
 
 MIN_TOKENS = 16     # shorter prefixes are not worth a state
-
+Key = tuple[str, tuple[int, ...]]    # (scope, prefix)
 
 
 
@@ -50,10 +54,10 @@ class PrefixCache:
     def __init__(self, budget_bytes: int):
         self.budget = budget_bytes
         self.events = KvEvents()
-        self.tags: dict[tuple[int, ...], Tag] = {}     # prefix -> what the router calls it (see the module)
-        self.states: OrderedDict[tuple[int, ...], tuple[Any, int]] = OrderedDict()   # prefix -> (state, bytes)
-        self.reused: set[tuple[int, ...]] = set()     # prefixes whose state served a later prompt
-        self.kinds: dict[tuple[int, ...], str] = {}    # prefix -> BOUNDARY or END
+        self.tags: dict[Key, Tag] = {}     # (scope, prefix) -> what the router calls it (see the module)
+        self.states: OrderedDict[Key, tuple[Any, int]] = OrderedDict()   # (scope, prefix) -> (state, bytes)
+        self.reused: set[Key] = set()     # states that served a later prompt
+        self.kinds: dict[Key, str] = {}    # (scope, prefix) -> BOUNDARY or END
         self.bytes = 0
         self.stats = Stats()
 
@@ -61,35 +65,36 @@ class PrefixCache:
     def enabled(self) -> bool:
         return self.budget > 0
 
-    def longest(self, ids: Sequence[int]) -> tuple[int, Any]:
-        """The longest saved prefix of `ids` shorter than `ids` (a token must be left to evaluate:
-        its logits start the answer), as (its length, its state); (0, None) when none."""
+    def longest(self, ids: Sequence[int], scope: str = "") -> tuple[int, Any]:
+        """The longest prefix of `ids` saved in `scope` and shorter than `ids` (a token must be left
+        to evaluate: its logits start the answer), as (its length, its state); (0, None) when none."""
         self.stats.lookups += 1
         self.stats.prompt_tokens += len(ids)
-        best: tuple[int, ...] | None = None
-        for prefix in self.states:
+        best: Key | None = None
+        for key in self.states:
+            owner, prefix = key
             n = len(prefix)
-            if n < len(ids) and (best is None or n > len(best)) and tuple(ids[:n]) == prefix:
-                best = prefix
+            if owner == scope and n < len(ids) and (best is None or n > len(best[1])) and tuple(ids[:n]) == prefix:
+                best = key
         if best is None:
             return 0, None
         self.states.move_to_end(best)
         self.reused.add(best)
         self.stats.hits += 1
         self.stats.hits_by_kind[self.kinds[best]] += 1
-        self.stats.cached_tokens += len(best)
-        return len(best), self.states[best][0]
+        self.stats.cached_tokens += len(best[1])
+        return len(best[1]), self.states[best][0]
 
-    def wants(self, prefix: Sequence[int]) -> bool:
-        """Whether a state for `prefix` is worth saving (long enough, not saved yet)."""
-        return self.enabled and len(prefix) >= MIN_TOKENS and tuple(prefix) not in self.states
+    def wants(self, prefix: Sequence[int], scope: str = "") -> bool:
+        """Whether a state for `prefix` in `scope` is worth saving (long enough, not saved yet)."""
+        return self.enabled and len(prefix) >= MIN_TOKENS and (scope, tuple(prefix)) not in self.states
 
     def store(self, prefix: Sequence[int], state: Any, size: int, kind: str = END,
-              tag: Tag | None = None) -> list[tuple[int, ...]]:
-        """Save `state` for `prefix`, a state of `kind` (BOUNDARY or END), named `tag` to the
-        router when the request said (see the module); returns the prefixes evicted to stay
-        within the budget."""
-        key = tuple(prefix)
+              tag: Tag | None = None, scope: str = "") -> list[tuple[int, ...]]:
+        """Save `state` for `prefix` in `scope`, a state of `kind` (BOUNDARY or END), named `tag`
+        to the router when the request said (see the module); returns the prefixes evicted to
+        stay within the budget."""
+        key = (scope, tuple(prefix))
         if not self.enabled or size > self.budget or key in self.states:
             return []
         self.states[key] = (state, size)
@@ -109,18 +114,18 @@ class PrefixCache:
                 self.events.removed(self.tags.pop(old))
             self.bytes -= old_size
             self.stats.removed += 1
-            evicted.append(old)
+            evicted.append(old[1])
         return evicted
 
-    def name(self, prefix: Sequence[int], tag: Tag | None) -> None:
-        """Name a state already saved for `prefix` that has no name yet (saved for a request that
-        carried no keys) `tag`."""
-        key = tuple(prefix)
+    def name(self, prefix: Sequence[int], tag: Tag | None, scope: str = "") -> None:
+        """Name a state already saved for `prefix` in `scope` that has no name yet (saved for a
+        request that carried no keys) `tag`."""
+        key = (scope, tuple(prefix))
         if tag is not None and key in self.states and key not in self.tags:
             self.tags[key] = tag
             self.events.stored(tag)
 
-    def _victim(self, keep: tuple[int, ...]) -> tuple[int, ...]:
+    def _victim(self, keep: Key) -> Key:
         """The state to evict (never `keep`, the one just saved): the oldest never reused of the
         kind that has served fewer prompts (ends on a tie), then the oldest never reused, then the
         least recently used."""

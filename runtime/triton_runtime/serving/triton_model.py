@@ -100,6 +100,14 @@ def _prefix_keys(request: Any) -> tuple[tuple[str, ...], int, str | None]:
     return keys, before, _cursor(request)
 
 
+def _cache_salt(request: Any) -> str:
+    """cache_salt: the scope of prefix-cache reuse ("" when not sent), at most 64 characters."""
+    salt = _text(request, "cache_salt") or ""
+    if len(salt) > 64:
+        raise RequestError("cache_salt: at most 64 characters")
+    return salt
+
+
 def _cursor(request: Any) -> str | None:
     """kv_events_after: a reader's cursor into the prefix cache's events ("" for none yet), at most
     64 characters; None when not sent."""
@@ -287,6 +295,7 @@ class TritonPythonModel:
         if n > 1 and not stream:
             raise RequestError("n > 1 answers stream (send to generate_stream with stream true)")
         keys, keys_before, cursor = _prefix_keys(request)
+        salt = _cache_salt(request)
         left = [n]       # answers not finished yet: the last one's last response is the final one
         jobs = []
         for index in range(n):
@@ -294,7 +303,7 @@ class TritonPythonModel:
             own = sampling if sampling.seed is None or index == 0 else replace(sampling, seed=(sampling.seed + index) % (1 << 63))
             scanner = tools.CallScanner(offered, choice.forced) if offered else None
             job = self._new_job(pieces, own, stops, stream, sender, arrived, index, left, scanner)
-            job.prefix_keys, job.prefix_boundary = keys, keys_before
+            job.prefix_keys, job.prefix_boundary, job.cache_salt = keys, keys_before, salt
             job.kv_cursor = cursor if index == n - 1 else None   # the request's last answer tells the events
             jobs.append(job)
         return jobs

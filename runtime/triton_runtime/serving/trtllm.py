@@ -9,8 +9,9 @@ Every name used here is the LLM API's, as documented for 1.2.1 (nvidia.github.io
   a pre-quantized ModelOpt checkpoint (FP8, NVFP4, INT4-AWQ) is recognised from its own config;
 - `LLM.tokenizer` (a TransformersTokenizer; `.tokenizer` is the Hugging Face one), used to
   tokenize the prompt pieces with `split_special_tokens=True` for user text;
-- `LLM.generate_async(prompt_token_ids, SamplingParams(...), streaming=True)` -> an async
-  iterator of RequestOutput (`finished`, `outputs[0]` a CompletionOutput: `text_diff`,
+- `LLM.generate_async(prompt_token_ids, SamplingParams(...), streaming=True, cache_salt=...)` -> an
+  async iterator of RequestOutput (`cache_salt`: the request's KV blocks are reused only by
+  requests of the same salt, the gateway's API key's) (`finished`, `outputs[0]` a CompletionOutput: `text_diff`,
   `token_ids`, `finish_reason` in stop | length | timeout | cancelled), `.abort()`;
 - `SamplingParams(max_tokens, temperature, top_p, top_k, stop, stop_token_ids,
   include_stop_str_in_output, detokenize, guided_decoding=GuidedDecodingParams(json=...) or
@@ -202,7 +203,7 @@ class TrtllmEngine:
             if not ids:
                 raise RequestError("the prompt is empty")
             params = self.sampling_params(job)
-            result = self.llm.generate_async(ids, params, streaming=True)
+            result = self.llm.generate_async(ids, params, streaming=True, cache_salt=job.cache_salt or None)
             self._submitted.set()
             self.received.add(-1)
             counted = False

@@ -166,6 +166,7 @@ class LLM:
         self.tokenizer = _TransformersTokenizer()
         self.requests: list[tuple[list[int], SamplingParams, bool]] = []
         self.aborted: list[int] = []
+        self.salts: list[str | None] = []     # each request's cache_salt
         self.stats: list[dict] = []
         self.warnings = 0      # get_stats calls made before any request was submitted
         self.token_seconds = 0.001
@@ -182,6 +183,7 @@ class LLM:
             raise ValueError(f"The sum of prompt length ({len(inputs)}) and query length (0) should not exceed "
                              f"max_num_tokens ({self.refuse_longer_than})")
         self.requests.append((list(inputs), sampling_params, streaming))
+        self.salts.append(cache_salt)
         self._store_blocks(list(inputs))
         return GenerationResult(self, len(self.requests), list(inputs), sampling_params, list(self.script))
 
