@@ -235,3 +235,103 @@ def test_a_replica_that_does_not_accept_connections_is_ejected_and_the_next_requ
             for f in fillers:
                 f.close()
     run(scenario)
+
+
+# -- a client that stops reading ---------------------------------------------------------------------
+
+PIECE = "x" * 16384
+
+
+def endless(ended: asyncio.Event):
+    """A replica that streams far more than any socket buffers (~64 MiB), until the gateway lets go."""
+    async def answer(request):
+        from aiohttp import web
+
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        try:
+            for _ in range(4000):
+                await out.write(b"data: " + json.dumps({"text_output": PIECE, "finish_reason": ""}).encode() + b"\n\n")
+            await out.write(b'data: {"text_output": "", "finish_reason": "stop"}\n\n')
+        except ConnectionError:
+            pass                     # the gateway closed its connection: the answer was cut
+        finally:
+            ended.set()
+        return out
+    return answer
+
+
+def whole(ended: asyncio.Event):
+    """A replica whose whole answer (7 MiB) is more than the sockets between gateway and client buffer."""
+    async def answer(request):
+        from aiohttp import web
+
+        ended.set()
+        return web.json_response({"text_output": "x" * (7 << 20), "finish_reason": "stop", "prompt_tokens": 1,
+                                  "completion_tokens": 1})
+    return answer
+
+
+async def never_reading(port: int, target: str, body: dict, headers: str = "") -> socket.socket:
+    """A client with a tiny receive buffer that sends its request and reads nothing."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(sock, ("127.0.0.1", port))
+    data = json.dumps(body).encode()
+    await loop.sock_sendall(sock, (
+        f"POST {target} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY_A}\r\n{headers}"
+        f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n").encode() + data)
+    return sock
+
+
+def held(rig: Rig) -> tuple[int, int, int]:
+    return sum(rig.gw.in_flight.by_key.values()), sum(rig.gw.router.in_flight.values()), rig.gw.bodies.used
+
+
+async def released_within(rig: Rig, seconds: float) -> bool:
+    for _ in range(int(seconds / 0.05)):
+        if held(rig) == (0, 0, 0):
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("target, body, headers, settings, replica", [
+    # the OpenAI stream: a write that waits upstreamIdleTimeoutSeconds is cut
+    ("/v1/chat/completions", {"model": "ml/llama", "stream": True, "messages": [{"role": "user", "content": "hi"}]},
+     "", {"upstream_idle_timeout_seconds": 1.0, "upstream_timeout_seconds": 600.0}, endless),
+    # the v2 pass-through's stream: the whole exchange is cut upstreamTimeoutSeconds after it began
+    ("/v2/models/llama/generate_stream", {"text_input": "hi", "stream": True}, "X-Inference-Namespace: ml\r\n",
+     {"upstream_idle_timeout_seconds": 600.0, "upstream_timeout_seconds": 2.0}, endless),
+    # a whole answer, written at once
+    ("/v1/completions", {"model": "ml/llama", "prompt": "hi"}, "",
+     {"upstream_idle_timeout_seconds": 1.0, "upstream_timeout_seconds": 600.0}, whole),
+], ids=["openai-stream-idle", "v2-stream-total", "openai-whole-idle"])
+def test_a_client_that_stops_reading_is_cut_and_its_request_released(target, body, headers, settings, replica):
+    """Writes to the client had no deadline: a streaming client that read nothing held its place
+    among the key's requests in flight, the replica's count, its held bytes and the connection to
+    the replica (still generating) until it went away, past every timeout."""
+    async def scenario():
+        ended = asyncio.Event()
+        async with Rig(**settings) as rig:
+            rig.upstream.answer = replica(ended)
+            cut = m.CONNECTIONS_REFUSED.labels("client_stalled")._value.get()
+            sock = await never_reading(rig.port, target, body, headers)
+            try:
+                for _ in range(100):
+                    if held(rig)[0]:
+                        break
+                    await asyncio.sleep(0.05)
+                assert held(rig)[:2] == (1, 1), "the request is under way"
+                assert await released_within(rig, 15.0), held(rig)
+                assert rig.gw.in_flight.by_key == {} and rig.gw.router.in_flight == {} and rig.gw.bodies.used == 0
+                assert m.CONNECTIONS_REFUSED.labels("client_stalled")._value.get() == cut + 1
+                await asyncio.wait_for(ended.wait(), 10)      # the replica's connection was let go
+                assert len(rig.upstream.seen) == 1
+                rig.upstream.answer = None            # the gateway serves on
+                assert (await rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": "x"})).status == 200
+            finally:
+                sock.close()
+    run(scenario)

@@ -63,12 +63,14 @@ class GatewaySettings(BaseModel):
     upstream_connect_timeout_seconds: float = Field(5.0, gt=0, description="Connect timeout to a replica.")
     upstream_idle_timeout_seconds: float = Field(
         60.0, gt=0, description="Longest a replica's answer may pause once it has begun (between two reads of a "
-                                "stream); then the answer ends with an error.")
+                                "stream), and longest one write to a client may wait for it to read; then the "
+                                "answer ends with an error, or the client's connection is closed.")
     max_answer_bytes: int = Field(
         8 << 20, ge=1 << 16, description="Largest answer read whole from a replica (a non-streamed generate), and "
                                          "largest streamed event; larger ones end the answer with a 502.")
     upstream_timeout_seconds: float = Field(
-        900.0, gt=0, description="Longest a replica may take to answer (to finish a stream).")
+        900.0, gt=0, description="Longest a replica may take to answer (to finish a stream), and a client to take "
+                                 "the answer: past it the client's connection is closed.")
     log_format: str = Field("text", pattern=r"^(text|json)$", description="Log lines as text or JSON objects.")
     shutdown_timeout_seconds: float = Field(
         10.0, ge=0, description="On SIGTERM, how long answers in progress may finish before they are cut.")

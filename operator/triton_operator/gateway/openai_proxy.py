@@ -24,10 +24,6 @@ from .routing import Beginning, Router, Service, ServiceKey, beginning, cursor_s
 from .upstream import Exchange, Upstream, answer_json, answer_too_large, read_chunk, read_whole, upstream_error
 
 
-def _ignore(_: str) -> None:
-    pass
-
-
 class OpenAIProxy:
     def __init__(self, router: Router, auth: Auth, admission: Admission, resolver: Resolver, holding: Holding,
                  upstream: Upstream, clock: Callable[[], float]):
@@ -101,7 +97,7 @@ class OpenAIProxy:
             self.auth.spend(caller, svc, tokens, 0)
             body = t.encode(e.response(req, model_id, rows, tokens), request=False)
             del rows
-            answer = await self._send(request, body, held)
+            answer = await self._send(request, body, held, ex)
             ex.code = answer.status
             return answer
 
@@ -171,37 +167,37 @@ class OpenAIProxy:
             if gen.stream:
                 answer = await self._stream(request, resp, gen, svc, ex, caller, held, original)
             elif gen.upstream_stream:
-                answer = await self._gathered(request, resp, gen, svc, caller, held, ex.kv_events)
+                answer = await self._gathered(request, resp, gen, svc, ex, caller, held)
             else:
-                answer = await self._whole(request, resp, gen, svc, caller, held, original, ex.kv_events)
+                answer = await self._whole(request, resp, gen, svc, ex, caller, held, original)
             ex.code = answer.status
             return answer
 
     async def _whole(self, request: web.Request, resp: aiohttp.ClientResponse, gen: t.Generate, svc: Service,
-                     caller: Caller, held: Held, original: r.ResponsesRequest | None = None,
-                     kv_events: Callable[[str], None] = _ignore) -> web.StreamResponse:
+                     ex: Exchange, caller: Caller, held: Held,
+                     original: r.ResponsesRequest | None = None) -> web.StreamResponse:
         """A non-streamed answer: read whole within max_answer_bytes, translated, and written to the
         client while its bytes are still counted."""
         s = self.upstream.settings
         data = await read_whole(resp, svc, held, s.max_answer_bytes, s.upstream_idle_timeout_seconds)
         whole = t.answer_of(answer_json(data, svc))
-        kv_events(whole.kv_events)
+        ex.kv_events(whole.kv_events)
         self.auth.spend(caller, svc, whole.prompt_tokens, whole.completion_tokens)
         body = t.encode(r.response_object(original, whole) if original else t.completion(gen, whole), request=False)
         del data, whole
-        return await self._send(request, body, held)
+        return await self._send(request, body, held, ex)
 
     @staticmethod
-    async def _send(request: web.Request, body: bytes, held: Held) -> web.StreamResponse:
+    async def _send(request: web.Request, body: bytes, held: Held, ex: Exchange) -> web.StreamResponse:
         """A whole JSON answer, written while its bytes are still counted as held."""
         held.set(len(body))
         out = web.Response(body=body, content_type="application/json")
-        await out.prepare(request)
-        await out.write_eof()
+        await ex.to_client(request, out.prepare(request))
+        await ex.to_client(request, out.write_eof())
         return out
 
     async def _gathered(self, request: web.Request, resp: aiohttp.ClientResponse, gen: t.Generate, svc: Service,
-                        caller: Caller, held: Held, kv_events: Callable[[str], None] = _ignore) -> web.StreamResponse:
+                        ex: Exchange, caller: Caller, held: Held) -> web.StreamResponse:
         """n answers, not streamed to the client: the model's stream read whole (within
         max_answer_bytes, as a whole answer is), gathered per answer, and written as one."""
         s = self.upstream.settings
@@ -215,14 +211,14 @@ class OpenAIProxy:
             held.set(size)
             pieces += [t.answer_of(event) for event in events.feed(chunk)]
         for piece in pieces:
-            kv_events(piece.kv_events)
+            ex.kv_events(piece.kv_events)
         answers = t.gather(pieces)
         counts = t.total_usage(answers)
         self.auth.spend(caller, svc, counts["prompt_tokens"] if counts else None,
                         counts["completion_tokens"] if counts else None)
         body = t.encode(t.completion(gen, answers), request=False)
         del pieces, answers
-        return await self._send(request, body, held)
+        return await self._send(request, body, held, ex)
 
     async def _stream(self, request: web.Request, resp: aiohttp.ClientResponse, gen: t.Generate,
                       svc: Service, ex: Exchange, caller: Caller, held: Held,
@@ -230,7 +226,7 @@ class OpenAIProxy:
         started, span = ex.started, ex.span
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
                                           "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        await out.prepare(request)
+        await ex.to_client(request, out.prepare(request))
         s = self.upstream.settings
         stream: t.Stream | r.ResponseStream = r.ResponseStream(original) if original else t.Stream(gen)
         events = t.EventBuffer(s.max_answer_bytes)
@@ -248,21 +244,21 @@ class OpenAIProxy:
                         m.TTFT.labels(*svc.key).observe(first - started)
                     data = stream.delta(piece)
                     if data:
-                        await out.write(data)
+                        await ex.to_client(request, out.write(data))
                     if stream.stopped:
                         break
                 if stream.stopped:
                     break
-            await out.write(stream.end())
+            await ex.to_client(request, out.write(stream.end()))
         except t.OpenAIError as e:
             span.fail(e)
             ex.failed = True
-            await out.write(stream.error(e))
+            await ex.to_client(request, out.write(stream.error(e)))
         except (aiohttp.ClientError, asyncio.TimeoutError) as e:
             span.fail(e)   # the answer began (200) and broke: the upstream span says so
             ex.failed = True
-            await out.write(stream.error(t.OpenAIError(502, f"the replica failed mid-stream: {type(e).__name__}",
-                                                       "upstream_error", code="upstream_failed")))
+            await ex.to_client(request, out.write(stream.error(t.OpenAIError(
+                502, f"the replica failed mid-stream: {type(e).__name__}", "upstream_error", code="upstream_failed"))))
         finally:
             ex.first, ex.tokens = first, stream.tokens
             if gen.llm:
@@ -273,7 +269,7 @@ class OpenAIProxy:
                 decode = self.clock() - first
                 if decode > 0:
                     m.TOKENS_PER_SECOND.labels(*svc.key).observe((stream.tokens - 1) / decode)
-        await out.write_eof()
+        await ex.to_client(request, out.write_eof())
         return out
 
 

@@ -29,7 +29,7 @@ from .admission import Admission, Held
 from .auth import Auth, Caller
 from .resolution import Resolver
 from .routing import Service
-from .upstream import Upstream, answer_json, read_chunk, read_whole, upstream_error
+from .upstream import Exchange, Upstream, answer_json, read_chunk, read_whole, upstream_error
 
 # Request headers passed to a replica on the KServe v2 routes (binary tensors need
 # Inference-Header-Content-Length; a compressed body its Content-Encoding). Accept-Encoding is the
@@ -146,7 +146,7 @@ class PassthroughProxy:
                 raise await upstream_error(resp, svc)
             headers = {h: resp.headers[h] for h in V2_RESPONSE_HEADERS if h in resp.headers}
             if path.endswith("/generate_stream"):
-                out = await self._stream(request, resp, svc, caller, held, headers)
+                out = await self._stream(request, resp, svc, caller, held, headers, ex)
             elif generate or (resp.content_length is not None and resp.content_length <= SMALL_BODY):
                 # Most answers: one read and one write (streaming them costs a third more CPU).
                 body = await read_whole(resp, svc, held, s.max_answer_bytes, s.upstream_idle_timeout_seconds)
@@ -156,26 +156,26 @@ class PassthroughProxy:
                         answer = t.answer_of(counts)
                         self.auth.spend(caller, svc, answer.prompt_tokens, answer.completion_tokens)
                 out = web.Response(status=resp.status, body=bytes(body), headers=headers)
-                await out.prepare(request)
-                await out.write_eof()
+                await ex.to_client(request, out.prepare(request))
+                await ex.to_client(request, out.write_eof())
             else:
                 out = web.StreamResponse(status=resp.status, headers=headers)
                 if resp.content_length is not None:
                     out.content_length = resp.content_length
-                await out.prepare(request)
+                await ex.to_client(request, out.prepare(request))
                 while chunk := await read_chunk(resp, svc, s.upstream_idle_timeout_seconds):
-                    await out.write(chunk)
-                await out.write_eof()
+                    await ex.to_client(request, out.write(chunk))
+                await ex.to_client(request, out.write_eof())
             ex.code = resp.status
             return out
 
     async def _stream(self, request: web.Request, resp: aiohttp.ClientResponse, svc: Service, caller: Caller,
-                      held: Held, headers: dict[str, str]) -> web.StreamResponse:
+                      held: Held, headers: dict[str, str], ex: Exchange) -> web.StreamResponse:
         """generate_stream passed through as it comes; an LLM service's events are read on the way for
         their token counts (the last one carries the totals), each at most max_answer_bytes."""
         s = self.upstream.settings
         out = web.StreamResponse(status=resp.status, headers=headers)
-        await out.prepare(request)
+        await ex.to_client(request, out.prepare(request))
         events = t.EventBuffer(s.max_answer_bytes)
         base = held.bytes
         last: Any = None
@@ -187,11 +187,11 @@ class PassthroughProxy:
                         if "error" not in event:
                             last = event
                     held.set(base + events.size)
-                await out.write(chunk)
+                await ex.to_client(request, out.write(chunk))
         except (t.OpenAIError, aiohttp.ClientError) as e:
             code = e.code if isinstance(e, t.OpenAIError) else "upstream_failed"
-            await out.write(b"data: " + t.encode({"error": {"message": "the replica's stream broke", "code": code}})
-                            + b"\n\n")
+            await ex.to_client(request, out.write(
+                b"data: " + t.encode({"error": {"message": "the replica's stream broke", "code": code}}) + b"\n\n"))
         finally:
             if last is not None:
                 try:
@@ -199,7 +199,7 @@ class PassthroughProxy:
                     self.auth.spend(caller, svc, answer.prompt_tokens, answer.completion_tokens)
                 except t.OpenAIError:
                     pass
-        await out.write_eof()
+        await ex.to_client(request, out.write_eof())
         return out
 
 

@@ -63,8 +63,10 @@ SERVICES = Gauge("triton_gateway_services", "InferenceServices known to the gate
 CONNECTIONS = Gauge("triton_gateway_connections", "Client connections open on the API port.")
 CONNECTIONS_REFUSED = Counter(
     "triton_gateway_connections_refused_total",
-    "Client connections closed by the gateway's limits: too_many (past maxConnections, answered 503) and "
-    "header_timeout (a request's headers took longer than headerTimeoutSeconds, answered 408).", ["reason"])
+    "Client connections closed by the gateway's limits: too_many (past maxConnections, answered 503), "
+    "header_timeout (a request's headers took longer than headerTimeoutSeconds, answered 408) and client_stalled "
+    "(a client that took no part of its answer for upstreamIdleTimeoutSeconds, or was still being answered "
+    "upstreamTimeoutSeconds after its request went to a replica: cut).", ["reason"])
 KEY_FILES_VALID = Gauge(
     "triton_gateway_key_files_valid",
     "1 when the API key files were read and parsed; 0 when they cannot be used, and every request is then "

@@ -9,15 +9,18 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import socket
 import ssl
+import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import aiohttp
 import aiohttp.abc
 import aiohttp.resolver
 import yarl
+from aiohttp import web
 
 from . import telemetry as m
 from . import tracing as tr
@@ -40,7 +43,8 @@ PROBE_MAX_BYTES = 8 << 20   # kvEvents: the largest answer to a probe read (a sn
 class Exchange:
     """One request to a replica, as a route handler sees it inside `Upstream.exchange`: the
     replica's answer (headers read) and the attempt's span to read and report, when the handler
-    started, and `code`, the status the client got, which the handler sets when it answers."""
+    started, and `code`, the status the client got, which the handler sets when it answers. What
+    goes to the client goes through `to_client`."""
 
     resp: aiohttp.ClientResponse
     span: Any
@@ -50,6 +54,26 @@ class Exchange:
     tokens: int = 0               # tokens streamed to the client
     failed: bool = False          # the answer began (200) and broke
     kv_events: Callable[[str], None] = lambda _: None   # what the replica's prefix cache did (routing.Router.observe)
+    idle: float = math.inf        # the longest one write to the client may wait (upstream_idle_timeout_seconds)
+    deadline: float = math.inf    # when the exchange must be over, by `clock` (upstream_timeout_seconds after it began)
+    clock: Callable[[], float] = time.monotonic
+
+    async def to_client(self, request: web.BaseRequest, write: Awaitable[Any]) -> None:
+        """One write to the client (a response's head, a piece of it, its end), within `idle`
+        seconds and the exchange's deadline. A client that stops reading would otherwise hold its
+        request for good once the socket's buffers are full: its place among the key's requests in
+        flight, the replica's count, the held bytes and the connection to the replica, which goes
+        on generating. Its connection is then aborted and the request ends as when a client goes
+        away (cancelled: everything it holds is released on the way out)."""
+        try:
+            async with asyncio.timeout(max(0.0, min(self.idle, self.deadline - self.clock()))):
+                await write
+        except asyncio.TimeoutError:
+            m.CONNECTIONS_REFUSED.labels("client_stalled").inc()
+            if request.transport is not None:
+                request.transport.abort()
+            self.failed = True
+            raise asyncio.CancelledError("the client stopped reading its answer") from None
 
 
 class Upstream:
@@ -111,7 +135,9 @@ class Upstream:
         try:
             address, resp, sent, span, work = await self.send(svc, caller, method, path, body, headers, begins)
             in_flight_gauge.inc()
-            ex = Exchange(resp, span, started, kv_events=lambda text: self.router.observe(address, text, self.clock()))
+            ex = Exchange(resp, span, started, kv_events=lambda text: self.router.observe(address, text, self.clock()),
+                          idle=self.settings.upstream_idle_timeout_seconds,
+                          deadline=started + self.settings.upstream_timeout_seconds, clock=self.clock)
             try:
                 yield ex
             except BaseException as e:   # the answer failed on its way (a broken stream, a cancel)
