@@ -217,6 +217,41 @@ def test_v2_generate_answers_count_the_keys_tokens_and_spend_its_budget():
     run(scenario)
 
 
+async def n_answers(request: web.BaseRequest) -> web.StreamResponse:
+    """The llm model's stream of n = 4 answers, interleaved: each event names its answer's index and
+    carries that answer's counts so far; answer i ends with 10 * (i + 1) tokens."""
+    out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await out.prepare(request)
+    for last in (False, True):
+        for index in range(4):
+            done = 10 * (index + 1) if last else index + 1
+            await out.write(b"data: " + json.dumps({
+                "text_output": "tok", "index": index, "finish_reason": "length" if last else "",
+                "prompt_tokens": 5, "completion_tokens": done}).encode() + b"\n\n")
+    await out.write_eof()
+    return out
+
+
+def test_v2_generate_stream_spends_every_answers_tokens():
+    """With n answers the pass-through spent only the last event's counts, one answer's (10 + 20 +
+    30 + 40 = 100 tokens counted as 40); the OpenAI route counts every answer."""
+    async def scenario():
+        async with Rig() as rig:
+            rig.upstream.answer = n_answers
+            before = value(m.KEY_TOKENS, "a", "ml", "llama", "prompt"), value(m.KEY_TOKENS, "a", "ml", "llama",
+                                                                              "completion")
+            reply = await rig.call("POST", "/v2/models/llama/generate_stream", headers=NS,
+                                   body={"text_input": "x", "stream": True, "n": 4, "max_tokens": 40})
+            assert reply.status == 200 and reply.body.count(b"data: ") == 8      # passed through as it came
+            assert value(m.KEY_TOKENS, "a", "ml", "llama", "prompt") == before[0] + 5
+            assert value(m.KEY_TOKENS, "a", "ml", "llama", "completion") == before[1] + 100
+            reply = await rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": "x", "n": 4,
+                                                                     "max_tokens": 40})
+            assert reply.json()["usage"] == {"prompt_tokens": 5, "completion_tokens": 100, "total_tokens": 105}
+            assert value(m.KEY_TOKENS, "a", "ml", "llama", "completion") == before[1] + 200
+    run(scenario)
+
+
 def test_requests_in_flight_are_capped_per_key_on_every_route():
     async def scenario():
         release = asyncio.Event()

@@ -172,20 +172,22 @@ class PassthroughProxy:
     async def _stream(self, request: web.Request, resp: aiohttp.ClientResponse, svc: Service, caller: Caller,
                       held: Held, headers: dict[str, str], ex: Exchange) -> web.StreamResponse:
         """generate_stream passed through as it comes; an LLM service's events are read on the way for
-        their token counts (the last one carries the totals), each at most max_answer_bytes."""
+        their token counts, each at most max_answer_bytes: the last event of each of the n answers
+        carries that answer's totals, and the key spends the prompt once and every answer's tokens
+        (as translate.total_usage counts them on the OpenAI routes)."""
         s = self.upstream.settings
         out = web.StreamResponse(status=resp.status, headers=headers)
         await ex.to_client(request, out.prepare(request))
         events = t.EventBuffer(s.max_answer_bytes)
         base = held.bytes
-        last: Any = None
+        last: dict[int, dict[str, Any]] = {}   # each answer's last event, by its index
         try:
             while chunk := await read_chunk(resp, svc, s.upstream_idle_timeout_seconds):
                 if svc.llm:
                     held.set(base + events.size + len(chunk))
                     for event in events.feed(chunk):
                         if "error" not in event:
-                            last = event
+                            last[t.answer_index(event)] = event
                     held.set(base + events.size)
                 await ex.to_client(request, out.write(chunk))
         except (t.OpenAIError, aiohttp.ClientError) as e:
@@ -193,12 +195,13 @@ class PassthroughProxy:
             await ex.to_client(request, out.write(
                 b"data: " + t.encode({"error": {"message": "the replica's stream broke", "code": code}}) + b"\n\n"))
         finally:
-            if last is not None:
+            if last:
                 try:
-                    answer = t.answer_of(last)
-                    self.auth.spend(caller, svc, answer.prompt_tokens, answer.completion_tokens)
+                    usage = t.total_usage(t.gather([t.answer_of(event) for event in last.values()]))
                 except t.OpenAIError:
-                    pass
+                    usage = None
+                if usage is not None:
+                    self.auth.spend(caller, svc, usage["prompt_tokens"], usage["completion_tokens"])
         await ex.to_client(request, out.write_eof())
         return out
 

@@ -572,11 +572,16 @@ def answer_of(response: dict[str, Any]) -> Answer:
         raise OpenAIError(502, "the model's response has no text_output: is it a generate-capable LLM model?",
                           "upstream_error", code="upstream_failed")
     reason = _first(response.get("finish_reason"))
-    index = _int(response.get("index"))
     return Answer(str(out), reason or None, _int(response.get("prompt_tokens")),
-                  _int(response.get("completion_tokens")), index if index is not None and 0 <= index < MAX_N else 0,
+                  _int(response.get("completion_tokens")), answer_index(response),
                   _json_list(response.get("tool_calls"), "tool_calls"), _json_list(response.get("logprobs"), "logprobs"),
                   _int(response.get("cached_tokens")), _str(response.get("kv_events")))
+
+
+def answer_index(response: dict[str, Any]) -> int:
+    """Which of a request's n answers a response belongs to (0 when it does not say, or says nonsense)."""
+    index = _int(response.get("index"))
+    return index if index is not None and 0 <= index < MAX_N else 0
 
 
 def _str(value: Any) -> str:
