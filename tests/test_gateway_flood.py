@@ -6,10 +6,12 @@ upstream is a recording stand-in for Triton (tests/gateway_http.py says why)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from triton_operator.gateway import guard
 
-from .gateway_http import KEY_A, KEY_B, Rig, closed_within, connect, raw_request, read_reply, run, settle
+from .gateway_http import (KEY_A, KEY_B, LogLines, Reply, Rig, closed_within, connect, raw_request, read_reply, run,
+                           settle)
 
 
 def test_one_address_gets_its_share_of_connections_and_no_more():
@@ -108,6 +110,32 @@ def test_guessed_keys_never_lock_out_a_valid_key_from_the_same_address():
             assert (throttled.status, throttled.error["code"]) == (429, "too_many_failed_attempts")
             missing = await rig.call("GET", "/v1/models", key=None)
             assert (missing.status, missing.error["code"]) == (429, "too_many_failed_attempts")
+    run(scenario)
+
+
+def test_a_key_that_is_not_utf8_is_a_wrong_key_and_throttled_as_one():
+    """An Authorization header of bytes that are not UTF-8 used to be a 500 with an ERROR log line
+    every time, before the failed-attempt throttle was consulted."""
+    async def send(port: int, auth: bytes) -> Reply:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + auth
+                     + b"\r\nConnection: close\r\n\r\n")
+        await writer.drain()
+        reply = await asyncio.wait_for(read_reply(reader), 10)
+        writer.close()
+        return reply
+
+    async def scenario():
+        async with Rig(failed_auth_per_minute=6) as rig:
+            with LogLines() as logs:
+                replies = [await send(rig.port, raw) for raw in (b"\xff\xfe", b"sk-\xc3\x28" + b"a" * 40,
+                                                                 b"\xed\xa0\x80", b"\xff", b"sk-guess")]
+            assert [r.status for r in replies] == [401, 401, 401, 429, 429]   # a burst of 3, then throttled
+            assert replies[0].error == {"message": "invalid API key", "type": "invalid_request_error", "param": None,
+                                        "code": "invalid_api_key"}
+            assert replies[3].error["code"] == "too_many_failed_attempts"
+            assert [r for r in logs.records if r.levelno >= logging.WARNING] == []
+            assert (await rig.call("GET", "/v1/models", key=KEY_A)).status == 200
     run(scenario)
 
 

@@ -43,7 +43,9 @@ class KeyFileError(ValueError):
 
 
 def digest(secret: str) -> str:
-    return hashlib.sha256(secret.encode()).hexdigest()
+    """A key's SHA-256. A header value that is not UTF-8 (aiohttp keeps its bytes as surrogate
+    escapes) has one too, which no key's matches: it is a wrong key, not an error."""
+    return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @dataclass(frozen=True)
