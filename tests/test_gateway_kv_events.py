@@ -21,6 +21,7 @@ from triton_operator.gateway import translate as t
 from triton_operator.gateway.auth import cache_scope
 from triton_operator.gateway.openai_proxy import beginning_of
 from triton_operator.gateway.routing import Router
+from triton_runtime.serving import contract
 from triton_runtime.serving.prefix_cache import BOUNDARY, END, PrefixCache
 
 from .gateway_http import Rig, Upstream, isvc, run, slice_for
@@ -419,6 +420,31 @@ def test_a_gateway_asks_what_another_gateways_requests_left_before_it_routes():
                 assert reply.status == 200 and len(probes[holder.port]) == 1, "known to hold it: no probe"
         finally:
             await other.stop()
+    run(scenario)
+
+
+def test_a_prompt_longer_than_the_model_names_is_served_named_by_its_first_blocks():
+    """One block hash per 64 characters used to be sent however long the prompt: past 8,192 (about
+    524k characters, within the default body limit) the llm model refused the request for the
+    router's hints alone. The gateway now names a prompt by its first MAX_PREFIX_KEYS blocks, the
+    model's own bound, and clamps the boundary to them."""
+    assert routing.MAX_PREFIX_KEYS == contract.MAX_PREFIX_KEYS == 8192
+    report = "The quarterly report, section by section. " * 14_000        # 602,000 characters
+
+    async def scenario():
+        async with Rig() as rig:
+            reply = await rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": report,
+                                                                     "max_tokens": 8})
+            assert reply.status == 200
+            sent = json.loads(rig.upstream.seen[-1].body)
+            assert (len(sent["prefix_keys"]), sent["prefix_boundary"]) == (8192, 0)
+            reply = await rig.call("POST", "/v1/chat/completions", body={"model": "ml/llama", "max_tokens": 8,
+                                   "messages": [{"role": "system", "content": report},
+                                                {"role": "user", "content": "Summarise it."}]})
+            assert reply.status == 200
+            sent = json.loads(rig.upstream.seen[-1].body)
+            assert (len(sent["prefix_keys"]), sent["prefix_boundary"]) == (8192, 8192)
+            assert len(set(sent["prefix_keys"])) == 8192
     run(scenario)
 
 

@@ -90,6 +90,11 @@ DEFAULT_MAX_BATCH = 64     # spec.engine.maxBatchSize's default (api/spec.py)
 # early costs one prefill, what it remembers that the engine dropped costs one too).
 BLOCK_CHARS = 64
 INDEX_BLOCKS = 4096
+# The most block hashes a prompt is named by, the llm model's bound on its prefix_keys (runtime
+# contract.MAX_PREFIX_KEYS, which refuses a request with more: tests/test_gateway_kv_events.py holds
+# the two equal; the gateway runs where the runtime package is not installed, so it cannot import
+# it). About half a million characters; what a longer prompt holds past them is not named.
+MAX_PREFIX_KEYS = 8192
 # What a token of the answer costs against a character of prompt: decoding a token takes about as
 # long as reading 16 characters of prompt (4 tokens) on the CPU engine measured here (SmolLM2:
 # 3.5 ms a prompt token, about 15 ms a decoded token on one thread); it matters only to weigh the
@@ -136,10 +141,11 @@ class Beginning:
 
 def beginning(text: str, answer: int = 0, last_at: int = 0, precise: bool = False) -> Beginning:
     """The Beginning of a request whose prompt reads `text`, whose last message starts at character
-    `last_at`, and whose answer may take `answer` tokens."""
+    `last_at`, and whose answer may take `answer` tokens: its first MAX_PREFIX_KEYS whole blocks
+    (and how many of those lie before its last message)."""
     h = hashlib.blake2b(digest_size=8)
     blocks = []
-    for start in range(0, len(text) - BLOCK_CHARS + 1, BLOCK_CHARS):
+    for start in range(0, min(len(text) - BLOCK_CHARS + 1, MAX_PREFIX_KEYS * BLOCK_CHARS), BLOCK_CHARS):
         h.update(text[start:start + BLOCK_CHARS].encode("utf-8", "surrogatepass"))
         blocks.append(int.from_bytes(h.copy().digest(), "big"))
     return Beginning(affinity(text), tuple(blocks), len(text), answer, min(last_at // BLOCK_CHARS, len(blocks)), precise)

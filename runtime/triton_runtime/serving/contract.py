@@ -98,7 +98,9 @@ INPUT_NAMES = frozenset(t.name for t in INPUTS)
 FINISH_REASONS = ("stop", "length", "cancelled", "tool_calls")
 MAX_N = 16
 MAX_TOP_LOGPROBS = 20
-MAX_PREFIX_KEYS = 8192    # keys of 64 characters: prompts of about half a million characters
+# keys of 64 characters: prompts of about half a million characters (the gateway sends no more:
+# operator/triton_operator/gateway/routing.py MAX_PREFIX_KEYS, held equal by a test)
+MAX_PREFIX_KEYS = 8192
 
 
 def config_pbtxt(name: str = MODEL_NAME, instances: int = 1) -> str:
