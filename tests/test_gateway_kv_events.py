@@ -70,7 +70,68 @@ def test_the_last_message_starts_where_a_tenants_requests_part():
     assert len(one.keys()) == len(one.blocks) and all(len(k) == 16 for k in one.keys())
     completion = beginning_of(t.parse_body(b'{"model": "m", "prompt": "' + b"x" * 300 + b'"}', t.CompletionRequest),
                               KEY, 8, precise=True)
-    assert completion.before_last == 0 and len(completion.blocks) == 4
+    # the service line (20 characters) and the prompt as a JSON string (302): 322 characters, 5 blocks
+    assert completion.before_last == 0 and len(completion.blocks) == 5 and completion.chars == 322
+
+
+QUESTION = "Where is my order #1234? It was due last week and nobody answers."
+WEATHER = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What's the weather in town?"}]
+
+
+def parse_chat(messages: list[dict[str, Any]]) -> t.ChatRequest:
+    return t.parse_body(json.dumps({"model": "m", "messages": messages}).encode(), t.ChatRequest)
+
+
+def call(city: str, call_id: str = "c1") -> list[dict[str, Any]]:
+    return [{"role": "assistant", "content": None, "tool_calls": [{"id": call_id, "type": "function", "function": {
+        "name": "get_weather", "arguments": json.dumps({"city": city})}}]},
+            {"role": "tool", "tool_call_id": call_id, "content": "sunny"}, {"role": "user", "content": "And tomorrow?"}]
+
+
+@pytest.mark.parametrize("one, two", [
+    # the old separators inside a content: one system message that reads like two messages
+    ([{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}],
+     [{"role": "system", "content": SYSTEM + "\x1euser\x1f" + QUESTION}]),
+    # tool calls and tool_call_id, which the model reads and the names left out
+    (WEATHER + call("Paris"), WEATHER + call("Rome")),
+    (WEATHER + call("Paris", "c1"), WEATHER + call("Paris", "c2")),
+    # a completion whose prompt spells a chat as the names used to
+    ([{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}],
+     f"system\x1f{SYSTEM}\x1euser\x1f{QUESTION}"),
+], ids=["separators-in-content", "tool-call-arguments", "tool-call-id", "completion-spelling-a-chat"])
+def test_prompts_the_model_reads_differently_never_share_their_names(one, two):
+    """Prefix names were hashed from "role\\x1fcontent" turns joined by "\\x1e", separators a
+    client may put in a content, with tool calls and tool_call_id left out: two different chats got
+    every name alike, so the replica that served a forged chat was believed (by every gateway) to
+    hold another chat's whole prompt."""
+    def begins(prompt: Any) -> routing.Beginning:
+        if isinstance(prompt, str):
+            req: Any = t.parse_body(json.dumps({"model": "m", "prompt": prompt}).encode(), t.CompletionRequest)
+            return beginning_of(req, KEY, 8, True)
+        return beginning_of(parse_chat(prompt), KEY, 8, True)
+
+    model_reads = [t.chat_messages(parse_chat(p)) if isinstance(p, list) else p for p in (one, two)]
+    assert model_reads[0] != model_reads[1]
+    victim, forged = begins(one), begins(two)
+    assert victim.keys()[-1] != forged.keys()[-1] and victim.keys() != forged.keys()
+    # the engine that served the forged prompt tells every gateway what it stored, by its names
+    r = router_with([1, 2, 3])
+    replica = r.endpoints(KEY)[2]
+    r.observe(replica, json.dumps({"epoch": "e", "seq": 1, "snapshot": [[forged.keys()[-1], len(forged.keys())]]}))
+    assert r.holds(replica, forged) == len(forged.blocks)
+    assert r.holds(replica, victim) == 0, "believed to hold none of the victim's prompt"
+
+
+def test_the_tools_a_template_renders_are_part_of_a_prompts_names():
+    def with_tools(*names: str) -> routing.Beginning:
+        tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}} for n in names]
+        req = t.parse_body(json.dumps({"model": "m", "messages": WEATHER, **({"tools": tools} if tools else {})}
+                                      ).encode(), t.ChatRequest)
+        return beginning_of(req, KEY, 8, True)
+
+    plain, weather, search = with_tools(), with_tools("get_weather"), with_tools("web_search")
+    assert len({plain.keys()[-1], weather.keys()[-1], search.keys()[-1]}) == 3
+    assert with_tools("get_weather").keys() == weather.keys()
 
 
 def test_a_replica_holds_what_its_engine_said_it_stored_and_no_more():

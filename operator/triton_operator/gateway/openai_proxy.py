@@ -275,17 +275,32 @@ class OpenAIProxy:
 
 def beginning_of(req: t._Request, key: ServiceKey, answer: int = 0, precise: bool = False,
                  scope: str = "") -> Beginning:
-    """The request's Beginning for prefix routing: its prompt as the model will read it (the
-    chat's roles and contents in order, or the prompt), within its service and the API key's
-    cache `scope` (Caller.cache_scope: engines reuse a prompt only for the key that sent it, so
-    its names and its place in the index are the key's), where its last message's content begins,
-    and the `answer` tokens it may take."""
-    head = f"{key[0]}/{key[1]}\x1d" + (f"{scope}\x1d" if scope else "")
+    """The request's Beginning for prefix routing: its prompt as the model will read it, within
+    its service and the API key's cache `scope` (Caller.cache_scope: engines reuse a prompt only
+    for the key that sent it, so its names and its place in the index are the key's), where its
+    last message's content begins, and the `answer` tokens it may take.
+
+    The prompt is encoded so that two prompts the model reads differently never share a name (the
+    names are what engines call what they keep, and every gateway believes them): one JSON line
+    for the service and scope, one for the tools the template renders when there are any, then
+    each message as the JSON object the llm model is sent (translate.chat_message_dicts: tool calls
+    and tool_call_id included), one a line, or a completion's prompt as one JSON string. A JSON
+    text holds no raw newline, and a line of a chat begins with `{` where a completion begins with
+    `"`, so no content can pass for a separator; a later turn of a chat still begins with its
+    earlier ones' lines."""
+    head = json.dumps([key[0], key[1], scope]) + "\n"
     if isinstance(req, t.ChatRequest):
-        turns = [f"{m.role}\x1f{m.text()}" for m in req.messages]
-        text = "\x1e".join(turns)
-        last_at = len(text) - len(req.messages[-1].text()) if req.messages else 0
+        tools = req.tools_json()
+        if tools is not None:
+            head += json.dumps({"tools": tools, "tool_choice": req.tool_choice_text()}, ensure_ascii=False) + "\n"
+        messages = t.chat_message_dicts(req)
+        lines = [json.dumps(m, ensure_ascii=False, separators=(",", ":")) + "\n" for m in messages]
+        text = "".join(lines)
+        last_at = 0
+        if lines:   # where the last message's content begins (its line up to the content's opening quote)
+            opening = json.dumps({"role": messages[-1]["role"], "content": ""}, separators=(",", ":"))[:-2]
+            last_at = len(text) - len(lines[-1]) + len(opening)
     else:
-        text = req.text()  # type: ignore[attr-defined]
+        text = json.dumps(req.text(), ensure_ascii=False)  # type: ignore[attr-defined]
         last_at = 0
     return beginning(head + text, answer, len(head) + last_at if last_at else 0, precise)

@@ -428,9 +428,10 @@ def render_chat(template: str | None, messages: list[ChatMessage], bos_token: st
         raise OpenAIError(400, f"the model's chat template refused the messages: {e}", param="messages") from None
 
 
-def chat_messages(req: ChatRequest) -> str:
-    """The `messages` input of the llm model: the chat as JSON, contents as plain text, an
-    assistant turn's tool calls as [{id, name, arguments}] and a tool result's tool_call_id."""
+def chat_message_dicts(req: ChatRequest) -> list[dict[str, Any]]:
+    """The chat as the llm model reads it (a message's `name` reaches no model): role, content as
+    plain text, an assistant turn's tool calls as [{id, name, arguments}] and a tool result's
+    tool_call_id."""
     def message(m: ChatMessage) -> dict[str, Any]:
         out: dict[str, Any] = {"role": m.role, "content": m.text()}
         if m.tool_calls:
@@ -440,8 +441,13 @@ def chat_messages(req: ChatRequest) -> str:
             out["tool_call_id"] = m.tool_call_id
         return out
 
+    return [message(m) for m in req.messages]
+
+
+def chat_messages(req: ChatRequest) -> str:
+    """The `messages` input of the llm model: chat_message_dicts as JSON."""
     try:
-        return json.dumps([message(m) for m in req.messages], ensure_ascii=False)
+        return json.dumps(chat_message_dicts(req), ensure_ascii=False)
     except ValueError as e:
         raise OpenAIError(400, f"messages: {e}", param="messages") from None
 
