@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from triton_operator.api import AutoscalingSpec
-from triton_operator.autoscaling.policy import (BAND_Z, DRAIN_S, MIN_HOLD_S, RATE_WINDOW_S, TREND_Z, UTILIZATION,
+from triton_operator.autoscaling.policy import (BAND_Z, DRAIN_S, LEARNING_RISES, MIN_HOLD_S, RATE_WINDOW_S, TREND_Z, UTILIZATION,
                                                Decision, History, Signals, decide, seed)
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
@@ -785,3 +785,32 @@ def test_long_prompts_keep_batches_to_half_the_latency_target():
     loose = decide(spec.model_copy(update={"target_p99_latency_ms": 60000}), 4, sig, seed(T0, 4),
                    T0 + timedelta(seconds=10))
     assert "at 95%" in loose.reason                            # a full batch is within half of 60 s
+
+
+def test_a_new_service_keeps_one_replica_of_headroom_until_its_bursts_are_learned():
+    """Nothing is known of a new service's bursts: its upper band is at least one replica until
+    LEARNING_RISES rises (one a minute) are logged, whose quantile is their maximum before that.
+    On the real code-completion trace the first burst (40-44 req/s for a minute) came three
+    minutes in, after two quiet ones, and met the one replica the first minute's 3 req/s asked for.
+    The same service not new (first seen after an operator restart) asks for what its load does."""
+    assert LEARNING_RISES == 10
+    history = replace(measured(20.0, 1), new=True)
+    d = decide(SPEC, 1, rates(0, 1, 3, 3), history, T0 + timedelta(seconds=10))
+    assert d.wants["demand"] == 2 and d.desired == 2
+    assert "upper band +19 (one replica: a new service, its bursts learned over 10 minutes)" in d.reason
+    old = decide(SPEC, 1, rates(0, 1, 3, 3), measured(20.0, 1), T0 + timedelta(seconds=10))
+    assert old.wants["demand"] == 1 and "a new service" not in old.reason
+
+    # A steady 3 req/s: the tenth rise is logged at minute 11 (the first minute is not judged, and a
+    # rise judges the forecast made one start-up, 60 s by default, before it); then the headroom goes.
+    current, out = 2, []
+    for s in range(20, 15 * 60, 10):
+        d = decide(SPEC, current, rates(0, current, 3, 3), history, T0 + timedelta(seconds=s))
+        history, current = d.history, d.desired
+        out.append((s, d))
+    learned = next(s for s, d in out if not d.history.new)
+    assert len(next(d for s, d in out if s == learned).history.rises) == LEARNING_RISES
+    assert 10 * 60 <= learned <= 12 * 60
+    assert all(d.wants["demand"] == 2 for s, d in out if s < learned)
+    assert all(d.wants["demand"] == 1 for s, d in out if s > learned)
+    assert current == 1   # released once the hold after the last ask for 2 has passed

@@ -9,7 +9,8 @@ import math
 import pytest
 
 from triton_operator.api import GPUClass, InferenceService
-from triton_operator.autoscaling.loop import ASSUMED_OUTPUT_TOKENS, ASSUMED_PROMPT_TOKENS, signals_for, sizing_for, startup_seconds
+from triton_operator.autoscaling.loop import (ASSUMED_OUTPUT_TOKENS, ASSUMED_PROMPT_TOKENS, is_new, signals_for, sizing_for,
+                                           startup_seconds)
 from triton_operator.autoscaling.prometheus import SIGNAL_LABEL, SIGNALS, Snapshot, combined_query, parse
 from triton_operator.cli import default_catalog
 from triton_operator.controller.trim import trim_pod
@@ -159,3 +160,16 @@ def test_the_snapshot_still_reads_as_queue_p99_and_errors():
     snap = parse([series("queue", "4"), series("p99", "250")], Settings())
     assert snap.queue == {KEY: 4.0} and snap.p99 == {KEY: 250.0} and snap.errors == {}
     assert set(Snapshot(error="down").errors) == set(SIGNALS)
+
+
+@pytest.mark.parametrize(("created", "new"), [
+    ("2026-11-21T11:55:00Z", True),    # five minutes old: nothing is known of its bursts yet
+    ("2026-11-21T11:30:01Z", True),    # just under the policy's memory of bursts (30 minutes)
+    ("2026-11-21T11:30:00Z", False),   # as old as that memory: it has served before
+    ("2026-11-20T12:00:00Z", False),   # first seen after an operator restart, a day old
+    (None, False),                     # no creation time: not known to be new
+])
+def test_a_service_is_new_while_younger_than_the_memory_of_bursts(created, new):
+    from datetime import datetime, timezone
+    now = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
+    assert is_new({"metadata": {"creationTimestamp": created}}, now) is new

@@ -511,14 +511,14 @@ def test_the_slo_measured_is_the_specs_service_level(capsys, tmp_path):
 
 
 def test_simulate_recommends_the_warm_floor_bursts_need(capsys, tmp_path):
-    """Bursts of a minute, twice as long apart as a start-up: ours alone misses the target, and
-    the smallest minReplicas with which it meets it is recommended (fixed pools of the same
-    sizes shown next to it)."""
+    """Bursts of a minute, twice as long apart as a start-up, after 12 quiet minutes (longer than
+    a new service keeps its headroom): ours alone misses the target, and the smallest minReplicas
+    with which it meets it is recommended (fixed pools of the same sizes shown next to it)."""
     trace = tmp_path / "bursts.csv"
     rows = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
     t = 0.0
     while t < 1800:
-        burst = (t % 300) < 60
+        burst = t >= 720 and (t % 300) < 60
         rows.append(f"{t:.3f},2000,30")
         t += 0.02 if burst else 0.5
     trace.write_text("\n".join(rows) + "\n")

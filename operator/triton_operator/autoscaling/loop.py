@@ -97,6 +97,15 @@ def startup_seconds(pods: Any) -> float | None:
     return None if newest is None else newest[1]
 
 
+def is_new(raw: dict[str, Any], now: datetime) -> bool:
+    """Whether the InferenceService was created within the policy's memory of bursts
+    (policy.RISE_MEMORY_S): first seen then, nothing is known of its bursts yet. An older one first
+    seen by this process (an operator restart) has served before: it gets no headroom for being
+    new, or every restart of the operator would add a replica to every service."""
+    created = parse_timestamp((raw.get("metadata") or {}).get("creationTimestamp"))
+    return created is not None and (now - created).total_seconds() < policy.RISE_MEMORY_S
+
+
 def sizing_for(obj: InferenceService, deployment: dict[str, Any], classes: dict[str, GPUClass],
                snapshot: Snapshot, key: Key) -> Sizing | None:
     """The planner's figures for one replica of a TensorRT-LLM service on the GPU class its
@@ -172,7 +181,7 @@ class Autoscaler:
                 continue  # not rendered yet (or its GPUClass is missing): nothing to scale
             current = int(dep["spec"].get("replicas") or 0)
             ready = int((dep.get("status") or {}).get("readyReplicas") or 0)
-            history = histories.get(key) or policy.seed(now, current)
+            history = histories.get(key) or policy.seed(now, current, new=is_new(raw, now))
             previous = reports.get(key)
             if previous is None:
                 previous = Report.from_status(raw.get("status") or {})

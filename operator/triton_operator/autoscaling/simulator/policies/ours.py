@@ -92,7 +92,7 @@ class Ours:
     def decide(self, view: View) -> tuple[int, str]:
         now = EPOCH + timedelta(seconds=view.now)
         if self.history is None:
-            self.history = live_policy.seed(now, view.desired)
+            self.history = live_policy.seed(now, view.desired, new=True)
         d = live_policy.decide(self.spec, view.desired, self.signals(view, self.planner), self.history, now)
         self.history = d.history
         return d.desired, d.reason
