@@ -333,7 +333,7 @@ def _own_namespace() -> str:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from .autoscaling.simulator import simulate_command
+    from .simulator import simulate_command
 
     return simulate_command.run(args, _objects, _catalog, CliError)
 
@@ -374,7 +374,7 @@ def parser() -> argparse.ArgumentParser:
     pl.add_argument("--gpu-class-file", help="GPUClass catalog YAML (default: the built-in catalog)")
     pl.set_defaults(func=cmd_plan)
 
-    from .autoscaling.simulator.simulate_command import add_parser as add_simulate
+    from .simulator.simulate_command import add_parser as add_simulate
     add_simulate(sub, cmd_simulate)
 
     from .gateway.gateway_command import add_parser as add_gateway

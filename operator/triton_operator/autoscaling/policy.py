@@ -1,6 +1,6 @@
 """The autoscaling policy (pure): metrics snapshot + current replicas + spec + history + now ->
 decision with a reason a human can read. The clock is passed in; the live loop and the simulator
-(autoscaling/simulator, `triton-operator simulate`) call the same function.
+(simulator, `triton-operator simulate`) call the same function.
 
 Rules, and the failures they prevent (the upstream issue behind each is named; docs/design.md,
 "Autoscaler", has the loop around them):

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
-from ....api import AutoscalingSpec
-from ....planning.llm_performance import Sizing
-from ... import policy as live_policy
-from ...signals import service_signals
+from ...api import AutoscalingSpec
+from ...autoscaling import policy as live_policy
+from ...autoscaling.signals import service_signals
+from ...planning.llm_performance import Sizing
 from ..replica import LLMPerformance, Performance
 from ..simulation import View
 
