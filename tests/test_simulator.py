@@ -16,6 +16,7 @@ import pytest
 from triton_operator import cli
 from triton_operator.api import AutoscalingSpec, GPUClass, InferenceService
 from triton_operator.autoscaling import policy as live_policy
+from triton_operator.autoscaling.signals import Signals
 from triton_operator.simulator import metrics_path, policies, reader, replica, results, simulation, workload
 from triton_operator.simulator.simulation import SimulationSettings, View, simulate
 
@@ -146,7 +147,7 @@ def test_ours_calls_the_live_decide(monkeypatch):
     svc = llm_spec()
     perf = replica.llm_performance(svc.spec, CLASSES["h100"].spec)
     policies.run_policy("ours", reqs, perf, NO_COLD, svc.spec.autoscaling, SimulationSettings(max_replicas=16, slo_s=8.0))
-    assert len(calls) >= 25 and all(isinstance(s, live_policy.Signals) for s in calls)
+    assert len(calls) >= 25 and all(isinstance(s, Signals) for s in calls)
 
 
 @pytest.mark.parametrize("params, count, isl, osl, published", [
