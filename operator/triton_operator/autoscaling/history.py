@@ -38,7 +38,7 @@ _third = itemgetter(2)
 _E = TypeVar("_E", bound=tuple)  # type: ignore[type-arg]
 
 
-def _evolve(obj: _T, **changes: Any) -> _T:
+def evolve(obj: _T, **changes: Any) -> _T:
     """`dataclasses.replace` for the frozen records here (no __post_init__, no slots) without its
     per-call look at the fields: the tick makes thousands of these, a tenth of its CPU before."""
     if not hasattr(obj, "__dict__"):
@@ -75,8 +75,8 @@ class History:
     new: bool = False                  # a new service whose bursts are not learned yet (one replica of headroom)
 
     def add(self, now: datetime, replicas: int, window: timedelta, source: str = "") -> History:
-        kept = _trail_since(self.recommendations, now - window, keep_equal=False)
-        return _evolve(self, recommendations=kept + ((now, replicas, source),))
+        kept = trail_since(self.recommendations, now - window, keep_equal=False)
+        return evolve(self, recommendations=kept + ((now, replicas, source),))
 
     def highest(self, since: datetime | None = None) -> int | None:
         return max((r for t, r, _ in self.recommendations if since is None or t > since), default=None)
@@ -112,12 +112,12 @@ class History:
         ready_since = self.ready_since if self.ready_since and self.ready_since[0] == signals.ready else (
             signals.ready, now)
         cutoff = now - _TWO_RATE_WINDOWS
-        contents = _trail_since(self.contents, cutoff) + ((now, queue, signals.in_flight),)
+        contents = trail_since(self.contents, cutoff) + ((now, queue, signals.in_flight),)
         startup = self.startup
         s = signals.startup_s
         if s is not None and math.isfinite(s) and s > 0:
             startup = _average(startup, s, STARTUP_WEIGHT)
-        hist = _evolve(self, saturated_since=since, contents=contents, ready_since=ready_since,
+        hist = evolve(self, saturated_since=since, contents=contents, ready_since=ready_since,
                        queued_at=now if queue >= 1 else self.queued_at, startup=startup)
         hist = hist._sample(now, signals)
         rate = hist.arrival_rate(now, signals)
@@ -130,8 +130,8 @@ class History:
             full = now - born >= _RATE_WINDOW
             span = max(_TREND_WINDOW, timedelta(seconds=startup or 0.0))
             cutoff = max(now - span, born + _RATE_WINDOW)
-            hist = _evolve(hist, since=born,
-                           rates=_trail_since(self.rates, cutoff) + ((now, rate, now.timestamp()),))
+            hist = evolve(hist, since=born,
+                           rates=trail_since(self.rates, cutoff) + ((now, rate, now.timestamp()),))
             if full and (not self.minutes or now - self.minutes[-1][0] >= _RATE_WINDOW):
                 hist = hist._rise(now, rate)
         return hist
@@ -145,8 +145,8 @@ class History:
         lead_s = self.startup if self.startup is not None else DEFAULT_STARTUP_S
         slope, scatter = self.forecast()
         ahead = self.rising(self.significant(self.still_rising(slope), scatter, rate), lead_s)[0]
-        minutes = _trail_since(self.minutes, memory) + ((now, rate, rate + ahead),)
-        rises = _trail_since(self.rises, memory)
+        minutes = trail_since(self.minutes, memory) + ((now, rate, rate + ahead),)
+        rises = trail_since(self.rises, memory)
         start = bisect_left(minutes, now - timedelta(seconds=lead_s), key=_first)
         if start > 0:
             _, _, predicted = minutes[start - 1]   # the last entry logged before the start-up began
@@ -155,7 +155,7 @@ class History:
         if rises:
             values = sorted(r for _, r in rises)
             band = values[min(len(values) - 1, math.ceil(RISE_QUANTILE * len(values)) - 1)]
-        return _evolve(self, minutes=minutes, rises=rises, rise_band=band,
+        return evolve(self, minutes=minutes, rises=rises, rise_band=band,
                        new=self.new and len(rises) < LEARNING_RISES)
 
     def recurring_peak(self, level: float, startup_s: float) -> float:
@@ -216,9 +216,9 @@ class History:
         if self.saturated_since is not None and now - self.saturated_since >= window:
             if planned:
                 sample = per_replica / hint
-                return _evolve(self, efficiency=_average(self.efficiency, sample, CAPACITY_WEIGHT),
+                return evolve(self, efficiency=_average(self.efficiency, sample, CAPACITY_WEIGHT),
                                full_efficiency=_average(self.full_efficiency, sample, CAPACITY_WEIGHT))
-            return _evolve(self, capacity=_average(self.capacity, per_replica, CAPACITY_WEIGHT))
+            return evolve(self, capacity=_average(self.capacity, per_replica, CAPACITY_WEIGHT))
         solo, slots = signals.solo_latency_s, signals.batch_slots
         if not planned or solo is None or not slots or signals.in_flight is None or self.saturated_since is not None:
             return self
@@ -229,7 +229,7 @@ class History:
         observed = occupancy / per_replica                    # seconds in the batch (Little)
         slope = (slots / hint - solo) / slots                 # the plan's seconds per busy slot
         ratio = (solo + slope * occupancy) / observed
-        return _evolve(self, efficiency=_average(self.efficiency if self.efficiency is not None else 1.0, ratio,
+        return evolve(self, efficiency=_average(self.efficiency if self.efficiency is not None else 1.0, ratio,
                                                  CAPACITY_WEIGHT * occupancy / slots))
 
     def arrival_rate(self, now: datetime, signals: Signals) -> float | None:
@@ -357,7 +357,7 @@ class History:
         return max(0.0, x + (q1 - q0 + (b1 or 0.0) - (b0 or 0.0)) / span)
 
 
-def _trail_since(trail: tuple[_E, ...], cutoff: datetime, keep_equal: bool = True) -> tuple[_E, ...]:
+def trail_since(trail: tuple[_E, ...], cutoff: datetime, keep_equal: bool = True) -> tuple[_E, ...]:
     """The entries of a trail (oldest first, the time first in each) from `cutoff` on (after it,
     with `keep_equal` False). Only the head is looked at: a tick drops about one entry."""
     i, n = 0, len(trail)

@@ -149,7 +149,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from ..api import AutoscalingSpec
-from .history import BAND_Z, DEFAULT_STARTUP_S, LEARNING_RISES, RATE_WINDOW_S, History, _evolve, _trail_since
+from .history import BAND_Z, DEFAULT_STARTUP_S, LEARNING_RISES, RATE_WINDOW_S, History, evolve, trail_since
 from .keepalive import keep_alive, layer_gaps, restart_cost
 from .signals import Signals
 
@@ -330,7 +330,7 @@ def _decide_to_zero(spec: AutoscalingSpec, current: int, signals: Signals, histo
         idle_since = history.idle_since
     else:
         idle_since = history.idle_since or now
-    history = _evolve(history, idle_since=idle_since)
+    history = evolve(history, idle_since=idle_since)
     idle_s = (now - idle_since).total_seconds() if idle_since is not None else 0.0
     if idle_since is not None and not unsure and (current == 0 or idle_s >= spec.scale_to_zero_after_seconds):
         kept = history.add(now, 0, timedelta(seconds=spec.scale_down_stabilization_seconds), "idle")
@@ -343,7 +343,7 @@ def _decide_to_zero(spec: AutoscalingSpec, current: int, signals: Signals, histo
     decision = _decide(spec, current, signals, history, now, 1)
     if idle_since is not None:
         left = max(0.0, spec.scale_to_zero_after_seconds - idle_s)
-        decision = _evolve(decision, reason=decision.reason + f"; idle for {_fmt(idle_s)}s, zero in {_fmt(left)}s")
+        decision = evolve(decision, reason=decision.reason + f"; idle for {_fmt(idle_s)}s, zero in {_fmt(left)}s")
     return decision
 
 
@@ -360,7 +360,7 @@ def _decide(spec: AutoscalingSpec, current: int, signals: Signals, history: Hist
     held = signals.held if signals.held is not None and math.isfinite(signals.held) else 0.0
     if held:
         queue += held
-        signals = _evolve(signals, queue_depth=queue)
+        signals = evolve(signals, queue_depth=queue)
     history = history.learn(now, signals)
 
     wants: dict[str, int] = {}
@@ -384,7 +384,7 @@ def _decide(spec: AutoscalingSpec, current: int, signals: Signals, history: Hist
     # debt paid once, not a need that recurs (held for a restart's cost after a step, they kept
     # the step's overshoot for the rest of the hour).
     need = max(lo, min(spec.max_replicas, arrivals)) if driver == "demand" and arrivals is not None else recommendation
-    history = _evolve(history, needs=_trail_since(history.needs, now - _NEED_MEMORY) + ((now, need),))
+    history = evolve(history, needs=trail_since(history.needs, now - _NEED_MEMORY) + ((now, need),))
     signals_text = ", ".join(notes)
     if unattainable:
         signals_text += f" ({unattainable})"
