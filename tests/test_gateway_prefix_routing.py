@@ -243,6 +243,6 @@ def test_a_replica_with_a_full_batch_is_passed_over_while_another_has_room():
 
 
 def test_the_default_batch_is_the_apis_default():
-    from triton_operator.api.spec import EngineSpec
+    from triton_operator.api.serving import EngineSpec
 
     assert EngineSpec().max_batch_size == routing.DEFAULT_MAX_BATCH
