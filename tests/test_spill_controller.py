@@ -195,7 +195,7 @@ def test_placement_messages_are_bounded_as_condition_messages():
     """A skipped class's message may list every GPUClass (class auto): status.placement cuts it
     as conditions are cut, so status stays small however many classes the cluster has."""
     from triton_operator.conditions import MAX_MESSAGE
-    from triton_operator.planning.choice import Option
+    from triton_operator.planning.assignment import Option
     obj = service()
     long = Option("l4", 4, "TooSlow", "decode too slow; " * 500)
     observed = status_core.Observed(desired_replicas=1, gpu_class="h100", options=[long])

@@ -23,6 +23,7 @@ from ..conditions import parse_timestamp
 from ..kube.kinds import INFERENCE_POOL
 from ..labels import LABEL_GPU_CLASS, RENDERED_ANNOTATION
 from ..planning import capacity, choice, preparation
+from ..planning.assignment import Candidates, Option
 from ..planning import placement as placing
 from ..quantity import QuantityError, parse_quantity
 from ..render import RenderError, preparation_jobs, render
@@ -86,7 +87,7 @@ class Plan:
     rendered: int = 0                              # manifests rendered (applied or found in place)
     deployments: tuple[tuple[str, str], ...] = ()  # (GPU class, Deployment name), the preferred first
     placement: placing.Placement | None = None     # gpu.spill: replicas per class and why
-    options: tuple[choice.Option, ...] = ()        # the classes in use and those skipped, with GPUs per replica
+    options: tuple[Option, ...] = ()        # the classes in use and those skipped, with GPUs per replica
 
 
 def plan(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Settings, children: Children,
@@ -166,7 +167,7 @@ def stamped(manifest: dict[str, Any]) -> dict[str, Any]:
 
 # -- spill-over ------------------------------------------------------------------------------------
 
-def place(isvc: InferenceService, cands: choice.Candidates, children: Children, replicas: int,
+def place(isvc: InferenceService, cands: Candidates, children: Children, replicas: int,
           free: Mapping[str, list[int]] | None, engines_ready: set[str] | None, now: datetime) -> placing.Placement:
     spill = isvc.spec.gpu.spill
     assert spill is not None and cands.preferred is not None

@@ -18,6 +18,7 @@ from typing import Any, Collection, Mapping
 from ..api import GPUClass, InferenceService
 from ..labels import selector_labels
 from ..planning import choice
+from ..planning.assignment import Candidates
 from ..planning.fit import Problem
 from ..planning.replicas import desired_replicas
 from ..settings import Settings
@@ -56,7 +57,7 @@ class Rendered:
 
 
 def preparation_jobs(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Settings,
-                     candidates: choice.Candidates | None = None) -> list[dict[str, Any]]:
+                     candidates: Candidates | None = None) -> list[dict[str, Any]]:
     """The Job that prepares a tensorrt-llm service's model (empty for other formats, and while
     no GPU class can run it). `candidates`: the class choice the caller made (else made here)."""
     if isvc.spec.model.format != "tensorrt-llm":
@@ -83,7 +84,7 @@ def with_count(isvc: InferenceService, count: int) -> InferenceService:
 def render(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Settings,
            replicas: int | None = None, engines_ready: Collection[str] | None = None,
            jobs: list[dict[str, Any]] | None = None, placement: Mapping[str, int] | None = None,
-           candidates: choice.Candidates | None = None) -> Rendered:
+           candidates: Candidates | None = None) -> Rendered:
     """Manifests for one InferenceService. `replicas` overrides the count from desired_replicas.
     `engines_ready` names the GPU classes that may serve a tensorrt-llm model now (all of them once
     its preparation is done); serving pods of the others are held at 0 replicas. None (offline)
