@@ -16,6 +16,7 @@ from triton_operator.kube.failures import FailureLog
 from triton_operator.kube.queue import WorkQueue
 from triton_operator.kube.store import Store, newer, trim
 from triton_operator.labels import LABEL_SERVICE
+from triton_operator.planning.assign import assign
 from triton_operator.render import render
 from triton_operator.settings import Settings
 
@@ -230,14 +231,14 @@ def live_children(manifests):
 
 def test_nothing_to_write_when_the_children_hold_the_rendered_fields(classes):
     obj = isvc()
-    rendered = render(obj, classes, Settings(), replicas=2).manifests
+    rendered = render(obj, classes, Settings(), assign(obj, classes, replicas=2)).manifests
     p = plan(obj, classes, Settings(), live_children(rendered), replicas=2)
     assert p.error is None and p.gpu_class == "h100" and p.apply == () and p.rendered == 3
 
 
 def test_only_what_drifted_is_written(classes):
     obj = isvc()
-    children = live_children(render(obj, classes, Settings(), replicas=2).manifests)
+    children = live_children(render(obj, classes, Settings(), assign(obj, classes, replicas=2)).manifests)
     children.deployment["spec"]["replicas"] = 5
     p = plan(obj, classes, Settings(), children, replicas=2)
     assert [m["kind"] for m in p.apply] == ["Deployment"] and p.apply[0]["spec"]["replicas"] == 2
@@ -251,7 +252,7 @@ def test_a_field_the_operator_stopped_rendering_is_written_away(classes):
     is applied, and the apply (one field manager) removes the field. Edits by others to fields
     the operator never renders still write nothing."""
     obj = isvc()
-    rendered = render(obj, classes, Settings(), replicas=2).manifests
+    rendered = render(obj, classes, Settings(), assign(obj, classes, replicas=2)).manifests
     dep = next(m for m in rendered if m["kind"] == "Deployment")
     older = copy.deepcopy(dep)
     older["spec"]["template"]["metadata"]["labels"]["inference.networking.k8s.io/engine-type"] = "triton-tensorrt-llm"
@@ -354,7 +355,7 @@ def test_a_cached_child_keeps_its_spec_compact_and_whole_on_demand(classes):
     from triton_operator.controller.trim import SPEC_JSON, trim_child
     from triton_operator.controller.trim import with_full_spec as whole
     obj = isvc()
-    dep = stamped(render(obj, classes, Settings(), replicas=2).by_kind("Deployment"))
+    dep = stamped(render(obj, classes, Settings(), assign(obj, classes, replicas=2)).by_kind("Deployment"))
     live = {**dep, "metadata": {**dep["metadata"], "uid": "u", "generation": 1, "managedFields": [{"x": 1}]},
             "status": {"readyReplicas": 2}}
     cached = trim_child(live)
@@ -363,7 +364,7 @@ def test_a_cached_child_keeps_its_spec_compact_and_whole_on_demand(classes):
     assert cached["status"] == {"readyReplicas": 2} and token(cached) == token(live)
     assert whole(cached)["spec"] == dep["spec"] and whole(None) is None and whole(dep) is dep
     p = plan(obj, classes, Settings(), Children(deployment=cached, service=trim_child(live_children(
-        render(obj, classes, Settings(), replicas=2).manifests).service)), replicas=2)
+        render(obj, classes, Settings(), assign(obj, classes, replicas=2)).manifests).service)), replicas=2)
     assert [m["kind"] for m in p.apply] == ["PodDisruptionBudget"], "compared with the whole spec"
 
 
@@ -617,7 +618,7 @@ def _big(**gpu):
 def _group_set(obj, classes):
     """The manifests rendered for `obj` at 2 replicas, and its LeaderWorkerSet as the API server
     returns it: 2 groups, 1 of them ready."""
-    rendered = render(obj, classes, Settings(), replicas=2).manifests
+    rendered = render(obj, classes, Settings(), assign(obj, classes, replicas=2)).manifests
     lws = copy.deepcopy(stamped(next(m for m in rendered if m["kind"] == "LeaderWorkerSet")))
     lws["metadata"].update(uid="u-lws", generation=1, resourceVersion="7")
     lws["status"] = {"replicas": 2, "readyReplicas": 1, "updatedReplicas": 2}
@@ -647,7 +648,9 @@ def test_a_group_set_in_place_is_not_written_and_reads_as_a_deployment_of_groups
 
 def test_a_service_that_leaves_groups_for_one_node_replaces_its_group_set_once_prepared(classes):
     from triton_operator.controller.trim import trim_child
-    lws = next(m for m in render(_big(), classes, Settings(), replicas=1).manifests if m["kind"] == "LeaderWorkerSet")
+    service = _big()
+    rendered = render(service, classes, Settings(), assign(service, classes, replicas=1))
+    lws = next(m for m in rendered.manifests if m["kind"] == "LeaderWorkerSet")
     live = trim_child({**copy.deepcopy(lws), "status": {"replicas": 1, "readyReplicas": 1}})
     small = isvc(model={"source": "hf://a/b", "format": "tensorrt-llm", "parameters": "671B", "precision": "int4-awq"},
                  gpu={"class": "h100", "count": 8})

@@ -23,6 +23,7 @@ from ..conditions import parse_timestamp
 from ..kube.kinds import INFERENCE_POOL
 from ..labels import LABEL_GPU_CLASS, RENDERED_ANNOTATION
 from ..planning import capacity, choice, preparation
+from ..planning.assign import assign
 from ..planning.assignment import Candidates, Option
 from ..planning import placement as placing
 from ..quantity import QuantityError, parse_quantity
@@ -99,7 +100,8 @@ def plan(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Sett
     delete: list[tuple[str, str, str]] = []
     placement: placing.Placement | None = None
     ready: set[str] | None = None
-    # The class choice, made once for the pass and handed to preparation and rendering.
+    # The class choice, made once for the pass: preparation and placement depend on it, and the
+    # Assignment (planning.assign) hands it to rendering with their outcome.
     cands = choice.candidates(isvc.spec, classes)
     try:
         jobs = None
@@ -116,8 +118,8 @@ def plan(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Sett
             placement = place(isvc, cands, children, replicas, free, ready, now)
         in_use = None if placement is None else {
             c: n for c, n in placement.replicas().items() if n > 0 or c == cands.preferred.gpu_class}
-        rendered = render(isvc, classes, settings, replicas=replicas, engines_ready=ready, jobs=jobs, placement=in_use,
-                          candidates=cands)
+        rendered = render(isvc, classes, settings,
+                          assign(isvc, classes, replicas, placement=in_use, prepared=ready, candidates=cands), jobs=jobs)
         manifests = rendered.manifests
         if ready is not None:
             # The model of a new spec is being prepared: running Deployments keep serving the old

@@ -1,10 +1,12 @@
 """What the planning decides for one service, as data (no deciding here): `Option`, one GPU class
-at one GPU count and whether the service may use it; `Candidates`, where the service may run.
-`choice` makes them."""
+at one GPU count and whether the service may use it; `Candidates`, where the service may run
+(`choice` makes them); `Assignment`, everything rendering writes out (`assign` makes it).
+Rendering imports this module and never the ones that decide."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from .fit import Layout, Problem
 
@@ -55,3 +57,15 @@ class Candidates:
 
     def option(self, gpu_class: str) -> Option | None:
         return next((o for o in self.usable() if o.gpu_class == gpu_class), None)
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """Where one service runs, decided before anything is rendered: the class choice, the
+    replicas of each GPU class (the preferred class always among them; empty when the choice
+    failed), and for format tensorrt-llm the classes whose model is prepared (the serving pods of
+    the others are held at 0 replicas; None: every class, the steady state offline callers render)."""
+
+    candidates: Candidates
+    replicas: Mapping[str, int] = field(default_factory=dict)
+    prepared: frozenset[str] | None = None
