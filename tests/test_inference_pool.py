@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 from pydantic import ValidationError
 
-from triton_operator.controller.desired import Children, plan, stamped
+from triton_operator.controller.desired import Children, desired_state, stamped
 from triton_operator.planning.assign import assign
 from triton_operator.render import render
 from triton_operator.settings import Settings
@@ -67,9 +67,9 @@ def test_a_pool_no_longer_asked_for_is_deleted(classes):
     with_pool = stamped(render(service, classes, Settings(), assign(service, classes))
                         .by_kind("InferencePool"))
     live = {**with_pool, "metadata": {**with_pool["metadata"], "uid": "p1", "resourceVersion": "7"}}
-    p = plan(isvc(model=LLM), classes, Settings(), Children(inference_pool=live), replicas=1)
+    p = desired_state(isvc(model=LLM), classes, Settings(), Children(inference_pool=live), replicas=1)
     assert ("inference.networking.k8s.io/v1", "InferencePool", "demo") in p.delete
-    kept = plan(isvc(model=LLM, routing={"inferencePool": POOL}), classes, Settings(),
+    kept = desired_state(isvc(model=LLM, routing={"inferencePool": POOL}), classes, Settings(),
                 Children(inference_pool=live), replicas=1)
     assert not [d for d in kept.delete if d[1] == "InferencePool"]
     assert not [m for m in kept.apply if m["kind"] == "InferencePool"], "in place: not written again"

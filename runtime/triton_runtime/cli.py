@@ -26,8 +26,8 @@ class RuntimeFailure(Exception):
     pass
 
 
-def _preparation(a: argparse.Namespace) -> prepare.Request:
-    return prepare.Request(source=a.source, precision=a.precision, revision=a.revision or "main",
+def _preparation(a: argparse.Namespace) -> prepare.Preparation:
+    return prepare.Preparation(source=a.source, precision=a.precision, revision=a.revision or "main",
                            trtllm_version=a.trtllm_version or "", calibration_dataset=a.calibration_dataset)
 
 
@@ -61,7 +61,7 @@ def cmd_prepare(a: argparse.Namespace) -> int:
     return 0
 
 
-def _download(req: prepare.Request, a: argparse.Namespace) -> int:
+def _download(req: prepare.Preparation, a: argparse.Namespace) -> int:
     """The download step of a Job that quantizes: fetch here (every scheme's client is installed),
     after the same disk check as the doctor's; nothing when the model is already prepared."""
     found = cache.lookup(Path(a.cache), req.key())
@@ -136,7 +136,7 @@ def cmd_install(a: argparse.Namespace) -> int:
 
 def cmd_doctor(a: argparse.Namespace) -> int:
     limit = _quantity(a.scratch_size)
-    req = doctor.Request(mode=a.mode, preparation=_preparation(a), cache_dir=Path(a.cache), gpus=a.gpus,
+    req = doctor.Checkup(mode=a.mode, preparation=_preparation(a), cache_dir=Path(a.cache), gpus=a.gpus,
                          scratch=Path(a.scratch) if a.scratch else None, scratch_limit=limit,
                          trtllm_version=a.installed_trtllm_version, min_driver=a.min_driver, nodes=a.nodes)
     report = doctor.run(req)

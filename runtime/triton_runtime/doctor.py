@@ -24,7 +24,7 @@ from typing import Callable, Mapping
 
 from . import cache, image
 from .fetch import FetchError, MissingLibrary, SourceUnavailable, checkpoint_files, listing
-from .prepare import QUANTIZED, Request as Preparation
+from .prepare import QUANTIZED, Preparation
 
 PROBLEMS_EXIT = 3  # the build Job's podFailurePolicy fails the Job on it (no retries)
 TERMINATION_LOG = Path(os.environ.get("TRITON_RUNTIME_TERMINATION_LOG", "/dev/termination-log"))
@@ -238,7 +238,10 @@ def write_termination_message(lines: list[str], path: Path | None = None) -> boo
 
 
 @dataclass(frozen=True)
-class Request:
+class Checkup:
+    """What the doctor examines: the pod's purpose, the model it prepares or serves, its cache and
+    its GPUs."""
+
     mode: str                          # "prepare" or "serve"
     preparation: Preparation
     cache_dir: Path
@@ -318,7 +321,7 @@ def infiniband_devices(root: Path = Path("/sys/class/infiniband")) -> list[str]:
         return []
 
 
-def run(req: Request, environ: Mapping[str, str] | None = None,
+def run(req: Checkup, environ: Mapping[str, str] | None = None,
         gpu_probe: Callable[[Mapping[str, str]], tuple[int, str]] = visible_gpus,
         list_source: Callable[..., dict[str, int]] = listing,
         free_space: Callable[[Path], float] | None = None,

@@ -1,7 +1,7 @@
 """What one reconcile must write (pure): the spec, the GPU classes and the children in the cache
--> the manifests that differ from what runs, the objects to delete, and the engine states; with
-gpu.spill, also where the replicas go (planning.placement, fed from the cached pods and the free
-GPUs per class).
+-> the desired state: the manifests that differ from what runs, the objects to delete, and the
+model's preparation states; with gpu.spill, also where the replicas go (planning.placement, fed
+from the cached pods and the free GPUs per class).
 
 The comparison is the one server-side apply makes meaningful: every field the operator renders
 must hold the rendered value in the live object; fields others set (defaults, status, other
@@ -46,7 +46,7 @@ class Children:
     inference_pool: dict[str, Any] | None = None
     jobs: tuple[dict[str, Any], ...] = ()
     pods: tuple[dict[str, Any], ...] = ()          # serving pods
-    build_pods: tuple[dict[str, Any], ...] = ()    # pods of engine-build Jobs
+    preparation_pods: tuple[dict[str, Any], ...] = ()  # pods of preparation Jobs
     deployments: tuple[dict[str, Any], ...] = ()   # every workload of the service (Deployments, LeaderWorkerSets)
     worker_pods: tuple[dict[str, Any], ...] = ()   # the workers of groups across nodes (leaders are `pods`)
 
@@ -77,7 +77,7 @@ class Children:
 
 
 @dataclass(frozen=True)
-class Plan:
+class DesiredState:
     replicas: int
     gpu_class: str | None = None
     notes: tuple[str, ...] = ()
@@ -91,8 +91,8 @@ class Plan:
     options: tuple[Option, ...] = ()        # the classes in use and those skipped, with GPUs per replica
 
 
-def plan(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Settings, children: Children,
-         replicas: int, free: Mapping[str, list[int]] | None = None, now: datetime | None = None) -> Plan:
+def desired_state(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Settings, children: Children,
+         replicas: int, free: Mapping[str, list[int]] | None = None, now: datetime | None = None) -> DesiredState:
     """`free` is the free GPUs per node of each class (None: not watched); `now` the clock, for
     spill-over's timers."""
     now = now or datetime.now(timezone.utc)
@@ -109,7 +109,7 @@ def plan(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Sett
             jobs = preparation_jobs(isvc, classes, settings, cands)
             known = [e.wire() for e in isvc.status.preparation or []] if isvc.status else []
             prep_states = preparation.states(jobs, list(children.jobs), known, isvc.spec.model.precision,
-                                             list(children.build_pods))
+                                             list(children.preparation_pods))
             ready = preparation.ready_classes(prep_states, cands.usable_names())
             wanted = {j["metadata"]["name"] for j in jobs}
             delete = [("batch/v1", "Job", j["metadata"]["name"]) for j in children.jobs
@@ -128,7 +128,7 @@ def plan(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Sett
             manifests = [m for m in manifests if not (m["kind"] in WORKLOAD_KINDS and m["metadata"]["name"] in held
                                                       and children.live(m) is not None)]
     except RenderError as e:
-        return Plan(replicas, error=(e.reason, e.message),
+        return DesiredState(replicas, error=(e.reason, e.message),
                     preparation=None if prep_states is None else tuple(prep_states))
     # Deployments of classes no longer in use (a spill class whose replicas came back, spill
     # switched off): placement only empties a class once its replicas serve elsewhere.
@@ -147,7 +147,7 @@ def plan(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Sett
                        pool["metadata"]["name"]))
     # Not a Job: its pod template cannot change in place (a new preparation is a new Job, by name).
     manifests = [m if m["kind"] == "Job" else stamped(m) for m in manifests]
-    return Plan(
+    return DesiredState(
         replicas=replicas, gpu_class=rendered.gpu_class, notes=tuple(rendered.notes),
         apply=tuple(m for m in manifests if not matches(m, with_full_spec(children.live(m)))),
         delete=tuple(delete), preparation=None if prep_states is None else tuple(prep_states),
@@ -170,7 +170,7 @@ def stamped(manifest: dict[str, Any]) -> dict[str, Any]:
 # -- spill-over ------------------------------------------------------------------------------------
 
 def place(isvc: InferenceService, cands: Candidates, children: Children, replicas: int,
-          free: Mapping[str, list[int]] | None, engines_ready: set[str] | None, now: datetime) -> placing.Placement:
+          free: Mapping[str, list[int]] | None, prepared: set[str] | None, now: datetime) -> placing.Placement:
     spill = isvc.spec.gpu.spill
     assert spill is not None and cands.preferred is not None
     order = cands.usable_names()
@@ -178,7 +178,7 @@ def place(isvc: InferenceService, cands: Candidates, children: Children, replica
     nodes = {o.gpu_class: o.layout.nodes if o.layout is not None else 1 for o in cands.usable()}
     room = None if free is None else {c: capacity.room(free.get(c, []), gpus[c], nodes[c]) for c in order}
     return placing.place(
-        replicas, order, gpus, class_states(children), room, engines_ready,
+        replicas, order, gpus, class_states(children), room, prepared,
         placing.Spill(spill.after_seconds, spill.return_after_seconds), remembered(isvc), now,
         skipped=[(o.gpu_class, o.reason) for o in cands.skipped])
 

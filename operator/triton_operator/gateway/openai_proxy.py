@@ -60,7 +60,7 @@ class OpenAIProxy:
     async def embeddings(self, request: web.Request) -> web.StreamResponse:
         return await self._openai(request, oai.ChatRequest, "embeddings")
 
-    async def _openai(self, request: web.Request, kind: type[oai._Request], route: str) -> web.StreamResponse:
+    async def _openai(self, request: web.Request, kind: type[oai.GenerationRequest], route: str) -> web.StreamResponse:
         caller = self.auth.authorize(request)
         if request.headers.get("Content-Encoding", "identity").lower() != "identity":
             m.REJECTED.labels("bad_request").inc()
@@ -103,11 +103,11 @@ class OpenAIProxy:
             return answer
 
     async def _openai_admitted(self, request: web.Request, caller: Caller, held: Held,
-                               kind: type[oai._Request], route: str) -> web.StreamResponse:
+                               kind: type[oai.GenerationRequest], route: str) -> web.StreamResponse:
         assert held.body is not None
         body = held.body
 
-        def parse() -> tuple[oai._Request, r.ResponsesRequest | None]:
+        def parse() -> tuple[oai.GenerationRequest, r.ResponsesRequest | None]:
             if route == "responses":
                 original = r.parse(body)
                 return r.to_chat(original), original
@@ -274,7 +274,7 @@ class OpenAIProxy:
         return out
 
 
-def beginning_of(req: oai._Request, key: ServiceKey, answer: int = 0, precise: bool = False,
+def beginning_of(req: oai.GenerationRequest, key: ServiceKey, answer: int = 0, precise: bool = False,
                  scope: str = "") -> Beginning:
     """The request's Beginning for prefix routing: its prompt as the model will read it, within
     its service and the API key's cache `scope` (Caller.cache_scope: engines reuse a prompt only

@@ -147,7 +147,9 @@ class ToolCall(BaseModel):
     function: CalledFunction
 
 
-class _Request(BaseModel):
+class GenerationRequest(BaseModel):
+    """What chat and completion requests share (each asks the model to generate)."""
+
     model_config = ConfigDict(extra="allow")
 
     # Fields that label or route a request and change nothing in the answer, typed as OpenAI's API
@@ -174,7 +176,7 @@ class _Request(BaseModel):
     response_format: ResponseFormat | None = None
 
     @model_validator(mode="after")
-    def _honourable(self) -> _Request:
+    def _honourable(self) -> GenerationRequest:
         for name, value in (self.model_extra or {}).items():
             if name in UNSUPPORTED:
                 off, why = UNSUPPORTED[name]
@@ -244,7 +246,7 @@ class ChatMessage(BaseModel):
         return "".join(part.text for part in self.content)
 
 
-class ChatRequest(_Request):
+class ChatRequest(GenerationRequest):
     messages: list[ChatMessage] = Field(..., min_length=1, max_length=4096)
     max_completion_tokens: int | None = Field(None, ge=1, le=1_000_000)
     tools: list[Tool] | None = Field(None, max_length=MAX_TOOLS)
@@ -286,7 +288,7 @@ class ChatRequest(_Request):
         return self.tool_choice
 
 
-class CompletionRequest(_Request):
+class CompletionRequest(GenerationRequest):
     prompt: str | list[str]
     logprobs: int | None = Field(None, ge=0, le=5)
     best_of: int | None = Field(None, ge=1, le=MAX_N)

@@ -29,7 +29,7 @@ from jinja2 import TemplateError
 from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from .openai_schema import MAX_N, NEEDS_LLM, ChatMessage, ChatRequest, NamedChoice, OpenAIError, _Request
+from .openai_schema import MAX_N, NEEDS_LLM, ChatMessage, ChatRequest, GenerationRequest, NamedChoice, OpenAIError
 
 DEFAULT_CHAT_TEMPLATE = (
     "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
@@ -121,14 +121,14 @@ class Generate:
         return replace(self, body={})
 
 
-def max_tokens_asked(req: _Request) -> int | None:
+def max_tokens_asked(req: GenerationRequest) -> int | None:
     """The max_tokens the client set (for chat, max_completion_tokens supersedes it)."""
     if isinstance(req, ChatRequest) and req.max_completion_tokens is not None:
         return req.max_completion_tokens
     return req.max_tokens
 
 
-def to_generate(req: _Request, default_max_tokens: int, llm: bool, prompt: str | None = None) -> Generate:
+def to_generate(req: GenerationRequest, default_max_tokens: int, llm: bool, prompt: str | None = None) -> Generate:
     """The generate call for `req`: for the llm model from the request itself; for a text model
     from `prompt` (the rendered chat or the completion prompt)."""
     max_tokens = max_tokens_asked(req) or default_max_tokens

@@ -106,7 +106,7 @@ def render(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Se
             # A replica across nodes: a group of one pod a node, each on a node's GPUs.
             pod = deployment(with_count(isvc, layout.tensor), option.gpu_class, classes[option.gpu_class].spec,
                              settings, wanted[option.gpu_class], name, spill=option.gpu_class != preferred,
-                             engines_ready=prepared, pipeline=layout.pipeline)
+                             prepared=prepared, pipeline=layout.pipeline)
             set_name = group.group_name(name)
             if len(set_name) > group.MAX_NAME:
                 raise RenderError("NameTooLongForGroups", (
@@ -119,7 +119,7 @@ def render(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Se
         else:
             deployments.append(deployment(with_count(isvc, option.count), option.gpu_class,
                                            classes[option.gpu_class].spec, settings, wanted[option.gpu_class], name,
-                                           spill=option.gpu_class != preferred, engines_ready=prepared))
+                                           spill=option.gpu_class != preferred, prepared=prepared))
         names[option.gpu_class] = deployments[-1]["metadata"]["name"]
     notes += [f"placement names GPU class {c}, which this service cannot use; ignored" for c in wanted if c not in names]
     labels = labels_for(isvc, "server")
