@@ -29,7 +29,11 @@ from .prepare import QUANTIZED, Preparation
 PROBLEMS_EXIT = 3  # the build Job's podFailurePolicy fails the Job on it (no retries)
 TERMINATION_LOG = Path(os.environ.get("TRITON_RUNTIME_TERMINATION_LOG", "/dev/termination-log"))
 TERMINATION_LOG_LIMIT = 4096  # bytes the kubelet keeps of a termination message
-BYTES_PER_PARAMETER = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "nvfp4": 0.5625, "int4-awq": 0.5625}
+# Bytes a weight takes at each precision, block scales included (4-bit weights: NVFP4 one FP8 scale
+# per 16, INT4-AWQ one 16-bit scale per 128), and in the 16-bit source checkpoint. The operator
+# plans with the same figures (api/model.py, render/runtime.py); it cannot be imported here (this
+# package is copied alone into NVIDIA's image), so tests/test_shared_tables.py holds them equal.
+BYTES_PER_PARAMETER = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "nvfp4": 0.5625, "int4-awq": 0.515625}
 SOURCE_BYTES_PER_PARAMETER = 2  # Hugging Face LLM checkpoints are 16-bit
 GIB = 1024**3
 _QUANTITY = re.compile(r"^([0-9.]+)(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)?$")

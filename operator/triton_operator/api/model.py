@@ -27,9 +27,13 @@ PARAMETERS_PATTERN = r"^([0-9]*[1-9][0-9]*([.][0-9]+)?|[0-9]+[.][0-9]*[1-9][0-9]
 ModelFormat = Literal["tensorrt-llm", "onnx", "pytorch", "tensorrt", "python", "triton"]
 Precision = Literal["fp32", "fp16", "bf16", "fp8", "nvfp4", "int8", "int4-awq"]
 
-# NVFP4 and INT4-AWQ hold 4-bit weights with one 8-bit scale per 16 (NVFP4) or 128 (AWQ) values.
+# Bytes a served weight takes. 4-bit weights carry their block scales: NVFP4 one FP8 scale per 16
+# values (4.5 bits), INT4-AWQ one 16-bit scale per group of 128 (4.125 bits: ModelOpt's INT4_AWQ
+# block size; TensorRT-LLM's W4A16_AWQ weight_scale is in the activations' dtype). Layers left
+# unquantized (embeddings, lm_head) stay 16-bit, which a figure per parameter leaves out. The
+# runtime's doctor sizes the prepared checkpoint with the same table (tests/test_shared_tables.py).
 BYTES_PER_PARAMETER: dict[str, float] = {
-    "fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "nvfp4": 0.5625, "int8": 1, "int4-awq": 0.5,
+    "fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "nvfp4": 0.5625, "int8": 1, "int4-awq": 0.515625,
 }
 # FP8 kernels need Ada Lovelace or newer (L4 8.9, H100/H200 9.0); A100 (8.0) has none. NVFP4 needs
 # Blackwell (B200/GB200, 10.0).

@@ -35,7 +35,7 @@ DEFAULT_CHAT_TEMPLATE = (
     "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}assistant:{% endif %}")
 # The tag the llm model puts before errors a request caused (its own words, safe to pass on:
-# runtime/triton_runtime/serving/triton_model.py ERROR_TAG).
+# runtime/triton_runtime/serving/contract.py ERROR_TAG).
 MODEL_ERROR_TAG = "[llm] "
 
 
