@@ -12,6 +12,7 @@ import pytest
 from triton_runtime import doctor, image
 from triton_runtime.fetch import FetchError, MissingLibrary, SourceUnavailable
 from triton_runtime.prepare import Preparation
+from triton_runtime.quantity import quantity_bytes
 
 GIB = 1024**3
 SPEC = Preparation(source="hf://meta-llama/Meta-Llama-3-8B-Instruct", precision="fp8", trtllm_version="1.2.1")
@@ -95,7 +96,7 @@ def test_an_older_driver_is_a_warning_naming_forward_compatibility(driver, warne
 @pytest.mark.parametrize("text, value", [("40Gi", 40 * GIB), ("500M", 500_000_000), ("1.5Ti", int(1.5 * 2**40)),
                                          ("1024", 1024)])
 def test_quantities(text, value):
-    assert doctor.parse_quantity(text) == value
+    assert quantity_bytes(text) == value
 
 
 def _request(tmp_path, **changes) -> doctor.Checkup:

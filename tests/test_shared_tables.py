@@ -11,12 +11,16 @@ from __future__ import annotations
 
 from typing import get_args
 
+from hypothesis import given, strategies as st
+
 from triton_operator.api import CALIBRATED_PRECISIONS
+from triton_operator import quantity
 from triton_operator.api.model import BYTES_PER_PARAMETER, Precision
 from triton_operator.gateway import openai_schema, routing, translate
 from triton_operator.render import runtime as rendered
 from triton_operator.settings import Settings
 from triton_runtime import doctor, image, prepare
+from triton_runtime import quantity as runtime_quantity
 from triton_runtime.serving import contract
 
 
@@ -48,3 +52,14 @@ def test_the_gateway_reads_the_llm_models_contract():
     assert (openai_schema.MAX_N, openai_schema.MAX_TOP_LOGPROBS) == (contract.MAX_N, contract.MAX_TOP_LOGPROBS)
     assert translate.MODEL_ERROR_TAG == contract.ERROR_TAG
     assert routing.LLM_MODEL == contract.MODEL_NAME
+
+
+def test_one_quantity_grammar():
+    assert runtime_quantity.QUANTITY == quantity.QUANTITY
+
+
+@given(st.from_regex(quantity.QUANTITY, fullmatch=True).filter(lambda q: len(q) <= quantity.QUANTITY_MAX_LENGTH))
+def test_the_runtime_reads_a_size_as_the_operator_renders_it(text):
+    """--scratch-size is the preparation's ephemeral-storage request: any quantity the CRD admits."""
+    assert runtime_quantity.parse_quantity(text) == quantity.parse_quantity(text)
+    assert runtime_quantity.quantity_bytes(text) == int(quantity.parse_quantity(text))

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from . import cache, doctor, image, prepare, repository
 from .fetch import FetchError, listing as fetch_listing
+from .quantity import quantity_bytes
 from .stage import StageError, stage
 
 EXIT_SPEC = 2  # a request that cannot be done as asked: retrying cannot help (the Job fails at once)
@@ -90,7 +91,7 @@ def _quantity(text: str | None) -> int | None:
     if not text:
         return None
     try:
-        return doctor.parse_quantity(text)
+        return quantity_bytes(text)
     except ValueError as e:
         raise prepare.PrepareError(f"--scratch-size: {e}") from None
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
 import shutil
 import uuid
 from dataclasses import dataclass, field
@@ -36,9 +35,6 @@ TERMINATION_LOG_LIMIT = 4096  # bytes the kubelet keeps of a termination message
 BYTES_PER_PARAMETER = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "nvfp4": 0.5625, "int4-awq": 0.515625}
 SOURCE_BYTES_PER_PARAMETER = 2  # Hugging Face LLM checkpoints are 16-bit
 GIB = 1024**3
-_QUANTITY = re.compile(r"^([0-9.]+)(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)?$")
-_SCALE = {None: 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
-          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
 
 
 @dataclass
@@ -51,14 +47,6 @@ class Report:
         self.problems.extend(problems)
         if not problems:
             self.passed.append(passed)
-
-
-def parse_quantity(text: str) -> int:
-    """A Kubernetes quantity such as 40Gi or 500M, in bytes."""
-    match = _QUANTITY.match(text.strip())
-    if not match:
-        raise ValueError(f"{text!r} is not a quantity such as 40Gi")
-    return int(float(match.group(1)) * _SCALE[match.group(2)])
 
 
 def _gib(n: float) -> str:
