@@ -10,8 +10,8 @@ import json
 import pytest
 
 from triton_operator.gateway import keys as k
-from triton_operator.gateway import routing as r
 from triton_operator.gateway import openai_schema as oai
+from triton_operator.gateway import routing as r
 from triton_operator.gateway import translate as t
 from triton_operator.gateway.config import GatewaySettings, GatewaySettingsError, from_env
 from triton_operator.gateway.server import Gateway

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from triton_operator.gateway import routing
 from triton_operator.gateway import openai_schema as oai
+from triton_operator.gateway import routing
 from triton_operator.gateway import translate as t
 from triton_operator.gateway.auth import cache_scope
 from triton_operator.gateway.openai_proxy import beginning_of

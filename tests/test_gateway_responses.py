@@ -10,8 +10,8 @@ import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from triton_operator.gateway import responses as r
 from triton_operator.gateway import openai_schema as oai
+from triton_operator.gateway import responses as r
 from triton_operator.gateway import translate as t
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "The weather",

@@ -15,8 +15,8 @@ from typing import AsyncIterator
 from aiohttp import web
 
 from . import limits
-from . import telemetry as m
 from . import openai_schema as oai
+from . import telemetry as m
 from .auth import Caller
 from .config import GatewaySettings
 

@@ -17,9 +17,9 @@ from typing import Any, Callable
 from aiohttp import web
 
 from . import keys as keys_core
+from . import openai_schema as oai
 from . import telemetry as m
 from . import tracing as tr
-from . import openai_schema as oai
 from .config import GatewaySettings
 from .routing import Service
 

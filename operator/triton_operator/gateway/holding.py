@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from . import limits
+from . import openai_schema as oai
 from . import telemetry as m
 from . import tracing as tr
-from . import openai_schema as oai
 from .auth import Caller
 from .config import GatewaySettings
 from .routing import Address, Beginning, Router, Service, ServiceKey
@@ -44,6 +45,7 @@ class Wakeups:
         self.wake(set(self._events))
 
 
+@dataclass(eq=False)
 class Holding:
     """Holds a request only while it will be answered: while the service's replicas are starting
     (it scales from zero, is new, or has fewer ready replicas than it asked for). A service that says
@@ -51,16 +53,15 @@ class Holding:
     UNUSABLE_GRACE_SECONDS (the EndpointSlices may lag the status by a moment), with a log line
     (once a minute per service) and triton_gateway_rejected_requests_total{reason="no_usable_replica"}."""
 
-    def __init__(self, settings: GatewaySettings, router: Router, holds: limits.Holds, wakeups: Wakeups,
-                 clock: Callable[[], float], tracing: tr.Off | tr.On):
-        self.settings = settings
-        self.router = router
-        self.holds = holds
-        self.wakeups = wakeups
-        self.clock = clock
-        self.tracing = tracing
-        self.draining = False
-        self._said: dict[ServiceKey, float] = {}   # service -> when its last no-usable-replica line was logged
+    settings: GatewaySettings
+    router: Router
+    holds: limits.Holds
+    wakeups: Wakeups
+    clock: Callable[[], float]
+    tracing: tr.Off | tr.On
+    draining: bool = field(default=False, init=False)
+    # service -> when its last no-usable-replica line was logged
+    _said: dict[ServiceKey, float] = field(default_factory=dict, init=False)
 
     async def endpoint(self, svc: Service, caller: Caller, begins: Beginning | None = None) -> Address:
         """A usable replica for `svc` (by its Beginning when the request has one: routing.Router.pick),

@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import dataclass
 from typing import Callable
 
 import aiohttp
 from aiohttp import web
 
 from . import embeddings as e
+from . import openai_schema as oai
 from . import responses as r
 from . import telemetry as m
-from . import openai_schema as oai
 from . import translate as t
 from .admission import Admission, Held
 from .auth import Auth, Caller
@@ -25,16 +26,15 @@ from .routing import Beginning, Router, Service, ServiceKey, beginning, cursor_s
 from .upstream import Exchange, Upstream, answer_json, answer_too_large, read_chunk, read_whole, upstream_error
 
 
+@dataclass(eq=False)
 class OpenAIProxy:
-    def __init__(self, router: Router, auth: Auth, admission: Admission, resolver: Resolver, holding: Holding,
-                 upstream: Upstream, clock: Callable[[], float]):
-        self.router = router
-        self.auth = auth
-        self.admission = admission
-        self.resolver = resolver
-        self.holding = holding
-        self.upstream = upstream
-        self.clock = clock
+    router: Router
+    auth: Auth
+    admission: Admission
+    resolver: Resolver
+    holding: Holding
+    upstream: Upstream
+    clock: Callable[[], float]
 
     async def list_models(self, request: web.Request) -> web.Response:
         grant = self.auth.authorize(request).grant

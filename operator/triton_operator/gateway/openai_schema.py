@@ -110,10 +110,15 @@ class FunctionDef(BaseModel):
     strict: bool | None = None
 
 
-class Tool(BaseModel):
+class _OfFunction(BaseModel):
+    """{"type": "function", "function": ...}, the shape of a tool and of a tool choice."""
+
     model_config = ConfigDict(extra="forbid")
 
     type: Literal["function"]
+
+
+class Tool(_OfFunction):
     function: FunctionDef
 
 
@@ -123,10 +128,7 @@ class NamedFunction(BaseModel):
     name: FunctionName
 
 
-class NamedChoice(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    type: Literal["function"]
+class NamedChoice(_OfFunction):
     function: NamedFunction
 
 

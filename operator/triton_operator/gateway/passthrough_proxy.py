@@ -22,9 +22,9 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from . import telemetry as m
-from . import passthrough
 from . import openai_schema as oai
+from . import passthrough
+from . import telemetry as m
 from . import translate as t
 from .admission import Admission, Held
 from .auth import Auth, Caller

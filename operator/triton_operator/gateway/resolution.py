@@ -5,9 +5,9 @@ ambiguous name), and the id /v1/models shows for a service."""
 from __future__ import annotations
 
 from . import keys as keys_core
+from . import openai_schema as oai
 from . import telemetry as m
 from . import tracing as tr
-from . import openai_schema as oai
 from .routing import Router, Service
 
 

@@ -25,9 +25,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from . import guard
 from . import limits
+from . import openai_schema as oai
 from . import telemetry as m
 from . import tracing as tr
-from . import openai_schema as oai
 from .admission import Admission
 from .auth import Auth
 from .config import GatewaySettings

@@ -22,9 +22,9 @@ import aiohttp.resolver
 import yarl
 from aiohttp import web
 
+from . import openai_schema as oai
 from . import telemetry as m
 from . import tracing as tr
-from . import openai_schema as oai
 from . import translate as t
 from .admission import Held
 from .auth import Caller
