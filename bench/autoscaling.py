@@ -51,8 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import frontier as fr  # noqa: E402
 from triton_operator.api import GPUClass, InferenceService, SLOSpec  # noqa: E402
-from triton_operator.autoscaling.simulator import policies, reader, replica, results, workload  # noqa: E402
-from triton_operator.autoscaling.simulator.simulation import SimulationSettings  # noqa: E402
+from triton_operator.simulator import policies, reader, replica, results, workload  # noqa: E402
+from triton_operator.simulator.simulation import SimulationSettings  # noqa: E402
 from triton_operator.cli import default_catalog  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent

@@ -36,10 +36,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import autoscaling as auto  # noqa: E402
-from triton_operator.autoscaling.simulator import policies, replica, results, workload  # noqa: E402
-from triton_operator.autoscaling.simulator.policies import oracle  # noqa: E402
-from triton_operator.autoscaling.simulator.policies.fixed import Fixed  # noqa: E402
-from triton_operator.autoscaling.simulator.simulation import SimulationSettings, simulate  # noqa: E402
+from triton_operator.simulator import policies, replica, results, workload  # noqa: E402
+from triton_operator.simulator.policies import oracle  # noqa: E402
+from triton_operator.simulator.policies.fixed import Fixed  # noqa: E402
+from triton_operator.simulator.simulation import SimulationSettings, simulate  # noqa: E402
 
 BUCKET_S = 60.0
 ROWS = [("azure-conv x8", "cold start 50 s"), ("code completion (prefill-heavy)", "cold start 50 s"),

@@ -62,6 +62,7 @@ from triton_operator.kube.failures import FailureLog  # noqa: E402
 from triton_operator.kube.informer import Informer  # noqa: E402
 from triton_operator.kube.store import Store  # noqa: E402
 from triton_operator.controller.endpoints import endpoints  # noqa: E402
+from triton_operator.planning.assign import assign  # noqa: E402
 from triton_operator.render import render  # noqa: E402
 from triton_operator.settings import Settings  # noqa: E402
 
@@ -242,7 +243,7 @@ def main() -> int:
         def bare(name: str) -> None:
             out = kube.apply(isvc_doc(name, "bare"))
             obj = InferenceService.model_validate(out)
-            for manifest in render(obj, classes, settings, replicas=1).manifests:
+            for manifest in render(obj, classes, settings, assign(obj, classes, replicas=1)).manifests:
                 kube.apply(manifest)
             observed = status_core.Observed(desired_replicas=1, gpu_class="l4", gpu_class_spec=classes["l4"].spec,
                                             endpoints=endpoints(name, "bare", settings), selector="x")
@@ -278,7 +279,7 @@ def main() -> int:
         raw, via_operator = [], []
         for i in range(20):
             obj = InferenceService.model_validate(isvc_doc(f"raw-{i}", "latency"))
-            dep = render(obj, classes, settings, replicas=0).by_kind("Deployment")
+            dep = render(obj, classes, settings, assign(obj, classes, replicas=0)).by_kind("Deployment")
             t0 = time.monotonic()
             kube.apply(dep)
             raw.append(time.monotonic() - t0)

@@ -14,7 +14,7 @@ its tritonserver starts; it is Ready, and joins the gateway's table, once Triton
 answer. A replica removed (not-ready ones first, then the newest) leaves the table at once, finishes
 what it holds, then stops. Replica-seconds run from creation to stop, as GPU time is paid.
 
-Simulated: the simulator (autoscaling/simulator) on the same requests (the arrival times, the
+Simulated: the simulator (simulator) on the same requests (the arrival times, the
 prompt and answer tokens the live replicas reported) with a replica model measured on this machine
 before the live run: time to the first token linear in the prompt, a time per further token, one
 request at a time (llama.cpp's single sequence), the start-up measured on the same replicas (plus
@@ -87,7 +87,7 @@ class Planned:
 
 def trace_slice(args: argparse.Namespace) -> tuple[list[Planned], float]:
     """The slice's requests and its mean arrival rate before thinning."""
-    from triton_operator.autoscaling.simulator.reader import parse_trace
+    from triton_operator.simulator.reader import parse_trace
 
     with TRACE.open() as f:
         rows = [r for r in parse_trace(f, TRACE.name) if args.start <= r.arrival < args.start + args.duration]
@@ -393,7 +393,7 @@ async def replay(url: str, key: str, plan: list[Planned], t0: float) -> list[Don
 def measured_model(samples: list[Done], n_ctx: int) -> Any:
     """The replica the simulator runs: time to first token = a + b x prompt tokens (least
     squares over the calibration), then the median time per further token; one request at a time."""
-    from triton_operator.autoscaling.simulator.replica import LLMPerformance
+    from triton_operator.simulator.replica import LLMPerformance
 
     @dataclass(frozen=True)
     class MeasuredCPU(LLMPerformance):
@@ -489,11 +489,11 @@ def run(args: argparse.Namespace) -> None:
     from triton_operator.api import InferenceService
     from triton_operator.autoscaling.loop import Autoscaler
     from triton_operator.autoscaling.prometheus import PrometheusSource
-    from triton_operator.autoscaling.simulator.policies.ours import Ours, live_signals
-    from triton_operator.autoscaling.simulator.replica import ColdStart
-    from triton_operator.autoscaling.simulator.results import quantile, summarize
-    from triton_operator.autoscaling.simulator.simulation import SimulationSettings, simulate
-    from triton_operator.autoscaling.simulator.workload import Request
+    from triton_operator.simulator.policies.ours import Ours, live_signals
+    from triton_operator.simulator.replica import ColdStart
+    from triton_operator.simulator.results import quantile, summarize
+    from triton_operator.simulator.simulation import SimulationSettings, simulate
+    from triton_operator.simulator.workload import Request
     from triton_operator.settings import Settings
 
     started_at = datetime.now(timezone.utc)

@@ -1,5 +1,5 @@
 """make bench-spill: requests served within the SLO during a GPU shortage, with and without
-spill-over, in the simulator (autoscaling/simulator/shortage.py), with the operator's own
+spill-over, in the simulator (simulator/shortage.py), with the operator's own
 autoscaling policy and its own placement function; writes bench/results/spill.md.
 
 The service is bench/specs/llama3-8b-h100.yaml (Llama 3 8B FP8, p99 target 8 s) with
@@ -19,16 +19,16 @@ from pathlib import Path
 import yaml
 
 from triton_operator.api import GPUClass, InferenceService
-from triton_operator.autoscaling.simulator import policies, replica, results
-from triton_operator.autoscaling.simulator.simulation import SimulationSettings
-from triton_operator.autoscaling.simulator.shortage import ClassSlot, simulate_shortage
+from triton_operator.simulator import policies, replica, results
+from triton_operator.simulator.simulation import SimulationSettings
+from triton_operator.simulator.shortage import ClassSlot, simulate_shortage
 from triton_operator.cli import default_catalog
 from triton_operator.planning.placement import Spill
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from autoscaling import azure, machine  # noqa: E402
 
-from triton_operator.autoscaling.simulator import workload  # noqa: E402
+from triton_operator.simulator import workload  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 SPEC = ROOT / "specs/llama3-8b-h100.yaml"

@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 import prometheus_client
 
 from triton_operator.api import AutoscalingSpec
-from triton_operator.autoscaling import policy
+from triton_operator.autoscaling import history, policy
 from triton_operator.autoscaling.loop import signals_for
 from triton_operator.autoscaling.prometheus import PrometheusSource
 from triton_operator.gateway import telemetry as gateway_metrics
@@ -190,7 +190,7 @@ def test_the_gateways_held_and_in_flight_requests_are_two_more_signals_of_the_on
     assert signals.error is None and signals.held == 3 and signals.queue_depth == 0
     spec = AutoscalingSpec(min_replicas=0, max_replicas=4, target_queue_depth=4)
     now = datetime.now(timezone.utc)
-    decision = policy.decide(spec, 0, signals, policy.seed(now, 0), now)
+    decision = policy.decide(spec, 0, signals, history.seed(now, 0), now)
     assert decision.desired == 1 and "3 held at the gateway" in decision.reason
     # With replicas, no Triton series is still an error (the policy holds), never "no load".
     assert signals_for(sleepy, snap, ready=0, current=1).error

@@ -33,6 +33,7 @@ import yaml
 
 from triton_operator.api import GPUClass, InferenceService
 from triton_operator.autoscaling.prometheus import PrometheusSource
+from triton_operator.planning.assign import assign
 from triton_operator.render import render
 from triton_operator.settings import Settings
 
@@ -85,7 +86,7 @@ def pod(service: InferenceService) -> dict[str, Any]:
     classes = {c.name: c for c in (GPUClass.model_validate(d) for d in _load(EXAMPLES / "gpuclasses.yaml"))}
     obj = service.model_copy(deep=True)
     obj.metadata["uid"] = "00000000-0000-0000-0000-000000000001"
-    deployment = render(obj, classes, Settings()).by_kind("Deployment")
+    deployment = render(obj, classes, Settings(), assign(obj, classes)).by_kind("Deployment")
     template = copy.deepcopy(deployment["spec"]["template"])
     return {
         "metadata": {**template["metadata"], "name": POD_NAME, "namespace": deployment["metadata"]["namespace"],

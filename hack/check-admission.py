@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 from tests.conftest import EXAMPLES, load  # noqa: E402
 from tests.hostile import inference_services  # noqa: E402
 from triton_operator.api import GROUP, VERSION, GPUClass, InferenceService, describe_validation_error  # noqa: E402
+from triton_operator.planning.assign import assign  # noqa: E402
 from triton_operator.render import RenderError, render  # noqa: E402
 from triton_operator.settings import Settings  # noqa: E402
 
@@ -91,7 +92,7 @@ def main() -> int:
             return
         counts["accepted by both"] += 1
         try:
-            manifests = render(obj, classes, Settings()).manifests
+            manifests = render(obj, classes, Settings(), assign(obj, classes)).manifests
         except RenderError:
             return
         counts["rendered"] += 1

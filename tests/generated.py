@@ -57,6 +57,7 @@ def isvc_examples(root: Path = ROOT) -> list[Path]:
 def render_example(path: Path, root: Path = ROOT) -> str:
     """The manifests of every InferenceService in ``path``, as the golden file holds them."""
     from triton_operator.api import GPUClass, InferenceService
+    from triton_operator.planning.assign import assign
     from triton_operator.render import dump, render
     from triton_operator.settings import Settings
 
@@ -65,7 +66,7 @@ def render_example(path: Path, root: Path = ROOT) -> str:
     for doc in _load(path):
         obj = InferenceService.model_validate(doc)
         obj.metadata["uid"] = FIXED_UID  # renders are compared byte for byte: no random uid
-        manifests.extend(render(obj, classes, Settings()).manifests)
+        manifests.extend(render(obj, classes, Settings(), assign(obj, classes)).manifests)
     return dump(manifests)
 
 

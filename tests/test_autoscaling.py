@@ -9,8 +9,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from triton_operator.api import AutoscalingSpec
-from triton_operator.autoscaling.policy import (BAND_Z, DRAIN_S, LEARNING_RISES, MIN_HOLD_S, RATE_WINDOW_S, TREND_Z, UTILIZATION,
-                                               Decision, History, Signals, decide, seed)
+from triton_operator.autoscaling.history import BAND_Z, LEARNING_RISES, RATE_WINDOW_S, TREND_Z, History, seed
+from triton_operator.autoscaling.policy import DRAIN_S, MIN_HOLD_S, UTILIZATION, Decision, decide
+from triton_operator.autoscaling.signals import Signals
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
 SPEC = AutoscalingSpec(min_replicas=1, max_replicas=10, target_queue_depth=4, target_p99_latency_ms=800,
@@ -221,7 +222,7 @@ def test_the_trend_is_fitted_over_a_start_up_when_that_is_longer_than_the_trend_
     """Pods that take 240 s: a steady ramp (+0.1 req/s per s) is fitted over the last 240 s, not
     TREND_WINDOW_S (120 s), and so is carried over the whole start-up (a slow ramp from a quiet
     service, carried 120 s of 325, left one replica saturated until the second was up)."""
-    from triton_operator.autoscaling.policy import TREND_WINDOW_S
+    from triton_operator.autoscaling.history import TREND_WINDOW_S
     spec = SPEC.model_copy(update={"max_replicas": 40})
     history, current = measured(20.0, 3), 3
     for s in range(10, 310, 10):
@@ -744,7 +745,7 @@ def test_bursts_seen_within_a_start_up_widen_the_band_for_half_an_hour():
     """A rate that keeps jumping by 60 req/s within one start-up: the upper band keeps room for
     such a rise (RISE_QUANTILE of the rises seen within RISE_MEMORY_S, one a minute) while the
     trail is calm again; a single jump, rarer than that, does not."""
-    from triton_operator.autoscaling.policy import RISE_MEMORY_S
+    from triton_operator.autoscaling.history import RISE_MEMORY_S
     history, current = measured(20.0, 4), 4
     spec = SPEC.model_copy(update={"max_replicas": 40})
     pattern = ([60.0] * 2 + [120.0] * 2) * 4 + [60.0] * 6     # one minute a point

@@ -9,8 +9,10 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from triton_operator.api import AutoscalingSpec
-from triton_operator.autoscaling.policy import (RESTART_PENALTY, History, Signals, decide, keep_alive, layer_gaps,
-                                                restart_cost, target_met)
+from triton_operator.autoscaling.history import History
+from triton_operator.autoscaling.keepalive import RESTART_PENALTY, keep_alive, layer_gaps, restart_cost
+from triton_operator.autoscaling.policy import decide, target_met
+from triton_operator.autoscaling.signals import Signals
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from triton_operator.api import AutoscalingSpec
-from triton_operator.autoscaling.policy import Signals, decide, seed
+from triton_operator.autoscaling.history import seed
+from triton_operator.autoscaling.policy import decide
+from triton_operator.autoscaling.signals import Signals
 from triton_operator.autoscaling.report import Report, report, significant
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)

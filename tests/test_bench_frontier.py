@@ -138,8 +138,8 @@ def test_plans_chosen_a_minute_at_a_time_add_replicas_over_the_fluid_need_until_
     row says what its own figures give."""
     import autoscaling as bench
     import foresight
-    from triton_operator.autoscaling.simulator import results
-    from triton_operator.autoscaling.simulator.policies import oracle
+    from triton_operator.simulator import results
+    from triton_operator.simulator.policies import oracle
 
     w, c = bench.FAST_WORKLOAD, bench.FAST_CONDITIONS[0]
     reqs, perf, _, cold, _, cfg = bench.setup(w, c, 1)

@@ -98,7 +98,8 @@ def test_crds_and_plan_commands():
 
 def test_import_contracts_hold_floors_and_a_pure_core():
     """lint-imports: the layers contract (each floor imports only from those below), the api
-    package's own layers, and no I/O library in the pure modules (pyproject.toml)."""
+    package's own layers, no I/O library in the pure modules, and rendering importing none of the
+    modules that decide (pyproject.toml)."""
     import shutil
     exe = shutil.which("lint-imports", path=str(__import__("pathlib").Path(sys.executable).parent))
     out = subprocess.run([exe], capture_output=True, text=True, timeout=120)

@@ -9,13 +9,14 @@ import logging
 import threading
 
 import pytest
-from triton_operator.controller.desired import Children, matches, plan, stamped
+from triton_operator.controller.desired import Children, desired_state, matches, stamped
 from triton_operator.controller.trim import content_token as token
 from triton_operator.controller.trim import owner_of, trim_pod
 from triton_operator.kube.failures import FailureLog
 from triton_operator.kube.queue import WorkQueue
 from triton_operator.kube.store import Store, newer, trim
 from triton_operator.labels import LABEL_SERVICE
+from triton_operator.planning.assign import assign
 from triton_operator.render import render
 from triton_operator.settings import Settings
 
@@ -230,18 +231,18 @@ def live_children(manifests):
 
 def test_nothing_to_write_when_the_children_hold_the_rendered_fields(classes):
     obj = isvc()
-    rendered = render(obj, classes, Settings(), replicas=2).manifests
-    p = plan(obj, classes, Settings(), live_children(rendered), replicas=2)
+    rendered = render(obj, classes, Settings(), assign(obj, classes, replicas=2)).manifests
+    p = desired_state(obj, classes, Settings(), live_children(rendered), replicas=2)
     assert p.error is None and p.gpu_class == "h100" and p.apply == () and p.rendered == 3
 
 
 def test_only_what_drifted_is_written(classes):
     obj = isvc()
-    children = live_children(render(obj, classes, Settings(), replicas=2).manifests)
+    children = live_children(render(obj, classes, Settings(), assign(obj, classes, replicas=2)).manifests)
     children.deployment["spec"]["replicas"] = 5
-    p = plan(obj, classes, Settings(), children, replicas=2)
+    p = desired_state(obj, classes, Settings(), children, replicas=2)
     assert [m["kind"] for m in p.apply] == ["Deployment"] and p.apply[0]["spec"]["replicas"] == 2
-    p = plan(obj, classes, Settings(), Children(service=children.service, pdb=children.pdb), replicas=2)
+    p = desired_state(obj, classes, Settings(), Children(service=children.service, pdb=children.pdb), replicas=2)
     assert [m["kind"] for m in p.apply] == ["Deployment"], "a deleted child is created again"
 
 
@@ -251,14 +252,14 @@ def test_a_field_the_operator_stopped_rendering_is_written_away(classes):
     is applied, and the apply (one field manager) removes the field. Edits by others to fields
     the operator never renders still write nothing."""
     obj = isvc()
-    rendered = render(obj, classes, Settings(), replicas=2).manifests
+    rendered = render(obj, classes, Settings(), assign(obj, classes, replicas=2)).manifests
     dep = next(m for m in rendered if m["kind"] == "Deployment")
     older = copy.deepcopy(dep)
     older["spec"]["template"]["metadata"]["labels"]["inference.networking.k8s.io/engine-type"] = "triton-tensorrt-llm"
     older["spec"]["template"]["spec"]["nodeSelector"] = {"pool": "old"}
     children = live_children([older, *[m for m in rendered if m["kind"] != "Deployment"]])
     assert matches(stamped(dep)["spec"], children.deployment["spec"]), "the subset comparison alone finds it in place"
-    p = plan(obj, classes, Settings(), children, replicas=2)
+    p = desired_state(obj, classes, Settings(), children, replicas=2)
     (written,) = p.apply
     assert written["kind"] == "Deployment" and "nodeSelector" not in written["spec"]["template"]["spec"]
     assert "inference.networking.k8s.io/engine-type" not in written["spec"]["template"]["metadata"]["labels"]
@@ -269,18 +270,18 @@ def test_a_field_the_operator_stopped_rendering_is_written_away(classes):
     others = live_children(rendered)
     others.deployment["metadata"]["annotations"]["deployment.kubernetes.io/revision"] = "3"
     others.deployment["metadata"]["labels"]["team"] = "search"
-    assert plan(obj, classes, Settings(), others, replicas=2).apply == ()
+    assert desired_state(obj, classes, Settings(), others, replicas=2).apply == ()
 
 
 def test_a_spec_that_cannot_render_is_an_error_not_an_exception(classes):
-    p = plan(isvc(gpu={"class": "x100"}), classes, Settings(), Children(), replicas=1)
+    p = desired_state(isvc(gpu={"class": "x100"}), classes, Settings(), Children(), replicas=1)
     assert p.error[0] == "GPUClassNotFound" and p.apply == ()
 
 
 def test_llm_serving_waits_for_its_preparation_and_stale_jobs_are_deleted(classes):
     obj = isvc(model={"source": "hf://meta/llama", "format": "tensorrt-llm", "parameters": "8B", "precision": "fp16"})
     old_job = {"metadata": {"name": "demo-oldhash", "labels": {LABEL_SERVICE: "demo"}}, "status": {}}
-    p = plan(obj, classes, Settings(), Children(jobs=(old_job,)), replicas=2)
+    p = desired_state(obj, classes, Settings(), Children(jobs=(old_job,)), replicas=2)
     kinds = sorted(m["kind"] for m in p.apply)
     assert kinds == ["Deployment", "Job", "PodDisruptionBudget", "Service"]
     assert next(m for m in p.apply if m["kind"] == "Deployment")["spec"]["replicas"] == 0, "held until prepared"
@@ -291,7 +292,7 @@ def test_llm_serving_waits_for_its_preparation_and_stale_jobs_are_deleted(classe
         "a Job's template cannot change in place: no digest asks for it"
 
     running = live_children([m for m in p.apply if m["kind"] == "Deployment"]).deployment
-    p2 = plan(obj, classes, Settings(), Children(deployment=running, jobs=()), replicas=2)
+    p2 = desired_state(obj, classes, Settings(), Children(deployment=running, jobs=()), replicas=2)
     assert "Deployment" not in [m["kind"] for m in p2.apply], "a running Deployment keeps serving while a model is prepared"
 
 
@@ -354,7 +355,7 @@ def test_a_cached_child_keeps_its_spec_compact_and_whole_on_demand(classes):
     from triton_operator.controller.trim import SPEC_JSON, trim_child
     from triton_operator.controller.trim import with_full_spec as whole
     obj = isvc()
-    dep = stamped(render(obj, classes, Settings(), replicas=2).by_kind("Deployment"))
+    dep = stamped(render(obj, classes, Settings(), assign(obj, classes, replicas=2)).by_kind("Deployment"))
     live = {**dep, "metadata": {**dep["metadata"], "uid": "u", "generation": 1, "managedFields": [{"x": 1}]},
             "status": {"readyReplicas": 2}}
     cached = trim_child(live)
@@ -362,8 +363,8 @@ def test_a_cached_child_keeps_its_spec_compact_and_whole_on_demand(classes):
     assert cached["spec"] == {"replicas": 2, "template": {"metadata": {"labels": dep["spec"]["template"]["metadata"]["labels"]}}}
     assert cached["status"] == {"readyReplicas": 2} and token(cached) == token(live)
     assert whole(cached)["spec"] == dep["spec"] and whole(None) is None and whole(dep) is dep
-    p = plan(obj, classes, Settings(), Children(deployment=cached, service=trim_child(live_children(
-        render(obj, classes, Settings(), replicas=2).manifests).service)), replicas=2)
+    p = desired_state(obj, classes, Settings(), Children(deployment=cached, service=trim_child(live_children(
+        render(obj, classes, Settings(), assign(obj, classes, replicas=2)).manifests).service)), replicas=2)
     assert [m["kind"] for m in p.apply] == ["PodDisruptionBudget"], "compared with the whole spec"
 
 
@@ -617,7 +618,7 @@ def _big(**gpu):
 def _group_set(obj, classes):
     """The manifests rendered for `obj` at 2 replicas, and its LeaderWorkerSet as the API server
     returns it: 2 groups, 1 of them ready."""
-    rendered = render(obj, classes, Settings(), replicas=2).manifests
+    rendered = render(obj, classes, Settings(), assign(obj, classes, replicas=2)).manifests
     lws = copy.deepcopy(stamped(next(m for m in rendered if m["kind"] == "LeaderWorkerSet")))
     lws["metadata"].update(uid="u-lws", generation=1, resourceVersion="7")
     lws["status"] = {"replicas": 2, "readyReplicas": 1, "updatedReplicas": 2}
@@ -639,26 +640,28 @@ def test_a_group_set_in_place_is_not_written_and_reads_as_a_deployment_of_groups
     job["metadata"].update(uid="u-job", resourceVersion="9")
     job["status"] = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
     children = Children(deployment=cached, service=rest.service, pdb=rest.pdb, deployments=(cached,), jobs=(job,))
-    p = plan(obj, classes, Settings(), children, replicas=2)
+    p = desired_state(obj, classes, Settings(), children, replicas=2)
     assert p.error is None and p.apply == () and p.deployments == (("h100", "demo-group"),)
-    p = plan(obj, classes, Settings(), children, replicas=3)
+    p = desired_state(obj, classes, Settings(), children, replicas=3)
     assert [(m["kind"], m["spec"]["replicas"]) for m in p.apply] == [("LeaderWorkerSet", 3)]
 
 
 def test_a_service_that_leaves_groups_for_one_node_replaces_its_group_set_once_prepared(classes):
     from triton_operator.controller.trim import trim_child
-    lws = next(m for m in render(_big(), classes, Settings(), replicas=1).manifests if m["kind"] == "LeaderWorkerSet")
+    service = _big()
+    rendered = render(service, classes, Settings(), assign(service, classes, replicas=1))
+    lws = next(m for m in rendered.manifests if m["kind"] == "LeaderWorkerSet")
     live = trim_child({**copy.deepcopy(lws), "status": {"replicas": 1, "readyReplicas": 1}})
     small = isvc(model={"source": "hf://a/b", "format": "tensorrt-llm", "parameters": "671B", "precision": "int4-awq"},
                  gpu={"class": "h100", "count": 8})
-    p = plan(small, classes, Settings(), Children(deployments=(live,)), replicas=1)
+    p = desired_state(small, classes, Settings(), Children(deployments=(live,)), replicas=1)
     assert p.delete == (), "the groups keep serving while the one-node model is prepared"
     dep = next(m for m in p.apply if m["kind"] == "Deployment")
     assert dep["spec"]["replicas"] == 0, "held until prepared"
     job = copy.deepcopy(next(m for m in p.apply if m["kind"] == "Job"))
     job["metadata"].update(uid="u-job", resourceVersion="9")
     job["status"] = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
-    p = plan(small, classes, Settings(), Children(deployments=(live,), jobs=(job,)), replicas=1)
+    p = desired_state(small, classes, Settings(), Children(deployments=(live,), jobs=(job,)), replicas=1)
     assert p.delete == (("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "demo-group"),)
     assert next(m for m in p.apply if m["kind"] == "Deployment")["spec"]["replicas"] == 1
 

@@ -11,7 +11,8 @@ import pytest
 
 from triton_runtime import doctor, image
 from triton_runtime.fetch import FetchError, MissingLibrary, SourceUnavailable
-from triton_runtime.prepare import Request as Preparation
+from triton_runtime.prepare import Preparation
+from triton_runtime.quantity import quantity_bytes
 
 GIB = 1024**3
 SPEC = Preparation(source="hf://meta-llama/Meta-Llama-3-8B-Instruct", precision="fp8", trtllm_version="1.2.1")
@@ -95,11 +96,11 @@ def test_an_older_driver_is_a_warning_naming_forward_compatibility(driver, warne
 @pytest.mark.parametrize("text, value", [("40Gi", 40 * GIB), ("500M", 500_000_000), ("1.5Ti", int(1.5 * 2**40)),
                                          ("1024", 1024)])
 def test_quantities(text, value):
-    assert doctor.parse_quantity(text) == value
+    assert quantity_bytes(text) == value
 
 
-def _request(tmp_path, **changes) -> doctor.Request:
-    return doctor.Request(mode="prepare", preparation=SPEC, cache_dir=tmp_path / "models", gpus=1,
+def _request(tmp_path, **changes) -> doctor.Checkup:
+    return doctor.Checkup(mode="prepare", preparation=SPEC, cache_dir=tmp_path / "models", gpus=1,
                           scratch=tmp_path / "scratch", trtllm_version="1.2.1", **changes)
 
 
@@ -126,7 +127,7 @@ def test_preparation_checks_put_together(tmp_path):
 
 def test_a_download_only_preparation_needs_neither_gpu_nor_tensorrt_llm(tmp_path):
     plain = Preparation(source=SPEC.source, precision="bf16", trtllm_version="1.2.1")
-    report = doctor.run(doctor.Request(mode="prepare", preparation=plain, cache_dir=tmp_path / "models", gpus=0,
+    report = doctor.run(doctor.Checkup(mode="prepare", preparation=plain, cache_dir=tmp_path / "models", gpus=0,
                                        scratch=tmp_path / "scratch", trtllm_version=None),
                         _environ(tmp_path), gpu_probe=lambda env: (0, "none"), list_source=lambda *a: LLAMA3_8B,
                         free_space=lambda path: 500 * GIB)
@@ -214,5 +215,5 @@ def test_the_doctor_checks_a_group_only_where_a_replica_spans_nodes(tmp_path, mo
     monkeypatch.setattr(doctor, "check_group", lambda *a: doctor.Report(problems=["group checked"]))
     base = dict(mode="serve", preparation=None, cache_dir=tmp_path, gpus=0, trtllm_version="1.2.1")
     monkeypatch.setattr(doctor, "check_prepared", lambda *a: [])
-    assert "group checked" not in doctor.run(doctor.Request(**base), environ={}).problems
-    assert "group checked" in doctor.run(doctor.Request(**base, nodes=2), environ={}).problems
+    assert "group checked" not in doctor.run(doctor.Checkup(**base), environ={}).problems
+    assert "group checked" in doctor.run(doctor.Checkup(**base, nodes=2), environ={}).problems

@@ -10,6 +10,7 @@ import json
 import pytest
 
 from triton_operator.gateway import keys as k
+from triton_operator.gateway import openai_schema as oai
 from triton_operator.gateway import routing as r
 from triton_operator.gateway import translate as t
 from triton_operator.gateway.config import GatewaySettings, GatewaySettingsError, from_env
@@ -92,37 +93,37 @@ def test_rate_limit_allows_a_burst_then_paces():
 def test_chat_request_to_the_llm_model():
     """The llm model gets the chat itself (it renders its own template), OpenAI's defaults made
     explicit (temperature 1, top_p 1), and every sampling field the client set."""
-    req = t.parse_body(json.dumps({"model": "llama", "messages": [{"role": "user", "content": "hi <|im_end|>"}],
+    req = oai.parse_body(json.dumps({"model": "llama", "messages": [{"role": "user", "content": "hi <|im_end|>"}],
                                    "max_completion_tokens": 7, "stream": True, "seed": 42, "stop": "\n\n",
                                    "presence_penalty": 0.5, "user": "alice", "logprobs": False,
-                                   "stream_options": {"include_usage": True}}).encode(), t.ChatRequest)
+                                   "stream_options": {"include_usage": True}}).encode(), oai.ChatRequest)
     gen = t.to_generate(req, 256, llm=True)
     assert gen.body == {"max_tokens": 7, "stream": True, "temperature": 1.0, "top_p": 1.0,
                         "messages": '[{"role": "user", "content": "hi <|im_end|>"}]', "seed": 42,
                         "presence_penalty": 0.5, "stop": ["\n\n"]}
     assert gen.chat and gen.stream and gen.llm and gen.include_usage and gen.stops == ()
-    greedy = t.parse_body(json.dumps({"model": "m", "prompt": "2+2=", "temperature": 0, "max_tokens": 3,
+    greedy = oai.parse_body(json.dumps({"model": "m", "prompt": "2+2=", "temperature": 0, "max_tokens": 3,
                                       "response_format": {"type": "json_schema", "json_schema": {
-                                          "name": "x", "schema": {"type": "object"}}}}).encode(), t.CompletionRequest)
+                                          "name": "x", "schema": {"type": "object"}}}}).encode(), oai.CompletionRequest)
     body = t.to_generate(greedy, 256, llm=True).body
     assert body["temperature"] == 0.0 and body["text_input"] == "2+2=" and body["guided_json"] == '{"type": "object"}'
-    assert t.to_generate(t.parse_body(json.dumps({"model": "m", "prompt": "x", "response_format": {
-        "type": "json_object"}}).encode(), t.CompletionRequest), 9, llm=True).body["guided_json"] == "{}"
+    assert t.to_generate(oai.parse_body(json.dumps({"model": "m", "prompt": "x", "response_format": {
+        "type": "json_object"}}).encode(), oai.CompletionRequest), 9, llm=True).body["guided_json"] == "{}"
 
 
 def test_chat_request_to_a_text_model():
-    req = t.parse_body(json.dumps({"model": "llama", "messages": [{"role": "user", "content": "hi"}],
+    req = oai.parse_body(json.dumps({"model": "llama", "messages": [{"role": "user", "content": "hi"}],
                                    "max_completion_tokens": 7, "temperature": 0.5, "stream": True}).encode(),
-                       t.ChatRequest)
+                       oai.ChatRequest)
     prompt = t.render_chat(None, req.messages)
     assert prompt == "user: hi\nassistant:"
     gen = t.to_generate(req, 256, llm=False, prompt=prompt)
     assert gen.body == {"text_input": prompt, "max_tokens": 7, "stream": True, "exclude_input_in_output": True,
                         "temperature": 0.5}
     assert gen.chat and gen.stream and not gen.llm
-    with pytest.raises(t.OpenAIError, match="JSON output needs a model served with format tensorrt-llm"):
-        t.to_generate(t.parse_body(json.dumps({"model": "m", "prompt": "x", "response_format": {
-            "type": "json_object"}}).encode(), t.CompletionRequest), 9, llm=False, prompt="x")
+    with pytest.raises(oai.OpenAIError, match="JSON output needs a model served with format tensorrt-llm"):
+        t.to_generate(oai.parse_body(json.dumps({"model": "m", "prompt": "x", "response_format": {
+            "type": "json_object"}}).encode(), oai.CompletionRequest), 9, llm=False, prompt="x")
 
 
 CHAT_X = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
@@ -137,17 +138,17 @@ CHAT_X = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
     ({"frobnicate": 1}, "frobnicate", "unrecognized request argument"),
 ])
 def test_what_cannot_be_honoured_is_refused_naming_the_field(extra, param, words):
-    with pytest.raises(t.OpenAIError) as e:
-        t.parse_body(json.dumps({**CHAT_X, **extra}).encode(), t.ChatRequest)
+    with pytest.raises(oai.OpenAIError) as e:
+        oai.parse_body(json.dumps({**CHAT_X, **extra}).encode(), oai.ChatRequest)
     assert (e.value.status, e.value.param) == (400, param) and e.value.message == f"{param}: {words}" + (
         "" if words.endswith("argument") else " by this gateway")
     assert e.value.code == "unsupported_parameter"
 
 
 def test_off_values_clients_send_by_default_are_accepted():
-    req = t.parse_body(json.dumps({**CHAT_X, "tools": [], "logprobs": False, "logit_bias": {}, "n": 1,
+    req = oai.parse_body(json.dumps({**CHAT_X, "tools": [], "logprobs": False, "logit_bias": {}, "n": 1,
                                    "user": "u", "metadata": {"a": "b"}, "store": False,
-                                   "modalities": ["text"], "response_format": {"type": "text"}}).encode(), t.ChatRequest)
+                                   "modalities": ["text"], "response_format": {"type": "text"}}).encode(), oai.ChatRequest)
     assert "guided_json" not in t.to_generate(req, 9, llm=True).body
 
 
@@ -155,16 +156,16 @@ def test_hugging_face_chat_templates_render_in_the_sandbox():
     template = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('no system') }}"
                 "{% endif %}[{{ m['role'] }}]{{ m['content'] | trim }}{% endfor %}"
                 "{% if add_generation_prompt %}[assistant]{% endif %}")
-    msgs = [t.ChatMessage(role="user", content=[{"type": "text", "text": " a "}, {"type": "text", "text": "b"}])]
+    msgs = [oai.ChatMessage(role="user", content=[{"type": "text", "text": " a "}, {"type": "text", "text": "b"}])]
     assert t.render_chat(template, msgs) == "[user]a b[assistant]"
-    with pytest.raises(t.OpenAIError, match="no system") as e:
-        t.render_chat(template, [t.ChatMessage(role="system", content="x")])
+    with pytest.raises(oai.OpenAIError, match="no system") as e:
+        t.render_chat(template, [oai.ChatMessage(role="system", content="x")])
     assert e.value.status == 400
-    with pytest.raises(t.OpenAIError, match="only text content parts") as e:
-        t.parse_body(json.dumps({"model": "m", "messages": [
-            {"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}).encode(), t.ChatRequest)
+    with pytest.raises(oai.OpenAIError, match="only text content parts") as e:
+        oai.parse_body(json.dumps({"model": "m", "messages": [
+            {"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}).encode(), oai.ChatRequest)
     assert e.value.param == "messages.0.content"
-    with pytest.raises(t.OpenAIError) as e:  # the sandbox refuses attribute games
+    with pytest.raises(oai.OpenAIError) as e:  # the sandbox refuses attribute games
         t.render_chat("{{ messages.__class__.__mro__ }}", msgs)
     assert e.value.status == 400
 
@@ -188,16 +189,16 @@ def test_hugging_face_chat_templates_render_in_the_sandbox():
                  "response_format": {"type": "json_schema"}}).encode(), "json_schema.schema must be"),
 ])
 def test_bad_bodies_get_openai_errors(body, words):
-    with pytest.raises(t.OpenAIError) as e:
-        t.parse_body(body, t.ChatRequest)
+    with pytest.raises(oai.OpenAIError) as e:
+        oai.parse_body(body, oai.ChatRequest)
     assert e.value.status == 400 and words in e.value.message
     assert set(e.value.body()["error"]) == {"message", "type", "param", "code"}
 
 
 def test_completion_prompt_must_be_one():
-    with pytest.raises(t.OpenAIError, match="exactly one prompt"):
-        t.parse_body(json.dumps({"model": "m", "prompt": ["a", "b"]}).encode(), t.CompletionRequest)
-    req = t.parse_body(json.dumps({"model": "m", "prompt": ["a"]}).encode(), t.CompletionRequest)
+    with pytest.raises(oai.OpenAIError, match="exactly one prompt"):
+        oai.parse_body(json.dumps({"model": "m", "prompt": ["a", "b"]}).encode(), oai.CompletionRequest)
+    req = oai.parse_body(json.dumps({"model": "m", "prompt": ["a"]}).encode(), oai.CompletionRequest)
     assert req.text() == "a"
 
 
@@ -263,10 +264,10 @@ def test_a_whole_answer_carries_the_models_finish_reason_and_usage():
 
 
 def test_model_errors_pass_on_only_the_llm_models_own_words():
-    with pytest.raises(t.OpenAIError) as e:
+    with pytest.raises(oai.OpenAIError) as e:
         t.answer_of({"error": "[llm] the prompt is 5000 tokens; this model's context holds 4096"})
     assert (e.value.status, e.value.message) == (400, "the prompt is 5000 tokens; this model's context holds 4096")
-    with pytest.raises(t.OpenAIError) as e:
+    with pytest.raises(oai.OpenAIError) as e:
         t.answer_of({"error": "failed to open shm region triton_python_backend_shm_region_7"})
     assert (e.value.status, e.value.message) == (502, "the model answered with an error")
 
@@ -276,7 +277,7 @@ def test_sse_parsing_keeps_partial_events():
     assert t.sse_events(buf) == [{"text_output": " a"}]
     buf += b'output": " b"}\n\n'
     assert t.sse_events(buf) == [{"text_output": " b"}] and not buf
-    with pytest.raises(t.OpenAIError) as e:
+    with pytest.raises(oai.OpenAIError) as e:
         t.answer_of({"error": "boom"})
     assert e.value.status == 502
     assert t.answer_of({"text_output": [" a", " b"]}).text == " a b"
@@ -374,12 +375,12 @@ def caller(gw: Gateway, key: str = KEY_A):
 def test_401_without_a_valid_key_and_429_past_the_rate():
     gw = gateway(requests_per_minute=60)
     for presented in (None, "sk-wrong-000000000000000", KEY_A[:-1] + "x"):
-        with pytest.raises(t.OpenAIError) as e:
+        with pytest.raises(oai.OpenAIError) as e:
             gw.auth.authorize(FakeRequest(presented))
         assert e.value.status == 401
     for _ in range(6):
         gw.auth.authorize(FakeRequest(KEY_A))
-    with pytest.raises(t.OpenAIError) as e:
+    with pytest.raises(oai.OpenAIError) as e:
         for _ in range(6):
             gw.auth.authorize(FakeRequest(KEY_A))
     assert e.value.status == 429 and e.value.retry_after and e.value.retry_after > 0
@@ -391,17 +392,17 @@ def test_403_for_what_a_key_may_not_use_whether_or_not_it_exists():
     assert gw.resolver.resolve("llama", b).key == ("ml", "llama")
     assert gw.resolver.resolve("ml/llama", a).key == ("ml", "llama")
     for model, grant in (("vault/secret", a), ("vault/nothing", a), ("secret", b), ("nothing", b), ("lab/llama", b)):
-        with pytest.raises(t.OpenAIError) as e:
+        with pytest.raises(oai.OpenAIError) as e:
             gw.resolver.resolve(model, grant)
         assert e.value.status == 403, model
         assert "exist" not in e.value.message
-    with pytest.raises(t.OpenAIError) as e:   # a's namespaces could hold it: a 404 says only that
+    with pytest.raises(oai.OpenAIError) as e:   # a's namespaces could hold it: a 404 says only that
         gw.resolver.resolve("nothing", a)
     assert e.value.status == 404
-    with pytest.raises(t.OpenAIError) as e:
+    with pytest.raises(oai.OpenAIError) as e:
         gw.resolver.resolve("llama", a)
     assert e.value.status == 400 and "NAMESPACE/llama" in e.value.message
-    with pytest.raises(t.OpenAIError) as e:   # exists, may be used, but does not speak OpenAI
+    with pytest.raises(oai.OpenAIError) as e:   # exists, may be used, but does not speak OpenAI
         gw.resolver.resolve("resnet", a)
     assert e.value.status == 404 and "spec.openai" in e.value.message
     assert gw.resolver.resolve("resnet", a, openai=False).v2_model == "resnet"
@@ -428,11 +429,11 @@ def test_holding_is_bounded_and_times_out_with_retry_after():
         svc = gw.router.services[("ml", "llama")]
         waiters = [asyncio.create_task(gw.holding.endpoint(svc, caller(gw))) for _ in range(2)]
         await asyncio.sleep(0.02)
-        with pytest.raises(t.OpenAIError) as full:
+        with pytest.raises(oai.OpenAIError) as full:
             await gw.holding.endpoint(svc, caller(gw, KEY_B))   # another key: the service's queue is full
         assert full.value.status == 503 and full.value.retry_after == 7
         for result in await asyncio.gather(*waiters, return_exceptions=True):
-            assert isinstance(result, t.OpenAIError) and result.status == 503 and result.code == "model_starting"
+            assert isinstance(result, oai.OpenAIError) and result.status == 503 and result.code == "model_starting"
         assert gw.holds.count == 0 and gw.holds.by_service_and_key == {}
     asyncio.run(scenario())
 
@@ -443,7 +444,7 @@ def test_one_key_holds_only_its_share_of_a_services_queue():
         svc = gw.router.services[("ml", "llama")]
         mine = [asyncio.create_task(gw.holding.endpoint(svc, caller(gw))) for _ in range(2)]
         await asyncio.sleep(0.02)
-        with pytest.raises(t.OpenAIError) as e:
+        with pytest.raises(oai.OpenAIError) as e:
             await gw.holding.endpoint(svc, caller(gw))
         assert (e.value.status, e.value.code) == (429, "hold_share_full")
         assert "API key a has 2 requests waiting" in e.value.message
@@ -466,7 +467,7 @@ def test_held_requests_fail_fast_when_the_service_degrades_or_the_gateway_stops(
         bad["status"] = {"conditions": [{"type": "Degraded", "status": "True", "reason": "Unschedulable",
                                          "message": "2 more nvidia.com/gpu needed"}]}
         gw.watches._service_event("MODIFIED", bad)
-        with pytest.raises(t.OpenAIError) as e:
+        with pytest.raises(oai.OpenAIError) as e:
             await asyncio.wait_for(waiter, 2)
         assert e.value.status == 503 and "Unschedulable" in e.value.message
 
@@ -474,7 +475,7 @@ def test_held_requests_fail_fast_when_the_service_degrades_or_the_gateway_stops(
         waiter = asyncio.create_task(gw.holding.endpoint(other, caller(gw)))
         await asyncio.sleep(0.02)
         await gw.on_shutdown(None)
-        with pytest.raises(t.OpenAIError) as e:
+        with pytest.raises(oai.OpenAIError) as e:
             await asyncio.wait_for(waiter, 2)
         assert e.value.status == 503 and e.value.code == "gateway_stopping"
     asyncio.run(scenario())

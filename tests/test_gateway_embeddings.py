@@ -14,7 +14,7 @@ from openai.types import CreateEmbeddingResponse
 
 from triton_operator.api import InferenceService
 from triton_operator.gateway import embeddings as e
-from triton_operator.gateway import translate as t
+from triton_operator.gateway import openai_schema as oai
 from triton_operator.gateway.routing import service_from
 
 from .gateway_http import Rig, isvc, run, slice_for
@@ -40,7 +40,7 @@ def test_a_string_or_a_list_of_strings_is_one_batch_for_the_model():
     ({"input": "x", "frobnicate": 1}, "frobnicate", None),
 ])
 def test_bad_requests_are_400s_naming_the_field(body, param, words):
-    with pytest.raises(t.OpenAIError) as err:
+    with pytest.raises(oai.OpenAIError) as err:
         req(**body)
     assert (err.value.status, err.value.param.split(".")[0]) == (400, param)
     if words:
@@ -62,7 +62,7 @@ def test_the_flattened_answer_is_one_vector_per_input_in_either_encoding():
     ({"embedding": [0.1, "x"]}, "the embedding model's answer holds an embedding value that is not a finite number"),
 ])
 def test_an_answer_that_is_not_the_vectors_asked_for_is_a_502(answer, message):
-    with pytest.raises(t.OpenAIError) as err:
+    with pytest.raises(oai.OpenAIError) as err:
         e.vectors(answer, 2)
     assert (err.value.status, err.value.message) == (502, message)
 

@@ -17,7 +17,7 @@ import pytest
 from aiohttp import web
 
 from triton_operator.gateway import guard
-from triton_operator.gateway import translate as t
+from triton_operator.gateway import openai_schema as oai
 
 from .gateway_http import KEY_A, Rig, closed_within, connect, run, settle
 
@@ -156,12 +156,12 @@ def at_most(seconds: float) -> Iterator[None]:
 
 def test_an_unterminated_string_of_escapes_is_scanned_once():
     assert len(UNENDING_STRING) == MIB
-    with at_most(10.0), pytest.raises(t.OpenAIError) as refused:
-        t.check_structure(UNENDING_STRING)
+    with at_most(10.0), pytest.raises(oai.OpenAIError) as refused:
+        oai.check_structure(UNENDING_STRING)
     assert (refused.value.status, refused.value.code, refused.value.message) == (
         400, "request_too_complex", DEEPER_THAN_64)
-    with at_most(10.0), pytest.raises(t.OpenAIError) as refused:
-        t.parse_json(b'{"stop": [' + b"[]," * 100 + b'"' + b'\\"' * 1000)   # shallow: cut to its end, then not JSON
+    with at_most(10.0), pytest.raises(oai.OpenAIError) as refused:
+        oai.parse_json(b'{"stop": [' + b"[]," * 100 + b'"' + b'\\"' * 1000)   # shallow: cut to its end, then not JSON
     assert (refused.value.status, refused.value.message) == (400, "the request body is not valid JSON")
 
 
@@ -204,8 +204,8 @@ def test_a_streaming_request_holds_only_what_it_sent_while_it_is_answered():
             await asyncio.sleep(0.05)
             gc.collect()
             alive = [o for o in gc.get_objects()
-                     if (isinstance(o, t.ChatRequest) and o.user == marker)
-                     or (isinstance(o, t.TextPart) and o.text == marker)]
+                     if (isinstance(o, oai.ChatRequest) and o.user == marker)
+                     or (isinstance(o, oai.TextPart) and o.text == marker)]
             assert alive == []
             sent = len(rig.upstream.seen[0].body)
             assert rig.gw.bodies.used == sent     # the request sent, nothing else

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from triton_operator.gateway import openai_schema as oai
 from triton_operator.gateway import routing
 from triton_operator.gateway import translate as t
 from triton_operator.gateway.auth import cache_scope
@@ -41,9 +42,9 @@ def router_with(ports: list[int]) -> Router:
 
 
 def chat(tenant: int, question: str, key: tuple[str, str] = KEY, scope: str = "") -> routing.Beginning:
-    req = t.parse_body(json.dumps({"model": "m", "messages": [
+    req = oai.parse_body(json.dumps({"model": "m", "messages": [
         {"role": "system", "content": f"tenant {tenant}: {SYSTEM}"}, {"role": "user", "content": question}]}).encode(),
-        t.ChatRequest)
+        oai.ChatRequest)
     return beginning_of(req, key, 8, precise=True, scope=scope)
 
 
@@ -68,7 +69,7 @@ def test_the_last_message_starts_where_a_tenants_requests_part():
     assert one.blocks[:one.before_last] == two.blocks[:two.before_last]
     assert one.blocks[one.before_last:] != two.blocks[two.before_last:]
     assert len(one.keys()) == len(one.blocks) and all(len(k) == 16 for k in one.keys())
-    completion = beginning_of(t.parse_body(b'{"model": "m", "prompt": "' + b"x" * 300 + b'"}', t.CompletionRequest),
+    completion = beginning_of(oai.parse_body(b'{"model": "m", "prompt": "' + b"x" * 300 + b'"}', oai.CompletionRequest),
                               KEY, 8, precise=True)
     # the service line (20 characters) and the prompt as a JSON string (302): 322 characters, 5 blocks
     assert completion.before_last == 0 and len(completion.blocks) == 5 and completion.chars == 322
@@ -78,8 +79,8 @@ QUESTION = "Where is my order #1234? It was due last week and nobody answers."
 WEATHER = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What's the weather in town?"}]
 
 
-def parse_chat(messages: list[dict[str, Any]]) -> t.ChatRequest:
-    return t.parse_body(json.dumps({"model": "m", "messages": messages}).encode(), t.ChatRequest)
+def parse_chat(messages: list[dict[str, Any]]) -> oai.ChatRequest:
+    return oai.parse_body(json.dumps({"model": "m", "messages": messages}).encode(), oai.ChatRequest)
 
 
 def call(city: str, call_id: str = "c1") -> list[dict[str, Any]]:
@@ -106,7 +107,7 @@ def test_prompts_the_model_reads_differently_never_share_their_names(one, two):
     hold another chat's whole prompt."""
     def begins(prompt: Any) -> routing.Beginning:
         if isinstance(prompt, str):
-            req: Any = t.parse_body(json.dumps({"model": "m", "prompt": prompt}).encode(), t.CompletionRequest)
+            req: Any = oai.parse_body(json.dumps({"model": "m", "prompt": prompt}).encode(), oai.CompletionRequest)
             return beginning_of(req, KEY, 8, True)
         return beginning_of(parse_chat(prompt), KEY, 8, True)
 
@@ -125,8 +126,8 @@ def test_prompts_the_model_reads_differently_never_share_their_names(one, two):
 def test_the_tools_a_template_renders_are_part_of_a_prompts_names():
     def with_tools(*names: str) -> routing.Beginning:
         tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}} for n in names]
-        req = t.parse_body(json.dumps({"model": "m", "messages": WEATHER, **({"tools": tools} if tools else {})}
-                                      ).encode(), t.ChatRequest)
+        req = oai.parse_body(json.dumps({"model": "m", "messages": WEATHER, **({"tools": tools} if tools else {})}
+                                      ).encode(), oai.ChatRequest)
         return beginning_of(req, KEY, 8, True)
 
     plain, weather, search = with_tools(), with_tools("get_weather"), with_tools("web_search")
@@ -399,7 +400,7 @@ def test_a_prompt_no_replica_is_known_to_hold_asks_the_replicas_not_heard_from_l
     assert r.holds(b, begins) == begins.before_last
     assert r.to_probe(KEY, begins, 20.0) == [], "b holds the prompt up to its last message"
     assert r.to_probe(KEY, chat(2, "q"), 20.0) == [a, b, c], "another tenant's prompt: nobody is known to hold it"
-    one_message = beginning_of(t.parse_body(b'{"model": "m", "prompt": "' + b"x" * 300 + b'"}', t.CompletionRequest),
+    one_message = beginning_of(oai.parse_body(b'{"model": "m", "prompt": "' + b"x" * 300 + b'"}', oai.CompletionRequest),
                                KEY, 8, precise=True)
     assert r.to_probe(KEY, one_message, 30.0) == [], "nothing before its last message to find"
     assert r.to_probe(KEY, dataclasses.replace(begins, precise=False), 40.0) == [], "prefix routing: no events"

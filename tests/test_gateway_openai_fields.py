@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from triton_operator.gateway import openai_schema as oai
 from triton_operator.gateway import translate as t
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "The weather",
@@ -16,8 +17,8 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "description"
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}]}
 
 
-def chat(**extra) -> t.ChatRequest:
-    return t.parse_body(json.dumps({**CHAT, **extra}).encode(), t.ChatRequest)  # type: ignore[return-value]
+def chat(**extra) -> oai.ChatRequest:
+    return oai.parse_body(json.dumps({**CHAT, **extra}).encode(), oai.ChatRequest)  # type: ignore[return-value]
 
 
 def events(data: bytes) -> list[dict]:
@@ -63,7 +64,7 @@ def test_the_history_carries_calls_and_their_results():
      "messages.0: tool_calls belong to assistant messages"),
 ])
 def test_bad_tool_and_sampling_fields_are_400s(extra, param, message):
-    with pytest.raises(t.OpenAIError) as e:
+    with pytest.raises(oai.OpenAIError) as e:
         chat(**extra)
     assert e.value.status == 400
     if param:
@@ -76,7 +77,7 @@ def test_bad_tool_and_sampling_fields_are_400s(extra, param, message):
     ({"tools": [WEATHER]}, "tools"), ({"logprobs": True}, "logprobs"), ({"n": 2}, "n"),
 ])
 def test_a_text_model_refuses_what_only_the_llm_model_serves(extra, field):
-    with pytest.raises(t.OpenAIError) as e:
+    with pytest.raises(oai.OpenAIError) as e:
         t.to_generate(chat(**extra), 64, llm=False, prompt="x")
     assert (e.value.status, e.value.param, e.value.code) == (400, field, "unsupported_parameter")
     assert e.value.message.endswith("needs a model served with format tensorrt-llm")
@@ -157,21 +158,21 @@ def test_chat_logprobs_are_openais_content_list_with_bytes():
 
 
 def test_completion_logprobs_are_the_legacy_shape_with_text_offsets():
-    req = t.parse_body(json.dumps({"model": "m", "prompt": "The capital of France is", "logprobs": 2}).encode(),
-                       t.CompletionRequest)
+    req = oai.parse_body(json.dumps({"model": "m", "prompt": "The capital of France is", "logprobs": 2}).encode(),
+                       oai.CompletionRequest)
     gen = t.to_generate(req, 64, llm=True)
     answer = t.answer_of({"text_output": "Paris", "finish_reason": "stop", "prompt_tokens": 5, "completion_tokens": 2,
                           "logprobs": MARKS})
     lp = t.completion(gen, answer)["choices"][0]["logprobs"]
     assert lp == {"tokens": ["Par", "is"], "token_logprobs": [-0.5, -0.1],
                   "top_logprobs": [{"Par": -0.5, "Ly": -1.5}, {"is": -0.1, "ish": -3.0}], "text_offset": [0, 3]}
-    with pytest.raises(t.OpenAIError, match="best_of: only best_of equal to n"):
-        t.parse_body(json.dumps({"model": "m", "prompt": "x", "best_of": 3}).encode(), t.CompletionRequest)
-    assert t.parse_body(json.dumps({"model": "m", "prompt": "x", "best_of": 2, "n": 2}).encode(),
-                        t.CompletionRequest).n == 2
+    with pytest.raises(oai.OpenAIError, match="best_of: only best_of equal to n"):
+        oai.parse_body(json.dumps({"model": "m", "prompt": "x", "best_of": 3}).encode(), oai.CompletionRequest)
+    assert oai.parse_body(json.dumps({"model": "m", "prompt": "x", "best_of": 2, "n": 2}).encode(),
+                        oai.CompletionRequest).n == 2
 
 
 def test_a_model_output_that_is_not_json_is_a_502():
-    with pytest.raises(t.OpenAIError) as e:
+    with pytest.raises(oai.OpenAIError) as e:
         t.answer_of({"text_output": "", "tool_calls": "[{broken"})
     assert (e.value.status, e.value.message) == (502, "the model's tool_calls output is not a JSON array of objects")

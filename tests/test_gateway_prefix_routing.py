@@ -16,7 +16,7 @@ from aiohttp import web
 
 from triton_operator.gateway import routing
 from triton_operator.gateway.openai_proxy import beginning_of
-from triton_operator.gateway import translate as t
+from triton_operator.gateway import openai_schema as oai
 from triton_operator.gateway.routing import Router, beginning
 
 from .gateway_http import Rig, isvc, run, slice_for
@@ -79,7 +79,7 @@ def test_a_conversations_turns_share_their_affinity_and_blocks_and_the_service_i
     turn2 = turn1 + [{"role": "assistant", "content": "Hello."}, {"role": "user", "content": "And?" * 300}]
 
     def chat(messages):
-        return t.parse_body(json.dumps({"model": "m", "messages": messages}).encode(), t.ChatRequest)
+        return oai.parse_body(json.dumps({"model": "m", "messages": messages}).encode(), oai.ChatRequest)
 
     def of(messages, key=KEY):
         return beginning_of(chat(messages), key, 16)
@@ -243,6 +243,6 @@ def test_a_replica_with_a_full_batch_is_passed_over_while_another_has_room():
 
 
 def test_the_default_batch_is_the_apis_default():
-    from triton_operator.api.spec import EngineSpec
+    from triton_operator.api.serving import EngineSpec
 
     assert EngineSpec().max_batch_size == routing.DEFAULT_MAX_BATCH

@@ -10,6 +10,7 @@ import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
+from triton_operator.gateway import openai_schema as oai
 from triton_operator.gateway import responses as r
 from triton_operator.gateway import translate as t
 
@@ -58,13 +59,13 @@ def test_text_format_maps_to_the_chats_response_format():
     ({"reasoning": {"effort": "high"}}, "reasoning: reasoning options are not supported"),
 ])
 def test_what_needs_openais_own_servers_is_refused_with_why(extra, message):
-    with pytest.raises(t.OpenAIError) as e:
+    with pytest.raises(oai.OpenAIError) as e:
         parse(input="x", **extra)
     assert (e.value.status, e.value.message) == (400, message)
 
 
 def test_an_unknown_field_is_a_400_naming_it():
-    with pytest.raises(t.OpenAIError) as e:
+    with pytest.raises(oai.OpenAIError) as e:
         parse(input="x", frobnicate=1)
     assert (e.value.status, e.value.param) == (400, "frobnicate")
 
@@ -127,7 +128,7 @@ def test_a_streamed_call_is_a_function_call_item_with_its_arguments():
 
 def test_an_error_mid_stream_is_an_error_event_then_a_failed_response():
     s = r.ResponseStream(parse(input="x", stream=True))
-    data = s.delta(t.Answer("a", None, 1, 1)) + s.error(t.OpenAIError(502, "the replica failed mid-stream: X",
+    data = s.delta(t.Answer("a", None, 1, 1)) + s.error(oai.OpenAIError(502, "the replica failed mid-stream: X",
                                                                       "upstream_error", code="upstream_failed"))
     seen = events(data)
     assert [e.type for e in seen][-2:] == ["error", "response.failed"]
@@ -148,7 +149,7 @@ def test_an_error_mid_stream_is_an_error_event_then_a_failed_response():
     (b'{"model": "m", "input": "\\ud800"}', 400, None),
 ])
 def test_hostile_bodies_are_400s_before_anything_is_sent(body, status, message):
-    with pytest.raises(t.OpenAIError) as e:
+    with pytest.raises(oai.OpenAIError) as e:
         req = r.parse(body)
         t.encode(t.to_generate(r.to_chat(req), 64, llm=True).body)   # what would be sent upstream
     assert e.value.status == status

@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from triton_operator import cli, crdgen, kubeyaml
 from triton_operator.planning import fit
+from triton_operator.planning.assign import assign
 from triton_operator.api import DURATION_MAX_LENGTH, GPUClass, InferenceService, describe_validation_error
 from triton_operator.quantity import parse_quantity
 from triton_operator.render import group
@@ -149,7 +150,7 @@ def test_inference_services_models_crd_and_render_agree(doc):
         fit.fit(obj.spec.model, gpu_class.spec, obj.spec.gpu.count)
         fit.problems(obj.spec.model, name, gpu_class.spec, obj.spec.gpu.count)
     try:
-        rendered = render(obj, CLASSES, SETTINGS)
+        rendered = render(obj, CLASSES, SETTINGS, assign(obj, CLASSES))
     except RenderError:
         return
     check_children(rendered.manifests)
@@ -183,7 +184,7 @@ def test_gpu_classes_models_crd_and_render_agree(doc):
         "spec": {"model": {"source": "hf://org/model", "format": "tensorrt-llm", "parameters": "8B"},
                  "gpu": {"class": obj.name}}})
     try:
-        rendered = render(isvc, {obj.name: obj}, SETTINGS)
+        rendered = render(isvc, {obj.name: obj}, SETTINGS, assign(isvc, {obj.name: obj}))
     except RenderError:
         return
     check_children(rendered.manifests)
@@ -256,5 +257,5 @@ def test_the_largest_spec_fits_the_budget():
     assert ISVC_ADMISSION.refusals(doc) == []
     size = len(json.dumps(spec).encode())
     assert 900_000 < size <= 1_211_740, size  # the bound api/spec.py states; fields with a pattern stay ASCII
-    check_children(render(obj, CLASSES, SETTINGS).manifests)
-    assert len(dump(render(obj, CLASSES, SETTINGS).manifests)) < 1536 * 1024
+    check_children(render(obj, CLASSES, SETTINGS, assign(obj, CLASSES)).manifests)
+    assert len(dump(render(obj, CLASSES, SETTINGS, assign(obj, CLASSES)).manifests)) < 1536 * 1024

@@ -13,7 +13,8 @@ from dataclasses import replace
 import pytest
 from pydantic import ValidationError
 
-from triton_operator.controller.desired import Children, plan, stamped
+from triton_operator.controller.desired import Children, desired_state, stamped
+from triton_operator.planning.assign import assign
 from triton_operator.render import render
 from triton_operator.settings import Settings
 
@@ -27,7 +28,7 @@ POOL = {"endpointPicker": {"name": "chat-epp"}}
 def test_the_pool_selects_the_serving_pods_on_tritons_http_port_and_names_its_endpoint_picker(classes):
     svc = isvc(model=LLM, routing={"policy": "prefix", "inferencePool": {
         "endpointPicker": {"name": "chat-epp", "port": 9003, "failureMode": "FailOpen"}}})
-    out = render(svc, classes, Settings())
+    out = render(svc, classes, Settings(), assign(svc, classes))
     pool = out.by_kind("InferencePool")
     assert pool["apiVersion"] == "inference.networking.k8s.io/v1"
     assert pool["metadata"]["name"] == "demo" and pool["metadata"]["namespace"] == "ml"
@@ -45,9 +46,10 @@ def test_the_pool_selects_the_serving_pods_on_tritons_http_port_and_names_its_en
 
 def test_defaults_and_no_pool_without_the_field(classes):
     svc = isvc(model=LLM, routing={"inferencePool": POOL})
-    ref = render(svc, classes, Settings()).by_kind("InferencePool")["spec"]["endpointPickerRef"]
+    ref = render(svc, classes, Settings(), assign(svc, classes)).by_kind("InferencePool")["spec"]["endpointPickerRef"]
     assert ref["port"] == {"number": 9002} and ref["failureMode"] == "FailClose"
-    plain = render(isvc(model=LLM, routing={"policy": "prefix"}), classes, Settings())
+    service = isvc(model=LLM, routing={"policy": "prefix"})
+    plain = render(service, classes, Settings(), assign(service, classes))
     assert not [m for m in plain.manifests if m["kind"] == "InferencePool"]
     labels = plain.by_kind("Deployment")["spec"]["template"]["metadata"]["labels"]
     assert "inference.networking.k8s.io/engine-type" not in labels
@@ -61,12 +63,13 @@ def test_a_pool_for_a_model_that_is_not_an_llm_is_refused():
 
 
 def test_a_pool_no_longer_asked_for_is_deleted(classes):
-    with_pool = stamped(render(isvc(model=LLM, routing={"inferencePool": POOL}), classes, Settings())
+    service = isvc(model=LLM, routing={"inferencePool": POOL})
+    with_pool = stamped(render(service, classes, Settings(), assign(service, classes))
                         .by_kind("InferencePool"))
     live = {**with_pool, "metadata": {**with_pool["metadata"], "uid": "p1", "resourceVersion": "7"}}
-    p = plan(isvc(model=LLM), classes, Settings(), Children(inference_pool=live), replicas=1)
+    p = desired_state(isvc(model=LLM), classes, Settings(), Children(inference_pool=live), replicas=1)
     assert ("inference.networking.k8s.io/v1", "InferencePool", "demo") in p.delete
-    kept = plan(isvc(model=LLM, routing={"inferencePool": POOL}), classes, Settings(),
+    kept = desired_state(isvc(model=LLM, routing={"inferencePool": POOL}), classes, Settings(),
                 Children(inference_pool=live), replicas=1)
     assert not [d for d in kept.delete if d[1] == "InferencePool"]
     assert not [m for m in kept.apply if m["kind"] == "InferencePool"], "in place: not written again"

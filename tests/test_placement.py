@@ -68,7 +68,7 @@ def test_no_class_takes_replicas_before_the_model_is_prepared_then_they_move():
     state = {"h100": ClassState(2, 0, 0, (ago(300),) * 2)}
     building = run(2, state, {"h100": 0, "h200": 8}, engines={"h100"}, order=["h100", "h200"])
     assert building.replicas() == {"h100": 2, "h200": 0} and not building.moves
-    assert building.decision("h200").reason == pl.ENGINE_BUILDING
+    assert building.decision("h200").reason == pl.PREPARING
     assert "wait for the model to be prepared before they move to h200" in building.waiting
     assert "h200: model not prepared yet" in building.shortfall
     built = run(2, state, {"h100": 0, "h200": 8}, engines={"h100", "h200"}, order=["h100", "h200"])

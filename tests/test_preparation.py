@@ -13,6 +13,7 @@ from triton_operator.api.status import PreparationStatus
 from triton_operator.conditions import find
 from triton_operator.controller.status import Observed, compute
 from triton_operator.planning import preparation
+from triton_operator.planning.assign import assign
 from triton_operator.render import preparation_jobs, render
 from triton_operator.settings import Settings
 
@@ -32,7 +33,7 @@ def job(name: str, cond: str | None = None, reason: str = "", message: str = "",
 
 
 def _job(obj, classes, settings=None):
-    (only,) = preparation_jobs(obj, classes, settings or Settings())
+    (only,) = preparation_jobs(obj, classes, settings or Settings(), assign(obj, classes).candidates)
     return only
 
 
@@ -84,13 +85,16 @@ def test_job_names_change_with_what_the_job_does_and_are_never_edited(classes):
     assert _job(isvc(**FP8), classes, Settings(trtllm_version="1.3.0"))["metadata"]["name"] != a
     # LLM API arguments change the serving pods, not the preparation
     assert _job(isvc(**FP8, engine={"maxBatchSize": 128}), classes)["metadata"]["name"] == a
-    assert preparation_jobs(isvc(), classes, Settings()) == []   # onnx: nothing to prepare
+    service = isvc()
+    # onnx: nothing to prepare
+    assert preparation_jobs(service, classes, Settings(), assign(service, classes).candidates) == []
 
 
 def test_serving_is_held_until_the_model_is_prepared_and_runs_the_stock_image(classes):
     obj = isvc(**LLM)
-    assert render(obj, classes, Settings(), engines_ready=set()).by_kind("Deployment")["spec"]["replicas"] == 0
-    dep = render(obj, classes, Settings(), engines_ready={"h100", "a100-80gb"}).by_kind("Deployment")
+    held = render(obj, classes, Settings(), assign(obj, classes, prepared=set())).by_kind("Deployment")
+    assert held["spec"]["replicas"] == 0
+    dep = render(obj, classes, Settings(), assign(obj, classes, prepared={"h100", "a100-80gb"})).by_kind("Deployment")
     assert dep["spec"]["replicas"] == 2
     pod = dep["spec"]["template"]["spec"]
     assert [c["name"] for c in pod["initContainers"]] == ["model-repository", "doctor"]
@@ -101,7 +105,7 @@ def test_serving_is_held_until_the_model_is_prepared_and_runs_the_stock_image(cl
     assert triton["args"][:6] == ["mpirun", "--allow-run-as-root", "-n", "1", "tritonserver",
                                   "--model-repository=/models/repository"]
     single = isvc(**{**LLM, "gpu": {"class": "h100", "count": 1}})
-    one = render(single, classes, Settings(), engines_ready={"h100"}).by_kind("Deployment")
+    one = render(single, classes, Settings(), assign(single, classes, prepared={"h100"})).by_kind("Deployment")
     assert one["spec"]["template"]["spec"]["containers"][0]["args"][:2] == [
         "tritonserver", "--model-repository=/models/repository"]
     assert {"name": "model-cache", "mountPath": "/models/cache", "readOnly": True} in triton["volumeMounts"]
@@ -118,8 +122,8 @@ def test_serving_is_held_until_the_model_is_prepared_and_runs_the_stock_image(cl
 
 
 def test_the_serving_image_may_be_chosen_and_the_doctor_checks_that_one(classes):
-    dep = render(isvc(**LLM, server={"image": "registry.local/triton-trtllm:26.07-patched"}), classes,
-                 Settings()).by_kind("Deployment")
+    service = isvc(**LLM, server={"image": "registry.local/triton-trtllm:26.07-patched"})
+    dep = render(service, classes, Settings(), assign(service, classes)).by_kind("Deployment")
     pod = dep["spec"]["template"]["spec"]
     assert pod["containers"][0]["image"] == "registry.local/triton-trtllm:26.07-patched"
     assert pod["initContainers"][1]["image"] == "registry.local/triton-trtllm:26.07-patched"
@@ -127,7 +131,8 @@ def test_the_serving_image_may_be_chosen_and_the_doctor_checks_that_one(classes)
 
 def test_a_chat_template_of_the_service_reaches_the_repository(classes):
     obj = isvc(**LLM, openai={"chatTemplate": "{{ messages[0]['content'] }}", "defaultMaxTokens": 99})
-    repo = render(obj, classes, Settings()).by_kind("Deployment")["spec"]["template"]["spec"]["initContainers"][0]
+    dep = render(obj, classes, Settings(), assign(obj, classes)).by_kind("Deployment")
+    repo = dep["spec"]["template"]["spec"]["initContainers"][0]
     assert {"name": "LLM_CHAT_TEMPLATE", "value": "{{ messages[0]['content'] }}"} in repo["env"]
     assert repo["args"][repo["args"].index("--default-max-tokens") + 1] == "99"
 
@@ -257,7 +262,8 @@ def test_calibration_dataset_reaches_the_job_and_its_claim_is_mounted(classes):
         assert args[args.index("--calibration-dataset") + 1] == "pvc://datasets/calib/text"
         assert {"name": "claim-datasets", "mountPath": "/mnt/pvc/datasets", "readOnly": True} in container["volumeMounts"]
     assert _job(isvc(**{**fp8, "engine": {}}), classes)["metadata"]["name"] != j["metadata"]["name"]
-    dep = render(isvc(**fp8), classes, Settings()).by_kind("Deployment")
+    service = isvc(**fp8)
+    dep = render(service, classes, Settings(), assign(service, classes)).by_kind("Deployment")
     make_repository = dep["spec"]["template"]["spec"]["initContainers"][0]["args"]
     assert make_repository[make_repository.index("--calibration-dataset") + 1] == "pvc://datasets/calib/text"
 
@@ -267,7 +273,7 @@ def test_image_pull_secrets_and_service_account_reach_pods_and_jobs(classes, whe
     settings = Settings(image_pull_secrets=["ngc"]) if where in ("settings", "both") else Settings()
     spec = {"imagePullSecrets": ["team-registry"]} if where in ("spec", "both") else {}
     obj = isvc(**FP8, serviceAccountName="llm", **spec)
-    dep = render(obj, classes, settings).by_kind("Deployment")["spec"]["template"]["spec"]
+    dep = render(obj, classes, settings, assign(obj, classes)).by_kind("Deployment")["spec"]["template"]["spec"]
     j = _job(obj, classes, settings)["spec"]["template"]["spec"]
     for pod in (dep, j):
         assert pod["imagePullSecrets"] == [{"name": s} for s in secrets]
@@ -285,7 +291,7 @@ def test_the_llm_path_renders_for_each_gpu_generation(classes, gpu_class, precis
     prepared model folder, the LLM API path, nothing that builds engines."""
     obj = isvc(model={"source": "hf://meta-llama/Llama-3.1-8B-Instruct", "format": "tensorrt-llm", "parameters": "8B",
                       "precision": precision}, gpu={"class": gpu_class, "count": count})
-    r = render(obj, classes, Settings())
+    r = render(obj, classes, Settings(), assign(obj, classes))
     pod = r.by_kind("Deployment")["spec"]["template"]["spec"]
     triton = pod["containers"][0]
     assert triton["image"] == "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3"
@@ -309,7 +315,7 @@ def test_precisions_a_generation_lacks_are_refused_naming_why(classes, gpu_class
     obj = isvc(model={"source": "hf://a/b", "format": "tensorrt-llm", "parameters": "8B", "precision": precision},
                gpu={"class": gpu_class})
     with pytest.raises(RenderError) as e:
-        render(obj, classes, Settings())
+        render(obj, classes, Settings(), assign(obj, classes))
     assert e.value.reason == reason and "compute capability" in e.value.message
 
 

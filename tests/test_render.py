@@ -6,6 +6,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from triton_operator.planning.assign import assign
 from triton_operator.render import RenderError, render
 from triton_operator.settings import Settings
 
@@ -48,7 +49,7 @@ def test_examples_pass_the_kubernetes_schema(path):
 
 def test_deployment_lands_on_the_requested_class(classes):
     obj = isvc(gpu={"class": "h200", "count": 2})
-    dep = render(obj, classes, Settings()).by_kind("Deployment")
+    dep = render(obj, classes, Settings(), assign(obj, classes)).by_kind("Deployment")
     pod = dep["spec"]["template"]["spec"]
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms == [{"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In",
@@ -61,7 +62,8 @@ def test_deployment_lands_on_the_requested_class(classes):
 
 
 def test_triton_container_is_configured_for_serving(classes):
-    dep = render(isvc(), classes, Settings()).by_kind("Deployment")
+    service = isvc()
+    dep = render(service, classes, Settings(), assign(service, classes)).by_kind("Deployment")
     pod = dep["spec"]["template"]["spec"]
     triton = pod["containers"][0]
     assert "--strict-readiness=true" in triton["args"]
@@ -84,27 +86,30 @@ def test_a_replica_that_goes_drains_what_it_is_answering(classes, fmt, drain, gr
     """On SIGTERM (scale-down, rollout, eviction) Triton waits for the requests in flight up to its
     exit timeout; an LLM answer streams for minutes, so an LLM service waits longer, and the pod's
     grace period outlasts the wait (e2e/test_llm.py stops a real Triton mid-answer)."""
-    d = render(isvc(model={"format": fmt, "source": "hf://org/m", "parameters": "8B"}), classes,
-               Settings()).by_kind("Deployment")
+    service = isvc(model={"format": fmt, "source": "hf://org/m", "parameters": "8B"})
+    d = render(service, classes, Settings(), assign(service, classes)).by_kind("Deployment")
     pod = d["spec"]["template"]["spec"]
     assert f"--exit-timeout-secs={drain}" in pod["containers"][0]["args"]
     assert pod["terminationGracePeriodSeconds"] == grace
 
 
 def test_children_are_owned_and_labelled(classes):
-    for m in render(isvc(), classes, Settings()).manifests:
+    service = isvc()
+    for m in render(service, classes, Settings(), assign(service, classes)).manifests:
         (owner,) = m["metadata"]["ownerReferences"]
         assert owner["uid"] == "1234-abcd" and owner["controller"] is True
         assert m["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "triton-operator"
         assert m["metadata"]["labels"]["app.kubernetes.io/instance"] == "demo"
-    assert {m["kind"] for m in render(isvc(), classes, Settings()).manifests} == \
+    service = isvc()
+    assert {m["kind"] for m in render(service, classes, Settings(), assign(service, classes)).manifests} == \
         {"Deployment", "Service", "PodDisruptionBudget"}
 
 
 def test_offline_render_has_no_owner_reference(classes):
     obj = isvc()
     del obj.metadata["uid"]
-    assert all("ownerReferences" not in m["metadata"] for m in render(obj, classes, Settings()).manifests)
+    rendered = render(obj, classes, Settings(), assign(obj, classes))
+    assert all("ownerReferences" not in m["metadata"] for m in rendered.manifests)
 
 
 @pytest.mark.parametrize("cls, rollout, surge, unavailable", [
@@ -114,24 +119,28 @@ def test_offline_render_has_no_owner_reference(classes):
 ])
 def test_rollout_never_waits_for_gpus_that_do_not_exist(classes, cls, rollout, surge, unavailable):
     obj = isvc(gpu={"class": cls}, rollout=rollout)
-    strategy = render(obj, classes, Settings()).by_kind("Deployment")["spec"]["strategy"]["rollingUpdate"]
+    dep = render(obj, classes, Settings(), assign(obj, classes)).by_kind("Deployment")
+    strategy = dep["spec"]["strategy"]["rollingUpdate"]
     assert (strategy["maxSurge"], strategy["maxUnavailable"]) == (surge, unavailable)
 
 
 def test_model_sources_reach_triton(classes):
-    pvc = render(isvc(model={"source": "pvc://store/repo/a", "format": "triton"}), classes, Settings())
+    service = isvc(model={"source": "pvc://store/repo/a", "format": "triton"})
+    pvc = render(service, classes, Settings(), assign(service, classes))
     pod = pvc.by_kind("Deployment")["spec"]["template"]["spec"]
     assert "--model-repository=/models/repo/a" in pod["containers"][0]["args"]
     assert {"name": "model-repository", "persistentVolumeClaim": {"claimName": "store", "readOnly": True}} in pod["volumes"]
     assert "initContainers" not in pod
 
-    s3 = render(isvc(model={"source": "s3://bucket/repo", "format": "triton", "credentialsSecret": "aws"}),
-                classes, Settings()).by_kind("Deployment")["spec"]["template"]["spec"]
+    service = isvc(model={"source": "s3://bucket/repo", "format": "triton", "credentialsSecret": "aws"})
+    s3 = render(service, classes, Settings(),
+                assign(service, classes)).by_kind("Deployment")["spec"]["template"]["spec"]
     assert "--model-repository=s3://bucket/repo" in s3["containers"][0]["args"]
     assert s3["containers"][0]["envFrom"] == [{"secretRef": {"name": "aws"}}]
 
-    hf = render(isvc(model={"source": "hf://org/m", "format": "onnx", "credentialsSecret": "hf"}),
-                classes, Settings()).by_kind("Deployment")["spec"]["template"]["spec"]
+    service = isvc(model={"source": "hf://org/m", "format": "onnx", "credentialsSecret": "hf"})
+    hf = render(service, classes, Settings(),
+                assign(service, classes)).by_kind("Deployment")["spec"]["template"]["spec"]
     (stage,) = hf["initContainers"]
     assert stage["command"] == ["triton-runtime"] and stage["args"][:3] == ["stage", "--source", "hf://org/m"]
     assert stage["envFrom"] == [{"secretRef": {"name": "hf"}}]
@@ -153,23 +162,24 @@ def test_triton_admin_apis_answer_only_the_pods_own_key(classes):
     from triton_operator.render import ADMIN_KEY_FROM_POD, RESTRICTED_ARGS
 
     for fmt in ("onnx", "tensorrt-llm"):
-        d = render(isvc(model={"format": fmt, "source": "hf://org/m", "parameters": "8B"}), classes,
-                   Settings()).by_kind("Deployment")
+        service = isvc(model={"format": fmt, "source": "hf://org/m", "parameters": "8B"})
+        d = render(service, classes, Settings(), assign(service, classes)).by_kind("Deployment")
         container = d["spec"]["template"]["spec"]["containers"][0]
         assert all(a in container["args"] for a in RESTRICTED_ARGS), fmt
         assert ADMIN_KEY_FROM_POD in container["env"]
     assert RESTRICTED_ARGS[0] == ("--http-restricted-api=model-repository,shared-memory,statistics,trace,logging:"
                                   "x-triton-operator-admin=$(TRITON_ADMIN_KEY)")
     mine = {"name": "TRITON_ADMIN_KEY", "value": "a-key-of-my-own"}
-    d = render(isvc(model={"format": "onnx", "source": "hf://org/m"}, server={"env": [mine]}), classes,
-               Settings()).by_kind("Deployment")
+    service = isvc(model={"format": "onnx", "source": "hf://org/m"}, server={"env": [mine]})
+    d = render(service, classes, Settings(), assign(service, classes)).by_kind("Deployment")
     assert [e for e in d["spec"]["template"]["spec"]["containers"][0]["env"]
             if e["name"] == "TRITON_ADMIN_KEY"] == [mine]
 
 
 def test_fallback_class_is_used_when_the_class_is_missing(classes):
     del classes["h100"]
-    out = render(isvc(gpu={"class": "h100", "fallbackClasses": ["h200"]}), classes, Settings())
+    service = isvc(gpu={"class": "h100", "fallbackClasses": ["h200"]})
+    out = render(service, classes, Settings(), assign(service, classes))
     assert out.gpu_class == "h200" and "using fallback h200" in out.notes[0]
 
 
@@ -183,19 +193,21 @@ def test_fallback_class_is_used_when_the_class_is_missing(classes):
 ])
 def test_specs_that_cannot_run_say_why(classes, changes, reason, words):
     with pytest.raises(RenderError) as err:
-        render(isvc(**changes), classes, Settings())
+        service = isvc(**changes)
+        render(service, classes, Settings(), assign(service, classes))
     assert err.value.reason == reason and words in err.value.message
 
 
 def test_autoscaled_services_start_at_min_replicas(classes):
     obj = isvc(autoscaling={"minReplicas": 2, "maxReplicas": 5})
-    assert render(obj, classes, Settings()).by_kind("Deployment")["spec"]["replicas"] == 2
-    assert render(obj, classes, Settings(), replicas=4).by_kind("Deployment")["spec"]["replicas"] == 4
+    assert render(obj, classes, Settings(), assign(obj, classes)).by_kind("Deployment")["spec"]["replicas"] == 2
+    assert render(obj, classes, Settings(),
+                  assign(obj, classes, replicas=4)).by_kind("Deployment")["spec"]["replicas"] == 4
 
 
 def test_values_cannot_break_the_yaml(classes):
     obj = isvc(podAnnotations={"note": "a: b\n- c: {d}"}, server={"args": ["--log-info=true # x"]})
-    dep = render(obj, classes, Settings()).by_kind("Deployment")
+    dep = render(obj, classes, Settings(), assign(obj, classes)).by_kind("Deployment")
     assert dep["spec"]["template"]["metadata"]["annotations"]["note"] == "a: b\n- c: {d}"
     assert dep["spec"]["template"]["spec"]["containers"][0]["args"][-1] == "--log-info=true # x"
 
@@ -231,8 +243,8 @@ LLM = {"model": {"source": "hf://meta-llama/Llama-3.2-1B-Instruct", "format": "t
 
 
 def test_llm_pods_check_themselves_with_their_gpus_and_a_writable_home(classes):
-    dep = render(isvc(**LLM, server={"env": [{"name": "HF_HOME", "value": "/custom"}]}), classes, Settings()
-                 ).by_kind("Deployment")
+    service = isvc(**LLM, server={"env": [{"name": "HF_HOME", "value": "/custom"}]})
+    dep = render(service, classes, Settings(), assign(service, classes)).by_kind("Deployment")
     pod = dep["spec"]["template"]["spec"]
     make_repository, doctor = pod["initContainers"]
     triton = pod["containers"][0]
@@ -258,7 +270,8 @@ def test_llm_pods_check_themselves_with_their_gpus_and_a_writable_home(classes):
 def test_llm_pods_serve_on_the_stock_image_and_write_their_repository_with_ours(classes):
     settings = Settings(runtime_image="registry.local/triton-operator:1",
                         llm_image="nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3")
-    dep = render(isvc(**LLM), classes, settings).by_kind("Deployment")
+    service = isvc(**LLM)
+    dep = render(service, classes, settings, assign(service, classes)).by_kind("Deployment")
     assert {c["name"]: c["image"] for c in _containers(dep)} == {
         "model-repository": "registry.local/triton-operator:1",
         "doctor": "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3",
@@ -270,13 +283,13 @@ SPILL = {"class": "h100", "fallbackClasses": ["h200", "a100-80gb"], "spill": {}}
 
 def test_a_placement_renders_one_deployment_per_class_and_shares_service_and_pdb(classes):
     obj = isvc(gpu=SPILL, replicas=3)
-    r = render(obj, classes, Settings(), placement={"h100": 1, "h200": 2})
+    r = render(obj, classes, Settings(), assign(obj, classes, placement={"h100": 1, "h200": 2}))
     deps = [m for m in r.manifests if m["kind"] == "Deployment"]
     assert [(d["metadata"]["name"], d["spec"]["replicas"]) for d in deps] == [("demo", 1), ("demo-spill-h200", 2)]
     assert r.deployments == {"h100": "demo", "h200": "demo-spill-h200"}
     preferred, spill = deps
-    single = render(isvc(gpu={"class": "h100", "fallbackClasses": ["h200", "a100-80gb"]}, replicas=1),
-                    classes, Settings()).by_kind("Deployment")
+    service = isvc(gpu={"class": "h100", "fallbackClasses": ["h200", "a100-80gb"]}, replicas=1)
+    single = render(service, classes, Settings(), assign(service, classes)).by_kind("Deployment")
     assert preferred == single, "the preferred class's Deployment is today's: an upgrade restarts nothing"
     assert spill["spec"]["selector"]["matchLabels"] == {**preferred["spec"]["selector"]["matchLabels"],
                                                          "serving.triton-operator.io/gpu-class": "h200"}
@@ -294,12 +307,13 @@ def test_a_placement_renders_one_deployment_per_class_and_shares_service_and_pdb
 def test_every_class_is_held_at_zero_until_the_model_is_prepared_once_for_all(classes):
     llm = {"source": "hf://org/m", "format": "tensorrt-llm", "parameters": "8B", "precision": "fp8"}
     obj = isvc(gpu=SPILL, model=llm)
-    r = render(obj, classes, Settings(), placement={"h100": 1, "h200": 2}, engines_ready=set())
+    r = render(obj, classes, Settings(), assign(obj, classes, placement={"h100": 1, "h200": 2}, prepared=set()))
     assert {m["metadata"]["name"]: m["spec"]["replicas"] for m in r.manifests if m["kind"] == "Deployment"} == \
         {"demo": 0, "demo-spill-h200": 0}
     (job,) = [m for m in r.manifests if m["kind"] == "Job"]
     assert job["metadata"]["labels"]["serving.triton-operator.io/gpu-class"] == "h100", "quantized on the preferred class"
-    r = render(obj, classes, Settings(), placement={"h100": 1, "h200": 2}, engines_ready={"h100", "h200"})
+    r = render(obj, classes, Settings(),
+               assign(obj, classes, placement={"h100": 1, "h200": 2}, prepared={"h100", "h200"}))
     assert {m["metadata"]["name"]: m["spec"]["replicas"] for m in r.manifests if m["kind"] == "Deployment"} == \
         {"demo": 1, "demo-spill-h200": 2}
 
@@ -307,7 +321,7 @@ def test_every_class_is_held_at_zero_until_the_model_is_prepared_once_for_all(cl
 def test_class_auto_renders_the_planners_choice_with_its_gpu_count(classes):
     obj = isvc(gpu={"class": "auto", "count": 0, "spill": {}},
                model={"source": "hf://org/m", "format": "tensorrt-llm", "parameters": "70B", "precision": "fp8"})
-    r = render(obj, classes, Settings())
+    r = render(obj, classes, Settings(), assign(obj, classes))
     assert r.gpu_class == "l4"  # 65 GiB at fp8: 4 x L4 (3.2/h) is the cheapest that holds it
     dep = r.by_kind("Deployment")
     assert dep["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
@@ -327,7 +341,8 @@ def test_class_auto_renders_the_planners_choice_with_its_gpu_count(classes):
     ({"limits": {"ephemeral-storage": "1Gi"}}, {"cpu": "2", "memory": "8Gi"}),
 ])
 def test_default_requests_follow_a_lower_limit(classes, resources, requests):
-    dep = render(isvc(server={"resources": resources}), classes, Settings()).by_kind("Deployment")
+    service = isvc(server={"resources": resources})
+    dep = render(service, classes, Settings(), assign(service, classes)).by_kind("Deployment")
     pod = dep["spec"]["template"]["spec"]
     triton = pod["containers"][0]["resources"]
     assert {k: v for k, v in triton["requests"].items() if k != "nvidia.com/gpu"} == requests
@@ -338,7 +353,7 @@ def test_default_requests_follow_a_lower_limit(classes, resources, requests):
 def test_env_is_rendered_once_per_name_and_labels_as_given(classes):
     obj = isvc(server={"env": [{"name": "A", "value": "1"}, {"name": "B"}]},
                podLabels={"example.com/team": "ml-platform"}, podAnnotations={"example.com/note": "ready \U0001F680"})
-    dep = render(obj, classes, Settings()).by_kind("Deployment")
+    dep = render(obj, classes, Settings(), assign(obj, classes)).by_kind("Deployment")
     template = dep["spec"]["template"]
     assert template["spec"]["containers"][0]["env"] == [
         {"name": "TRITON_ADMIN_KEY", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
@@ -357,7 +372,8 @@ def test_a_network_policy_lets_only_the_named_peers_reach_triton(classes):
                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "triton-operator-gateway"}}}
     prometheus = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
     on = Settings(network_policy=NetworkPolicySettings(enabled=True, clients=[gateway], metrics=[prometheus]))
-    r = render(isvc(), classes, on)
+    service = isvc()
+    r = render(service, classes, on, assign(service, classes))
     policy = r.by_kind("NetworkPolicy")
     kubernetes_validate.validate(policy, "1.33", strict=True)
     assert policy["metadata"]["name"] == "demo"
@@ -367,6 +383,10 @@ def test_a_network_policy_lets_only_the_named_peers_reach_triton(classes):
         {"from": [gateway], "ports": [{"port": "http", "protocol": "TCP"}, {"port": "grpc", "protocol": "TCP"},
                                       {"port": "https", "protocol": "TCP"}]},
         {"from": [prometheus], "ports": [{"port": "metrics", "protocol": "TCP"}]}]
-    closed = render(isvc(), classes, Settings(network_policy=NetworkPolicySettings(enabled=True)))
+    service = isvc()
+    closed = render(service, classes, Settings(network_policy=NetworkPolicySettings(enabled=True)),
+                    assign(service, classes))
     assert closed.by_kind("NetworkPolicy")["spec"]["ingress"] == []
-    assert "NetworkPolicy" not in [m["kind"] for m in render(isvc(), classes, Settings()).manifests]
+    service = isvc()
+    default = render(service, classes, Settings(), assign(service, classes))
+    assert "NetworkPolicy" not in [m["kind"] for m in default.manifests]

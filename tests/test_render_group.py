@@ -12,6 +12,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from triton_operator.planning.assign import assign
 from triton_operator.render import RenderError, group, render
 from triton_operator.settings import NetworkPolicySettings, Settings
 
@@ -62,7 +63,7 @@ def test_a_model_larger_than_a_node_renders_groups_of_two_nodes(docs):
 def test_a_model_quantized_for_a_group_is_prepared_on_one_nodes_gpus(classes):
     obj = isvc(model={"source": "hf://a/b", "format": "tensorrt-llm", "parameters": "405B", "precision": "fp8"},
                gpu={"class": "h100", "count": 16})
-    job = render(obj, classes, Settings()).by_kind("Job")
+    job = render(obj, classes, Settings(), assign(obj, classes)).by_kind("Job")
     limits = [c["resources"]["limits"].get("nvidia.com/gpu") for c in job["spec"]["template"]["spec"]["containers"]]
     assert limits == ["8"]
 
@@ -108,14 +109,15 @@ def test_the_network_policy_lets_a_group_talk_among_itself(classes):
     obj = isvc(model={"source": "hf://a/b", "format": "tensorrt-llm", "parameters": "405B", "precision": "bf16"},
                gpu={"class": "h100", "count": 16})
     settings = Settings(network_policy=NetworkPolicySettings(enabled=True, clients=[{"podSelector": {}}]))
-    pol = render(obj, classes, settings).by_kind("NetworkPolicy")
+    pol = render(obj, classes, settings, assign(obj, classes)).by_kind("NetworkPolicy")
     assert pol["spec"]["podSelector"] == group.group_selector("demo")
     assert {"from": [{"podSelector": group.group_selector("demo")}]} in pol["spec"]["ingress"]   # every port
 
 
 def test_a_one_node_replica_still_renders_a_deployment(classes):
-    out = render(isvc(model={"source": "hf://a/b", "format": "tensorrt-llm", "parameters": "405B",
-                             "precision": "int4-awq"}, gpu={"class": "h100", "count": 8}), classes, Settings())
+    service = isvc(model={"source": "hf://a/b", "format": "tensorrt-llm", "parameters": "405B",
+                          "precision": "int4-awq"}, gpu={"class": "h100", "count": 8})
+    out = render(service, classes, Settings(), assign(service, classes))
     assert [m["kind"] for m in out.manifests][:1] == ["Deployment"] and out.deployments == {"h100": "demo"}
 
 
@@ -124,7 +126,7 @@ def test_a_name_too_long_for_the_groups_statefulsets_is_refused(classes):
                gpu={"class": "h100", "count": 16})
     obj = obj.model_copy(update={"metadata": {**obj.metadata, "name": "n" * 43}})
     with pytest.raises(RenderError) as err:
-        render(obj, classes, Settings())
+        render(obj, classes, Settings(), assign(obj, classes))
     assert err.value.reason == "NameTooLongForGroups"
     assert err.value.message.endswith("at most 48; shorten the InferenceService's name by 1")
 
@@ -205,9 +207,10 @@ def test_the_worker_script_accepts_the_services_key_only(tmp_path):
 def test_a_class_with_a_topology_key_keeps_each_group_within_one_domain(classes):
     obj = isvc(model={"source": "hf://a/b", "format": "tensorrt-llm", "parameters": "405B", "precision": "bf16"},
                gpu={"class": "h100", "count": 16})
-    plain = render(obj, classes, Settings()).by_kind("LeaderWorkerSet")
+    plain = render(obj, classes, Settings(), assign(obj, classes)).by_kind("LeaderWorkerSet")
     assert group.EXCLUSIVE_TOPOLOGY not in plain["metadata"].get("annotations", {})
     h100 = classes["h100"].model_copy(update={"spec": classes["h100"].spec.model_copy(
         update={"group_topology_key": "nvidia.com/gpu.clique"})})
-    lws = render(obj, {**classes, "h100": h100}, Settings()).by_kind("LeaderWorkerSet")
+    wide = {**classes, "h100": h100}
+    lws = render(obj, wide, Settings(), assign(obj, wide)).by_kind("LeaderWorkerSet")
     assert lws["metadata"]["annotations"] == {group.EXCLUSIVE_TOPOLOGY: "nvidia.com/gpu.clique"}

@@ -285,7 +285,7 @@ def test_a_preparation_downloads_one_commit_and_records_it(tmp_path, monkeypatch
     assert code == 0
     assert asked[0] == ("info", "main")
     assert {r for kind, r in asked if kind == "download"} == {sha1}, asked
-    req = prepare.Request(source="hf://org/tiny", precision="bf16", revision="main", trtllm_version="1.2.1")
+    req = prepare.Preparation(source="hf://org/tiny", precision="bf16", revision="main", trtllm_version="1.2.1")
     manifest = json.loads((cache_dir / req.key() / "manifest.json").read_text())
     assert manifest["commit"] == sha1 and manifest["revision"] == "main"
     assert termination.read_text() == f"prepared hf://org/tiny at commit {sha1}"

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from triton_runtime import image
-from triton_runtime.prepare import Request as Preparation
+from triton_runtime.prepare import Preparation
 
 LLAMA = {"config.json": json.dumps({"model_type": "llama"}), "tokenizer.json": "{}",
          "tokenizer_config.json": json.dumps({"chat_template": "{{ messages[0]['content'] }}",

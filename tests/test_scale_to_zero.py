@@ -7,8 +7,10 @@ import math
 from datetime import datetime, timedelta, timezone
 
 from triton_operator.api import AutoscalingSpec
+from triton_operator.autoscaling.history import seed
 from triton_operator.autoscaling.loop import signals_for
-from triton_operator.autoscaling.policy import Signals, decide, seed
+from triton_operator.autoscaling.policy import decide
+from triton_operator.autoscaling.signals import Signals
 from triton_operator.autoscaling.prometheus import SIGNAL_LABEL, Snapshot, parse
 from triton_operator.settings import Settings
 

@@ -110,14 +110,14 @@ def test_utf8_split_across_tokens_is_kept_whole():
     ("int4-awq", None, "quantize"), ("fp8", "fp8", "use"), ("nvfp4", "nvfp4", "use"),
 ])
 def test_what_a_checkpoint_needs(precision, found, action):
-    assert prepare.plan(precision, found) == action
+    assert prepare.action_for(precision, found) == action
 
 
 def test_a_checkpoint_quantized_otherwise_is_refused_naming_what_it_holds():
     with pytest.raises(prepare.PrepareError, match="already quantized to nvfp4; set model.precision: nvfp4"):
-        prepare.plan("fp8", "nvfp4")
+        prepare.action_for("fp8", "nvfp4")
     with pytest.raises(prepare.PrepareError, match="int8"):
-        prepare.plan("int8", None)
+        prepare.action_for("int8", None)
 
 
 def test_quantized_checkpoints_are_recognised(tmp_path):
@@ -155,10 +155,10 @@ def test_only_the_shards_the_index_names_are_downloaded(tmp_path):
 
 
 def test_preparation_keys_change_with_what_changes_the_folder():
-    base = prepare.Request("hf://meta-llama/Llama-3.1-8B-Instruct", "fp8", "main", "1.2.1")
-    keys = {base.key(), prepare.Request(base.source, "nvfp4", "main", "1.2.1").key(),
-            prepare.Request(base.source, "fp8", "abc123", "1.2.1").key(),
-            prepare.Request(base.source, "fp8", "main", "1.3.0").key()}
+    base = prepare.Preparation("hf://meta-llama/Llama-3.1-8B-Instruct", "fp8", "main", "1.2.1")
+    keys = {base.key(), prepare.Preparation(base.source, "nvfp4", "main", "1.2.1").key(),
+            prepare.Preparation(base.source, "fp8", "abc123", "1.2.1").key(),
+            prepare.Preparation(base.source, "fp8", "main", "1.3.0").key()}
     assert len(keys) == 4 and base.key().startswith("llama-3.1-8b-instruct-fp8-")
 
 

@@ -10,12 +10,11 @@ import math
 import pytest
 
 from triton_operator.autoscaling.loop import signals_for
-from triton_operator.autoscaling.policy import Signals
 from triton_operator.autoscaling.prometheus import Snapshot
-from triton_operator.autoscaling.signals import NO_SERIES, service_signals
-from triton_operator.autoscaling.simulator import policies
-from triton_operator.autoscaling.simulator.metrics_path import GatewaySample, Prometheus, Sample
-from triton_operator.autoscaling.simulator.simulation import Pod, View
+from triton_operator.autoscaling.signals import NO_SERIES, Signals, service_signals
+from triton_operator.simulator import policies
+from triton_operator.simulator.metrics_path import GatewaySample, Prometheus, Sample
+from triton_operator.simulator.simulation import Pod, View
 from triton_operator.planning.llm_performance import Sizing
 
 KEY = ("prod", "chat")

@@ -16,8 +16,9 @@ import pytest
 from triton_operator import cli
 from triton_operator.api import AutoscalingSpec, GPUClass, InferenceService
 from triton_operator.autoscaling import policy as live_policy
-from triton_operator.autoscaling.simulator import metrics_path, policies, reader, replica, results, simulation, workload
-from triton_operator.autoscaling.simulator.simulation import SimulationSettings, View, simulate
+from triton_operator.autoscaling.signals import Signals
+from triton_operator.simulator import metrics_path, policies, reader, replica, results, simulation, workload
+from triton_operator.simulator.simulation import SimulationSettings, View, simulate
 
 ROOT = Path(__file__).resolve().parent.parent
 # The Azure LLM inference trace 2023 (CC-BY 4.0, attribution in its README beside it).
@@ -146,7 +147,7 @@ def test_ours_calls_the_live_decide(monkeypatch):
     svc = llm_spec()
     perf = replica.llm_performance(svc.spec, CLASSES["h100"].spec)
     policies.run_policy("ours", reqs, perf, NO_COLD, svc.spec.autoscaling, SimulationSettings(max_replicas=16, slo_s=8.0))
-    assert len(calls) >= 25 and all(isinstance(s, live_policy.Signals) for s in calls)
+    assert len(calls) >= 25 and all(isinstance(s, Signals) for s in calls)
 
 
 @pytest.mark.parametrize("params, count, isl, osl, published", [
@@ -462,9 +463,9 @@ def test_simulate_refuses_the_hpa_at_min_replicas_zero(capsys, tmp_path):
 def test_a_shortage_with_spill_over_serves_what_waiting_cannot(classes):
     """Two classes with little room: the operator's placement moves the replicas h100 cannot hold
     to h200 after `after`, and the requests they serve meet the SLO; waiting for h100 does not."""
-    from triton_operator.autoscaling.simulator import policies, replica, results, workload
-    from triton_operator.autoscaling.simulator.simulation import SimulationSettings
-    from triton_operator.autoscaling.simulator.shortage import ClassSlot, simulate_shortage
+    from triton_operator.simulator import policies, replica, results, workload
+    from triton_operator.simulator.simulation import SimulationSettings
+    from triton_operator.simulator.shortage import ClassSlot, simulate_shortage
     from triton_operator.planning.placement import SPILL_MOVE, Spill
 
     from .conftest import isvc
@@ -537,7 +538,7 @@ def test_simulate_recommends_the_warm_floor_bursts_need(capsys, tmp_path):
 def test_the_gateways_slo_counter_is_read_over_ten_minutes():
     """The simulated gateway counts requests met and counted, as triton_gateway_slo_requests_total;
     the autoscaler reads their increase over 10 minutes (status.metrics.sloAttainment)."""
-    from triton_operator.autoscaling.simulator.metrics_path import GatewaySample, Prometheus
+    from triton_operator.simulator.metrics_path import GatewaySample, Prometheus
     from triton_operator.autoscaling.signals import attainment
 
     prom = Prometheus()

@@ -9,9 +9,9 @@ import pytest
 
 from triton_operator import cli
 from triton_operator.api import AutoscalingSpec, GPUClass, InferenceService
-from triton_operator.autoscaling.simulator import metrics_path, policies, replica, workload
-from triton_operator.autoscaling.simulator.simulation import Pod, SimulationSettings, View
-from triton_operator.autoscaling.simulator.policies import PolicyError, parse_policy
+from triton_operator.simulator import metrics_path, policies, replica, workload
+from triton_operator.simulator.simulation import Pod, SimulationSettings, View
+from triton_operator.simulator.policies import PolicyError, parse_policy
 
 CLASSES = {d["metadata"]["name"]: GPUClass.model_validate(d) for d in cli.default_catalog()}
 

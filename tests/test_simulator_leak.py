@@ -12,8 +12,8 @@ import pytest
 from triton_operator import cli
 from triton_operator.api import GPUClass, InferenceService
 from triton_operator.autoscaling import policy as live_policy
-from triton_operator.autoscaling.simulator import policies, replica, workload
-from triton_operator.autoscaling.simulator.simulation import SimulationSettings
+from triton_operator.simulator import policies, replica, workload
+from triton_operator.simulator.simulation import SimulationSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 CLASSES = {d["metadata"]["name"]: GPUClass.model_validate(d) for d in cli.default_catalog()}

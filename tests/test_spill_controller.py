@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 from triton_operator.api import InferenceService
 from triton_operator.conditions import find
 from triton_operator.controller import status as status_core
-from triton_operator.controller.desired import  Children, class_states, plan, serving_total
+from triton_operator.controller.desired import Children, class_states, desired_state, serving_total
 from triton_operator.controller.trim import owner_of, trim_gpu_pod, trim_node
 from triton_operator.controller.views import Views
 from triton_operator.kube.informer import Informer
@@ -115,7 +115,7 @@ def test_a_reconcile_plan_moves_stuck_replicas_to_the_class_with_room(classes):
                         pods=(pod("a", "h100", "n1", ready=True), pod("b", "h100", unschedulable_for=90),
                               pod("c", "h100", unschedulable_for=70)))
     free = {"h100": [0, 0], "h200": [5], "a100-80gb": [8, 8]}
-    p = plan(obj, classes, Settings(), children, 3, free, NOW)
+    p = desired_state(obj, classes, Settings(), children, 3, free, NOW)
     assert p.placement.replicas() == {"h100": 1, "h200": 2, "a100-80gb": 0}
     deps = {m["metadata"]["name"]: m["spec"]["replicas"] for m in p.apply if m["kind"] == "Deployment"}
     assert deps == {"demo": 1, "demo-spill-h200": 2}
@@ -143,7 +143,7 @@ def test_a_class_that_empties_is_deleted_and_its_room_clock_is_remembered(classe
     children = Children(deployment=deps[0], deployments=deps,
                         pods=tuple(pod(f"a{i}", "h100", "n1", ready=True) for i in range(3)) + (pod("b", "h200", "n2", ready=True),))
     assert serving_total(obj, children) == 3, "the surge of a return is not the autoscaler's"
-    p = plan(obj, classes, Settings(), children, 3, {"h100": [5], "h200": [7], "a100-80gb": []}, NOW)
+    p = desired_state(obj, classes, Settings(), children, 3, {"h100": [5], "h200": [7], "a100-80gb": []}, NOW)
     assert [m.kind for m in p.placement.moves] == [pl.MOVED_BACK]
     assert p.delete == (("apps/v1", "Deployment", "demo-spill-h200"),)
 
@@ -153,7 +153,7 @@ def test_every_class_full_is_degraded_naming_the_shortfall(classes):
     children = Children(deployment=deployment("demo", "h100", 3, 1), deployments=(deployment("demo", "h100", 3, 1),),
                         pods=(pod("a", "h100", "n1", ready=True), pod("b", "h100", unschedulable_for=90),
                               pod("c", "h100", unschedulable_for=90)))
-    p = plan(obj, classes, Settings(), children, 3, {"h100": [0], "h200": [0], "a100-80gb": [0]}, NOW)
+    p = desired_state(obj, classes, Settings(), children, 3, {"h100": [0], "h200": [0], "a100-80gb": [0]}, NOW)
     observed = status_core.Observed(desired_replicas=3, gpu_class="h100", deployment=children.deployment,
                                     deployment_names=dict(p.deployments), placement=p.placement,
                                     options=list(p.options), pods=list(children.pods))
@@ -168,7 +168,7 @@ def test_waiting_for_after_is_progress_not_degradation(classes):
     obj = service()
     children = Children(deployment=deployment("demo", "h100", 3, 1), deployments=(deployment("demo", "h100", 3, 1),),
                         pods=(pod("a", "h100", "n1", ready=True), pod("b", "h100", unschedulable_for=20)))
-    p = plan(obj, classes, Settings(), children, 3, {"h100": [0], "h200": [8], "a100-80gb": [8]}, NOW)
+    p = desired_state(obj, classes, Settings(), children, 3, {"h100": [0], "h200": [8], "a100-80gb": [8]}, NOW)
     assert p.placement.wake_after == 40
     observed = status_core.Observed(desired_replicas=3, gpu_class="h100", deployment=children.deployment,
                                     deployment_names=dict(p.deployments), placement=p.placement,
@@ -195,7 +195,7 @@ def test_placement_messages_are_bounded_as_condition_messages():
     """A skipped class's message may list every GPUClass (class auto): status.placement cuts it
     as conditions are cut, so status stays small however many classes the cluster has."""
     from triton_operator.conditions import MAX_MESSAGE
-    from triton_operator.planning.choice import Option
+    from triton_operator.planning.assignment import Option
     obj = service()
     long = Option("l4", 4, "TooSlow", "decode too slow; " * 500)
     observed = status_core.Observed(desired_replicas=1, gpu_class="h100", options=[long])

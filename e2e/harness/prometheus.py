@@ -14,7 +14,6 @@ goes to ``log_dir`` (default ``$E2E_LOG_DIR``) when given, else into that tempor
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -28,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from . import REPO_ROOT, free_port, stop_process_group, tail
+from . import REPO_ROOT, free_port, http_ok
+from .process import ServerProcess
 
 INSTALL_SCRIPT = REPO_ROOT / "hack" / "install-prometheus.sh"
 
@@ -64,7 +64,7 @@ class PrometheusError(RuntimeError):
     pass
 
 
-class Prometheus:
+class Prometheus(ServerProcess):
     """A real Prometheus on 127.0.0.1 scraping ``targets`` every ``scrape_interval``.
 
     >>> prom = Prometheus([Target(triton.metrics_address,
@@ -79,6 +79,9 @@ class Prometheus:
     ``scrape_configs`` are further scrape configs in Prometheus's own format (dicts), kept as
     given, e.g. one with ``relabel_configs`` from :mod:`.podmonitor`.
     """
+
+    name = "Prometheus"
+    error = PrometheusError
 
     def __init__(
         self,
@@ -104,13 +107,8 @@ class Prometheus:
         self.host = "127.0.0.1"
         self.port = 0
         self.workdir: Path | None = None
-        self.proc: subprocess.Popen | None = None
-        self.startup_seconds: float | None = None
         self.version: str | None = None
-        log_dir = log_dir or os.environ.get("E2E_LOG_DIR")
-        self._log_dir = Path(log_dir) if log_dir else None
-        self._log_file = None
-        self.log_path: Path | None = None
+        super().__init__(log_dir)
 
     # ----------------------------------------------------------------------------- paths
     @property
@@ -135,13 +133,6 @@ class Prometheus:
     def data_dir(self) -> Path:
         assert self.workdir is not None
         return self.workdir / "data"
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
-
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
 
     # ----------------------------------------------------------------------------- config
     def render_config(self) -> str:
@@ -240,57 +231,19 @@ class Prometheus:
             "--web.enable-lifecycle",
             "--log.level=info",
         ]
-        self._log_file = open(self.log_path, "ab")
-        self._log_file.write(f"$ {' '.join(cmd)}\n".encode())
-        self._log_file.flush()
-        started = time.monotonic()
-        self.proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-            cwd=self.workdir,
-            start_new_session=True,
-        )
         if wait:
-            try:
-                self.wait_ready(timeout or self.startup_timeout)
-            except PrometheusError:
-                self._terminate()
-                raise
-            self.startup_seconds = time.monotonic() - started
+            self._start_and_wait(cmd, self.workdir, timeout or self.startup_timeout)
+        else:
+            self._spawn(cmd, self.workdir)
         return self
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Waits until /-/ready answers 200 (the TSDB is open and the API serves)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc is None:
-                raise PrometheusError("Prometheus is not started")
-            rc = self.proc.poll()
-            if rc is not None:
-                raise PrometheusError(
-                    f"Prometheus exited with code {rc}; log {self.log_path}:\n" + tail(self.log_path)
-                )
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            if time.monotonic() > deadline:
-                raise PrometheusError(
-                    f"Prometheus not ready after {timeout:.0f}s; log {self.log_path}:\n" + tail(self.log_path)
-                )
-            time.sleep(0.1)
+        self._wait_until(lambda: http_ok(f"{self.url}/-/ready"), timeout)
 
     def stop(self, timeout: float = 15.0) -> None:
         """Stops Prometheus cleanly (SIGTERM, then SIGKILL); port and data stay for start()."""
         self._terminate(timeout)
-
-    def kill(self) -> None:
-        """Kills Prometheus abruptly (SIGKILL), like a crashed pod; start() recovers from WAL."""
-        self._terminate(kill=True)
 
     def close(self) -> None:
         """Stops Prometheus and removes its temporary folder (config and data)."""
@@ -299,26 +252,11 @@ class Prometheus:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
 
-    def _terminate(self, timeout: float = 15.0, kill: bool = False) -> None:
-        if self.proc is not None:
-            stop_process_group(self.proc, timeout=timeout, kill=kill)
-            self.proc = None
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
-
     def __enter__(self) -> "Prometheus":
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-    def __del__(self) -> None:  # last resort; tests should call close()
-        try:
-            if self.running():
-                self._terminate(timeout=5)
-        except Exception:
-            pass
 
     # ----------------------------------------------------------------------------- API
     def api(self, path: str, params: Mapping[str, Any] | None = None, timeout: float = 10.0) -> Any:

@@ -28,7 +28,8 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-from . import REPO_ROOT, free_port, http_ok, port_open, stop_process_group, tail
+from . import REPO_ROOT, free_port, http_ok, port_open, tail
+from .process import ServerProcess
 
 INSTALL_SCRIPT = REPO_ROOT / "hack" / "install-triton.sh"
 
@@ -134,7 +135,7 @@ parameters [
 """
 
 
-class TritonServer:
+class TritonServer(ServerProcess):
     """A real tritonserver on 127.0.0.1, serving one slow Python-backend model.
 
     >>> with TritonServer(model_name="slow", delay_ms=200) as triton:
@@ -147,6 +148,8 @@ class TritonServer:
     (stdout and stderr) goes to ``log_path``: in ``log_dir`` (default ``$E2E_LOG_DIR``), where it
     stays, or else in the temporary folder that ``stop()`` removes.
     """
+
+    name = "tritonserver"
 
     def __init__(
         self,
@@ -168,16 +171,11 @@ class TritonServer:
         self.metrics_interval_ms = metrics_interval_ms
         self.extra_args = list(extra_args)
         self.startup_timeout = startup_timeout
-        log_dir = log_dir or os.environ.get("E2E_LOG_DIR")
-        self._log_dir = Path(log_dir) if log_dir else None
         self.host = "127.0.0.1"
         self.http_port = self.grpc_port = self.metrics_port = 0
         self.workdir: Path | None = None
-        self.log_path: Path | None = None
-        self.proc: subprocess.Popen | None = None
-        self.startup_seconds: float | None = None
-        self._log_file = None
         self._shm_prefix = ""
+        super().__init__(log_dir)
 
     # ----------------------------------------------------------------------------- addresses
     @property
@@ -218,13 +216,6 @@ class TritonServer:
     def delay_file(self) -> Path:
         assert self.workdir is not None, "not started"
         return self.workdir / "delay_ms"
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
-
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
 
     # ----------------------------------------------------------------------------- lifecycle
     def start(self, wait: bool = True, timeout: float | None = None) -> "TritonServer":
@@ -274,60 +265,25 @@ class TritonServer:
                 "--log-info", "true",
                 *self.extra_args,
             ]
-            self._log_file = open(self.log_path, "ab")
-            self._log_file.write(f"$ {' '.join(cmd)}\n".encode())
-            self._log_file.flush()
-            started = time.monotonic()
-            self.proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=self._log_file,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=self.workdir,
-                start_new_session=True,  # its own process group: stop() ends the stubs too
-            )
             if not wait:
+                self._spawn(cmd, self.workdir, env)
                 return self
             try:
-                self.wait_ready(timeout or self.startup_timeout)
+                self._start_and_wait(cmd, self.workdir, timeout or self.startup_timeout, env)
             except RuntimeError:
-                log = tail(self.log_path, 400)
-                self._terminate()
-                if attempt < attempts and _port_collision(log):
+                if attempt < attempts and _port_collision(tail(self.log_path, 400)):
                     if restart:
                         time.sleep(1)
                     continue
                 self.stop()  # no stray process or temporary folder; the error has the log
                 raise
-            self.startup_seconds = time.monotonic() - started
             return self
         raise AssertionError("unreachable")
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         """Waits until /v2/health/ready and the model's ready endpoint both answer 200."""
-        deadline = time.monotonic() + timeout
-        urls = [
-            f"{self.http_url}/v2/health/ready",
-            f"{self.http_url}/v2/models/{self.model_name}/ready",
-        ]
-        while True:
-            if self.proc is None:
-                raise RuntimeError("tritonserver is not started")
-            rc = self.proc.poll()
-            if rc is not None:
-                raise RuntimeError(
-                    f"tritonserver exited with code {rc} before it was ready; log {self.log_path}:\n"
-                    + tail(self.log_path, 60)
-                )
-            if all(http_ok(u) for u in urls):
-                return
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"tritonserver not ready after {timeout:.0f}s; log {self.log_path}:\n"
-                    + tail(self.log_path, 60)
-                )
-            time.sleep(0.1)
+        urls = [f"{self.http_url}/v2/health/ready", f"{self.http_url}/v2/models/{self.model_name}/ready"]
+        self._wait_until(lambda: all(http_ok(u) for u in urls), timeout, log_lines=60)
 
     def stop(self, timeout: float = 15.0) -> None:
         """Terminates the server (then kills what is left) and removes its temporary files.
@@ -342,18 +298,11 @@ class TritonServer:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
 
-    def kill(self) -> None:
-        """Kills the server abruptly (SIGKILL), like a crashed pod; start() brings it back on
-        the same ports with the same model repository (and current delay)."""
-        self._terminate(kill=True)
-
     def _terminate(self, timeout: float = 15.0, kill: bool = False) -> None:
-        if self.proc is not None:
-            stop_process_group(self.proc, timeout=timeout, kill=kill)
-            self.proc = None
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
+        """As ServerProcess's, and the Python backend's shared memory is removed. After kill(),
+        start() brings the server back on the same ports with the same model repository (and
+        current delay)."""
+        super()._terminate(timeout, kill)
         self._remove_shm()
 
     def _remove_shm(self) -> None:
@@ -374,13 +323,6 @@ class TritonServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-    def __del__(self) -> None:  # last resort; tests should call stop()
-        try:
-            if self.running():
-                self._terminate(timeout=5)
-        except Exception:
-            pass
 
     # ----------------------------------------------------------------------------- the model
     def _write_repository(self, site_dirs: list[str]) -> None:

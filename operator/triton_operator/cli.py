@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from . import __version__, crdgen, kubeyaml
 from .api import API_VERSION, MAX_REPLICAS, GPUClass, InferenceService, first_error
 from .planning import choice
+from .planning.assign import assign
 from .render import RenderError, dump, render
 from .settings import SettingsError, from_env
 
@@ -153,14 +154,15 @@ def cmd_render(args: argparse.Namespace) -> int:
         if isinstance(obj, GPUClass):
             out.append(obj.wire())
             continue
+        assignment = assign(obj, classes, replicas=args.replicas, placement=placement)
         try:
-            rendered = render(obj, classes, settings, replicas=args.replicas, placement=placement)
+            rendered = render(obj, classes, settings, assignment)
         except RenderError as e:
             raise CliError(f"{args.file}: InferenceService {obj.name}: {e.reason}: {e.message}", code=1) from None
         unused = [c for c in placement or {} if c not in rendered.deployments]
         if unused:
             raise CliError(f"--placement: InferenceService {obj.name} cannot use GPU class {', '.join(unused)} "
-                           f"(it may use {', '.join(choice.candidates(obj.spec, classes).usable_names())})")
+                           f"(it may use {', '.join(assignment.candidates.usable_names())})")
         out.extend(rendered.manifests)
     if not objects:
         raise CliError(f"{args.file}: no InferenceService or GPUClass found")
@@ -197,7 +199,7 @@ def _print_plan(obj: InferenceService, classes: dict[str, GPUClass]) -> None:
     """Every GPU class for one service: what it needs there, what it costs, and whether it is
     used (the planner's ranking for class auto; the preferred class and spill targets otherwise)."""
     spec = obj.spec
-    cands = choice.candidates(spec, classes)
+    cands = assign(obj, classes).candidates
     if spec.gpu.auto:
         options = list(cands.ranking)
     else:
@@ -333,7 +335,7 @@ def _own_namespace() -> str:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from .autoscaling.simulator import simulate_command
+    from .simulator import simulate_command
 
     return simulate_command.run(args, _objects, _catalog, CliError)
 
@@ -374,7 +376,7 @@ def parser() -> argparse.ArgumentParser:
     pl.add_argument("--gpu-class-file", help="GPUClass catalog YAML (default: the built-in catalog)")
     pl.set_defaults(func=cmd_plan)
 
-    from .autoscaling.simulator.simulate_command import add_parser as add_simulate
+    from .simulator.simulate_command import add_parser as add_simulate
     add_simulate(sub, cmd_simulate)
 
     from .gateway.gateway_command import add_parser as add_gateway

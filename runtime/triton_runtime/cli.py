@@ -17,6 +17,7 @@ from pathlib import Path
 
 from . import cache, doctor, image, prepare, repository
 from .fetch import FetchError, listing as fetch_listing
+from .quantity import quantity_bytes
 from .stage import StageError, stage
 
 EXIT_SPEC = 2  # a request that cannot be done as asked: retrying cannot help (the Job fails at once)
@@ -26,8 +27,8 @@ class RuntimeFailure(Exception):
     pass
 
 
-def _preparation(a: argparse.Namespace) -> prepare.Request:
-    return prepare.Request(source=a.source, precision=a.precision, revision=a.revision or "main",
+def _preparation(a: argparse.Namespace) -> prepare.Preparation:
+    return prepare.Preparation(source=a.source, precision=a.precision, revision=a.revision or "main",
                            trtllm_version=a.trtllm_version or "", calibration_dataset=a.calibration_dataset)
 
 
@@ -61,7 +62,7 @@ def cmd_prepare(a: argparse.Namespace) -> int:
     return 0
 
 
-def _download(req: prepare.Request, a: argparse.Namespace) -> int:
+def _download(req: prepare.Preparation, a: argparse.Namespace) -> int:
     """The download step of a Job that quantizes: fetch here (every scheme's client is installed),
     after the same disk check as the doctor's; nothing when the model is already prepared."""
     found = cache.lookup(Path(a.cache), req.key())
@@ -90,7 +91,7 @@ def _quantity(text: str | None) -> int | None:
     if not text:
         return None
     try:
-        return doctor.parse_quantity(text)
+        return quantity_bytes(text)
     except ValueError as e:
         raise prepare.PrepareError(f"--scratch-size: {e}") from None
 
@@ -136,7 +137,7 @@ def cmd_install(a: argparse.Namespace) -> int:
 
 def cmd_doctor(a: argparse.Namespace) -> int:
     limit = _quantity(a.scratch_size)
-    req = doctor.Request(mode=a.mode, preparation=_preparation(a), cache_dir=Path(a.cache), gpus=a.gpus,
+    req = doctor.Checkup(mode=a.mode, preparation=_preparation(a), cache_dir=Path(a.cache), gpus=a.gpus,
                          scratch=Path(a.scratch) if a.scratch else None, scratch_limit=limit,
                          trtllm_version=a.installed_trtllm_version, min_driver=a.min_driver, nodes=a.nodes)
     report = doctor.run(req)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
 import shutil
 import uuid
 from dataclasses import dataclass, field
@@ -24,17 +23,18 @@ from typing import Callable, Mapping
 
 from . import cache, image
 from .fetch import FetchError, MissingLibrary, SourceUnavailable, checkpoint_files, listing
-from .prepare import QUANTIZED, Request as Preparation
+from .prepare import QUANTIZED, Preparation
 
 PROBLEMS_EXIT = 3  # the build Job's podFailurePolicy fails the Job on it (no retries)
 TERMINATION_LOG = Path(os.environ.get("TRITON_RUNTIME_TERMINATION_LOG", "/dev/termination-log"))
 TERMINATION_LOG_LIMIT = 4096  # bytes the kubelet keeps of a termination message
-BYTES_PER_PARAMETER = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "nvfp4": 0.5625, "int4-awq": 0.5625}
+# Bytes a weight takes at each precision, block scales included (4-bit weights: NVFP4 one FP8 scale
+# per 16, INT4-AWQ one 16-bit scale per 128), and in the 16-bit source checkpoint. The operator
+# plans with the same figures (api/model.py, render/runtime.py); it cannot be imported here (this
+# package is copied alone into NVIDIA's image), so tests/test_shared_tables.py holds them equal.
+BYTES_PER_PARAMETER = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "nvfp4": 0.5625, "int4-awq": 0.515625}
 SOURCE_BYTES_PER_PARAMETER = 2  # Hugging Face LLM checkpoints are 16-bit
 GIB = 1024**3
-_QUANTITY = re.compile(r"^([0-9.]+)(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)?$")
-_SCALE = {None: 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
-          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
 
 
 @dataclass
@@ -47,14 +47,6 @@ class Report:
         self.problems.extend(problems)
         if not problems:
             self.passed.append(passed)
-
-
-def parse_quantity(text: str) -> int:
-    """A Kubernetes quantity such as 40Gi or 500M, in bytes."""
-    match = _QUANTITY.match(text.strip())
-    if not match:
-        raise ValueError(f"{text!r} is not a quantity such as 40Gi")
-    return int(float(match.group(1)) * _SCALE[match.group(2)])
 
 
 def _gib(n: float) -> str:
@@ -238,7 +230,10 @@ def write_termination_message(lines: list[str], path: Path | None = None) -> boo
 
 
 @dataclass(frozen=True)
-class Request:
+class Checkup:
+    """What the doctor examines: the pod's purpose, the model it prepares or serves, its cache and
+    its GPUs."""
+
     mode: str                          # "prepare" or "serve"
     preparation: Preparation
     cache_dir: Path
@@ -318,7 +313,7 @@ def infiniband_devices(root: Path = Path("/sys/class/infiniband")) -> list[str]:
         return []
 
 
-def run(req: Request, environ: Mapping[str, str] | None = None,
+def run(req: Checkup, environ: Mapping[str, str] | None = None,
         gpu_probe: Callable[[Mapping[str, str]], tuple[int, str]] = visible_gpus,
         list_source: Callable[..., dict[str, int]] = listing,
         free_space: Callable[[Path], float] | None = None,

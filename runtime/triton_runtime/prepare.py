@@ -14,7 +14,7 @@ Once per (source, revision, precision, TensorRT-LLM version), in a Job:
 3. publish the folder atomically in the shared cache under the key (cache.py); serving pods
    mount it read-only and download nothing.
 
-`plan` (pure) decides what a checkpoint needs; `run` does it.
+`action_for` (pure) decides what a checkpoint needs; `run` does it.
 """
 
 from __future__ import annotations
@@ -45,7 +45,10 @@ class PrepareError(ValueError):
 
 
 @dataclass(frozen=True)
-class Request:
+class Preparation:
+    """One model preparation: the checkpoint, the precision it is served in, and the TensorRT-LLM
+    version it is prepared for; `key` names the result in the model cache."""
+
     source: str
     precision: str
     revision: str = "main"
@@ -86,7 +89,7 @@ def quantized_as(checkpoint: Path) -> str | None:
                        f"quantize to")
 
 
-def plan(precision: str, found: str | None) -> str:
+def action_for(precision: str, found: str | None) -> str:
     """What to do with a checkpoint holding `found` to serve `precision`: 'use' or 'quantize'."""
     if precision not in PRECISIONS:
         raise PrepareError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
@@ -180,15 +183,15 @@ def calibration_texts(folder: Path | None, samples: int) -> list[str]:
 DOWNLOADED = "download.json"   # what a download step fetched, for the step that quantizes
 
 
-def download_inputs(request: Request, dest: Path) -> tuple[Path, Path | None, str | None]:
+def download_inputs(request: Preparation, dest: Path) -> tuple[Path, Path | None, str | None]:
     """Fetch the checkpoint (and the calibration set) under dest, or find them on their claims,
     with the commit the checkpoint came from; all three are also written to dest/download.json
     for a later step in another image."""
     dest.mkdir(parents=True, exist_ok=True)
     checkpoint, commit = download(request.source, request.revision, dest / "checkpoint")
     calibration = None
-    # plan() refuses a checkpoint quantized otherwise here already, before the calibration download.
-    if request.calibration_dataset and plan(request.precision, quantized_as(checkpoint)) == "quantize":
+    # action_for() refuses a checkpoint quantized otherwise here already, before the calibration download.
+    if request.calibration_dataset and action_for(request.precision, quantized_as(checkpoint)) == "quantize":
         calibration = fetch(request.calibration_dataset, dest / "calibration", repo_type="dataset")
     (dest / DOWNLOADED).write_text(json.dumps({"request": request.key(), "checkpoint": str(checkpoint),
                                                "calibration": str(calibration) if calibration else None,
@@ -196,7 +199,7 @@ def download_inputs(request: Request, dest: Path) -> tuple[Path, Path | None, st
     return checkpoint, calibration, commit
 
 
-def downloaded_inputs(request: Request, dest: Path) -> tuple[Path, Path | None, str | None]:
+def downloaded_inputs(request: Preparation, dest: Path) -> tuple[Path, Path | None, str | None]:
     """What a download step left under dest for this request."""
     try:
         found = json.loads((dest / DOWNLOADED).read_text())
@@ -208,7 +211,7 @@ def downloaded_inputs(request: Request, dest: Path) -> tuple[Path, Path | None, 
     return Path(found["checkpoint"]), calibration, found.get("commit")
 
 
-def run(request: Request, cache_dir: Path, scratch: Path | None = None, downloaded: Path | None = None) -> Path:
+def run(request: Preparation, cache_dir: Path, scratch: Path | None = None, downloaded: Path | None = None) -> Path:
     """Prepare (or find) the model for `request` in the cache; its folder. With `downloaded`, the
     inputs a download step fetched there (the Job downloads in the operator's image, which has
     every scheme's client, and quantizes in NVIDIA's, which has Model Optimizer)."""
@@ -221,7 +224,7 @@ def run(request: Request, cache_dir: Path, scratch: Path | None = None, download
                 checkpoint, calibration, commit = downloaded_inputs(request, downloaded)
             else:
                 checkpoint, calibration, commit = download_inputs(request, Path(tmp))
-            action = plan(request.precision, quantized_as(checkpoint))
+            action = action_for(request.precision, quantized_as(checkpoint))
             if action == "quantize":
                 quantize(checkpoint, request.precision, out, calibration)
             else:
@@ -234,5 +237,5 @@ def run(request: Request, cache_dir: Path, scratch: Path | None = None, download
     return cache.publish(cache_dir, request.key(), build)
 
 
-__all__ = ["FetchError", "PrepareError", "Request", "download_inputs", "downloaded_inputs", "plan", "quantized_as",
-           "run", "weight_files"]
+__all__ = ["FetchError", "PrepareError", "Preparation", "action_for", "download_inputs", "downloaded_inputs",
+           "quantized_as", "run", "weight_files"]

@@ -32,9 +32,10 @@ from ..labels import LABEL_GPU_CLASS
 from ..planning.llm_performance import Sizing, llm_performance
 from ..settings import Settings
 from . import policy
+from .history import RISE_MEMORY_S, History, seed
 from .prometheus import Snapshot
 from .report import Report, report
-from .signals import service_signals
+from .signals import Signals, service_signals
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +57,12 @@ class Services(Protocol):
 
 # The planner's token mix when the engine does not report one (TensorRT-LLM backends before the
 # nv_llm_*_token_len histograms): a chat request. The calibration against the measured
-# throughput corrects the rest (policy.History._sample).
+# throughput corrects the rest (history.History._sample).
 ASSUMED_PROMPT_TOKENS, ASSUMED_OUTPUT_TOKENS = 1024.0, 256.0
 
 
 def signals_for(key: Key, snapshot: Snapshot, ready: int, sizing: Sizing | None = None,
-                startup_s: float | None = None, current: int = 1) -> policy.Signals:
+                startup_s: float | None = None, current: int = 1) -> Signals:
     """One service's Signals from the tick's snapshot, by the rules the simulator shares
     (signals.service_signals)."""
     def get(signal: str) -> float | None:
@@ -99,11 +100,11 @@ def startup_seconds(pods: Any) -> float | None:
 
 def is_new(raw: dict[str, Any], now: datetime) -> bool:
     """Whether the InferenceService was created within the policy's memory of bursts
-    (policy.RISE_MEMORY_S): first seen then, nothing is known of its bursts yet. An older one first
+    (history.RISE_MEMORY_S): first seen then, nothing is known of its bursts yet. An older one first
     seen by this process (an operator restart) has served before: it gets no headroom for being
     new, or every restart of the operator would add a replica to every service."""
     created = parse_timestamp((raw.get("metadata") or {}).get("creationTimestamp"))
-    return created is not None and (now - created).total_seconds() < policy.RISE_MEMORY_S
+    return created is not None and (now - created).total_seconds() < RISE_MEMORY_S
 
 
 def sizing_for(obj: InferenceService, deployment: dict[str, Any], classes: dict[str, GPUClass],
@@ -134,7 +135,7 @@ class Autoscaler:
         self.services, self.enqueue, self.kube, self.settings = services, enqueue, kube, settings
         self.source, self.clock = source, clock
         self._lock = threading.Lock()
-        self._histories: dict[Key, policy.History] = {}
+        self._histories: dict[Key, History] = {}
         self._reports: dict[Key, Report] = {}
         self._startups: dict[Key, tuple[tuple[tuple[str, str], ...], float | None]] = {}
         self._stop = threading.Event()
@@ -181,7 +182,7 @@ class Autoscaler:
                 continue  # not rendered yet (or its GPUClass is missing): nothing to scale
             current = int(dep["spec"].get("replicas") or 0)
             ready = int((dep.get("status") or {}).get("readyReplicas") or 0)
-            history = histories.get(key) or policy.seed(now, current, new=is_new(raw, now))
+            history = histories.get(key) or seed(now, current, new=is_new(raw, now))
             previous = reports.get(key)
             if previous is None:
                 previous = Report.from_status(raw.get("status") or {})

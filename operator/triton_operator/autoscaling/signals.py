@@ -9,11 +9,46 @@ the PromQL): None where the service has no series, NaN where Prometheus returned
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from ..planning.llm_performance import Sizing
-from .policy import Signals
 
 NO_SERIES = "no Triton metrics for this service in Prometheus"
+
+
+# Signals is a value, never changed after it is made; it is not `frozen` because a frozen
+# dataclass's __init__ sets each field through object.__setattr__, three times slower, and the tick
+# makes one per service (policy.Decision likewise).
+@dataclass(slots=True)
+class Signals:
+    """One service's figures from one tick. `error` set means the figures cannot be trusted.
+
+    The optional fields feed the demand rule; without them the policy runs on queue and p99."""
+
+    queue_depth: float | None = None   # requests waiting, summed over the service's pods
+    p99_ms: float | None = None        # None: no traffic in the window (the summary is NaN)
+    ready: int = 0                     # replicas serving
+    error: str | None = None
+    arrival_rate: float | None = None  # requests/s received over the last minute, when measured directly
+    throughput: float | None = None    # requests/s completed over the last minute
+    startup_s: float | None = None     # seconds a new pod takes to become ready (last observed)
+    in_flight: float | None = None     # requests inside the engines' batches, summed over pods
+    capacity_hint: float | None = None  # planned requests/s of one saturated replica (planning/llm_performance)
+    solo_latency_s: float | None = None  # planned seconds one request spends alone in a batch
+    batch_slots: float | None = None   # requests one replica's batch holds
+    prefill_s: float | None = None     # planned seconds a replica's batch stalls for one request's prefill
+    reporting: int | None = None       # pods whose metrics Prometheus has (fewer than ready: partial figures)
+    held: float | None = None          # requests the gateway holds for a ready replica (none is ready)
+    gateway_in_flight: float | None = None  # requests the gateway has sent to replicas and not finished
+    attainment: float | None = None    # share of the last 10 minutes' requests that met the latency target
+    slo_requests: float | None = None  # how many requests that share is of
+
+    def busy(self) -> bool:
+        """Any sign of use: something queued, held, inside a batch, in flight at the gateway, or
+        completed in the rate window."""
+        return any(x is not None and math.isfinite(x) and x > 0 for x in (
+            self.queue_depth, self.held, self.in_flight, self.gateway_in_flight, self.throughput,
+            self.arrival_rate))
 
 
 def service_signals(*, ready: int, current: int, error: str | None = None, queue: float | None = None,

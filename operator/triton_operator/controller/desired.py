@@ -1,7 +1,7 @@
 """What one reconcile must write (pure): the spec, the GPU classes and the children in the cache
--> the manifests that differ from what runs, the objects to delete, and the engine states; with
-gpu.spill, also where the replicas go (planning.placement, fed from the cached pods and the free
-GPUs per class).
+-> the desired state: the manifests that differ from what runs, the objects to delete, and the
+model's preparation states; with gpu.spill, also where the replicas go (planning.placement, fed
+from the cached pods and the free GPUs per class).
 
 The comparison is the one server-side apply makes meaningful: every field the operator renders
 must hold the rendered value in the live object; fields others set (defaults, status, other
@@ -23,6 +23,8 @@ from ..conditions import parse_timestamp
 from ..kube.kinds import INFERENCE_POOL
 from ..labels import LABEL_GPU_CLASS, RENDERED_ANNOTATION
 from ..planning import capacity, choice, preparation
+from ..planning.assign import assign
+from ..planning.assignment import Candidates, Option
 from ..planning import placement as placing
 from ..quantity import QuantityError, parse_quantity
 from ..render import RenderError, preparation_jobs, render
@@ -44,7 +46,7 @@ class Children:
     inference_pool: dict[str, Any] | None = None
     jobs: tuple[dict[str, Any], ...] = ()
     pods: tuple[dict[str, Any], ...] = ()          # serving pods
-    build_pods: tuple[dict[str, Any], ...] = ()    # pods of engine-build Jobs
+    preparation_pods: tuple[dict[str, Any], ...] = ()  # pods of preparation Jobs
     deployments: tuple[dict[str, Any], ...] = ()   # every workload of the service (Deployments, LeaderWorkerSets)
     worker_pods: tuple[dict[str, Any], ...] = ()   # the workers of groups across nodes (leaders are `pods`)
 
@@ -75,7 +77,7 @@ class Children:
 
 
 @dataclass(frozen=True)
-class Plan:
+class DesiredState:
     replicas: int
     gpu_class: str | None = None
     notes: tuple[str, ...] = ()
@@ -86,11 +88,11 @@ class Plan:
     rendered: int = 0                              # manifests rendered (applied or found in place)
     deployments: tuple[tuple[str, str], ...] = ()  # (GPU class, Deployment name), the preferred first
     placement: placing.Placement | None = None     # gpu.spill: replicas per class and why
-    options: tuple[choice.Option, ...] = ()        # the classes in use and those skipped, with GPUs per replica
+    options: tuple[Option, ...] = ()        # the classes in use and those skipped, with GPUs per replica
 
 
-def plan(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Settings, children: Children,
-         replicas: int, free: Mapping[str, list[int]] | None = None, now: datetime | None = None) -> Plan:
+def desired_state(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Settings, children: Children,
+         replicas: int, free: Mapping[str, list[int]] | None = None, now: datetime | None = None) -> DesiredState:
     """`free` is the free GPUs per node of each class (None: not watched); `now` the clock, for
     spill-over's timers."""
     now = now or datetime.now(timezone.utc)
@@ -98,7 +100,8 @@ def plan(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Sett
     delete: list[tuple[str, str, str]] = []
     placement: placing.Placement | None = None
     ready: set[str] | None = None
-    # The class choice, made once for the pass and handed to preparation and rendering.
+    # The class choice, made once for the pass: preparation and placement depend on it, and the
+    # Assignment (planning.assign) hands it to rendering with their outcome.
     cands = choice.candidates(isvc.spec, classes)
     try:
         jobs = None
@@ -106,7 +109,7 @@ def plan(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Sett
             jobs = preparation_jobs(isvc, classes, settings, cands)
             known = [e.wire() for e in isvc.status.preparation or []] if isvc.status else []
             prep_states = preparation.states(jobs, list(children.jobs), known, isvc.spec.model.precision,
-                                             list(children.build_pods))
+                                             list(children.preparation_pods))
             ready = preparation.ready_classes(prep_states, cands.usable_names())
             wanted = {j["metadata"]["name"] for j in jobs}
             delete = [("batch/v1", "Job", j["metadata"]["name"]) for j in children.jobs
@@ -115,8 +118,8 @@ def plan(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Sett
             placement = place(isvc, cands, children, replicas, free, ready, now)
         in_use = None if placement is None else {
             c: n for c, n in placement.replicas().items() if n > 0 or c == cands.preferred.gpu_class}
-        rendered = render(isvc, classes, settings, replicas=replicas, engines_ready=ready, jobs=jobs, placement=in_use,
-                          candidates=cands)
+        rendered = render(isvc, classes, settings,
+                          assign(isvc, classes, replicas, placement=in_use, prepared=ready, candidates=cands), jobs=jobs)
         manifests = rendered.manifests
         if ready is not None:
             # The model of a new spec is being prepared: running Deployments keep serving the old
@@ -125,7 +128,7 @@ def plan(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Sett
             manifests = [m for m in manifests if not (m["kind"] in WORKLOAD_KINDS and m["metadata"]["name"] in held
                                                       and children.live(m) is not None)]
     except RenderError as e:
-        return Plan(replicas, error=(e.reason, e.message),
+        return DesiredState(replicas, error=(e.reason, e.message),
                     preparation=None if prep_states is None else tuple(prep_states))
     # Deployments of classes no longer in use (a spill class whose replicas came back, spill
     # switched off): placement only empties a class once its replicas serve elsewhere.
@@ -144,7 +147,7 @@ def plan(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Sett
                        pool["metadata"]["name"]))
     # Not a Job: its pod template cannot change in place (a new preparation is a new Job, by name).
     manifests = [m if m["kind"] == "Job" else stamped(m) for m in manifests]
-    return Plan(
+    return DesiredState(
         replicas=replicas, gpu_class=rendered.gpu_class, notes=tuple(rendered.notes),
         apply=tuple(m for m in manifests if not matches(m, with_full_spec(children.live(m)))),
         delete=tuple(delete), preparation=None if prep_states is None else tuple(prep_states),
@@ -166,8 +169,8 @@ def stamped(manifest: dict[str, Any]) -> dict[str, Any]:
 
 # -- spill-over ------------------------------------------------------------------------------------
 
-def place(isvc: InferenceService, cands: choice.Candidates, children: Children, replicas: int,
-          free: Mapping[str, list[int]] | None, engines_ready: set[str] | None, now: datetime) -> placing.Placement:
+def place(isvc: InferenceService, cands: Candidates, children: Children, replicas: int,
+          free: Mapping[str, list[int]] | None, prepared: set[str] | None, now: datetime) -> placing.Placement:
     spill = isvc.spec.gpu.spill
     assert spill is not None and cands.preferred is not None
     order = cands.usable_names()
@@ -175,7 +178,7 @@ def place(isvc: InferenceService, cands: choice.Candidates, children: Children, 
     nodes = {o.gpu_class: o.layout.nodes if o.layout is not None else 1 for o in cands.usable()}
     room = None if free is None else {c: capacity.room(free.get(c, []), gpus[c], nodes[c]) for c in order}
     return placing.place(
-        replicas, order, gpus, class_states(children), room, engines_ready,
+        replicas, order, gpus, class_states(children), room, prepared,
         placing.Spill(spill.after_seconds, spill.return_after_seconds), remembered(isvc), now,
         skipped=[(o.gpu_class, o.reason) for o in cands.skipped])
 

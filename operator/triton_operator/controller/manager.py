@@ -29,7 +29,7 @@ from .views import GPU_POD_KIND, Views
 
 log = logging.getLogger(__name__)
 CHILDREN_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
-PODS_SELECTOR = f"{LABEL_SERVICE},{CHILDREN_SELECTOR}"  # serving pods and engine-build pods
+PODS_SELECTOR = f"{LABEL_SERVICE},{CHILDREN_SELECTOR}"  # serving pods and model-preparation pods
 # Every pod that may hold GPUs: the API server drops ended pods (as kube-scheduler's own pod
 # informer does); trim_gpu_pod keeps only bound pods that request an extended resource.
 GPU_PODS_FIELDS = "status.phase!=Succeeded,status.phase!=Failed"

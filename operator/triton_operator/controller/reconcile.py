@@ -1,4 +1,4 @@
-"""One reconcile pass for one InferenceService, from the cache: plan (pure), write what differs,
+"""One reconcile pass for one InferenceService, from the cache: the desired state (pure), write what differs,
 compute status (pure), write it if it changed.
 
 Nothing here reads the API. The work queue guarantees one pass per object at a time, so the
@@ -65,7 +65,7 @@ class Converged:
 
     inputs: tuple[Any, ...]
     tokens: frozenset[Any]
-    plan: desired_core.Plan
+    desired: desired_core.DesiredState
     retry_at: float | None = None
     refusals: int = 0
 
@@ -165,25 +165,25 @@ class Reconciler:
         free_known = self.views.free_gpus(classes)
         free = free_known if spill else None
         pool_was_missing = key in self._pools_missing
-        plan = self._converge(key, isvc, classes, children, replicas, inputs, free, now, always=spill)
-        self._follow_placement(key, plan.placement)
+        desired = self._converge(key, isvc, classes, children, replicas, inputs, free, now, always=spill)
+        self._follow_placement(key, desired.placement)
 
         children = self.views.children(key)  # after our writes (written through to the cache)
-        cls = classes.get(plan.gpu_class) if plan.gpu_class else None
-        names = dict(plan.deployments)
-        deployments = [d for _, name in plan.deployments if (d := children.deployment_named(name)) is not None]
+        cls = classes.get(desired.gpu_class) if desired.gpu_class else None
+        names = dict(desired.deployments)
+        deployments = [d for _, name in desired.deployments if (d := children.deployment_named(name)) is not None]
         observed = status_core.Observed(
-            desired_replicas=plan.replicas, gpu_class=plan.gpu_class, gpu_class_spec=cls.spec if cls else None,
-            gpu_count=next((o.count for o in plan.options if o.gpu_class == plan.gpu_class), isvc.spec.gpu.count),
-            error=plan.error, notes=list(plan.notes), deployment=children.deployment,
+            desired_replicas=desired.replicas, gpu_class=desired.gpu_class, gpu_class_spec=cls.spec if cls else None,
+            gpu_count=next((o.count for o in desired.options if o.gpu_class == desired.gpu_class), isvc.spec.gpu.count),
+            error=desired.error, notes=list(desired.notes), deployment=children.deployment,
             # A group's workers too: one that cannot be scheduled or crashes holds its group back.
             pods=list(children.pods) + list(children.worker_pods) if children.deployment else [],
             endpoints=endpoints(key[1], key[0], self.settings, isvc.spec.serves_openai()),
             selector=",".join(f"{k}={v}" for k, v in selector_labels(key[1]).items()),
-            preparation=None if plan.preparation is None else list(plan.preparation),
-            deployments=deployments, deployment_names=names, placement=plan.placement, options=list(plan.options),
-            class_nodes=None if free_known is None or plan.gpu_class is None else len(free_known.get(plan.gpu_class) or []))
-        self._count_gpus(key, plan, children, isvc.spec.gpu.count)
+            preparation=None if desired.preparation is None else list(desired.preparation),
+            deployments=deployments, deployment_names=names, placement=desired.placement, options=list(desired.options),
+            class_nodes=None if free_known is None or desired.gpu_class is None else len(free_known.get(desired.gpu_class) or []))
+        self._count_gpus(key, desired, children, isvc.spec.gpu.count)
         new_status, events = status_core.compute(isvc, observed, now)
         before = self._leaders.get(key)
         leaders = status_core.group_leaders(list(children.pods))
@@ -208,11 +208,12 @@ class Reconciler:
             f"install the Gateway API Inference Extension's CRDs (v1.0 or later); the pool is created within a "
             f"minute after, and the service serves through the operator's gateway meanwhile"))]
 
-    def _count_gpus(self, key: Key, plan: desired_core.Plan, children: desired_core.Children, default: int) -> None:
+    def _count_gpus(self, key: Key, desired: desired_core.DesiredState, children: desired_core.Children,
+                    default: int) -> None:
         """triton_operator_service_gpus for this service: ready replicas x GPUs per replica, per class."""
-        per_replica = {o.gpu_class: o.count for o in plan.options}
+        per_replica = {o.gpu_class: o.count for o in desired.options}
         now: dict[str, int] = {}
-        for gpu_class, name in plan.deployments:
+        for gpu_class, name in desired.deployments:
             d = children.deployment_named(name)
             ready = int(((d or {}).get("status") or {}).get("readyReplicas") or 0)
             now[gpu_class] = ready * per_replica.get(gpu_class, default)
@@ -228,45 +229,45 @@ class Reconciler:
     def _converge(self, key: Key, isvc: InferenceService, classes: Mapping[str, GPUClass],
                   children: desired_core.Children, replicas: int, inputs: tuple[Any, ...],
                   free: Mapping[str, list[int]] | None = None, now: datetime | None = None,
-                  always: bool = False) -> desired_core.Plan:
-        """`always`: plan even when nothing the skip compares changed (a spill-over placement
+                  always: bool = False) -> desired_core.DesiredState:
+        """`always`: compute the desired state even when nothing the skip compares changed (a spill-over placement
         depends on pods, free GPUs and the clock; planning it is pure and takes a millisecond)."""
         tokens = _tokens(_versions(children))
         last = self._converged.get(key)
         if not always and last is not None and last.inputs == inputs and last.tokens == tokens and (
                 last.retry_at is None or time.monotonic() < last.retry_at):
             self.skipped += 1
-            return last.plan
-        plan = desired_core.plan(isvc, classes, self.settings, children, replicas, free, now)
-        if any(m["kind"] == LEADER_WORKER_SET.kind for m in plan.apply) and not self.groups_ready():
-            plan = desired_core.Plan(plan.replicas, plan.gpu_class, plan.notes, (
+            return last.desired
+        desired = desired_core.desired_state(isvc, classes, self.settings, children, replicas, free, now)
+        if any(m["kind"] == LEADER_WORKER_SET.kind for m in desired.apply) and not self.groups_ready():
+            desired = desired_core.DesiredState(desired.replicas, desired.gpu_class, desired.notes, (
                 "LeaderWorkerSetNotInstalled",
                 f"a replica of {isvc.spec.gpu.count} GPUs spans nodes and runs as a LeaderWorkerSet group, but "
                 f"the cluster does not serve {LEADER_WORKER_SET.api_version} LeaderWorkerSets: install "
                 f"LeaderWorkerSet (https://lws.sigs.k8s.io, v0.9 or later); the operator starts using it "
-                f"within a minute"), preparation=plan.preparation, deployments=plan.deployments,
-                options=plan.options)
+                f"within a minute"), preparation=desired.preparation, deployments=desired.deployments,
+                options=desired.options)
             self.enqueue_after(key, ADDON_RECHECK_SECONDS)
-            return plan
+            return desired
         pool_wait = None
-        if any(m["kind"] == INFERENCE_POOL.kind for m in plan.apply) and not self.pools_ready():
+        if any(m["kind"] == INFERENCE_POOL.kind for m in desired.apply) and not self.pools_ready():
             # The pool is an addition: the service is rendered and serves without it meanwhile.
-            plan = replace(plan, apply=tuple(m for m in plan.apply if m["kind"] != INFERENCE_POOL.kind))
+            desired = replace(desired, apply=tuple(m for m in desired.apply if m["kind"] != INFERENCE_POOL.kind))
             self._pools_missing.add(key)
             pool_wait = ADDON_RECHECK_SECONDS
             self.enqueue_after(key, pool_wait)
         else:
             self._pools_missing.discard(key)
         existing = _versions(children)
-        if any((m["kind"], m["metadata"]["name"]) not in existing for m in plan.apply) and not self._owner_exists(
+        if any((m["kind"], m["metadata"]["name"]) not in existing for m in desired.apply) and not self._owner_exists(
                 key, inputs[0]):
             # A child is about to be created: its owner is read afresh first (the cache may not have
             # seen it deleted yet), and nothing is created for an owner that is gone.
             self.forget(key)
-            return replace(plan, apply=(), delete=())
+            return replace(desired, apply=(), delete=())
         rejected: tuple[str, str] | None = None
         written: list[tuple[str, dict[str, Any]]] = []
-        for manifest in plan.apply:
+        for manifest in desired.apply:
             try:
                 if manifest["kind"] == LEADER_WORKER_SET.kind:
                     self._ensure_group_key(isvc, manifest)
@@ -277,23 +278,24 @@ class Reconciler:
                 kind, name = manifest["kind"], manifest["metadata"]["name"]
                 rejected = (f"{kind}Rejected", f"the API server refused {kind} {name}: {e.message or e.reason}")
                 break
-        for api_version, kind, name in plan.delete:
+        for api_version, kind, name in desired.delete:
             self.kube.delete(self.kube.kinds[(api_version, kind)], name, key[0], propagation="Background")
             telemetry.WRITES.labels(kind, "delete").inc()
         retry_at, refusals = None, 0
         if rejected is not None:
-            plan = desired_core.Plan(plan.replicas, plan.gpu_class, plan.notes, rejected, preparation=plan.preparation,
-                                     deployments=plan.deployments, options=plan.options)
+            desired = desired_core.DesiredState(desired.replicas, desired.gpu_class, desired.notes, rejected,
+                                                preparation=desired.preparation, deployments=desired.deployments,
+                                                options=desired.options)
             refusals = (last.refusals if last is not None and last.inputs == inputs else 0) + 1
             pause = min(REFUSAL_RETRY_MAX, REFUSAL_RETRY_BASE * 2 ** (refusals - 1))
             retry_at = time.monotonic() + pause
             self.enqueue_after(key, pause)
         if pool_wait is not None:
             retry_at = min(retry_at or math.inf, time.monotonic() + pool_wait)
-        # The memo keeps the children at the version this pass planned from or wrote (_memo_tokens).
-        self._converged[key] = Converged(inputs, _memo_tokens(children, written, plan.delete),
-                                         replace(plan, apply=()), retry_at, refusals)
-        return plan
+        # The memo keeps the children at the version this pass read or wrote (_memo_tokens).
+        self._converged[key] = Converged(inputs, _memo_tokens(children, written, desired.delete),
+                                         replace(desired, apply=()), retry_at, refusals)
+        return desired
 
     def _ensure_group_key(self, isvc: InferenceService, group_set: dict[str, Any]) -> None:
         """The SSH key pair a multi-node service's groups start MPI with, made once (created, never
@@ -304,7 +306,7 @@ class Reconciler:
             telemetry.WRITES.labels("Secret", "create").inc()
 
     def _owner_exists(self, key: Key, uid: str | None) -> bool:
-        """The InferenceService, read from the API server now, is the one the pass planned for (same
+        """The InferenceService, read from the API server now, is the one the pass computed for (same
         uid) and is not being deleted."""
         fresh = self.kube.get(INFERENCE_SERVICE, key[1], key[0])
         telemetry.OWNER_READS.inc()
@@ -370,7 +372,7 @@ CHILD_KINDS = {DEPLOYMENT.kind, LEADER_WORKER_SET.kind, SERVICE.kind, PDB.kind, 
 
 
 def _versions(children: desired_core.Children) -> dict[tuple[str, str], dict[str, Any]]:
-    """The children whose version decides whether a pass must plan, by (kind, name)."""
+    """The children whose version decides whether a pass must compute the desired state, by (kind, name)."""
     out = {(d.get("kind", DEPLOYMENT.kind), d["metadata"]["name"]): d for d in children.all_deployments()}
     for kind, obj in ((SERVICE.kind, children.service), (PDB.kind, children.pdb),
                       (NETWORK_POLICY.kind, children.network_policy), (INFERENCE_POOL.kind, children.inference_pool)):
@@ -390,21 +392,22 @@ def _tokens(versions: dict[tuple[str, str], dict[str, Any]]) -> frozenset[Any]:
 
 def _memo_tokens(before: desired_core.Children, written: list[tuple[str, dict[str, Any]]],
                  deleted: Sequence[tuple[str, str, str]]) -> frozenset[Any]:
-    """The tokens a converged pass keeps: its children at the version it planned from, or wrote
+    """The tokens a converged pass keeps: its children at the version it read, or wrote
     itself (less what it deleted); never as the cache holds them after its writes. A change that
     reached the cache between a write and the memo would be kept as seen, and the pass its event
     queued would skip as if nothing had changed: a preparation Job that completed within a second
     of its creation left the service saying "waiting for a node" until the operator restarted; a
     Deployment edited or deleted in that gap would have stayed so. A child the pass neither read
-    nor wrote is not in the memo, so the next pass that sees it plans. A Job the pass re-applied
-    whose write returned another state than the one it planned from (it finished in between) is
-    kept as planned from: the plan read the state, and the pass its completion queued must plan."""
-    planned = _versions(before)
-    versions = dict(planned)
+    nor wrote is not in the memo, so the next pass that sees it computes again. A Job the pass
+    re-applied whose write returned another state than the one it read (it finished in between) is
+    kept as read: the desired state read the Job's state, and the pass its completion queued must
+    read it again."""
+    read = _versions(before)
+    versions = dict(read)
     for kind, obj in written:
         key = (kind, obj["metadata"]["name"])
-        if kind not in CHILD_KINDS or (kind == JOB.kind and key in planned
-                                       and planned[key].get("status") != obj.get("status")):
+        if kind not in CHILD_KINDS or (kind == JOB.kind and key in read
+                                       and read[key].get("status") != obj.get("status")):
             continue
         versions[key] = obj
     for _, kind, name in deleted:
@@ -413,7 +416,7 @@ def _memo_tokens(before: desired_core.Children, written: list[tuple[str, dict[st
 
 
 def _preparation_digest(isvc: InferenceService) -> str:
-    """The preparation remembered in status takes part in the plan of a TensorRT-LLM service."""
+    """The preparation remembered in status takes part in the desired of a TensorRT-LLM service."""
     known = [e.wire() for e in isvc.status.preparation or []] if isvc.status else []
     return json.dumps(known, sort_keys=True)
 

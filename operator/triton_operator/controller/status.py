@@ -16,7 +16,7 @@ from .. import conditions
 from ..api import GPUClassSpec, InferenceService
 from ..kube.events import Event
 from ..planning import placement as placing
-from ..planning.choice import Option
+from ..planning.assignment import Option
 
 # Container waiting reasons that mean "this will not fix itself".
 BAD_WAITING = {"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName",

@@ -138,7 +138,7 @@ class Views:
             deployment=self.main_workload(key), service=s.get(SERVICE.kind, key), pdb=s.get(PDB.kind, key),
             network_policy=s.get(NETWORK_POLICY.kind, key), inference_pool=s.get(INFERENCE_POOL.kind, key),
             jobs=jobs, pods=tuple(p for p in pods if p["metadata"]["labels"].get(component) == "server"),
-            build_pods=tuple(p for p in pods if p["metadata"]["labels"].get(component) == "model-prepare"),
+            preparation_pods=tuple(p for p in pods if p["metadata"]["labels"].get(component) == "model-prepare"),
             deployments=deployments,
             worker_pods=tuple(p for p in pods if p["metadata"]["labels"].get(component) == WORKER_COMPONENT))
 

@@ -16,8 +16,8 @@ stacks); it is mature, maintained by the aio-libs team, and its server measured 
 three dependencies and an ASGI layer for routes this small.
 
 Layout. Pure: `keys` (API key lists, grants, rate limits), `limits` (each key's share of the
-gateway), `translate` (OpenAI <-> generate, chat templates, error bodies), `routing` (services,
-endpoints, least-in-flight choice), `passthrough` (which v2 paths pass), `config`. The shell:
+gateway), `openai_schema` (the OpenAI request bodies accepted and refused, error bodies), `translate`
+(OpenAI <-> generate, chat templates), `routing` (services, endpoints, least-in-flight choice), `passthrough` (which v2 paths pass), `config`. The shell:
 `auth` (the loaded keys, a request's key, what a key used), `admission` (a body within its key's
 share), `resolution` (which service a model id names), `holding` (waiting for a ready replica),
 `watches` (the InferenceServices and EndpointSlices, watched through `kube.aio`), `upstream` (calls

@@ -15,8 +15,8 @@ from typing import AsyncIterator
 from aiohttp import web
 
 from . import limits
+from . import openai_schema as oai
 from . import telemetry as m
-from . import translate as t
 from .auth import Caller
 from .config import GatewaySettings
 
@@ -41,11 +41,11 @@ class Held:
             return
         if full == "key":
             m.REJECTED.labels("key_memory_share").inc()
-            raise t.OpenAIError(429, f"API key {self.caller.grant.name} has its share of the gateway's memory in "
+            raise oai.OpenAIError(429, f"API key {self.caller.grant.name} has its share of the gateway's memory in "
                                      f"requests already; retry when one ends", "rate_limit_error",
                                 code="too_many_bytes_in_flight", retry_after=1)
         m.REJECTED.labels("memory_full").inc()
-        raise t.OpenAIError(503, "the gateway holds as many requests as it can; retry", "service_unavailable",
+        raise oai.OpenAIError(503, "the gateway holds as many requests as it can; retry", "service_unavailable",
                             code="gateway_busy", retry_after=1)
 
     def release(self, n: int) -> None:
@@ -87,21 +87,21 @@ class Admission:
         cap = caller.grant.max_in_flight or s.max_in_flight_per_key
         if not self.in_flight.acquire(caller.digest, cap):
             m.REJECTED.labels("too_many_in_flight").inc()
-            raise t.OpenAIError(429, f"API key {caller.grant.name} has {cap} requests open already; retry when one "
+            raise oai.OpenAIError(429, f"API key {caller.grant.name} has {cap} requests open already; retry when one "
                                      f"ends", "rate_limit_error", code="too_many_requests_in_flight", retry_after=1)
         held = Held(self.bodies, caller)
         try:
             length = request.content_length
             if length is not None and length > s.max_body_bytes:
                 m.REJECTED.labels("too_large").inc()
-                raise t.OpenAIError(413, f"request body of {length} bytes; the largest accepted is "
+                raise oai.OpenAIError(413, f"request body of {length} bytes; the largest accepted is "
                                          f"{s.max_body_bytes}", code="request_too_large")
             held.reserve(s.max_body_bytes if length is None else length)
             try:
                 held.body = await asyncio.wait_for(read_body(request, length), s.body_timeout_seconds)
             except asyncio.TimeoutError:
                 m.REJECTED.labels("body_timeout").inc()
-                raise t.OpenAIError(408, f"the request body did not arrive within {s.body_timeout_seconds:g}s",
+                raise oai.OpenAIError(408, f"the request body did not arrive within {s.body_timeout_seconds:g}s",
                                     code="request_timeout") from None
             held.set(len(held.body))   # a body of unknown length: count only what it is
             yield held
@@ -122,7 +122,7 @@ async def read_body(request: web.Request, length: int | None) -> bytes | bytearr
     while got < length:
         chunk = await request.content.readany()
         if not chunk:
-            raise t.OpenAIError(400, f"the request body ended after {got} of its {length} bytes",
+            raise oai.OpenAIError(400, f"the request body ended after {got} of its {length} bytes",
                                 code="incomplete_body")
         view[got:got + len(chunk)] = chunk
         got += len(chunk)

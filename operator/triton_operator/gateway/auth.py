@@ -17,9 +17,9 @@ from typing import Any, Callable
 from aiohttp import web
 
 from . import keys as keys_core
+from . import openai_schema as oai
 from . import telemetry as m
 from . import tracing as tr
-from . import translate as t
 from .config import GatewaySettings
 from .routing import Service
 
@@ -118,7 +118,7 @@ class Auth:
     def authorize(self, request: web.Request) -> Caller:
         if self.keys_error is not None:
             m.REJECTED.labels("keys_unavailable").inc()
-            raise t.OpenAIError(503, "the gateway cannot read its API keys; its operator has been told",
+            raise oai.OpenAIError(503, "the gateway cannot read its API keys; its operator has been told",
                                 "service_unavailable", code="keys_unavailable",
                                 retry_after=self.settings.key_reload_seconds)
         now = self.clock()
@@ -133,17 +133,17 @@ class Auth:
             blocked = self.failures.blocked(address, now)
             if blocked > 0:
                 m.REJECTED.labels("auth_throttled").inc()
-                raise t.OpenAIError(429, f"too many failed API key attempts from this address; retry in "
+                raise oai.OpenAIError(429, f"too many failed API key attempts from this address; retry in "
                                          f"{blocked:.0f}s", "rate_limit_error", code="too_many_failed_attempts",
                                     retry_after=blocked)
             self.failures.failed(address, now)
             m.REJECTED.labels("unauthorized").inc()
-            raise t.OpenAIError(401, "missing API key: send it as 'Authorization: Bearer KEY'" if presented is None
+            raise oai.OpenAIError(401, "missing API key: send it as 'Authorization: Bearer KEY'" if presented is None
                                 else "invalid API key", code="invalid_api_key")
         wait = max(self.limiter.take(d, grant, now), self.token_limiter.wait(d, grant, now))
         if wait > 0:
             m.REJECTED.labels("rate_limited").inc()
-            raise t.OpenAIError(429, f"rate limit of API key {grant.name} reached; retry in {wait:.1f}s",
+            raise oai.OpenAIError(429, f"rate limit of API key {grant.name} reached; retry in {wait:.1f}s",
                                 "rate_limit_error", code="rate_limit_exceeded", retry_after=wait)
         self.tracing.annotate(tr.KEY_NAME, grant.name)   # the key's name, never the key
         return Caller(d, grant)

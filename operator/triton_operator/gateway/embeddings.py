@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
+from . import openai_schema as oai
 from . import translate as t
 
 MAX_INPUTS = 256
@@ -49,7 +50,7 @@ class EmbeddingsRequest(BaseModel):
     def _dimensions(cls, value: int | None) -> int | None:
         if value is not None:
             raise ValueError(f"the model's own dimension is served; shortened embeddings are not supported"
-                             f"{t.GATEWAY_REFUSES}")
+                             f"{oai.GATEWAY_REFUSES}")
         return value
 
     def texts(self) -> list[str]:
@@ -57,15 +58,15 @@ class EmbeddingsRequest(BaseModel):
 
 
 def parse(raw: bytes | bytearray) -> EmbeddingsRequest:
-    return t.parse_body(raw, EmbeddingsRequest)
+    return oai.parse_body(raw, EmbeddingsRequest)
 
 
 def generate_body(req: EmbeddingsRequest) -> dict[str, Any]:
     return {"text_input": req.texts()}
 
 
-def _bad(why: str) -> t.OpenAIError:
-    return t.OpenAIError(502, f"the embedding model's answer {why}", "upstream_error", code="upstream_failed")
+def _bad(why: str) -> oai.OpenAIError:
+    return oai.OpenAIError(502, f"the embedding model's answer {why}", "upstream_error", code="upstream_failed")
 
 
 def vectors(answer: dict[str, Any], count: int) -> tuple[list[list[float]], int | None]:

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from . import limits
+from . import openai_schema as oai
 from . import telemetry as m
 from . import tracing as tr
-from . import translate as t
 from .auth import Caller
 from .config import GatewaySettings
 from .routing import Address, Beginning, Router, Service, ServiceKey
@@ -44,6 +45,7 @@ class Wakeups:
         self.wake(set(self._events))
 
 
+@dataclass(eq=False)
 class Holding:
     """Holds a request only while it will be answered: while the service's replicas are starting
     (it scales from zero, is new, or has fewer ready replicas than it asked for). A service that says
@@ -51,16 +53,15 @@ class Holding:
     UNUSABLE_GRACE_SECONDS (the EndpointSlices may lag the status by a moment), with a log line
     (once a minute per service) and triton_gateway_rejected_requests_total{reason="no_usable_replica"}."""
 
-    def __init__(self, settings: GatewaySettings, router: Router, holds: limits.Holds, wakeups: Wakeups,
-                 clock: Callable[[], float], tracing: tr.Off | tr.On):
-        self.settings = settings
-        self.router = router
-        self.holds = holds
-        self.wakeups = wakeups
-        self.clock = clock
-        self.tracing = tracing
-        self.draining = False
-        self._said: dict[ServiceKey, float] = {}   # service -> when its last no-usable-replica line was logged
+    settings: GatewaySettings
+    router: Router
+    holds: limits.Holds
+    wakeups: Wakeups
+    clock: Callable[[], float]
+    tracing: tr.Off | tr.On
+    draining: bool = field(default=False, init=False)
+    # service -> when its last no-usable-replica line was logged
+    _said: dict[ServiceKey, float] = field(default_factory=dict, init=False)
 
     async def endpoint(self, svc: Service, caller: Caller, begins: Beginning | None = None) -> Address:
         """A usable replica for `svc` (by its Beginning when the request has one: routing.Router.pick),
@@ -76,11 +77,11 @@ class Holding:
         if full is not None:
             m.REJECTED.labels("hold_full").inc()
             if full == "key":
-                raise t.OpenAIError(429, f"model {svc.key[1]} is starting and API key {caller.grant.name} has "
+                raise oai.OpenAIError(429, f"model {svc.key[1]} is starting and API key {caller.grant.name} has "
                                          f"{self.holds.per_key} requests waiting for it already (its share); retry "
                                          f"later", "rate_limit_error", code="hold_share_full",
                                     retry_after=self.settings.retry_after_seconds)
-            raise t.OpenAIError(503, f"model {svc.key[1]} is starting and {self.holds.held(svc.key)} requests "
+            raise oai.OpenAIError(503, f"model {svc.key[1]} is starting and {self.holds.held(svc.key)} requests "
                                      f"already wait for it; retry later", "service_unavailable",
                                 code="model_starting", retry_after=self.settings.retry_after_seconds)
         gauge = m.HELD.labels(*svc.key)
@@ -106,7 +107,7 @@ class Holding:
                 if not starting:
                     raise self._unusable(svc)
                 m.REJECTED.labels("hold_timeout").inc()
-                raise t.OpenAIError(
+                raise oai.OpenAIError(
                     503, f"model {svc.key[1]} has no ready replica after "
                          f"{self.settings.hold_timeout_seconds:.0f}s; it may still be starting: retry later",
                     "service_unavailable", code="model_starting", retry_after=self.settings.retry_after_seconds)
@@ -116,7 +117,7 @@ class Holding:
                 continue
             current = self.router.services.get(svc.key)
             if current is None:
-                raise t.OpenAIError(404, f"model {svc.key[1]} was deleted", code="model_not_found")
+                raise oai.OpenAIError(404, f"model {svc.key[1]} was deleted", code="model_not_found")
             svc = current
             self._check_servable(svc)
             now = self.clock()
@@ -126,7 +127,7 @@ class Holding:
                 return address
             self._check_reachable(svc, now)
 
-    def _unusable(self, svc: Service) -> t.OpenAIError:
+    def _unusable(self, svc: Service) -> oai.OpenAIError:
         """The 503 (and the log line and metric) for a service that has its replicas, none usable."""
         m.REJECTED.labels("no_usable_replica").inc()
         if svc.desired == 0:
@@ -135,7 +136,7 @@ class Holding:
             why = (f"model {svc.key[1]} reports {svc.ready} ready replica(s) but the gateway can reach none: "
                    f"{self.router.why_no_endpoint(svc.key)}")
         self._say(svc.key, why)
-        return t.OpenAIError(503, why, "service_unavailable", code="no_usable_replica",
+        return oai.OpenAIError(503, why, "service_unavailable", code="no_usable_replica",
                              retry_after=self.settings.retry_after_seconds)
 
     def _check_reachable(self, svc: Service, now: float) -> None:
@@ -147,7 +148,7 @@ class Holding:
         why = (f"model {svc.key[1]}: every ready replica refused the connection or timed out in the last "
                f"{EJECT_SECONDS:.0f}s")
         self._say(svc.key, why)
-        raise t.OpenAIError(503, why + "; retry later", "service_unavailable", code="upstream_unreachable",
+        raise oai.OpenAIError(503, why + "; retry later", "service_unavailable", code="upstream_unreachable",
                             retry_after=max(1.0, until - now))
 
     def _say(self, key: ServiceKey, why: str) -> None:
@@ -159,11 +160,11 @@ class Holding:
     def _check_servable(self, svc: Service) -> None:
         if self.draining:
             m.REJECTED.labels("unavailable").inc()
-            raise t.OpenAIError(503, "the gateway is shutting down; retry", "service_unavailable",
+            raise oai.OpenAIError(503, "the gateway is shutting down; retry", "service_unavailable",
                                 code="gateway_stopping", retry_after=1)
         if svc.degraded and not self.router.endpoints(svc.key):
             m.REJECTED.labels("unavailable").inc()
-            raise t.OpenAIError(503, f"model {svc.key[1]} cannot serve: {svc.degraded}", "service_unavailable",
+            raise oai.OpenAIError(503, f"model {svc.key[1]} cannot serve: {svc.degraded}", "service_unavailable",
                                 code="model_unavailable", retry_after=self.settings.retry_after_seconds)
 
     def drain(self) -> None:

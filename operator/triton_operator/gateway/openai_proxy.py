@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import dataclass
 from typing import Callable
 
 import aiohttp
 from aiohttp import web
 
 from . import embeddings as e
+from . import openai_schema as oai
 from . import responses as r
 from . import telemetry as m
 from . import translate as t
@@ -24,16 +26,15 @@ from .routing import Beginning, Router, Service, ServiceKey, beginning, cursor_s
 from .upstream import Exchange, Upstream, answer_json, answer_too_large, read_chunk, read_whole, upstream_error
 
 
+@dataclass(eq=False)
 class OpenAIProxy:
-    def __init__(self, router: Router, auth: Auth, admission: Admission, resolver: Resolver, holding: Holding,
-                 upstream: Upstream, clock: Callable[[], float]):
-        self.router = router
-        self.auth = auth
-        self.admission = admission
-        self.resolver = resolver
-        self.holding = holding
-        self.upstream = upstream
-        self.clock = clock
+    router: Router
+    auth: Auth
+    admission: Admission
+    resolver: Resolver
+    holding: Holding
+    upstream: Upstream
+    clock: Callable[[], float]
 
     async def list_models(self, request: web.Request) -> web.Response:
         grant = self.auth.authorize(request).grant
@@ -48,22 +49,22 @@ class OpenAIProxy:
                                   "owned_by": svc.key[0]})
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._openai(request, t.ChatRequest, "chat")
+        return await self._openai(request, oai.ChatRequest, "chat")
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._openai(request, t.CompletionRequest, "completions")
+        return await self._openai(request, oai.CompletionRequest, "completions")
 
     async def responses(self, request: web.Request) -> web.StreamResponse:
-        return await self._openai(request, t.ChatRequest, "responses")
+        return await self._openai(request, oai.ChatRequest, "responses")
 
     async def embeddings(self, request: web.Request) -> web.StreamResponse:
-        return await self._openai(request, t.ChatRequest, "embeddings")
+        return await self._openai(request, oai.ChatRequest, "embeddings")
 
-    async def _openai(self, request: web.Request, kind: type[t._Request], route: str) -> web.StreamResponse:
+    async def _openai(self, request: web.Request, kind: type[oai.GenerationRequest], route: str) -> web.StreamResponse:
         caller = self.auth.authorize(request)
         if request.headers.get("Content-Encoding", "identity").lower() != "identity":
             m.REJECTED.labels("bad_request").inc()
-            raise t.OpenAIError(415, "compressed request bodies are not accepted on the OpenAI routes",
+            raise oai.OpenAIError(415, "compressed request bodies are not accepted on the OpenAI routes",
                                 code="unsupported_content_encoding")
         async with self.admission.admitted(request, caller) as held:
             if route == "embeddings":
@@ -76,7 +77,7 @@ class OpenAIProxy:
         svc = self.resolver.resolve(req.model, caller.grant)
         if not svc.embeddings:
             m.REJECTED.labels("bad_request").inc()
-            raise t.OpenAIError(400, f"model {req.model!r} generates text and has no embeddings (an embedding model "
+            raise oai.OpenAIError(400, f"model {req.model!r} generates text and has no embeddings (an embedding model "
                                      f"sets spec.openai.task embeddings)", param="model", code="wrong_model_task")
         if not self.router.endpoints(svc.key):
             del req
@@ -102,29 +103,29 @@ class OpenAIProxy:
             return answer
 
     async def _openai_admitted(self, request: web.Request, caller: Caller, held: Held,
-                               kind: type[t._Request], route: str) -> web.StreamResponse:
+                               kind: type[oai.GenerationRequest], route: str) -> web.StreamResponse:
         assert held.body is not None
         body = held.body
 
-        def parse() -> tuple[t._Request, r.ResponsesRequest | None]:
+        def parse() -> tuple[oai.GenerationRequest, r.ResponsesRequest | None]:
             if route == "responses":
                 original = r.parse(body)
                 return r.to_chat(original), original
-            return t.parse_body(body, kind), None
+            return oai.parse_body(body, kind), None
 
         req, original = parse()
         svc = self.resolver.resolve(req.model, caller.grant)
         if svc.embeddings:
             m.REJECTED.labels("bad_request").inc()
-            raise t.OpenAIError(400, f"model {req.model!r} is an embedding model: send it to /v1/embeddings",
+            raise oai.OpenAIError(400, f"model {req.model!r} is an embedding model: send it to /v1/embeddings",
                                 param="model", code="wrong_model_task")
         cap = self.auth.max_tokens_cap(caller)
         asked = t.max_tokens_asked(req)
         if asked is not None and asked > cap:
             m.REJECTED.labels("bad_request").inc()
-            raise t.OpenAIError(400, f"max_tokens: at most {cap} for this API key", param="max_tokens",
+            raise oai.OpenAIError(400, f"max_tokens: at most {cap} for this API key", param="max_tokens",
                                 code="max_tokens_too_large")
-        chat = isinstance(req, t.ChatRequest)
+        chat = isinstance(req, oai.ChatRequest)
         template = svc.chat_template or self.upstream.cached_template(svc)
         if not self.router.endpoints(svc.key) or (not svc.llm and chat and template is None):
             # Waits ahead (for a replica, for the model's chat template): the parsed request is
@@ -250,14 +251,14 @@ class OpenAIProxy:
                 if stream.stopped:
                     break
             await ex.to_client(request, out.write(stream.end()))
-        except t.OpenAIError as e:
+        except oai.OpenAIError as e:
             span.fail(e)
             ex.failed = True
             await ex.to_client(request, out.write(stream.error(e)))
         except (aiohttp.ClientError, asyncio.TimeoutError) as e:
             span.fail(e)   # the answer began (200) and broke: the upstream span says so
             ex.failed = True
-            await ex.to_client(request, out.write(stream.error(t.OpenAIError(
+            await ex.to_client(request, out.write(stream.error(oai.OpenAIError(
                 502, f"the replica failed mid-stream: {type(e).__name__}", "upstream_error", code="upstream_failed"))))
         finally:
             ex.first, ex.tokens = first, stream.tokens
@@ -273,7 +274,7 @@ class OpenAIProxy:
         return out
 
 
-def beginning_of(req: t._Request, key: ServiceKey, answer: int = 0, precise: bool = False,
+def beginning_of(req: oai.GenerationRequest, key: ServiceKey, answer: int = 0, precise: bool = False,
                  scope: str = "") -> Beginning:
     """The request's Beginning for prefix routing: its prompt as the model will read it, within
     its service and the API key's cache `scope` (Caller.cache_scope: engines reuse a prompt only
@@ -289,7 +290,7 @@ def beginning_of(req: t._Request, key: ServiceKey, answer: int = 0, precise: boo
     `"`, so no content can pass for a separator; a later turn of a chat still begins with its
     earlier ones' lines."""
     head = json.dumps([key[0], key[1], scope]) + "\n"
-    if isinstance(req, t.ChatRequest):
+    if isinstance(req, oai.ChatRequest):
         tools = req.tools_json()
         if tools is not None:
             head += json.dumps({"tools": tools, "tool_choice": req.tool_choice_text()}, ensure_ascii=False) + "\n"

@@ -22,8 +22,9 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from . import telemetry as m
+from . import openai_schema as oai
 from . import passthrough
+from . import telemetry as m
 from . import translate as t
 from .admission import Admission, Held
 from .auth import Auth, Caller
@@ -59,24 +60,24 @@ class PassthroughProxy:
             call = passthrough.check(request.raw_path, request.method)
         except passthrough.PathRefused as e:
             m.REJECTED.labels("bad_path" if e.status == 400 else "not_found").inc()
-            raise t.OpenAIError(e.status, e.message, code=e.code, allow=e.allow) from None
+            raise oai.OpenAIError(e.status, e.message, code=e.code, allow=e.allow) from None
         caller = self.auth.authorize(request)
         svc = self.resolver.resolve(call.service, caller.grant, request.headers.get(NAMESPACE_HEADER), openai=False)
         if call.route == "/infer" and generates_text(svc):
             m.REJECTED.labels("not_found").inc()
             what = "is an LLM" if svc.llm else "generates text"
-            raise t.OpenAIError(404, f"model {call.service} {what}: send its requests to /v2/models/"
+            raise oai.OpenAIError(404, f"model {call.service} {what}: send its requests to /v2/models/"
                                      f"{call.service}/generate or generate_stream, or to the OpenAI routes",
                                 code="route_not_allowed")
         try:
             path = call.upstream_path(svc.v2_model)
         except passthrough.PathRefused as e:
-            raise t.OpenAIError(e.status, e.message, "upstream_error", code=e.code) from None
+            raise oai.OpenAIError(e.status, e.message, "upstream_error", code=e.code) from None
         encoding = request.headers.get("Content-Encoding", "identity").lower()
         generate = call.route in GENERATE_ROUTES
         if generate and encoding != "identity":
             m.REJECTED.labels("bad_request").inc()
-            raise t.OpenAIError(415, "compressed request bodies are not accepted on the generate routes",
+            raise oai.OpenAIError(415, "compressed request bodies are not accepted on the generate routes",
                                 code="unsupported_content_encoding")
         async with self.admission.admitted(request, caller) as held:
             assert held.body is not None
@@ -89,15 +90,15 @@ class PassthroughProxy:
         """A generate request within the key's max_tokens, as the replica is sent it (re-encoded):
         refused past the cap, at the top level or inside "parameters"; an LLM service's request that
         names none gets the service's default, capped (the model's own default may be larger)."""
-        data = t.parse_json(raw)
+        data = oai.parse_json(raw)
         if not isinstance(data, dict):
             m.REJECTED.labels("bad_request").inc()
-            raise t.OpenAIError(400, "the request body must be a JSON object")
+            raise oai.OpenAIError(400, "the request body must be a JSON object")
         scopes: list[tuple[dict[str, Any], str]] = [(data, "")]
         if "parameters" in data:
             if not isinstance(data["parameters"], dict):
                 m.REJECTED.labels("bad_request").inc()
-                raise t.OpenAIError(400, "parameters must be a JSON object", param="parameters")
+                raise oai.OpenAIError(400, "parameters must be a JSON object", param="parameters")
             scopes.append((data["parameters"], "parameters."))
         reserved = sorted(prefix + name for scope, prefix in scopes for name in ROUTER_INPUTS & scope.keys())
         if reserved:
@@ -105,7 +106,7 @@ class PassthroughProxy:
             # could read which prompts other keys' requests left in a replica's cache, name its
             # states falsely, or reuse (and time) what another key's requests left there.
             m.REJECTED.labels("bad_request").inc()
-            raise t.OpenAIError(400, f"{', '.join(reserved)}: set by the gateway, not by clients", param=reserved[0],
+            raise oai.OpenAIError(400, f"{', '.join(reserved)}: set by the gateway, not by clients", param=reserved[0],
                                 code="reserved_parameter")
         cap = self.auth.max_tokens_cap(caller)
         asked_anywhere = False
@@ -119,10 +120,10 @@ class PassthroughProxy:
             asked_anywhere = True
             if isinstance(asked, bool) or not isinstance(asked, int) or asked < 1:
                 m.REJECTED.labels("bad_request").inc()
-                raise t.OpenAIError(400, f"{prefix}max_tokens must be a positive integer", param=f"{prefix}max_tokens")
+                raise oai.OpenAIError(400, f"{prefix}max_tokens must be a positive integer", param=f"{prefix}max_tokens")
             if asked > cap:
                 m.REJECTED.labels("bad_request").inc()
-                raise t.OpenAIError(400, f"{prefix}max_tokens: at most {cap} for this API key",
+                raise oai.OpenAIError(400, f"{prefix}max_tokens: at most {cap} for this API key",
                                     param=f"{prefix}max_tokens", code="max_tokens_too_large")
         if svc.llm and not asked_anywhere:
             data["max_tokens"] = min(svc.default_max_tokens, cap)
@@ -190,15 +191,15 @@ class PassthroughProxy:
                             last[t.answer_index(event)] = event
                     held.set(base + events.size)
                 await ex.to_client(request, out.write(chunk))
-        except (t.OpenAIError, aiohttp.ClientError) as e:
-            code = e.code if isinstance(e, t.OpenAIError) else "upstream_failed"
+        except (oai.OpenAIError, aiohttp.ClientError) as e:
+            code = e.code if isinstance(e, oai.OpenAIError) else "upstream_failed"
             await ex.to_client(request, out.write(
                 b"data: " + t.encode({"error": {"message": "the replica's stream broke", "code": code}}) + b"\n\n"))
         finally:
             if last:
                 try:
                     usage = t.total_usage(t.gather([t.answer_of(event) for event in last.values()]))
-                except t.OpenAIError:
+                except oai.OpenAIError:
                     usage = None
                 if usage is not None:
                     self.auth.spend(caller, svc, usage["prompt_tokens"], usage["completion_tokens"])
@@ -221,6 +222,6 @@ def check_header_length(request: web.Request, body_length: int, identity: bool) 
     limit = body_length if identity else INT32_MAX
     if len(values) > 1 or not _DIGITS.fullmatch(values[0]) or int(values[0]) > limit:
         m.REJECTED.labels("bad_request").inc()
-        raise t.OpenAIError(400, f"{HEADER_LENGTH} must be sent once, as an integer from 0 to "
+        raise oai.OpenAIError(400, f"{HEADER_LENGTH} must be sent once, as an integer from 0 to "
                                  f"{'the body length' if identity else INT32_MAX}", param=HEADER_LENGTH,
                             code="bad_header")

@@ -5,9 +5,9 @@ ambiguous name), and the id /v1/models shows for a service."""
 from __future__ import annotations
 
 from . import keys as keys_core
+from . import openai_schema as oai
 from . import telemetry as m
 from . import tracing as tr
-from . import translate as t
 from .routing import Router, Service
 
 
@@ -35,7 +35,7 @@ class Resolver:
             namespace = ns
         else:
             name = model
-        forbidden = t.OpenAIError(403, f"this API key may not use model {model!r}", "permission_error",
+        forbidden = oai.OpenAIError(403, f"this API key may not use model {model!r}", "permission_error",
                                   code="model_not_allowed", param="model")
         if namespace is not None:
             if not grant.allows((namespace, name)):
@@ -52,13 +52,13 @@ class Resolver:
             candidates = [s for s in candidates if s.openai]
         if not candidates:
             m.REJECTED.labels("not_found").inc()
-            raise t.OpenAIError(404, f"model {model!r} does not exist" + (
+            raise oai.OpenAIError(404, f"model {model!r} does not exist" + (
                 " or does not serve the OpenAI routes (spec.openai)" if openai else ""),
                 code="model_not_found", param="model")
         if len(candidates) > 1:
             m.REJECTED.labels("bad_request").inc()
             where = ", ".join(sorted(s.key[0] for s in candidates))
-            raise t.OpenAIError(400, f"model {model!r} exists in namespaces {where}: name it NAMESPACE/{name}",
+            raise oai.OpenAIError(400, f"model {model!r} exists in namespaces {where}: name it NAMESPACE/{name}",
                                 code="model_ambiguous", param="model")
         return candidates[0]
 

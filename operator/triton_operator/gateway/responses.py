@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from . import openai_schema as oai
 from . import translate as t
 
 STATELESS = "this gateway stores no responses"
@@ -58,7 +59,7 @@ class FunctionCallItem(BaseModel):
 
     type: Literal["function_call"]
     call_id: str = Field(..., max_length=256)
-    name: t.FunctionName
+    name: oai.FunctionName
     arguments: str = Field(..., max_length=1 << 20)
 
 
@@ -74,7 +75,7 @@ class FunctionTool(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     type: Literal["function"]
-    name: t.FunctionName
+    name: oai.FunctionName
     description: str | None = Field(None, max_length=8192)
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
@@ -84,7 +85,7 @@ class NamedTool(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     type: Literal["function"]
-    name: t.FunctionName
+    name: oai.FunctionName
 
 
 class TextFormat(BaseModel):
@@ -108,7 +109,7 @@ class ResponsesRequest(BaseModel):
     model: str = Field(..., min_length=1, max_length=253)
     input: str | list[MessageItem | FunctionCallItem | FunctionOutputItem] = Field(..., max_length=4096)
     instructions: str | None = None
-    tools: list[FunctionTool] | None = Field(None, max_length=t.MAX_TOOLS)
+    tools: list[FunctionTool] | None = Field(None, max_length=oai.MAX_TOOLS)
     tool_choice: Literal["none", "auto", "required"] | NamedTool | None = None
     parallel_tool_calls: bool | None = None
     max_output_tokens: int | None = Field(None, ge=1, le=1_000_000)
@@ -149,10 +150,10 @@ class ResponsesRequest(BaseModel):
 
 
 def parse(raw: bytes | bytearray) -> ResponsesRequest:
-    return t.parse_body(raw, ResponsesRequest)
+    return oai.parse_body(raw, ResponsesRequest)
 
 
-def to_chat(req: ResponsesRequest) -> t.ChatRequest:
+def to_chat(req: ResponsesRequest) -> oai.ChatRequest:
     """The chat request a Responses request means (the gateway's checks then apply to it)."""
     messages: list[dict[str, Any]] = []
     if req.instructions:
@@ -189,9 +190,9 @@ def to_chat(req: ResponsesRequest) -> t.ChatRequest:
     if req.stream:
         body["stream_options"] = {"include_usage": True}
     try:
-        return t.ChatRequest.model_validate(body)
+        return oai.ChatRequest.model_validate(body)
     except ValidationError as e:
-        raise t.validation_error(e) from None
+        raise oai.validation_error(e) from None
 
 
 def _echo(req: ResponsesRequest) -> dict[str, Any]:
@@ -348,7 +349,7 @@ class ResponseStream:
         kind = "response.completed" if status == "completed" else "response.incomplete"
         return out + self._event(kind, response=snapshot)
 
-    def error(self, err: t.OpenAIError) -> bytes:
+    def error(self, err: oai.OpenAIError) -> bytes:
         snapshot = self._snapshot("failed", self._output)
         # the Response's error codes are OpenAI's own list; a replica's failure is a server_error there
         snapshot["error"] = {"code": "server_error", "message": err.message}

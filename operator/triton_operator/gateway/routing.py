@@ -83,7 +83,7 @@ SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 # system prompt (the first characters of thousands), as KubeAI's PrefixHash hashes its first 100.
 AFFINITY_CHARS = 256
 AFFINITY_LOAD = 1.25       # a replica takes a request while it has under this times the mean in flight, plus one
-DEFAULT_MAX_BATCH = 64     # spec.engine.maxBatchSize's default (api/spec.py)
+DEFAULT_MAX_BATCH = 64     # spec.engine.maxBatchSize's default (api/serving.py)
 # The index of what a replica holds: blocks of 64 characters (about 16 tokens, an engine's KV block
 # size: TensorRT-LLM's tokens_per_block defaults to 32, vLLM's block to 16), 4,096 of them a
 # replica (about 64k tokens, a fraction of what one GPU's KV cache holds: what the index forgets

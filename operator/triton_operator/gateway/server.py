@@ -8,7 +8,7 @@ The parts, each in its module: `auth` (API keys, who is calling, what a key used
 `upstream` (calls to the replicas), `openai_proxy` and `passthrough_proxy` (the two families of
 routes).
 
-Every answer that is not the model's own is OpenAI-shaped JSON (`translate.OpenAIError`); an
+Every answer that is not the model's own is OpenAI-shaped JSON (`openai_schema.OpenAIError`); an
 unexpected exception is logged with its type only and answered 500 without a traceback.
 """
 
@@ -25,9 +25,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from . import guard
 from . import limits
+from . import openai_schema as oai
 from . import telemetry as m
 from . import tracing as tr
-from . import translate as t
 from .admission import Admission
 from .auth import Auth
 from .config import GatewaySettings
@@ -53,7 +53,7 @@ READ_BUFSIZE = 16 * 1024
 LINGERING_SECONDS = 2.0
 
 
-def _error_response(err: t.OpenAIError) -> web.Response:
+def _error_response(err: oai.OpenAIError) -> web.Response:
     headers = {}
     if err.retry_after is not None:
         headers["Retry-After"] = str(max(1, int(err.retry_after + 0.999)))
@@ -192,14 +192,14 @@ async def errors(request: web.Request, handler: Callable[[web.Request], Awaitabl
                  ) -> web.StreamResponse:
     try:
         return await handler(request)
-    except t.OpenAIError as e:
+    except oai.OpenAIError as e:
         return _error_response(e)
     except web.HTTPRequestEntityTooLarge as e:
         m.REJECTED.labels("too_large").inc()
-        return _error_response(t.OpenAIError(413, e.text or "request body too large", code="request_too_large"))
+        return _error_response(oai.OpenAIError(413, e.text or "request body too large", code="request_too_large"))
     except web.HTTPMethodNotAllowed as e:
         m.REJECTED.labels("not_found").inc()
-        return _error_response(t.OpenAIError(405, f"{e.method} is not allowed here; use "
+        return _error_response(oai.OpenAIError(405, f"{e.method} is not allowed here; use "
                                                   f"{', '.join(sorted(e.allowed_methods))}",
                                              code="method_not_allowed", allow=tuple(sorted(e.allowed_methods))))
     except web.HTTPException as e:
@@ -207,11 +207,11 @@ async def errors(request: web.Request, handler: Callable[[web.Request], Awaitabl
             raise
         reason = "not_found" if e.status == 404 else "bad_request"
         m.REJECTED.labels(reason).inc()
-        return _error_response(t.OpenAIError(e.status, e.reason, code=reason))
+        return _error_response(oai.OpenAIError(e.status, e.reason, code=reason))
     except (asyncio.CancelledError, ConnectionResetError):
         raise
     except Exception as e:  # noqa: BLE001 - a bug answers 500, never a traceback to the client
         log.error("unexpected %s on %s %s", type(e).__name__, request.method, request.path)
         log.debug("unexpected error", exc_info=True)
-        return _error_response(t.OpenAIError(500, "internal error in the gateway", "server_error",
+        return _error_response(oai.OpenAIError(500, "internal error in the gateway", "server_error",
                                              code="internal_error"))

@@ -22,6 +22,7 @@ import aiohttp.resolver
 import yarl
 from aiohttp import web
 
+from . import openai_schema as oai
 from . import telemetry as m
 from . import tracing as tr
 from . import translate as t
@@ -150,12 +151,12 @@ class Upstream:
                 in_flight_gauge.dec()
                 account(sent)
             code = ex.code
-        except t.OpenAIError as e:
+        except oai.OpenAIError as e:
             code = e.status
             raise
         except (aiohttp.ClientError, asyncio.TimeoutError) as e:
             code = 502
-            raise t.OpenAIError(502, f"model {svc.key[1]}: the replica failed: {type(e).__name__}",
+            raise oai.OpenAIError(502, f"model {svc.key[1]}: the replica failed: {type(e).__name__}",
                                 "upstream_error", code="upstream_failed") from None
         finally:
             ended = self.clock()
@@ -208,7 +209,7 @@ class Upstream:
                                       "tls": "failed the TLS handshake", "refused": "refused the connection"}[reason],
                          EJECT_SECONDS)
                 if attempts >= CONNECT_ATTEMPTS:
-                    raise t.OpenAIError(503, f"model {svc.key[1]}: its replicas refused the connection or timed "
+                    raise oai.OpenAIError(503, f"model {svc.key[1]}: its replicas refused the connection or timed "
                                              f"out ({attempts} tried); retry later", "service_unavailable",
                                         code="upstream_unreachable",
                                         retry_after=self.settings.retry_after_seconds) from None
@@ -313,12 +314,12 @@ async def read_chunk(resp: aiohttp.ClientResponse, svc: Service, idle: float) ->
         return await asyncio.wait_for(resp.content.readany(), idle)
     except asyncio.TimeoutError:
         m.child(m.UPSTREAM_STALLED, *svc.key).inc()
-        raise t.OpenAIError(502, f"model {svc.key[1]}: the replica sent nothing for {idle:g}s mid-answer",
+        raise oai.OpenAIError(502, f"model {svc.key[1]}: the replica sent nothing for {idle:g}s mid-answer",
                             "upstream_error", code="upstream_stalled") from None
 
 
-def answer_too_large(svc: Service, cap: int) -> t.OpenAIError:
-    return t.OpenAIError(502, f"model {svc.key[1]}: the replica's answer is larger than the gateway takes "
+def answer_too_large(svc: Service, cap: int) -> oai.OpenAIError:
+    return oai.OpenAIError(502, f"model {svc.key[1]}: the replica's answer is larger than the gateway takes "
                               f"({cap} bytes)", "upstream_error", code="upstream_answer_too_large")
 
 
@@ -341,11 +342,11 @@ def answer_json(data: bytes | bytearray, svc: Service) -> Any:
     try:
         return json.loads(data)
     except (ValueError, UnicodeDecodeError, RecursionError):
-        raise t.OpenAIError(502, f"model {svc.key[1]}: the replica's answer is not JSON", "upstream_error",
+        raise oai.OpenAIError(502, f"model {svc.key[1]}: the replica's answer is not JSON", "upstream_error",
                             code="upstream_failed") from None
 
 
-async def upstream_error(resp: aiohttp.ClientResponse, svc: Service) -> t.OpenAIError:
+async def upstream_error(resp: aiohttp.ClientResponse, svc: Service) -> oai.OpenAIError:
     """A replica's refusal as an OpenAI error with a fixed text: its 4xx (the model refused the
     input) stays a 400, anything else is a 502. What Triton said is logged at debug level only:
     its error texts have named internal state (CVE-2025-23319) and may echo a tenant's input."""
@@ -360,9 +361,9 @@ async def upstream_error(resp: aiohttp.ClientResponse, svc: Service) -> t.OpenAI
         except (ValueError, AttributeError):
             pass
     if 400 <= resp.status < 500:
-        return t.OpenAIError(400, f"model {svc.key[1]} refused the request (HTTP {resp.status})",
+        return oai.OpenAIError(400, f"model {svc.key[1]} refused the request (HTTP {resp.status})",
                              code="model_error")
-    return t.OpenAIError(502, f"model {svc.key[1]} failed (HTTP {resp.status})", "upstream_error",
+    return oai.OpenAIError(502, f"model {svc.key[1]} failed (HTTP {resp.status})", "upstream_error",
                          code="upstream_failed")
 
 

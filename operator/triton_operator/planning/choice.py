@@ -12,59 +12,12 @@ Ties go to the faster class. Classes without a price rank after priced ones.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Mapping
 
 from ..api import GPUClass, GPUClassSpec, InferenceServiceSpec
-from .fit import MIG_PREFIX, Layout, Problem, fit, layout, problems
-
-USABLE = "Fits"
-
-
-@dataclass(frozen=True)
-class Option:
-    """One GPU class at one GPU count, and whether the service may use it."""
-
-    gpu_class: str
-    count: int
-    reason: str = USABLE               # USABLE, or a CamelCase reason it is not used
-    message: str = ""
-    cost_per_hour: float | None = None
-    decode_tokens_per_s_bound: float | None = None
-    weights_gib: float | None = None
-    available_gib: float | None = None
-    layout: Layout | None = None       # nodes, TP x PP, memory per GPU
-
-    @property
-    def usable(self) -> bool:
-        return self.reason == USABLE
-
-    @property
-    def ms_per_token_bound(self) -> float | None:
-        b = self.decode_tokens_per_s_bound
-        return None if not b else round(1000 / b, 2)
-
-
-@dataclass(frozen=True)
-class Candidates:
-    """The preferred option, the spill-over targets in order (usable only), the options left out
-    with their reasons, and for class auto the whole ranking. `error` is set when nothing can run."""
-
-    preferred: Option | None
-    spill: tuple[Option, ...] = ()
-    skipped: tuple[Option, ...] = ()
-    ranking: tuple[Option, ...] = ()
-    error: Problem | None = None
-    notes: tuple[str, ...] = field(default=())
-
-    def usable(self) -> list[Option]:
-        return ([self.preferred] if self.preferred else []) + list(self.spill)
-
-    def usable_names(self) -> list[str]:
-        return [o.gpu_class for o in self.usable()]
-
-    def option(self, gpu_class: str) -> Option | None:
-        return next((o for o in self.usable() if o.gpu_class == gpu_class), None)
+from .assignment import Candidates, Option
+from .fit import MIG_PREFIX, Problem, fit, layout, problems
 
 
 def check(spec: InferenceServiceSpec, name: str, cls: GPUClassSpec, count: int,

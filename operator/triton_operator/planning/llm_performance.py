@@ -8,7 +8,7 @@ Step model (one in-flight-batching iteration of TensorRT-LLM):
 - prefill is compute bound: 2 x parameters FLOPs per prompt token plus causal attention
   (2 x layers x hidden x n^2), at the GPU's dense tensor throughput x MFU;
 - an iteration also pays a fixed launch/scheduling overhead.
-Weights and bandwidth come from `plan` and the GPUClass. Dense tensor TFLOPS are not in the
+Weights and bandwidth come from `fit` and the GPUClass. Dense tensor TFLOPS are not in the
 GPUClass: they follow from the bandwidth with the FLOP/byte ratio of the compute capability's
 datacenter part (H100 SXM 989 TFLOPS / 3.35 TB/s, capped at 989 for Hopper so an H200 keeps H100
 compute; L4 121 / 0.3; A10 125 / 0.6; A100 312 / 2.0: NVIDIA datasheets); FP8 and INT8 double it.

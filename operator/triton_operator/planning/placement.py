@@ -36,7 +36,7 @@ from datetime import datetime
 from typing import Collection, Mapping, Sequence
 
 PREFERRED, FULL, ROOM_TO_RETURN, RETURNING = "Preferred", "Full", "RoomToReturn", "Returning"
-SPILLED, STANDBY, NO_ROOM, ENGINE_BUILDING = "SpilledOver", "Standby", "NoRoom", "Preparing"
+SPILLED, STANDBY, NO_ROOM, PREPARING = "SpilledOver", "Standby", "NoRoom", "Preparing"
 # Move kinds (Event reasons)
 SPILL_MOVE, RETURN_START, MOVED_BACK, RETURN_ABANDONED = "SpilledOver", "ReturnStarted", "MovedBack", "ReturnAbandoned"
 UNLIMITED = 10**9
@@ -119,7 +119,7 @@ def _fmt_s(x: float) -> str:
 
 
 def place(total: int, order: Sequence[str], gpus: Mapping[str, int], state: Mapping[str, ClassState],
-          room: Mapping[str, int] | None, engines_ready: Collection[str] | None, spill: Spill | None,
+          room: Mapping[str, int] | None, prepared: Collection[str] | None, spill: Spill | None,
           previous: Mapping[str, Remembered], now: datetime,
           skipped: Sequence[tuple[str, str]] = ()) -> Placement:
     """Replicas per class for `total` replicas over `order` (the preferred class first).
@@ -131,7 +131,7 @@ def place(total: int, order: Sequence[str], gpus: Mapping[str, int], state: Mapp
         since = _since(previous, now, preferred, PREFERRED)
         return Placement((ClassDecision(preferred, total, PREFERRED, f"{total} replica(s)", since),))
 
-    draft = _Draft(order, state, room, engines_ready, spill, previous, now)
+    draft = _Draft(order, state, room, prepared, spill, previous, now)
     returning = _finish_return(draft, total)
     _follow_total(draft, total + (1 if returning else 0))
     unplaced = _spill_stuck(draft)
@@ -162,13 +162,13 @@ class _Draft:
     the questions the steps ask about a class."""
 
     def __init__(self, order: Sequence[str], state: Mapping[str, ClassState], room: Mapping[str, int] | None,
-                 engines_ready: Collection[str] | None, spill: Spill, previous: Mapping[str, Remembered],
+                 prepared: Collection[str] | None, spill: Spill, previous: Mapping[str, Remembered],
                  now: datetime) -> None:
         self.order, self.preferred = order, order[0]
         empty = ClassState()
         self.state = {gpu_class: state.get(gpu_class, empty) for gpu_class in order}
         self.replicas = {gpu_class: self.state[gpu_class].replicas for gpu_class in order}
-        self.room, self.engines_ready, self.spill = room, engines_ready, spill
+        self.room, self.prepared, self.spill = room, prepared, spill
         self.previous, self.now = previous, now
         self.moves: list[Move] = []
         self.wake: list[float] = []      # seconds until a timer may change the answer
@@ -178,7 +178,7 @@ class _Draft:
 
     def serves(self, gpu_class: str) -> bool:
         """Whether the class may take replicas (a tensorrt-llm model is prepared for it)."""
-        return self.engines_ready is None or gpu_class in self.engines_ready
+        return self.prepared is None or gpu_class in self.prepared
 
     def avail(self, gpu_class: str) -> int:
         """Replicas the class can still take: room on free GPUs less its replicas not yet on a node."""
@@ -269,14 +269,14 @@ class _Unplaced:
 
     waiting: list[str]
     short: dict[str, int]
-    engine_wait: set[str]
+    preparation_wait: set[str]
 
 
 def _spill_stuck(draft: _Draft) -> _Unplaced:
     """Step 3, spill: replicas the scheduler could not place for `after` go down the order."""
     waiting: list[str] = []
     short: dict[str, int] = {}
-    engine_wait: set[str] = set()
+    preparation_wait: set[str] = set()
     for i, gpu_class in enumerate(draft.order):
         note = _note_unschedulable(draft, gpu_class)
         if note:
@@ -284,13 +284,13 @@ def _spill_stuck(draft: _Draft) -> _Unplaced:
         n = draft.stuck(gpu_class)
         if n == 0:
             continue
-        n = _move_down(draft, gpu_class, draft.order[i + 1:], n, engine_wait)
+        n = _move_down(draft, gpu_class, draft.order[i + 1:], n, preparation_wait)
         if n > 0:
             short[gpu_class] = n
-            if engine_wait:
+            if preparation_wait:
                 waiting.append(f"{n} replica(s) of {gpu_class} wait for the model to be prepared before they "
-                               f"move to {', '.join(sorted(engine_wait))}")
-    return _Unplaced(waiting, short, engine_wait)
+                               f"move to {', '.join(sorted(preparation_wait))}")
+    return _Unplaced(waiting, short, preparation_wait)
 
 
 def _note_unschedulable(draft: _Draft, gpu_class: str) -> str | None:
@@ -306,12 +306,12 @@ def _note_unschedulable(draft: _Draft, gpu_class: str) -> str | None:
             f"another class once unschedulable for {_fmt_s(after_s)}")
 
 
-def _move_down(draft: _Draft, source: str, below: Sequence[str], n: int, engine_wait: set[str]) -> int:
+def _move_down(draft: _Draft, source: str, below: Sequence[str], n: int, preparation_wait: set[str]) -> int:
     """Moves `n` stuck replicas of `source` to the classes `below` it, in order, as far as each has
-    room and may serve (those that may not yet join `engine_wait`); returns how many found no class."""
+    room and may serve (those that may not yet join `preparation_wait`); returns how many found no class."""
     for target in below:
         if not draft.serves(target):
-            engine_wait.add(target)
+            preparation_wait.add(target)
             continue
         k = min(n, draft.avail(target))
         if k <= 0:
@@ -383,7 +383,7 @@ def _spill_class_decision(draft: _Draft, gpu_class: str) -> ClassDecision:
             words = _first_clause(draft.state[gpu_class].scheduler_message)
             reason, msg = FULL, f"{n} replica(s), some unschedulable: {words}"
     elif not draft.serves(gpu_class):
-        reason, msg = ENGINE_BUILDING, "takes replicas once the model is prepared"
+        reason, msg = PREPARING, "takes replicas once the model is prepared"
     elif draft.room is not None and draft.avail(gpu_class) == 0:
         reason, msg = NO_ROOM, "no free GPUs for a replica"
     else:
@@ -399,7 +399,7 @@ def _shortfall(draft: _Draft, unplaced: _Unplaced, gpus: Mapping[str, int],
         k = unplaced.short.get(gpu_class, 0)
         if k:
             parts.append(f"{gpu_class}: {k} replica(s) x {gpus.get(gpu_class, 1)} GPU(s) unschedulable")
-        elif gpu_class in unplaced.engine_wait:
+        elif gpu_class in unplaced.preparation_wait:
             parts.append(f"{gpu_class}: model not prepared yet")
         else:
             parts.append(f"{gpu_class}: no room" if draft.room is not None else f"{gpu_class}: no room known")

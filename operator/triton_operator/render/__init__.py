@@ -1,9 +1,10 @@
 """Rendering (pure): (InferenceService, GPU classes, settings) -> the manifests to apply.
 
 No I/O and no clock: the reconcile loop and `triton-operator render` call the same function, so
-what a GitOps reviewer sees offline is what the operator applies. The caller decides (the class
-choice, the replicas per class, which classes' models are prepared) and hands the decisions
-down; rendering only writes them out. This module is the face: `deployment` (one class's
+what a GitOps reviewer sees offline is what the operator applies. The caller decides
+(`planning.assign`: the class choice, the replicas per class, which classes' models are prepared)
+and hands the Assignment down; rendering only writes it out, and imports none of the modules that
+decide (an import-linter contract holds that). This module is the face: `deployment` (one class's
 Deployment), `server` (the Triton container and how the model reaches it), `scheduling` (nodes
 and resources of a class), `names` (names, labels, owner), `llm` (TensorRT-LLM preparation and
 serving), `group` (replicas across nodes), `runtime` (runtime/'s containers), `templates`
@@ -13,13 +14,12 @@ serving), `group` (replicas across nodes), `runtime` (runtime/'s containers), `t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Collection, Mapping
+from typing import Any, Mapping
 
 from ..api import GPUClass, InferenceService
 from ..labels import selector_labels
-from ..planning import choice
+from ..planning.assignment import Assignment, Candidates
 from ..planning.fit import Problem
-from ..planning.replicas import desired_replicas
 from ..settings import Settings
 from . import group, llm
 from .deployment import deployment
@@ -56,12 +56,12 @@ class Rendered:
 
 
 def preparation_jobs(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Settings,
-                     candidates: choice.Candidates | None = None) -> list[dict[str, Any]]:
+                     candidates: Candidates) -> list[dict[str, Any]]:
     """The Job that prepares a tensorrt-llm service's model (empty for other formats, and while
-    no GPU class can run it). `candidates`: the class choice the caller made (else made here)."""
+    no GPU class can run it). `candidates`: the class choice the caller made."""
     if isvc.spec.model.format != "tensorrt-llm":
         return []
-    usable = (candidates or choice.candidates(isvc.spec, classes)).usable()
+    usable = candidates.usable()
     if not usable:
         return []
     first = usable[0]
@@ -80,27 +80,19 @@ def with_count(isvc: InferenceService, count: int) -> InferenceService:
     return isvc.model_copy(update={"spec": isvc.spec.model_copy(update={"gpu": gpu})})
 
 
-def render(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Settings,
-           replicas: int | None = None, engines_ready: Collection[str] | None = None,
-           jobs: list[dict[str, Any]] | None = None, placement: Mapping[str, int] | None = None,
-           candidates: choice.Candidates | None = None) -> Rendered:
-    """Manifests for one InferenceService. `replicas` overrides the count from desired_replicas.
-    `engines_ready` names the GPU classes that may serve a tensorrt-llm model now (all of them once
-    its preparation is done); serving pods of the others are held at 0 replicas. None (offline)
-    renders the steady state. `jobs` are the preparation_jobs() a caller already computed (to learn
-    their state), so they are not rendered twice.
-    `placement` maps GPU classes to replicas (spill-over): one Deployment per class in it, the
-    preferred class always; None puts every replica on the preferred class.
-    `candidates` is the class choice the caller made (`planning.choice.candidates`) and hands down,
-    so that one pass decides once; offline callers leave it out and it is made here."""
-    cands = candidates or choice.candidates(isvc.spec, classes)
+def render(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Settings, assignment: Assignment,
+           jobs: list[dict[str, Any]] | None = None) -> Rendered:
+    """Manifests for one InferenceService, as `assignment` (planning.assign) decided: one
+    Deployment per GPU class in its replicas, the preferred class always; the serving pods of a
+    class whose model is not prepared held at 0 replicas. `jobs` are the preparation_jobs() a
+    caller already computed (to learn their state), so they are not rendered twice."""
+    cands = assignment.candidates
     if cands.error is not None or cands.preferred is None:
         problem = cands.error or Problem("GPUClassNotFound", "no GPU class")
         raise RenderError(problem.reason, problem.message)
     preferred = cands.preferred.gpu_class
-    count = desired_replicas(isvc) if replicas is None else replicas
-    wanted = dict(placement) if placement is not None else {preferred: count}
-    wanted.setdefault(preferred, 0)
+    prepared = assignment.prepared
+    wanted = dict(assignment.replicas)
     notes = list(cands.notes)
     deployments: list[dict[str, Any]] = []
     names: dict[str, str] = {}
@@ -114,7 +106,7 @@ def render(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Se
             # A replica across nodes: a group of one pod a node, each on a node's GPUs.
             pod = deployment(with_count(isvc, layout.tensor), option.gpu_class, classes[option.gpu_class].spec,
                              settings, wanted[option.gpu_class], name, spill=option.gpu_class != preferred,
-                             engines_ready=engines_ready, pipeline=layout.pipeline)
+                             prepared=prepared, pipeline=layout.pipeline)
             set_name = group.group_name(name)
             if len(set_name) > group.MAX_NAME:
                 raise RenderError("NameTooLongForGroups", (
@@ -127,7 +119,7 @@ def render(isvc: InferenceService, classes: Mapping[str, GPUClass], settings: Se
         else:
             deployments.append(deployment(with_count(isvc, option.count), option.gpu_class,
                                            classes[option.gpu_class].spec, settings, wanted[option.gpu_class], name,
-                                           spill=option.gpu_class != preferred, engines_ready=engines_ready))
+                                           spill=option.gpu_class != preferred, prepared=prepared))
         names[option.gpu_class] = deployments[-1]["metadata"]["name"]
     notes += [f"placement names GPU class {c}, which this service cannot use; ignored" for c in wanted if c not in names]
     labels = labels_for(isvc, "server")

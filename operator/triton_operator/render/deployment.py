@@ -19,7 +19,7 @@ from .templates import render_template
 
 
 def deployment(isvc: InferenceService, class_name: str, cls: GPUClassSpec, settings: Settings, count: int,
-                name: str, spill: bool, engines_ready: Collection[str] | None, pipeline: int = 1) -> dict[str, Any]:
+                name: str, spill: bool, prepared: Collection[str] | None, pipeline: int = 1) -> dict[str, Any]:
     """`pipeline` > 1: the pod of one node of a replica that spans `pipeline` nodes (render.group
     makes the LeaderWorkerSet from it)."""
     spec = isvc.spec
@@ -40,7 +40,7 @@ def deployment(isvc: InferenceService, class_name: str, cls: GPUClassSpec, setti
     max_unavailable = spec.rollout.max_unavailable
     if max_surge == 0 and max_unavailable == 0:
         max_unavailable = 1
-    if is_llm and engines_ready is not None and class_name not in engines_ready:
+    if is_llm and prepared is not None and class_name not in prepared:
         count = 0  # held back until the model is prepared
     labels = labels_for(isvc, "server")
     selector = selector_labels(isvc.name)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..api import API_VERSION, InferenceService
-from ..api.spec import INFERENCE_POOL_ENGINE
+from ..api.serving import INFERENCE_POOL_ENGINE
 from ..labels import LABEL_ENGINE_TYPE, LABEL_SERVICE, MANAGED_BY
 from . import llm
 

@@ -28,6 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MODEL_NAME = "llm"
+# Errors a request causes start with this tag; the gateway passes such messages on to the client.
+ERROR_TAG = "[llm] "
 
 
 @dataclass(frozen=True)

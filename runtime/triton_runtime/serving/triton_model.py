@@ -43,12 +43,11 @@ import triton_python_backend_utils as pb_utils
 import yaml
 
 from . import chat, tools
-from .contract import MAX_N, MAX_PREFIX_KEYS, MAX_TOP_LOGPROBS
+from .contract import ERROR_TAG, MAX_N, MAX_PREFIX_KEYS, MAX_TOP_LOGPROBS
 from .delivery import CancelWatch, Outbox
 from .engine import Job, RequestError, Sampling, Step
 
 log = logging.getLogger("triton_llm")
-ERROR_TAG = "[llm] "
 TTFT_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
 ITL_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28]
 DURATION_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320]

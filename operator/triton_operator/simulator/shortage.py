@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Sequence
 
-from ...planning import placement as placing
+from ..planning import placement as placing
 from .simulation import Policy, Run, SimulationSettings, Simulation
 from .replica import ColdStart, LLMPerformance, LLMReplica, Performance, ServiceReplica
 from .workload import Request

@@ -8,7 +8,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from ....api import AutoscalingSpec
+from ...api import AutoscalingSpec
 from ..simulation import View
 
 KPA_TARGET = 100.0        # config-autoscaler container-concurrency-target-default

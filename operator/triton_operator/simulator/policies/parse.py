@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from ....api import AutoscalingSpec
+from ...api import AutoscalingSpec
 from .common import METRICS, PolicyError
 
 

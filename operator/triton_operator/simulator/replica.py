@@ -18,8 +18,8 @@ import random
 from dataclasses import dataclass
 from typing import Protocol
 
-from ...api import BYTES_PER_PARAMETER, InferenceServiceSpec
-from ...planning.llm_performance import LLMPerformance, llm_performance
+from ..api import BYTES_PER_PARAMETER, InferenceServiceSpec
+from ..planning.llm_performance import LLMPerformance, llm_performance
 
 __all__ = ["ColdStart", "CurvedLLMPerformance", "LLMPerformance", "LLMReplica", "Performance", "REPLICA_MODELS",
            "ServiceReplica", "ServiceTime", "default_cold_start", "llm_performance", "replica_model"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ....api import AutoscalingSpec
+from ...api import AutoscalingSpec
 from ..simulation import View
 from .common import pod_metric
 from .hpa import HPA_DOWN_WINDOW_S, HPA_SYNC_S, HPA_TOLERANCE, HPABehavior

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
-from ....api import AutoscalingSpec
-from ....planning.llm_performance import Sizing
-from ... import policy as live_policy
-from ...signals import service_signals
+from ...api import AutoscalingSpec
+from ...autoscaling import policy as live_policy
+from ...autoscaling.history import History, seed
+from ...autoscaling.signals import Signals, service_signals
+from ...planning.llm_performance import Sizing
 from ..replica import LLMPerformance, Performance
 from ..simulation import View
 
@@ -28,7 +29,7 @@ LIVE_TICK_S = 10.0        # settings.autoscale_interval_seconds default
 TOKEN_WINDOW_S = 300.0    # the token-mix query: rate(..._sum[5m]) / rate(..._count[5m])
 
 
-def live_signals(view: View, perf: Performance | None = None) -> live_policy.Signals:
+def live_signals(view: View, perf: Performance | None = None) -> Signals:
     """The Signals the live loop would build at this instant: what its queries
     (prometheus.PrometheusSource.snapshot) would return, read from the simulated Prometheus,
     through the rules the loop applies (signals.service_signals). A failed query returns no
@@ -83,16 +84,16 @@ def _startup_s(view: View) -> float | None:
 class Ours:
     spec: AutoscalingSpec
     planner: Performance | None = None   # the planner's estimate (planning/llm_performance), not the engine
-    signals: Callable[[View, Performance | None], live_policy.Signals] = live_signals
+    signals: Callable[[View, Performance | None], Signals] = live_signals
     name: str = "ours"
     interval: float = LIVE_TICK_S
     sample_interval: float = 0.0
-    history: live_policy.History | None = None
+    history: History | None = None
 
     def decide(self, view: View) -> tuple[int, str]:
         now = EPOCH + timedelta(seconds=view.now)
         if self.history is None:
-            self.history = live_policy.seed(now, view.desired, new=True)
+            self.history = seed(now, view.desired, new=True)
         d = live_policy.decide(self.spec, view.desired, self.signals(view, self.planner), self.history, now)
         self.history = d.history
         return d.desired, d.reason

@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import math
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from .simulation import Run
 from .results import Summary, markdown_table
@@ -65,12 +65,27 @@ def _arrival_rate(run: Run, bucket: float) -> tuple[list[float], list[float]]:
     return [i * bucket for i in range(n)], [c / bucket for c in counts]
 
 
-def plot_replicas(runs: Sequence[Run], path: Path, title: str) -> None:
+def _figure() -> tuple[Any, Any]:
+    """A new figure and its axes, drawn off screen (Agg)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(10, 4.5))
+    return plt.subplots(figsize=(10, 4.5))
+
+
+def _save(fig: Any, ax: Any, title: str, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    ax.legend(loc="upper left", fontsize=8)
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_replicas(runs: Sequence[Run], path: Path, title: str) -> None:
+    fig, ax = _figure()
     for run in runs:
         xs, ys = [], []
         for (t, _desired, loading, ready, draining) in run.timeline:
@@ -87,19 +102,11 @@ def plot_replicas(runs: Sequence[Run], path: Path, title: str) -> None:
         xs, rate = _arrival_rate(runs[0], 60.0)
         twin.fill_between([x / 60 for x in xs], rate, step="post", alpha=0.15, color="grey", label="load")
         twin.set_ylabel("arrivals per second (grey)")
-    ax.legend(loc="upper left", fontsize=8)
-    ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, ax, title, path)
 
 
 def plot_latency(runs: Sequence[Run], path: Path, title: str, slo_ms: float) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(10, 4.5))
+    fig, ax = _figure()
     for run in runs:
         buckets: dict[int, list[float]] = {}
         for r, f, d in zip(run.requests, run.finish, run.dropped):
@@ -115,11 +122,7 @@ def plot_latency(runs: Sequence[Run], path: Path, title: str, slo_ms: float) -> 
     ax.set_yscale("log")
     ax.set_xlabel("minutes (by arrival)")
     ax.set_ylabel("p99 latency per minute, ms")
-    ax.legend(loc="upper left", fontsize=8)
-    ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, ax, title, path)
 
 
 def write_report(directory: Path, runs: Sequence[Run], summaries: Sequence[Summary], title: str,

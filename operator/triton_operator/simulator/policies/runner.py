@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from ....api import AutoscalingSpec
+from ...api import AutoscalingSpec
 from ..replica import ColdStart, LLMPerformance, Performance
 from ..simulation import Run, SimulationSettings, simulate
 from ..workload import Request

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ....api import AutoscalingSpec
+from ...api import AutoscalingSpec
 from ..replica import ColdStart
 from ..simulation import View
 from .common import pod_metric

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from ...api import SLO_LATENCIES, GPUClass, InferenceService, SLOSpec
+from ..api import SLO_LATENCIES, GPUClass, InferenceService, SLOSpec
 from . import policies, reader, recommend, replica, report_files, results, workload
 from .simulation import SimulationSettings
 
