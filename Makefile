@@ -82,7 +82,7 @@ e2e: $(STAMP)
 unit-coverage: $(STAMP)
 	$(call covered_pytest,tests)
 
-# The release artifacts (hack/dist.py lists them).
+# The release artifacts (hack/dist.py lists them); .github/workflows/release.yml publishes them.
 dist: $(STAMP)
 	$(PY) hack/dist.py --out dist
 

@@ -1,11 +1,11 @@
 """make dist's artifacts, built once by hack/dist.py (what `make dist` runs) and used as a user
 would: the chart installed from its package into the suite's cluster, the wheels installed into a
 clean virtualenv, the SBOMs read against the locks, the image's build context against the
-Dockerfile.
+Dockerfile; and the release workflow that publishes them, under actionlint.
 
-Downloads (each once, then cached under ~/.cache/triton-operator): helm from the Go module proxy
-(hack/install-tools.sh), and the operator image's locked wheels from PyPI (a wheelhouse keyed by
-the lock's hash and this Python), from which the clean venv installs with --no-index."""
+Downloads (each once, then cached under ~/.cache/triton-operator): helm and actionlint from the Go
+module proxy (hack/install-tools.sh), and the operator image's locked wheels from PyPI (a wheelhouse
+keyed by the lock's hash and this Python), from which the clean venv installs with --no-index."""
 
 from __future__ import annotations
 
@@ -190,3 +190,22 @@ def test_the_image_context_is_what_the_dockerfile_copies(artifacts: Path):
     for src in dist.dockerfile_copy_sources((ROOT / "Dockerfile").read_text()):
         assert src in members, f"COPY {src}: not in the context"
     assert all(m.uid == 0 and m.gid == 0 and not m.issym() for m in members.values())
+
+
+def test_the_release_workflow_passes_actionlint(tmp_path: Path):
+    if shutil.which("go") is None:
+        pytest.skip("Go is not installed: hack/install-tools.sh builds actionlint from the Go module proxy")
+    bin_dir = subprocess.run([ROOT / "hack" / "install-tools.sh", "actionlint"], check=True, capture_output=True,
+                             text=True, timeout=900).stdout.strip()
+    actionlint = f"{bin_dir}/actionlint"
+    workflows = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+    assert workflows
+    out = subprocess.run([actionlint, "-no-color", *map(str, workflows)], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stdout + out.stderr
+    # the linter is awake: a job that needs one that does not exist fails it
+    broken = tmp_path / ".github" / "workflows" / "release.yml"
+    broken.parent.mkdir(parents=True)
+    broken.write_text((ROOT / ".github" / "workflows" / "release.yml").read_text().replace(
+        "needs: dist", "needs: build", 1))
+    out = subprocess.run([actionlint, "-no-color", str(broken)], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 1 and '"build"' in out.stdout, out.stdout + out.stderr

@@ -1,5 +1,6 @@
 """make dist's choices that need no build (hack/dist.py): one version, the image's build context as
-Docker would read it. The artifacts themselves are built and installed by e2e/test_dist.py."""
+Docker would read it, and a release workflow that publishes what make dist builds. The artifacts
+themselves are built and installed by e2e/test_dist.py."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("dist", ROOT / "hack" / "dist.py")
@@ -72,3 +74,39 @@ def test_the_image_context_is_every_copy_source_less_dockerignore():
     assert {f for f in known if f.startswith(("operator/", "runtime/")) and not dist.dockerignored(f, patterns)} \
         <= set(files), "a file of the packages is missing"
     assert "operator/triton_operator/render/templates" in "\n".join(files)   # package data travels too
+
+
+def _workflow() -> dict:
+    doc = yaml.safe_load((ROOT / ".github" / "workflows" / "release.yml").read_text())
+    doc["on"] = doc.pop(True, doc.get("on"))   # YAML 1.1 reads the key `on` as true
+    return doc
+
+
+def _runs(job: dict) -> str:
+    return "\n".join(s.get("run", "") for s in job["steps"])
+
+
+def test_the_release_workflow_publishes_what_make_dist_builds():
+    wf = _workflow()
+    assert wf["on"] == {"push": {"tags": ["v*"]}}
+    assert wf["permissions"] == {}, "each job asks for the permissions it needs, no more"
+    jobs = wf["jobs"]
+    build = jobs["dist"]
+    assert "make dist" in _runs(build) and 'if [ "$GITHUB_REF_NAME" != "v$version" ]' in _runs(build)
+    upload = next(s for s in build["steps"] if s.get("uses", "").startswith("actions/upload-artifact@"))
+    assert upload["with"]["path"] == "dist/" and build["permissions"] == {"contents": "read"}
+    for name in ("github-release", "chart", "pypi"):
+        assert jobs[name]["needs"] == "dist"
+    assert "gh release create" in _runs(jobs["github-release"]) and "dist/*" in _runs(jobs["github-release"])
+    assert jobs["github-release"]["permissions"] == {"contents": "write"}
+    assert re.search(r'helm push "\$chart" "oci://ghcr\.io/', _runs(jobs["chart"]))
+    assert jobs["chart"]["permissions"] == {"contents": "read", "packages": "write"}
+    pypi = jobs["pypi"]
+    assert pypi["permissions"] == {"id-token": "write"}, "trusted publishing: an OIDC token, no secret"
+    publish = next(s for s in pypi["steps"] if s.get("uses", "").startswith("pypa/gh-action-pypi-publish@"))
+    assert set(publish["with"]) == {"packages-dir"} and "cp dist/triton_operator-* dist/triton_runtime-* pypi/" in _runs(pypi)
+    # third-party code runs at a reviewed commit (PyPA's publisher on its documented release branch)
+    for job in jobs.values():
+        for step in job["steps"]:
+            if "uses" in step and not step["uses"].startswith("pypa/"):
+                assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", step["uses"]), step["uses"]
