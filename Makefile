@@ -16,7 +16,7 @@ define covered_pytest
 	  $(COVERAGE) combine --quiet && $(COVERAGE) report; exit $$status
 endef
 
-.PHONY: help venv test unit unit-coverage e2e crds golden dashboards check-generated dev dev-down tools lint lock bench-autoscaling bench-autoscaling-rates bench-scale bench-spill bench-foresight bench-robustness bench-gateway bench-standby bench-delivery bench-routing bench-sim-vs-live
+.PHONY: help venv test unit unit-coverage e2e dist crds golden dashboards check-generated dev dev-down tools lint lock bench-autoscaling bench-autoscaling-rates bench-scale bench-spill bench-foresight bench-robustness bench-gateway bench-standby bench-delivery bench-routing bench-sim-vs-live
 
 help:
 	@echo "make dev       local cluster with simulated GPU nodes + operator + an example service"
@@ -25,6 +25,7 @@ help:
 	@echo "make unit      unit tests only (no cluster, no network)"
 	@echo "make unit-coverage  the unit tests with the per-module coverage table"
 	@echo "make e2e       end-to-end tests on a local cluster (E2E_USE_EXISTING_CLUSTER=1 uses $$KUBECONFIG)"
+	@echo "make dist      release artifacts into dist/: chart package, wheels and sdists, SBOMs, image build context"
 	@echo "make crds      regenerate crds/ from the API models"
 	@echo "make golden    rewrite tests/golden after an intended rendering change"
 	@echo "make dashboards rewrite the chart's Grafana dashboards from hack/dashboards.py"
@@ -80,6 +81,10 @@ e2e: $(STAMP)
 # The unit tests alone with the coverage table.
 unit-coverage: $(STAMP)
 	$(call covered_pytest,tests)
+
+# The release artifacts (hack/dist.py lists them); .github/workflows/release.yml publishes them.
+dist: $(STAMP)
+	$(PY) hack/dist.py --out dist
 
 # The only writers of generated files (tests/generated.py); both refuse to run when CI is set.
 crds: $(STAMP)

@@ -3,6 +3,10 @@
 # module proxy, and caches them outside the work tree in a folder keyed by every version below.
 # A missing cache folder is rebuilt; a complete one is reused in well under a second.
 # Prints the bin folder on stdout (progress goes to stderr).
+#
+#   hack/install-tools.sh              every tool below (the local cluster, the e2e suite)
+#   hack/install-tools.sh helm ...     only the named ones (make dist needs helm, the release
+#                                      workflow's test actionlint), in the same folder
 set -euo pipefail
 
 K8S_VERSION=${K8S_VERSION:-v1.36.3}
@@ -15,6 +19,8 @@ LWS_VERSION=${LWS_VERSION:-v0.9.0}
 # The Gateway API Inference Extension's InferencePool CRD (the operator renders pools where it is
 # installed), kept the same way.
 GIE_VERSION=${GIE_VERSION:-v1.5.0}
+# actionlint (the release workflow's linter), kept the same way.
+ACTIONLINT_VERSION=${ACTIONLINT_VERSION:-v1.7.12}
 
 CACHE_ROOT=${TRITON_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/triton-operator}
 KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}"
@@ -22,7 +28,12 @@ BIN="$CACHE_ROOT/tools/$KEY/bin"
 STAMP="$CACHE_ROOT/tools/$KEY/complete"
 LWS="lws-manager-$LWS_VERSION"
 GIE="inference-extension-$GIE_VERSION.crds.yaml"
-TOOLS=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok kwokctl helm "$LWS")
+ACTIONLINT="actionlint-$ACTIONLINT_VERSION"
+TOOLS=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok kwokctl helm "$LWS" "$ACTIONLINT")
+ONLY=("$@")
+for t in "${ONLY[@]}"; do
+  case $t in helm|actionlint) ;; *) echo "install-tools: can build only helm or actionlint alone, not $t" >&2; exit 2;; esac
+done
 
 log() { echo "install-tools: $*" >&2; }
 
@@ -31,6 +42,11 @@ if [ -f "$STAMP" ]; then
   [ -f "$BIN/$LWS.crds.yaml" ] && [ -f "$BIN/$GIE" ] || rm -f "$STAMP"
 fi
 if [ -f "$STAMP" ]; then echo "$BIN"; exit 0; fi
+only_ready() {
+  local t
+  for t in "${ONLY[@]}"; do [ -x "$BIN/$t" ] || return 1; done
+}
+if [ ${#ONLY[@]} -gt 0 ] && only_ready; then echo "$BIN"; exit 0; fi
 
 command -v go >/dev/null || { log "Go is required (https://go.dev/dl); none found on PATH"; exit 1; }
 # The checksum database is not reachable from every network; modules come from the proxy.
@@ -106,15 +122,35 @@ build_go_install() {  # module path, version, packages...
   GOBIN="$BIN" go install -trimpath -ldflags "-s -w" "${pkgs[@]}"
 }
 
+build_actionlint() {
+  build_go_install "$ACTIONLINT_VERSION" github.com/rhysd/actionlint/cmd/actionlint
+  mv "$BIN/actionlint" "$BIN/$ACTIONLINT"
+}
+
+if [ ${#ONLY[@]} -gt 0 ]; then
+  for t in "${ONLY[@]}"; do
+    case $t in
+      helm) [ -x "$BIN/helm" ] || build_go_install "$HELM_VERSION" helm.sh/helm/v3/cmd/helm ;;
+      actionlint) [ -x "$BIN/$ACTIONLINT" ] || build_actionlint; ln -sf "$ACTIONLINT" "$BIN/actionlint" ;;
+    esac
+  done
+  only_ready || { log "missing one of ${ONLY[*]} after build"; exit 1; }
+  log "${ONLY[*]} ready in $BIN"
+  echo "$BIN"
+  exit 0
+fi
+
 [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kubectl" ] && [ -x "$BIN/kube-scheduler" ] && [ -x "$BIN/kube-controller-manager" ] || build_kubernetes
 [ -x "$BIN/etcd" ] || build_etcd
 [ -x "$BIN/kwok" ] && [ -x "$BIN/kwokctl" ] || build_go_install "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok/cmd/kwokctl
 [ -x "$BIN/helm" ] || build_go_install "$HELM_VERSION" helm.sh/helm/v3/cmd/helm
 [ -x "$BIN/$LWS" ] && [ -f "$BIN/$LWS.crds.yaml" ] || build_lws
 [ -f "$BIN/$GIE" ] || fetch_gie
+[ -x "$BIN/$ACTIONLINT" ] || build_actionlint
 # hack/lws.sh runs whichever version this script was told to build.
 ln -sf "$LWS" "$BIN/lws-manager" && ln -sf "$LWS.crds.yaml" "$BIN/lws-crds.yaml"
 ln -sf "$GIE" "$BIN/inference-extension-crds.yaml"
+ln -sf "$ACTIONLINT" "$BIN/actionlint"
 
 for t in "${TOOLS[@]}"; do [ -x "$BIN/$t" ] || { log "missing $t after build"; exit 1; }; done
 touch "$STAMP"
