@@ -22,7 +22,7 @@ from .spec import (AUTO_FALLBACK_MESSAGE, AUTO_PARAMETERS_MESSAGE, BYTES_PER_PAR
                    SLO_BOTH_MESSAGE, SLO_LATENCIES, SLOSpec, MAX_REPLICAS, MIN_COMPUTE_CAPABILITY,
                    SERVICE_NAME_RULES, SPILL_TARGET_MESSAGE, TRITON_MODEL_NAME, TRITON_MODEL_NAME_MAX_LENGTH,
                    UNBUILT_LLM_FAMILIES, UNBUILT_LLM_MESSAGE,
-                   AutoscalingSpec, ContainerResources, EngineSpec, InferenceService, InferenceServiceSpec, ModelSpec)
+                   admitted_precisions, AutoscalingSpec, ContainerResources, EngineSpec, InferenceService, InferenceServiceSpec, ModelSpec)
 from .status import ClassPlacement, InferenceServiceStatus
 from .syntax import DNS_1035_LABEL, DNS_LABEL, DURATION_MAX_LENGTH, cel
 
@@ -40,6 +40,6 @@ __all__ = [
     "SLO_BOTH_MESSAGE", "SLO_LATENCIES", "SLOSpec", "MAX_REPLICAS", "MIN_COMPUTE_CAPABILITY",
     "SERVICE_NAME_RULES", "SPILL_TARGET_MESSAGE", "TRITON_MODEL_NAME", "TRITON_MODEL_NAME_MAX_LENGTH",
     "UNBUILT_LLM_FAMILIES", "UNBUILT_LLM_MESSAGE",
-    "AutoscalingSpec", "ContainerResources", "EngineSpec", "InferenceService", "InferenceServiceSpec", "ModelSpec",
+    "admitted_precisions", "AutoscalingSpec", "ContainerResources", "EngineSpec", "InferenceService", "InferenceServiceSpec", "ModelSpec",
     "ClassPlacement", "InferenceServiceStatus",
 ]
