@@ -16,7 +16,7 @@ define covered_pytest
 	  $(COVERAGE) combine --quiet && $(COVERAGE) report; exit $$status
 endef
 
-.PHONY: help venv test unit unit-coverage e2e crds golden dashboards check-generated dev dev-down tools lint lock bench-autoscaling bench-autoscaling-rates bench-scale bench-spill bench-foresight bench-robustness bench-gateway bench-standby bench-delivery bench-routing bench-sim-vs-live
+.PHONY: help venv test unit unit-coverage e2e crds golden dashboards reference check-generated dev dev-down tools lint lock bench-autoscaling bench-autoscaling-rates bench-scale bench-spill bench-foresight bench-robustness bench-gateway bench-standby bench-delivery bench-routing bench-sim-vs-live
 
 help:
 	@echo "make dev       local cluster with simulated GPU nodes + operator + an example service"
@@ -28,6 +28,7 @@ help:
 	@echo "make crds      regenerate crds/ from the API models"
 	@echo "make golden    rewrite tests/golden after an intended rendering change"
 	@echo "make dashboards rewrite the chart's Grafana dashboards from hack/dashboards.py"
+	@echo "make reference rewrite the site's generated reference pages (docs/reference/) from the code"
 	@echo "make lock      rewrite requirements/*.lock from pyproject.toml's ranges (hashes included)"
 	@echo "make bench-autoscaling  ours vs the frontier of swept HPA/KEDA/Knative/fixed pools, 7 workloads, 4 conditions -> bench/results/autoscaling.md"
 	@echo "make bench-autoscaling-rates  the same on the real traces at other rates (held out) -> bench/results/autoscaling-rates.md"
@@ -91,7 +92,10 @@ golden: $(STAMP)
 dashboards: $(STAMP)
 	$(PY) -m tests.generated write dashboards
 
-# Regenerates golden files and CRDs into a temporary folder and compares them with the tree.
+reference: $(STAMP)
+	$(PY) -m tests.generated write reference
+
+# Regenerates golden files, CRDs, dashboards and reference pages into a temporary folder and compares them with the tree.
 check-generated: $(STAMP)
 	$(PY) -m tests.generated check
 
