@@ -99,7 +99,7 @@ reference: $(STAMP)
 # The documentation site (mkdocs.yml, docs/), built with --strict: a broken link or anchor, or a page
 # left out of the navigation, fails. Into a temporary folder unless SITE names one; nothing fetched.
 docs: $(STAMP)
-	@site="$${SITE:-$$(mktemp -d)}"; NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir "$$site" && \
+	@site="$${SITE:-$$(mktemp -d)}"; NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir "$$site" && \
 	  echo "documentation site built in $$site"; status=$$?; [ -n "$$SITE" ] || rm -rf "$$site"; exit $$status
 
 # Regenerates golden files, CRDs, dashboards and reference pages into a temporary folder and compares them with the tree.

@@ -5,10 +5,14 @@ on the autoscaling page and nothing else."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests import reference
 
@@ -94,3 +98,37 @@ def test_the_reference_is_generated_into_its_own_folder():
 
     assert generated.GROUPS["reference"] == (reference.FOLDER,)
     assert set(reference.pages(ROOT)) == {p.name for p in (ROOT / reference.FOLDER).glob("*.md")}
+
+
+def test_the_commands_next_to_kserve_are_the_ones_the_e2e_suite_types():
+    """e2e/test_lifecycle.py installs KServe's names beside ours and runs these; the page must keep
+    telling users the same commands."""
+    page = (ROOT / "docs" / "first-service.md").read_text()
+    section = page[page.index("## Next to KServe"):]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = [line.split("#")[0].split() for line in block.splitlines() if line.strip()]
+    assert commands == [["kubectl", "get", "infsvc", "-A"],
+                        ["kubectl", "get", "inferenceservices.serving.triton-operator.io", "-A"],
+                        ["kubectl", "get", "inference", "-A"],
+                        ["kubectl", "get", "isvc", "-A"]]
+    e2e = (ROOT / "e2e" / "test_lifecycle.py").read_text()
+    for resource in ("infsvc", "inferenceservices.serving.triton-operator.io", "inference", "isvc"):
+        assert f'names("{resource}")' in e2e, resource
+
+
+def test_the_strict_build_fails_on_a_broken_anchor(tmp_path):
+    """`make docs` as the Makefile runs it (its mkdocs flags) fails on an anchor no page has. (mkdocs'
+    --quiet would hide the warnings --strict counts, and every build would pass.)"""
+    pytest.importorskip("mkdocs")
+    recipe = (ROOT / "Makefile").read_text().split("\ndocs:", 1)[1].split("\n\n", 1)[0]
+    flags = recipe.split("mkdocs build", 1)[1].split("--site-dir", 1)[0].split()
+    assert "--strict" in flags and "--quiet" not in flags and "-q" not in flags
+    for rel in ("docs", "examples"):
+        shutil.copytree(ROOT / rel, tmp_path / rel)
+    shutil.copy(ROOT / "mkdocs.yml", tmp_path / "mkdocs.yml")
+    page = tmp_path / "docs" / "index.md"
+    page.write_text(page.read_text().replace("(first-service.md#next-to-kserve)", "(first-service.md#no-such-anchor)"))
+    out = subprocess.run([sys.executable, "-m", "mkdocs", "build", *flags, "--site-dir", str(tmp_path / "site")],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert out.returncode != 0 and "no-such-anchor" in out.stderr, out.stderr[-2000:]
