@@ -21,7 +21,7 @@ endef
 help:
 	@echo "make dev       local cluster with simulated GPU nodes + operator + an example service"
 	@echo "make dev-down  stop it"
-	@echo "make test      generated-file check, unit and end-to-end tests, coverage (what CI runs)"
+	@echo "make test      generated-file check, the documentation site, unit and end-to-end tests, coverage (what CI runs)"
 	@echo "make unit      unit tests only (no cluster, no network)"
 	@echo "make unit-coverage  the unit tests with the per-module coverage table"
 	@echo "make e2e       end-to-end tests on a local cluster (E2E_USE_EXISTING_CLUSTER=1 uses $$KUBECONFIG)"
