@@ -16,12 +16,12 @@ define covered_pytest
 	  $(COVERAGE) combine --quiet && $(COVERAGE) report; exit $$status
 endef
 
-.PHONY: help venv test unit unit-coverage e2e dist crds golden dashboards check-generated dev dev-down tools lint lock bench-autoscaling bench-autoscaling-rates bench-scale bench-spill bench-foresight bench-robustness bench-gateway bench-standby bench-delivery bench-routing bench-sim-vs-live
+.PHONY: help venv test unit unit-coverage e2e dist crds golden dashboards reference docs check-generated dev dev-down tools lint lock bench-autoscaling bench-autoscaling-rates bench-scale bench-spill bench-foresight bench-robustness bench-gateway bench-standby bench-delivery bench-routing bench-sim-vs-live
 
 help:
 	@echo "make dev       local cluster with simulated GPU nodes + operator + an example service"
 	@echo "make dev-down  stop it"
-	@echo "make test      generated-file check, unit and end-to-end tests, coverage (what CI runs)"
+	@echo "make test      generated-file check, the documentation site, unit and end-to-end tests, coverage (what CI runs)"
 	@echo "make unit      unit tests only (no cluster, no network)"
 	@echo "make unit-coverage  the unit tests with the per-module coverage table"
 	@echo "make e2e       end-to-end tests on a local cluster (E2E_USE_EXISTING_CLUSTER=1 uses $$KUBECONFIG)"
@@ -29,6 +29,8 @@ help:
 	@echo "make crds      regenerate crds/ from the API models"
 	@echo "make golden    rewrite tests/golden after an intended rendering change"
 	@echo "make dashboards rewrite the chart's Grafana dashboards from hack/dashboards.py"
+	@echo "make reference rewrite the site's generated reference pages (docs/reference/) from the code"
+	@echo "make docs      build the documentation site strictly (every link and anchor checked); SITE=DIR keeps it"
 	@echo "make lock      rewrite requirements/*.lock from pyproject.toml's ranges (hashes included)"
 	@echo "make bench-autoscaling  ours vs the frontier of swept HPA/KEDA/Knative/fixed pools, 7 workloads, 4 conditions -> bench/results/autoscaling.md"
 	@echo "make bench-autoscaling-rates  the same on the real traces at other rates (held out) -> bench/results/autoscaling-rates.md"
@@ -72,7 +74,7 @@ unit: $(STAMP)
 	$(PY) -m pytest tests
 
 # CI runs this on a clean clone: generated files first, then every test, then coverage.
-test: $(STAMP) check-generated
+test: $(STAMP) check-generated docs
 	$(call covered_pytest,tests e2e)
 
 e2e: $(STAMP)
@@ -96,7 +98,16 @@ golden: $(STAMP)
 dashboards: $(STAMP)
 	$(PY) -m tests.generated write dashboards
 
-# Regenerates golden files and CRDs into a temporary folder and compares them with the tree.
+reference: $(STAMP)
+	$(PY) -m tests.generated write reference
+
+# The documentation site (mkdocs.yml, docs/), built with --strict: a broken link or anchor, or a page
+# left out of the navigation, fails. Into a temporary folder unless SITE names one; nothing fetched.
+docs: $(STAMP)
+	@site="$${SITE:-$$(mktemp -d)}"; NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir "$$site" && \
+	  echo "documentation site built in $$site"; status=$$?; [ -n "$$SITE" ] || rm -rf "$$site"; exit $$status
+
+# Regenerates golden files, CRDs, dashboards and reference pages into a temporary folder and compares them with the tree.
 check-generated: $(STAMP)
 	$(PY) -m tests.generated check
 

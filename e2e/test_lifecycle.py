@@ -367,7 +367,8 @@ def test_a_model_on_a_missing_claim_names_the_claim(operator: Operator, ns: str)
 def test_ours_is_told_apart_from_kserves_inferenceservice(operator: Operator, ns: str):
     """Where KServe is installed too, two kinds are called InferenceService. KServe's CRD is
     reduced here to its names (group serving.kserve.io, plural inferenceservices, short name isvc,
-    no category; its controller does not run): what the README tells users to type is checked."""
+    no category; its controller does not run): what docs/first-service.md ("Next to KServe") tells users
+    to type is checked (tests/test_docs.py checks the page still says it)."""
     c = operator.cluster
     kserve = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
               "metadata": {"name": "inferenceservices.serving.kserve.io"},
@@ -399,7 +400,7 @@ def test_ours_is_told_apart_from_kserves_inferenceservice(operator: Operator, ns
         assert [n for n in category if n.startswith("inferenceservice")] == ours, category
         assert "gpuclass.serving.triton-operator.io/h100" in category, category
         plain = names("inferenceservices")
-        assert plain in (ours, theirs), plain  # one of the two, never both: hence the README's advice
+        assert plain in (ours, theirs), plain  # one of the two, never both: hence the page's advice
         print(f"'kubectl get inferenceservices' with both installed lists {plain}")
     finally:
         c.kubectl("delete", "crd", "inferenceservices.serving.kserve.io", "--ignore-not-found", "--timeout=60s",

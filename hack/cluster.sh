@@ -66,7 +66,8 @@ h200 NVIDIA-H200 8 1 143771 hopper 9 0
 a100-80gb NVIDIA-A100-SXM4-80GB 8 2 81920 ampere 8 0
 l4 NVIDIA-L4 4 4 23034 ada-lovelace 8 9
 NODES
-  # One CPU-only node, untainted: where non-GPU pods land.
+  # One CPU-only node, untainted: where non-GPU pods land. It has a disk, as real nodes do: the
+  # preparation Job of a model that needs no quantization downloads here, asking ephemeral storage.
   cat <<'YAML'
 ---
 apiVersion: v1
@@ -76,8 +77,8 @@ metadata:
   annotations: {kwok.x-k8s.io/node: fake, node.alpha.kubernetes.io/ttl: "0"}
   labels: {kubernetes.io/hostname: cpu-0, kubernetes.io/os: linux, kubernetes.io/arch: amd64, type: kwok}
 status:
-  allocatable: {cpu: "32", memory: 128Gi, pods: "110"}
-  capacity: {cpu: "32", memory: 128Gi, pods: "110"}
+  allocatable: {cpu: "32", memory: 128Gi, pods: "110", ephemeral-storage: 500Gi}
+  capacity: {cpu: "32", memory: 128Gi, pods: "110", ephemeral-storage: 500Gi}
   nodeInfo: {architecture: amd64, operatingSystem: linux, kubeletVersion: fake, kubeProxyVersion: fake}
 YAML
 }

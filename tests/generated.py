@@ -6,10 +6,13 @@
   models through ``triton-operator crds``. ``make crds`` rewrites them.
 - ``charts/triton-operator/dashboards/*.json``: the Grafana dashboards, from ``hack/dashboards.py``.
   ``make dashboards`` rewrites them.
+- ``docs/reference/*.md``: the site's reference pages (CRD fields, commands and flags, metrics, chart
+  values, condition and Event reasons), from the code through ``tests/reference.py``. ``make
+  reference`` rewrites them.
 
 Usage (from the repository root)::
 
-    python -m tests.generated write golden|crds|dashboards   rewrite one group; refused when CI is set
+    python -m tests.generated write golden|crds|dashboards|reference   rewrite one group; refused when CI is set
     python -m tests.generated check               write every group into a temporary folder and
                                                   compare it with the work tree; exit 1 naming
                                                   each stale, missing or extra file
@@ -39,6 +42,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "golden": ("tests/golden",),
     "crds": ("crds", "charts/triton-operator/files/crds"),
     "dashboards": ("charts/triton-operator/dashboards",),
+    "reference": ("docs/reference",),
 }
 
 
@@ -91,6 +95,10 @@ def _generate(group: str, root: Path) -> dict[str, str]:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return {f"{GROUPS['dashboards'][0]}/{name}": text for name, text in module.render().items()}
+    if group == "reference":
+        from tests import reference
+
+        return {f"{GROUPS['reference'][0]}/{name}": text for name, text in reference.pages(root).items()}
     raise KeyError(f"unknown group {group!r}; one of {', '.join(GROUPS)}")
 
 
@@ -151,7 +159,7 @@ def check(root: Path = ROOT) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    usage = "usage: python -m tests.generated write golden|crds|dashboards | check"
+    usage = "usage: python -m tests.generated write golden|crds|dashboards|reference | check"
     try:
         if argv[:1] == ["check"] and len(argv) == 1:
             problems = check()
@@ -160,7 +168,7 @@ def main(argv: list[str]) -> int:
             if problems:
                 print(f"generated files: {len(problems)} out of date", file=sys.stderr)
                 return 1
-            print("generated files: golden, CRDs and dashboards are current")
+            print("generated files: golden, CRDs, dashboards and reference pages are current")
             return 0
         if argv[:1] == ["write"] and len(argv) == 2 and argv[1] in GROUPS:
             for rel in write(argv[1]):

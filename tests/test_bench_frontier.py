@@ -203,7 +203,7 @@ def test_a_two_hour_row_plays_its_trace_twice_back_to_back():
 
 def test_the_rates_bench_replays_the_real_traces_at_their_own_rates_and_claims_nothing_about_foresight(tmp_path):
     """`--rates` (make bench-autoscaling-rates) on one of its rows: the trace at the row's rate (the
-    request count scales with it), a report of its own (the main report and the README untouched), and no
+    request count scales with it), a report of its own (the main report and the autoscaling page's table untouched), and no
     verdict on plans with foresight, which it does not run."""
     import autoscaling as bench
 

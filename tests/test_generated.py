@@ -1,8 +1,8 @@
 """Generated files cannot drift silently: the golden test only compares, writing is refused under
 CI, and the check `make test` runs names every stale, missing or extra file.
 
-Each test works on a copy of the files involved (tests/, examples/, crds/ and the chart's CRD
-folder) in a temporary folder, so corrupting a golden file never touches the work tree."""
+Each test works on a copy of the files involved (tests/, examples/, crds/, the chart's CRD
+folder, docs/ and the operator's code the reasons are read from) in a temporary folder, so corrupting a golden file never touches the work tree."""
 
 from __future__ import annotations
 
@@ -23,10 +23,13 @@ CORRUPTED = "tests/golden/resnet50-onnx.yaml"
 def tree(tmp_path: Path) -> Path:
     """A copy of what the golden test and the generator read and write."""
     ignore = shutil.ignore_patterns("__pycache__", ".pytest_cache")
-    for rel in ("tests", "examples", "crds", "charts/triton-operator/files/crds", "charts/triton-operator/dashboards"):
+    for rel in ("tests", "examples", "crds", "charts/triton-operator/files/crds", "charts/triton-operator/dashboards",
+                "docs", "operator/triton_operator"):
         shutil.copytree(ROOT / rel, tmp_path / rel, ignore=ignore)
     (tmp_path / "hack").mkdir()
     shutil.copy(ROOT / "hack" / "dashboards.py", tmp_path / "hack" / "dashboards.py")
+    for rel in ("values.yaml", "values.schema.json"):   # the chart values reference reads them
+        shutil.copy(ROOT / "charts/triton-operator" / rel, tmp_path / "charts/triton-operator" / rel)
     return tmp_path
 
 
@@ -99,3 +102,18 @@ def test_check_names_stale_missing_and_extra_files_and_write_fixes_them(tree):
     for rel in (CORRUPTED, "crds/serving.triton-operator.io_gpuclasses.yaml"):
         assert (tree / rel).read_text() == (ROOT / rel).read_text()
     assert not (tree / "charts/triton-operator/files/crds/old.yaml").exists()
+
+
+def test_check_names_a_stale_reference_page_and_a_reason_added_without_regenerating(tree):
+    """The site's reference pages are generated files too: a hand edit, or a chart value or a
+    troubleshooting entry changed without `make reference`, fails the check."""
+    page = tree / "docs/reference/values.md"
+    page.write_text(page.read_text().replace("Operator replicas.", "Operator replicas, edited by hand.", 1))
+    values = tree / "charts/triton-operator/values.yaml"
+    values.write_text(values.read_text().replace("# -- Log every handler run (noisy).", "# -- Log every handler run.", 1))
+    out = _run(tree, "-m", "tests.generated", "check")
+    assert out.returncode == 1
+    headlines = [line for line in out.stderr.splitlines() if line.startswith("docs/")]
+    assert headlines == ["docs/reference/values.md is stale: run make reference and review the diff"], out.stderr
+    assert _run(tree, "-m", "tests.generated", "write", "reference").returncode == 0
+    assert _run(tree, "-m", "tests.generated", "check").returncode == 0

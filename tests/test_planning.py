@@ -95,3 +95,32 @@ def test_counts_that_span_nodes_say_why_they_cannot_run(classes):
     assert _reasons(onnx, "l4", 8, classes) == {"MultiNodeNeedsLLMEngine": (
         "gpu.count 8 spans 2 l4 nodes of 4 GPUs; only format tensorrt-llm (TensorRT-LLM's LLM API) runs one model "
         "across nodes. Use gpu.count 4 or fewer.")}
+
+
+@pytest.mark.parametrize("model_format", ["tensorrt-llm", "onnx"])
+@pytest.mark.parametrize("precision", ["fp8", "nvfp4"])
+def test_plan_suggests_only_precisions_admission_accepts(classes, capsys, tmp_path, model_format, precision):
+    """`plan` on a class too old for the precision names others to choose: each one must be admitted
+    for the format (tensorrt-llm refuses int8) and run on that class; int8 was once suggested for
+    tensorrt-llm on an A100, which admission then refused."""
+    import re
+
+    import yaml
+
+    from triton_operator import cli
+
+    spec = tmp_path / "svc.yaml"
+    spec.write_text(yaml.safe_dump({
+        "apiVersion": "serving.triton-operator.io/v1alpha1", "kind": "InferenceService",
+        "metadata": {"name": "svc", "namespace": "ml"},
+        "spec": {"model": {"source": "hf://a/b", "format": model_format, "parameters": "8B", "precision": precision},
+                 "gpu": {"class": "a100-80gb"}}}))
+    assert cli.main(["plan", "-f", str(spec)]) == 0
+    said = re.search(r"Choose (.+), or a newer GPU class", capsys.readouterr().out)
+    assert said, "plan names the precisions to choose instead"
+    suggested = re.split(r", | or ", said.group(1))
+    assert suggested and precision not in suggested
+    assert ("int8" in suggested) == (model_format != "tensorrt-llm")
+    for p in suggested:
+        model = ModelSpec(source="hf://a/b", format=model_format, parameters="8B", precision=p)  # admitted
+        assert not fit.problems(model, "a100-80gb", classes["a100-80gb"].spec, 1), p   # and runs there

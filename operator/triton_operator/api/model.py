@@ -5,7 +5,7 @@ it needs)."""
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -55,6 +55,13 @@ INT8_LLM_MESSAGE = (
     "precision int8 is not served by TensorRT-LLM's PyTorch backend (its INT8 SmoothQuant path was part of the "
     "removed engine workflow): use fp8 (compute capability 8.9+), int4-awq, or bf16")
 CALIBRATION_MESSAGE = "engine.calibrationDataset applies only to precisions fp8, nvfp4 and int4-awq"
+
+
+def admitted_precisions(model_format: str) -> tuple[str, ...]:
+    """The precisions admission accepts for a model format, in Precision's order: every one but int8
+    for tensorrt-llm (INT8_LLM_MESSAGE; the CRD's CEL rule says the same). Whatever suggests a
+    precision (the planner's messages) picks from these."""
+    return tuple(p for p in get_args(Precision) if not (model_format == "tensorrt-llm" and p == "int8"))
 # Names Triton's HTTP API matches before its model routes (src/http_server.cc, HTTPAPIServer::Handle):
 # GET /v2/models/stats answers every model's statistics, so a model called "stats" has no metadata
 # route and its name would reach another API. The gateway refuses to serve such a name too.
@@ -106,7 +113,7 @@ class ModelSpec(Model):
     def _buildable(self) -> ModelSpec:
         if self.format == "tensorrt-llm" and re.search(UNBUILT_LLM_FAMILIES, self.source):
             raise ValueError(UNBUILT_LLM_MESSAGE)
-        if self.format == "tensorrt-llm" and self.precision == "int8":
+        if self.precision not in admitted_precisions(self.format):
             raise ValueError(INT8_LLM_MESSAGE)
         if self.name in RESERVED_MODEL_NAMES:
             raise ValueError(RESERVED_MODEL_MESSAGE)

@@ -300,7 +300,7 @@ class InferenceServiceSpec(Model):
     server: ServerSpec = Field(default_factory=ServerSpec, description="The Triton server container.")
     rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="How spec changes roll out.")
     openai: OpenAISpec | None = Field(
-        None, description="The gateway's OpenAI-compatible routes for this service (see the gateway in the README).")
+        None, description="The gateway's OpenAI-compatible routes for this service (see the documentation's gateway guide).")
     routing: RoutingSpec | None = Field(
         None, description="How the gateway spreads this service's requests over its replicas.")
     engine: EngineSpec | None = Field(

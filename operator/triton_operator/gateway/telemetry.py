@@ -73,7 +73,7 @@ KEY_FILES_VALID = Gauge(
     "refused (503 keys_unavailable) until they are fixed.")
 # Usage per API key (its name, never the key), the start of showback. A key's GPU-seconds are its
 # part of each service's: the service's GPU-seconds (the operator's triton_operator_service_gpus,
-# integrated) times this key's share of the service's request-seconds (README, "Usage per key").
+# integrated) times this key's share of the service's request-seconds (docs/gateway.md, "Usage per key").
 KEY_SERVICE = ["key", "namespace", "inferenceservice"]
 KEY_REQUESTS = Counter(
     "triton_gateway_key_requests_total", "Requests a key sent to a service's replicas.", KEY_SERVICE)

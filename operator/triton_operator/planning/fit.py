@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..api import BYTES_PER_PARAMETER, MIN_COMPUTE_CAPABILITY, GPUClassSpec, ModelSpec
+from ..api import BYTES_PER_PARAMETER, MIN_COMPUTE_CAPABILITY, GPUClassSpec, ModelSpec, admitted_precisions
 
 GIB = 1024**3
 # Leave room for activations, the KV cache and the CUDA context: weights may take at most this
@@ -112,6 +112,17 @@ def whole_nodes(min_gpus: int, gpus_per_node: int) -> int:
     return -(-min_gpus // gpus_per_node) * gpus_per_node
 
 
+def runnable_precisions(model_format: str, gpu_class: GPUClassSpec, instead_of: str) -> list[str]:
+    """The precisions to suggest instead of `instead_of` on the class: those admission accepts for the
+    format and the class's compute capability runs, fp32 left out (it only doubles fp16's memory)."""
+    return [p for p in admitted_precisions(model_format) if p not in ("fp32", instead_of)
+            and gpu_class.capability >= MIN_COMPUTE_CAPABILITY.get(p, (0, 0))]
+
+
+def _either(names: list[str]) -> str:
+    return " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+
+
 def problems(model: ModelSpec, class_name: str, gpu_class: GPUClassSpec, count: int) -> list[Problem]:
     """Every reason the model cannot run on `count` GPUs of the class (empty when it can)."""
     found: list[Problem] = []
@@ -121,7 +132,7 @@ def problems(model: ModelSpec, class_name: str, gpu_class: GPUClassSpec, count: 
             "PrecisionUnsupported",
             f"precision {model.precision} needs compute capability {need[0]}.{need[1]} or higher; "
             f"GPU class {class_name} has {gpu_class.compute_capability}. "
-            f"Choose fp16/int8/int4-awq or a newer GPU class."))
+            f"Choose {_either(runnable_precisions(model.format, gpu_class, model.precision))}, or a newer GPU class."))
     if gpu_class.resource_name.startswith(MIG_PREFIX) and count > 1:
         found.append(Problem(
             "MIGSlicesCannotCombine",
