@@ -72,6 +72,11 @@ def service_object(args: argparse.Namespace) -> dict[str, Any]:
         "metadata": {"name": NAME, "namespace": NS},
         "spec": {"model": {"source": "hf://HuggingFaceTB/SmolLM2-135M-Instruct", "format": "tensorrt-llm"},
                  "gpu": {"class": "l4", "count": 1},
+                 # As the simulator routes: to the least busy replica. Unset, an LLM service gets
+                 # kvEvents, which sent both calibration streams to one replica half the time
+                 # (their prompts share nothing, so every replica costs alike) and measured twice
+                 # the service time.
+                 "routing": {"policy": "leastInFlight"},
                  "autoscaling": {"minReplicas": 1, "maxReplicas": args.max_replicas,
                                  "slo": {"latencyMs": args.slo_ms, "latency": "endToEnd"}}},
     }
