@@ -324,11 +324,12 @@ def test_endpoints_come_from_ready_slices_and_the_least_loaded_wins():
     key = ("ml", "llama")
     picks = [router.pick(key) for _ in range(3)]
     assert len(set(picks)) == 3, "idle endpoints take turns"
-    claims = [router.acquire(a) for a in picks[:2]]
+    for a in picks[:2]:
+        router.acquire(a)
     assert router.pick(key) == picks[2], "the endpoint with nothing in flight"
     router.acquire(picks[2])
     router.acquire(picks[2])
-    router.release(claims[0])
+    router.release(picks[0])
     assert router.pick(key) == picks[0]
     assert router.set_slice(None, eps("llama", "llama-b", 8000)) == {key}
     assert router.set_slice(None, eps("llama", "llama-a", 8000)) == {key}

@@ -205,8 +205,8 @@ def test_what_this_gateway_sent_counts_until_the_engine_says_it_evicted_it_or_re
     r = router_with([1, 2, 3])
     one, two = chat(1, "q"), chat(2, "a question of a few blocks " * 5)
     home = r.pick(KEY, 0.0, one)
-    r.release(r.acquire(home, one))
-    r.release(r.acquire(home, two))
+    r.release(home, r.acquire(home, one))
+    r.release(home, r.acquire(home, two))
     assert r.holds(home, chat(1, "other")) == one.before_last        # sent there: not reported yet
     engine = Engine(budget=250)
     r.observe(home, engine.serve(one, r.cursor(home)))
@@ -374,11 +374,11 @@ def test_what_other_gateways_sent_a_replica_counts_for_a_while():
                                       batch_slots=1)
     begins = chat(1, "q")
     home = r.pick(KEY, 10.0, begins)
-    claim = r.acquire(home, begins)
+    work = r.acquire(home, begins)
     r.observe(home, json.dumps({"epoch": "e", "seq": 0, "snapshot": [], "load": 3}), now=10.0)
     assert r.load(home, 10.5) == 3 and r.others[home] == (2, 10.0)
     assert r.pick(KEY, 10.5, chat(1, "next")) != home, "two more of other gateways' requests wait there"
-    r.release(claim)
+    r.release(home, work)
     assert r.load(home, 10.0 + routing.OTHERS_FOR_S) == 0 and home not in r.others, "told too long ago"
     assert r.pick(KEY, 13.0, chat(1, "next")) == home
     r.observe(home, json.dumps({"epoch": "e", "seq": 0, "snapshot": [], "load": True}), now=13.0)

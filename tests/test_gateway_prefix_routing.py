@@ -115,25 +115,24 @@ def test_a_busy_replica_that_holds_the_beginning_wins_while_its_queue_costs_less
     waits (about 3,100)."""
     r = router_with([1, 2, 3], engine={"maxBatchSize": 1})
     home = r.pick(KEY, 0.0, tenant(1, "Q1"))
-    r.release(r.acquire(home, tenant(1, "Q1")))          # the first question: the prompt is read
+    r.release(home, r.acquire(home, tenant(1, "Q1")))          # the first question: the prompt is read
     assert tenant(1, "Q2").blocks == tenant(1, "Q1").blocks      # the question is in the prompt's partial last block
     assert r.holds(home, tenant(1, "Q2")) == len(tenant(1, "Q2").blocks) == 31
-    short = r.acquire(home, tenant(1, "Q2")).work                # a second question runs there
+    short = r.acquire(home, tenant(1, "Q2"))                     # a second question runs there
     assert short == tenant(1, "Q2").chars - r.holds(home, tenant(1, "Q2")) * routing.BLOCK_CHARS + 8 * 16
     assert short < 200
     assert r.pick(KEY, 0.0, tenant(1, "Q3")) == home            # wait behind it
-    r.release(routing.Claim(home, short, tenant(1, "Q2").affinity))
-    running = r.acquire(home, tenant(2, "a new tenant's first question"))   # a whole prompt to read runs there
-    long = running.work
+    r.release(home, short)
+    long = r.acquire(home, tenant(2, "a new tenant's first question"))   # a whole prompt to read runs there
     assert r.work[home] == long > 2000
     assert r.cost(home, tenant(1, "Q3"), 1) == tenant(1, "Q3").work(31) + long / 2
     assert r.pick(KEY, 0.0, tenant(1, "Q3")) == home            # still worth the wait: half of it is left
-    waiting = r.acquire(home, tenant(3, "another new tenant"))   # and another waits behind it
-    assert r.cost(home, tenant(1, "Q3"), 1) == tenant(1, "Q3").work(31) + (long + waiting.work) / 2 * 1.5
+    queued = r.acquire(home, tenant(3, "another new tenant"))   # and another waits behind it
+    assert r.cost(home, tenant(1, "Q3"), 1) == tenant(1, "Q3").work(31) + (long + queued) / 2 * 1.5
     assert r.pick(KEY, 0.0, tenant(1, "Q3")) != home            # an idle replica reads it sooner
-    r.release(running)
-    r.release(waiting)
-    assert home not in r.in_flight and home not in r.work and not r.prompts     # nothing left over
+    r.release(home, long)
+    r.release(home, queued)
+    assert home not in r.in_flight and home not in r.work       # nothing left over
 
 
 def product(question: str) -> routing.Beginning:
@@ -150,57 +149,13 @@ def test_a_prompt_every_request_shares_spreads_once_a_second_request_would_wait(
     leastInFlight). A batching engine starts the third at once, within the load bound."""
     r = router_with([1, 2, 3], engine={"maxBatchSize": slots})
     home = r.pick(KEY, 0.0, product("Q0"))
-    r.release(r.acquire(home, product("Q0")))             # the prompt is read there
+    r.release(home, r.acquire(home, product("Q0")))             # the prompt is read there
     for q in ("Q1", "Q2"):
         assert r.pick(KEY, 0.0, product(q)) == home
         r.acquire(home, product(q))
     third = r.pick(KEY, 0.0, product("Q3"))
     assert (third == home) is third_goes_home
     assert r.in_flight.get(third, 0) == (2 if third_goes_home else 0)     # not home: an idle replica
-
-
-def test_other_prompts_requests_are_no_reason_to_read_a_prompt_cold_elsewhere():
-    """One sequence at a time (maxBatchSize 1): three tenants' system prompts read on one replica,
-    two of them with a question running or waiting there. The third tenant's question waits there
-    behind them (their questions cost about 130 characters each, reading its prompt 2,000) where one
-    bound over all requests in flight (the third of 3 in flight, on a replica with 2 of them and one
-    slot) sent it to an idle replica to read its prompt whole. Its own requests are still bounded: a third of them in flight
-    does not join two already there."""
-    r = router_with([1, 2, 3], engine={"maxBatchSize": 1})
-    home = r.pick(KEY, 0.0, tenant(1, "Q0"))
-    for n in (1, 2, 3):
-        r.release(r.acquire(home, tenant(n, "Q0")))     # each prompt read there
-    claims = [r.acquire(home, tenant(n, "Q1")) for n in (1, 2)]
-    assert max(c.work for c in claims) < 200 and r.in_flight[home] == 2
-    assert r.pick(KEY, 0.0, tenant(3, "Q1")) == home
-    assert r.cost(home, tenant(3, "Q1"), 1) < tenant(3, "Q1").work(0) / 4
-    r.release(claims[1])
-    second = r.acquire(home, tenant(1, "Q2"))                     # tenant 1: two of its own there now
-    assert r.prompts[(home, tenant(1, "Q0").affinity)] == 2
-    assert r.pick(KEY, 0.0, tenant(1, "Q3")) != home               # its share (2) and one more would wait
-    for claim in (claims[0], second):
-        r.release(claim)
-    assert not r.prompts and home not in r.in_flight and home not in r.work   # nothing left over
-
-
-def test_with_batch_room_different_prompts_keep_to_the_replicas_bound():
-    """A batching engine (64 slots) takes a request into its batch at once, where it slows every
-    decode there, which the cost does not see: while the batch has room, a replica that holds
-    every tenant's prompt takes requests of different tenants only up to 1.25x the mean in flight."""
-    r = router_with([1, 2, 3])
-    home = r.pick(KEY, 0.0, tenant(1, "Q0"))
-    for n in range(1, 7):
-        r.release(r.acquire(home, tenant(n, "Q0")))
-    picks = []
-    for n in range(1, 7):                                          # six tenants, one question each
-        address = r.pick(KEY, 0.0, tenant(n, "Q1"))
-        picks.append(address)
-        r.acquire(address, tenant(n, "Q1"))
-    # home takes a request while it has at most ceil(1.25 x (in flight + 1) / 3): the first three
-    # (0, 1 and 2 in flight there, bounds 1, 1 and 2), not the fourth (3 over 2), the fifth (3 within
-    # 3), not the sixth (4 over 3)
-    assert picks[:3] == [home] * 3 and picks[4] == home and home not in (picks[3], picks[5])
-    assert r.in_flight[home] == 4 == max(r.in_flight.values())
 
 
 def test_with_batch_room_the_replica_that_holds_the_beginning_takes_it():
@@ -217,11 +172,11 @@ def test_with_batch_room_the_replica_that_holds_the_beginning_takes_it():
 def test_a_replica_that_leaves_or_fails_to_connect_is_forgotten():
     r = router_with([1, 2, 3])
     home = r.pick(KEY, 0.0, tenant(1, "Q1"))
-    r.release(r.acquire(home, tenant(1, "Q1")))
+    r.release(home, r.acquire(home, tenant(1, "Q1")))
     assert r.holds(home, tenant(1, "Q2")) > 0
     r.eject(home, until=5.0)                       # refused a connection: it may have restarted
     assert r.holds(home, tenant(1, "Q2")) == 0
-    r.release(r.acquire(home, tenant(1, "Q1")))
+    r.release(home, r.acquire(home, tenant(1, "Q1")))
     r.set_slice({"metadata": {"name": "s", "namespace": "ml", "labels": {routing.SERVICE_NAME_LABEL: "llama"}},
                  "ports": [{"name": "http", "port": 8000}],
                  "endpoints": [{"addresses": [f"10.0.0.{p}"], "conditions": {"ready": p != int(home[0][-1])}}
@@ -282,7 +237,7 @@ def test_a_replica_with_a_full_batch_is_passed_over_while_another_has_room():
         works[address] = r.acquire(address, talk)
     assert picks[:3] == order            # each replica's one slot, in the beginning's order
     assert picks[3] == order[0]          # all full: the fewest in flight, first in the order
-    r.release(works[order[1]])
+    r.release(order[1], works[order[1]])
     assert r.pick(KEY, 0.0, talk) == order[1]
     assert router_with([1, 2, 3]).services[KEY].batch_slots == routing.DEFAULT_MAX_BATCH   # not stated: the default
 

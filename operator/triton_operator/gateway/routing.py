@@ -21,25 +21,15 @@ gateway can tell (cache-aware routing, as llm-d's prefix and queue scorers and D
 - the cost of a replica, in characters of prompt to read: the part of this prompt it does not
   hold, plus its answer (DECODE_CHARS a token), plus, when its batch (spec.engine.maxBatchSize)
   is full, what is left of the work ahead of it (half of what runs, all of what waits);
-- the cheapest replica within two load bounds, any replica when none is (consistent hashing with
-  bounded loads, as KubeAI's PrefixHash); among equals, the first in an order the request's first
-  AFFINITY_CHARS characters (its affinity) alone decide (rendezvous hashing of that affinity and the
-  address):
-  - the prompt's own bound: the replica has under AFFINITY_LOAD times the mean of this affinity's
-    requests in flight, plus one where at most one request would then wait for its batch. A hot
-    beginning cannot pile onto one replica; the one more lets a replica that holds a prompt take a
-    second request of it at low load, where spreading would save nothing and cost a prefill, but
-    not a third behind a batch of one: chats under one product's system prompt, 3 in flight on 3
-    replicas of one sequence, all went to the replica that read the prompt first, the two others
-    never reading it, at half leastInFlight's requests/s;
-  - the replica's bound, while its batch has room: at most AFFINITY_LOAD times the mean of all
-    requests in flight. A request joins a batch with a free slot at once and slows every decode
-    in it, which the cost does not see; once the batch is full, what waits there is in the cost.
-    Other prompts' requests are no reason to read this one cold elsewhere: with one bound over all
-    requests, two tenants' requests running where a third tenant's system prompt was read sent
-    the third to a replica of one sequence that had to read it whole (and then held it twice);
-    tenants of their own system prompts reached 0.74x leastInFlight's TTFT p90 so bounded,
-    0.62x with the bound lifted (bench/results/routing-sensitivity.md). A beginning no replica holds yet
+- the cheapest replica whose requests in flight are under AFFINITY_LOAD times the mean, plus one
+  where at most one request would then wait for its batch (consistent hashing with bounded loads, as
+  KubeAI's PrefixHash: a hot beginning cannot pile onto one replica; the one more lets a replica
+  that holds a prompt take a second request at low load, where spreading would save nothing and cost
+  a prefill, but not a third behind a batch of one: chats under one product's system prompt, 3 in
+  flight on 3 replicas of one sequence, all went to the replica that read the prompt first, the two
+  others never reading it, at half leastInFlight's requests/s), any replica when every one is past
+  that; among equals, the first in an order the request's first AFFINITY_CHARS characters alone
+  decide (rendezvous hashing of that affinity and the address). A beginning no replica holds yet
   goes to the first in its order, so every gateway replica sends it to the same place without
   sharing state, and replicas coming or going move only the beginnings they rank first.
 
@@ -92,7 +82,7 @@ SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 # the same over a conversation's turns (each resends a longer history) and to be a tenant's shared
 # system prompt (the first characters of thousands), as KubeAI's PrefixHash hashes its first 100.
 AFFINITY_CHARS = 256
-AFFINITY_LOAD = 1.25       # the load bounds' factor over the mean in flight (see the module)
+AFFINITY_LOAD = 1.25       # a replica takes a request while it has under this times the mean in flight, plus one
 DEFAULT_MAX_BATCH = 64     # spec.engine.maxBatchSize's default (api/serving.py)
 # The index of what a replica holds: blocks of 64 characters (about 16 tokens, an engine's KV block
 # size: TensorRT-LLM's tokens_per_block defaults to 32, vLLM's block to 16), 4,096 of them a
@@ -159,15 +149,6 @@ def beginning(text: str, answer: int = 0, last_at: int = 0, precise: bool = Fals
         h.update(text[start:start + BLOCK_CHARS].encode("utf-8", "surrogatepass"))
         blocks.append(int.from_bytes(h.copy().digest(), "big"))
     return Beginning(affinity(text), tuple(blocks), len(text), answer, min(last_at // BLOCK_CHARS, len(blocks)), precise)
-
-
-@dataclass(frozen=True)
-class Claim:
-    """A request counted at a replica (Router.acquire), to give back when it ends (Router.release):
-    its work there (Beginning.work) and its affinity, for a request routed by its Beginning."""
-    address: Address
-    work: int = 0
-    affinity: int | None = None
 
 
 def _rank(key: int, address: Address) -> int:
@@ -327,7 +308,6 @@ class Router:
     services: dict[ServiceKey, Service] = field(default_factory=dict)
     slices: dict[tuple[str, str], tuple[ServiceKey, tuple[Address, ...]]] = field(default_factory=dict)
     in_flight: dict[Address, int] = field(default_factory=dict)
-    prompts: dict[tuple[Address, int], int] = field(default_factory=dict)   # in flight by (replica, affinity)
     work: dict[Address, int] = field(default_factory=dict)       # the work in flight (Beginning.work)
     held: dict[Address, OrderedDict[int, None]] = field(default_factory=dict)   # the index (see the module)
     stored: dict[Address, dict[int, int]] = field(default_factory=dict)   # kvEvents: block hash -> blocks, as the engine said
@@ -477,14 +457,9 @@ class Router:
             load = {a: self.load(a, now) for a in addresses}
             svc = self.services.get(key)
             slots = (svc.batch_slots if svc is not None else None) or DEFAULT_MAX_BATCH
-            same = {a: self.prompts.get((a, begins.affinity), 0) for a in addresses}
-            share = math.ceil(AFFINITY_LOAD * (sum(same.values()) + 1) / len(addresses))
             bound = math.ceil(AFFINITY_LOAD * (sum(load.values()) + 1) / len(addresses))
-            # The prompt's own bound, one more only where at most one request would then wait for
-            # the batch; the replica's while its batch has room (see the module).
-            room = [a for a in addresses
-                    if (same[a] < share or same[a] == share and load[a] <= slots)
-                    and (load[a] <= bound or load[a] >= slots)] or list(addresses)
+            # One more than the bound only where at most one request would then wait for the batch.
+            room = [a for a in addresses if load[a] < bound or load[a] == bound <= slots] or list(addresses)
             return min(room, key=lambda a: (self.cost(a, begins, slots, load[a]), -_rank(begins.affinity, a)))
         least = min(self.in_flight.get(a, 0) for a in addresses)
         candidates = [a for a in addresses if self.in_flight.get(a, 0) == least]
@@ -619,14 +594,12 @@ class Router:
         running = min(must_end, slots)
         return own + mean * (must_end - running / 2)
 
-    def acquire(self, address: Address, begins: Beginning | None = None) -> Claim:
-        """Count a request sent to `address`; with its Beginning, its work and its affinity (what
-        `release` gives back: the Claim returned), and its blocks, which the replica holds from now on."""
+    def acquire(self, address: Address, begins: Beginning | None = None) -> int:
+        """Count a request sent to `address`; with its Beginning, its work (returned: give it back to
+        `release`) and its blocks, which the replica holds from now on."""
         self.in_flight[address] = self.in_flight.get(address, 0) + 1
         if begins is None:
-            return Claim(address)
-        mine = (address, begins.affinity)
-        self.prompts[mine] = self.prompts.get(mine, 0) + 1
+            return 0
         work = begins.work(self.holds(address, begins))
         self.work[address] = self.work.get(address, 0) + work
         if begins.blocks:
@@ -636,18 +609,9 @@ class Router:
                 index.move_to_end(block)
             while len(index) > INDEX_BLOCKS:
                 index.popitem(last=False)
-        return Claim(address, work, begins.affinity)
+        return work
 
-    def release(self, claim: Claim) -> None:
-        """Count the request `acquire` claimed `claim` for done."""
-        address, work = claim.address, claim.work
-        if claim.affinity is not None:
-            mine = (address, claim.affinity)
-            n = self.prompts.get(mine, 0) - 1
-            if n > 0:
-                self.prompts[mine] = n
-            else:
-                self.prompts.pop(mine, None)
+    def release(self, address: Address, work: int = 0) -> None:
         left = self.in_flight.get(address, 0) - 1
         if left > 0:
             self.in_flight[address] = left

@@ -30,7 +30,7 @@ from .admission import Held
 from .auth import Caller
 from .config import GatewaySettings
 from .holding import EJECT_SECONDS, Holding
-from .routing import Address, Beginning, Claim, Router, Service, ServiceKey, has_cursor_slot, url
+from .routing import Address, Beginning, Router, Service, ServiceKey, has_cursor_slot, url
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ class Upstream:
         in_flight_gauge = m.child(m.IN_FLIGHT, *svc.key)
         ex: Exchange | None = None
         try:
-            address, resp, sent, span, claim = await self.send(svc, caller, method, path, body, headers, begins)
+            address, resp, sent, span, work = await self.send(svc, caller, method, path, body, headers, begins)
             in_flight_gauge.inc()
             ex = Exchange(resp, span, started, kv_events=lambda text: self.router.observe(address, text, self.clock()),
                           idle=self.settings.upstream_idle_timeout_seconds,
@@ -147,7 +147,7 @@ class Upstream:
             finally:
                 span.end()
                 resp.release()
-                self.router.release(claim)
+                self.router.release(address, work)
                 in_flight_gauge.dec()
                 account(sent)
             code = ex.code
@@ -169,21 +169,21 @@ class Upstream:
 
     async def send(self, svc: Service, caller: Caller, method: str, path: str, body: bytes | bytearray | None,
                    headers: dict[str, str], begins: Beginning | None = None
-                   ) -> tuple[Address, aiohttp.ClientResponse, float, Any, Claim]:
+                   ) -> tuple[Address, aiohttp.ClientResponse, float, Any, int]:
         """A request to a usable replica. A replica that refuses the connection or does not accept it
         within upstream_connect_timeout_seconds (nothing reached it) is ejected for EJECT_SECONDS and
         the request tried on another, up to CONNECT_ATTEMPTS; when none is left, a 503 that says so.
         Returns the replica, its answer (headers read), when the request was sent, and the attempt's
         upstream span (tracing.py), which the caller ends when the answer is over, and the request's
-        claim on the replica (router.acquire). The caller also releases the claim (router.release)
-        and the answer. A request routed on engine events (a precise Beginning)
+        work at the replica (router.acquire). The caller also releases the replica (router.release,
+        with that work) and the answer. A request routed on engine events (a precise Beginning)
         tells the replica this gateway's cursor into them (kv_events_after, written into the slot
         `body` reserves for it first in its JSON object: the replica is known only now)."""
         attempts = 0
         while True:
             address = await self.holding.endpoint(svc, caller, begins)
             attempts += 1
-            claim = self.router.acquire(address, begins)
+            work = self.router.acquire(address, begins)
             span = self.tracing.upstream(method, address[0], address[1], path, headers)
             try:
                 # Already encoded: the path is built from checked names only, and must reach the
@@ -195,11 +195,11 @@ class Upstream:
                 resp = await self.session().request(method, target, data=body, headers=headers,
                                                     server_hostname=self.tls_name(svc))
                 span.status_code(resp.status)
-                return address, resp, sent, span, claim
+                return address, resp, sent, span, work
             except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
                 span.fail(e)
                 span.end()
-                self.router.release(claim)
+                self.router.release(address, work)
                 self.router.eject(address, self.clock() + EJECT_SECONDS)
                 reason = "timeout" if isinstance(e, aiohttp.ConnectionTimeoutError) else (
                     "tls" if isinstance(e, aiohttp.ClientSSLError) else "refused")
@@ -216,7 +216,7 @@ class Upstream:
             except BaseException as e:
                 span.fail(e)
                 span.end()
-                self.router.release(claim)
+                self.router.release(address, work)
                 raise
 
     async def probe(self, svc: Service, begins: Beginning) -> None:
