@@ -7,7 +7,7 @@ not false. With `spec.routing.policy: leastInFlight` a request goes to the ready
 fewest requests in flight from this gateway; ties go round robin, so an idle fleet still spreads its
 load. A service that leaves the policy unset gets kvEvents (below) when it generates on the
 operator's own LLM model, whose engine reports what its cache holds, and leastInFlight otherwise:
-measured on real replicas (`make bench-routing`, bench/results/routing.md), kvEvents served 1.7-2.2x
+measured on real replicas (`make bench-routing`, bench/results/routing.md), kvEvents served 1.6-2.2x
 leastInFlight's requests/s with shared system prompts, 0.95-1.3x on multi-turn chat (runs move that
 much), and 0.97-1.04x where prompts share nothing.
 
