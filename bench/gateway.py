@@ -596,7 +596,7 @@ def main() -> int:
     p50_added = figures["gateway /v1/completions (OpenAI, translated) p50 added"]
     loss = max(v for k, v in figures.items() if k.endswith("rps loss"))
     cpu_note = ", ".join(f"{v:.2f} ms" for k, v in figures.items() if k.endswith("cpu ms")) + " for the two routes"
-    verdict = (f"Goal (issue 11): under 2 ms added p50 and under 5 % throughput loss. Measured: +{p50_added:.2f} ms p50 "
+    verdict = (f"Goal: under 2 ms added p50 and under 5 % throughput loss. Measured: +{p50_added:.2f} ms p50 "
                f"on the OpenAI route ({'met' if p50_added < 2 else 'NOT met'}); throughput loss up to "
                f"{100 * loss:.1f} % ({'met' if loss < 0.05 else 'NOT met, see below'}).")
     text = f"""# Gateway benchmark

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""make bench-scale: what the control plane costs at N InferenceServices (issue 9's figures).
+"""make bench-scale: what the control plane costs at N InferenceServices (requests, CPU, memory and latency).
 
 Starts its own local cluster (hack/cluster.sh: real kube-apiserver, etcd, controller-manager,
 scheduler; kwok GPU nodes, N/8 extra L4 nodes so every replica is placed), installs the chart

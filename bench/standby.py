@@ -1,6 +1,6 @@
 """make bench-standby: a standby operator replica probed for 10 minutes while the leader holds the
-lease, then the leader killed (issue 21: "with replicaCount 2 a standby stays Running without
-restarts for 10 minutes, and a killed leader is replaced within the lease time").
+lease, then the leader killed: with replicaCount 2 a standby stays Running without restarts for
+10 minutes, and a killed leader is replaced within the lease time.
 
 Runs e2e/test_leader.py::test_one_replica_leads_and_a_follower_takes_over_when_it_dies with
 E2E_STANDBY_SECONDS=600 on a local kwok cluster: two operator processes with the chart's own
