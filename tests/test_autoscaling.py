@@ -119,6 +119,20 @@ def test_recovery_after_an_outage_resumes_scaling():
     assert [d.desired for d in run(SPEC, 2, ticks)] == [2, 2, 6]
 
 
+def test_figures_after_an_outage_longer_than_the_window_do_not_scale_down_at_once():
+    """Prometheus is down for ten minutes while 8 replicas serve, then back from its restart: the
+    queue gauge is there on the first scrape (0: in-flight batching leaves nothing waiting), the
+    rate is not yet. The held replicas count as recommended, so the empty queue scales down only
+    after a whole window of it, as after an operator restart; the window had emptied during the
+    outage, and the first tick after it took a replica away, then one more every tick."""
+    down = [(s, Signals(ready=8, error="Prometheus unreachable: ConnectionError")) for s in range(10, 610, 10)]
+    back = [(s, q(0, 8)) for s in range(610, 1000, 10)]
+    ds = run(SPEC, 8, down + back)[len(down):]
+    first_down = next(i for i, d in enumerate(ds) if d.desired < 8)
+    assert back[first_down][0] >= 600 + SPEC.scale_down_stabilization_seconds
+    assert "recommended within the last 300s" in ds[0].reason
+
+
 def test_restart_seeds_history_so_nothing_drops_at_once():
     """A new operator process has no history; seeding with the current count holds a window."""
     history = seed(T0, 8)

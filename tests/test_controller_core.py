@@ -696,6 +696,61 @@ def _reconciler_for(classes, doc, **ready):
     return api, r, later
 
 
+def test_a_restart_after_a_lost_status_write_keeps_the_deployment_at_its_scaled_count(classes):
+    """The API server fails mid-scale: a pass writes the Deployment at the autoscaler's 8, and the
+    status patch that would say so fails; the process restarts (its lease lost) before a retry.
+    The new process has no report until its autoscaler's first tick, and status still says 4; the
+    Deployment was written after that status, so its count stands. Rendered from status, the first
+    pass scaled the Deployment back to 4, and the tick after it (seeded from the running count)
+    up again: the four replicas started for the load were stopped and started over."""
+    from triton_operator.api.kinds import GPU_CLASS, INFERENCE_SERVICE
+    from triton_operator.autoscaling.report import Report
+    from triton_operator.controller.reconcile import Reconciler
+    from triton_operator.controller.trim import trim_child
+    from triton_operator.controller.views import Views
+    from triton_operator.kube.client import ApiError
+    from triton_operator.kube.store import Store
+
+    class FailingStatus(_ApiServer):
+        failing = True
+
+        def patch_status(self, kind, namespace, name, status):
+            if self.failing:
+                raise ApiError(503, "ServiceUnavailable", "etcd is unavailable")
+            return super().patch_status(kind, namespace, name, status)
+
+    doc = isvc_doc()
+    del doc["spec"]["replicas"]
+    doc["spec"]["autoscaling"] = {"minReplicas": 1, "maxReplicas": 10}
+    doc["status"] = {"autoscaling": {"desiredReplicas": 4}}
+    doc["metadata"] = {**doc["metadata"], "resourceVersion": "5", "uid": "uid-isvc"}
+
+    def cache(objects):
+        store = Store(owner=owner_of)
+        for cls in classes.values():
+            store.upsert(GPU_CLASS.kind, {**cls.model_dump(by_alias=True, exclude_none=True),
+                                          "metadata": {"name": cls.name, "resourceVersion": "1"}})
+        store.upsert(INFERENCE_SERVICE.kind, copy.deepcopy(doc))
+        for (kind, _), child in objects.items():
+            store.upsert(kind, trim_child(copy.deepcopy(child)))
+        return store
+
+    api = FailingStatus()
+    api.owners[("ml", "demo")] = doc
+    store = cache({})
+    scaled = Report(desired=8, metrics_available=True, reason="scale up 4->8")
+    with pytest.raises(ApiError):
+        Reconciler(api, store, Views(store), Settings(), reports=lambda key: scaled).reconcile(("ml", "demo"))
+    assert api.objects[("Deployment", "demo")]["spec"]["replicas"] == 8
+
+    restarted = cache(api.objects)   # the new process lists what the API server holds
+    api.applied.clear()
+    api.failing = False
+    Reconciler(api, restarted, Views(restarted), Settings()).reconcile(("ml", "demo"))
+    assert ("Deployment", "demo") not in api.applied
+    assert api.objects[("Deployment", "demo")]["spec"]["replicas"] == 8
+
+
 def _multi_node_service(classes, groups_ready):
     doc = isvc_doc(model={"source": "hf://a/b", "format": "onnx", "parameters": "1B"})
     doc["spec"]["model"] = {"source": "hf://a/b", "format": "tensorrt-llm", "parameters": "671B", "precision": "fp8"}

@@ -143,6 +143,51 @@ def test_a_parent_kinds_cache_is_not_fresh_from_a_broken_watch_until_it_is_liste
     assert calls[:4] == ["list", "watch", "list", "watch"] and store.fresh("InferenceService")
 
 
+def test_a_watch_that_opens_and_fails_at_once_backs_off_and_logs_a_summary(caplog):
+    """The API server answers, and every watch it opens ends at once with an ERROR event (a 500:
+    the server's own trouble, which waiting for it to answer does not cure). The informer counted
+    the opening as a success: the pause never doubled, the probe (which the server answers) let it
+    list and watch again within a probe interval, and each round logged "recovered" and the error
+    again. Now the pause doubles from a second and the log keeps to its first line and summaries."""
+    import logging
+    import time
+
+    from triton_operator.kube.failures import FailureLog
+    from triton_operator.kube.informer import Informer
+    from triton_operator.kube.kinds import Kind
+    from triton_operator.kube.reach import Reachability
+    from triton_operator.kube.store import Store
+
+    kind = Kind("serving.triton-operator.io/v1alpha1", "InferenceService", "inferenceservices")
+    calls: list[str] = []
+
+    class Api:
+        def list(self, kind, namespace, selector, field_selector=None, project=None):
+            calls.append("list")
+            return [{"metadata": {"name": "a", "namespace": "ml", "resourceVersion": "1"}}], "1"
+
+        def watch(self, *args, **kwargs):
+            calls.append("watch")
+            return iter([{"type": "ERROR", "object": {"code": 500, "reason": "InternalError",
+                                                      "message": "etcdserver: request timed out"}}])
+
+        def ready(self) -> bool:
+            return True
+
+    api = Api()
+    log = logging.getLogger("test.informer")
+    informer = Informer(api, Store(), kind, None, lambda *a: None, FailureLog(log),  # type: ignore[arg-type]
+                        reach=Reachability(api.ready, interval=0.01, jitter=0.0), relist_after_gap=True)
+    with caplog.at_level(logging.WARNING, logger="test.informer"):
+        informer.start()
+        time.sleep(1.5)   # the first pause is a second: two rounds at most
+        informer.stop()
+    assert 1 <= calls.count("watch") <= 2 and calls.count("list") <= 2, calls
+    lines = [r.getMessage() for r in caplog.records if r.name == "test.informer"]
+    assert lines and not any("recovered" in line for line in lines), lines
+    assert "500 InternalError: etcdserver: request timed out" in lines[0]
+
+
 def test_keys_added_low_wait_behind_every_other_key_and_move_up_when_added_again():
     from triton_operator.kube.queue import WorkQueue
 

@@ -5,7 +5,9 @@ decision with a reason a human can read. The clock is passed in; the live loop a
 Rules, and the failures they prevent (the upstream issue behind each is named; docs/design.md,
 "Autoscaler", has the loop around them):
 - Fail static: a Prometheus error, a missing or NaN queue series holds the current replicas
-  (kubernetes#99394, keda#3065: an outage read as "no load" dropped services to minimum). Figures
+  (kubernetes#99394, keda#3065: an outage read as "no load" dropped services to minimum), and the
+  hold counts as a recommendation, so the figures after an outage scale down only once they have
+  asked for less for a stabilization window, as after a restart (`seed`). Figures
   from fewer pods than are ready never scale down (scale-up still works: aibrix#1032, one failed
   scrape must not block all scaling) and teach nothing about capacity.
 - Demand, whenever a replica's capacity is known, forecast one start-up ahead (pods asked for
@@ -351,7 +353,7 @@ def _decide(spec: AutoscalingSpec, current: int, signals: Signals, history: Hist
             now: datetime, lo: int) -> Decision:
     """Replicas within [lo, maxReplicas]: held on figures that cannot be trusted; otherwise what
     each rule asks for, the largest winning, reached by the scaling limits (see the module)."""
-    unusable = _hold_without_figures(spec, current, signals, history, lo)
+    unusable = _hold_without_figures(spec, current, signals, history, now, lo)
     if unusable is not None:
         return unusable
     # Requests held at the gateway (no replica ready: a service waking from zero) wait like queued
@@ -395,20 +397,27 @@ def _decide(spec: AutoscalingSpec, current: int, signals: Signals, history: Hist
 
 
 def _hold_without_figures(spec: AutoscalingSpec, current: int, signals: Signals, history: History,
-                          lo: int) -> Decision | None:
+                          now: datetime, lo: int) -> Decision | None:
     """Fail static: a Prometheus error or no queue-depth series holds the current replicas (moved
-    into [lo, maxReplicas]); None when the figures can be used."""
+    into [lo, maxReplicas]); None when the figures can be used. A hold counts as recommending the
+    replicas it holds, as `seed` does after a restart: the first figures after an outage longer
+    than the stabilization window are then held to it like any other, instead of finding the
+    window empty and scaling down on one tick (a Prometheus back from a restart has its gauges on
+    the first scrape but no rate for a minute: the queue rule read in-flight batching's empty queue
+    as no load and took a replica away on every tick until the rate came)."""
     hi = spec.max_replicas
     bounded = max(lo, min(hi, current))
+    queue = signals.queue_depth
     if signals.error is not None:
         why = f"metrics unavailable ({signals.error}): holding {bounded} replicas"
         if bounded != current:
             why += f" (moved into [{lo}, {hi}])"
-        return Decision(bounded, why, False, history)
-    queue = signals.queue_depth
-    if queue is None or math.isnan(queue):
-        return Decision(bounded, f"no queue-depth data: holding {bounded} replicas", False, history)
-    return None
+    elif queue is None or math.isnan(queue):
+        why = f"no queue-depth data: holding {bounded} replicas"
+    else:
+        return None
+    held = history.add(now, bounded, timedelta(seconds=spec.scale_down_stabilization_seconds), "held")
+    return Decision(bounded, why, False, held)
 
 
 def _ask_for_load(wants: dict[str, int], notes: list[str], spec: AutoscalingSpec, current: int, queue: float,

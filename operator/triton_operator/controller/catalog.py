@@ -10,6 +10,7 @@ such label and are never touched.
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,11 @@ from pydantic import ValidationError
 
 from ..api import GPUClass, first_error
 from ..api.kinds import GPU_CLASS
-from ..kube.client import Kube
+from ..kube.client import ApiError, Kube, describe_api_error
 
 log = logging.getLogger(__name__)
 CATALOG_LABEL = "serving.triton-operator.io/catalog"
+RETRY_FIRST, RETRY_MAX = 1.0, 60.0   # the pause before trying an unapplied catalog again (doubling)
 
 
 class CatalogError(ValueError):
@@ -62,3 +64,30 @@ def sync(kube: Kube, path: str, catalog: str = "default") -> list[str]:
             log.info("removing GPUClass %s: no longer in the catalog", name)
             kube.delete(GPU_CLASS, name)
     return sorted(wanted)
+
+
+def retryable(e: ApiError) -> bool:
+    """A failure the same catalog gets past by trying again: the API server unreachable, failing or
+    shedding load, or the GPUClass kind not served yet (its CRD, installed by the same release, not
+    yet established)."""
+    return e.transient or e.status == 404
+
+
+def sync_again(kube: Kube, path: str, stop: threading.Event, first: float | None = None,
+               cap: float | None = None) -> list[str] | None:
+    """After `sync` failed on a retryable error: `sync` again after a pause (doubling from `first`
+    to `cap`) until it succeeds (the applied names) or `stop` is set (None). The catalog is
+    applied when the operator starts; tried only then, a leader that started while the API server
+    failed (often why the previous leader stopped) left a changed catalog unapplied until its next
+    restart, with one log line to say so. A broken file (CatalogError) or a refusal (RBAC, an
+    invalid class) raises: trying again cannot help."""
+    delay, cap = RETRY_FIRST if first is None else first, RETRY_MAX if cap is None else cap
+    while not stop.wait(delay):
+        try:
+            return sync(kube, path)
+        except ApiError as e:
+            if not retryable(e):
+                raise
+            delay = min(cap, delay * 2)
+            log.warning("GPUClass catalog not applied yet: %s; trying again in %.0fs", describe_api_error(e), delay)
+    return None

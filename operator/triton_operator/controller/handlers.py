@@ -6,11 +6,12 @@ use kopf's per-object handlers."""
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 import kopf
 
-from ..kube.client import Kube, describe_api_error
+from ..kube.client import ApiError, Kube, describe_api_error
 from ..settings import Settings, from_env
 from . import catalog
 from .manager import APPLIED_KINDS, Manager
@@ -31,6 +32,16 @@ def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
         except catalog.CatalogError as e:
             # A broken catalog must not stop the operator from serving what already works.
             log.error("GPUClass catalog not applied: %s", e)
+        except ApiError as e:
+            if not catalog.retryable(e):
+                log.error("GPUClass catalog not applied: %s", describe_api_error(e))
+            else:
+                # Tried before the controller starts, so that its first passes find the classes;
+                # while the API server fails, tried again beside it: the rest still starts.
+                log.warning("GPUClass catalog not applied yet: %s; trying again", describe_api_error(e))
+                memo.catalog_stop = threading.Event()
+                threading.Thread(target=_apply_catalog_later, args=(kube, ours.catalog_file, memo.catalog_stop),
+                                 name="gpuclass catalog", daemon=True).start()
         except Exception as e:  # noqa: BLE001 - the API server may be down: the rest still starts
             log.error("GPUClass catalog not applied: %s", describe_api_error(e))
     memo.manager = Manager(ours, kube)
@@ -38,8 +49,21 @@ def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     log.info("triton-operator started (%s)", ", ".join(ours.namespaces) or "all namespaces")
 
 
+def _apply_catalog_later(kube: Kube, path: str, stop: threading.Event) -> None:
+    try:
+        names = catalog.sync_again(kube, path, stop)
+    except Exception as e:  # noqa: BLE001 - a refusal: said once, as at start
+        log.error("GPUClass catalog not applied: %s", describe_api_error(e))
+        return
+    if names is not None:
+        log.info("GPUClass catalog applied: %s", ", ".join(names))
+
+
 @kopf.on.cleanup()
 def stop(memo: kopf.Memo, **_: Any) -> None:
+    catalog_stop = getattr(memo, "catalog_stop", None)
+    if catalog_stop is not None:
+        catalog_stop.set()
     manager = getattr(memo, "manager", None)
     if manager is not None:
         manager.stop()

@@ -22,7 +22,7 @@ from .client import ApiError, Kind, Kube, describe_api_error
 from .failures import FailureLog
 from .reach import Reachability, unreachable
 from .store import Store, trim
-from .watching import GONE, RETRY_MAX, WATCH_SECONDS, Retry, read_event
+from .watching import GONE, RETRY_MAX, WATCH_SECONDS, Retry, WatchFailed, read_event
 
 log = logging.getLogger(__name__)
 OnChange = Callable[[str, "dict[str, Any] | None", "dict[str, Any] | None"], None]
@@ -88,25 +88,39 @@ class Informer:
                     version = self._list()
                 events = self.kube.watch(self.kind, self.namespace, version, self.selector, self.watch_timeout,
                                          field_selector=self.field_selector)
-                self.failures.success(topic)
-                retry.succeeded()
+                # A watch works once it delivers (an event, a bookmark, its end), not once it opens:
+                # one that opens and fails at once (an ERROR event) is a failure like any other, or
+                # every failure would log twice ("recovered", then the error) and the pause would
+                # never double.
+                delivered = False
                 for event in events:
                     if self.stopped.is_set():
                         return
                     version = self._apply(event, version)
+                    if not delivered:
+                        delivered = True
+                        self._worked(topic, retry)
                     if version is None:
                         break  # expired: list again
-            except ApiError as e:
+                if not delivered:
+                    self._worked(topic, retry)
+            except (ApiError, WatchFailed) as e:
                 if e.status == GONE:
                     version = None
                     continue
                 version = self._gap(version)
                 self.failures.failure(topic, describe_api_error(e))
+                # A server that answers with an error (an ERROR event, a 500 from a healthy server)
+                # is not cured by waiting for it to answer: the doubling pause.
                 self._pause(retry, unreachable(e.status))
             except Exception as e:  # noqa: BLE001 - a broken stream must never end the informer
                 version = self._gap(version)
                 self.failures.failure(topic, describe_api_error(e))
                 self._pause(retry, True)
+
+    def _worked(self, topic: str, retry: Retry) -> None:
+        self.failures.success(topic)
+        retry.succeeded()
 
     def _gap(self, version: str | None) -> str | None:
         """The watch broke: what may have changed meanwhile is not known. A parent kind is listed
