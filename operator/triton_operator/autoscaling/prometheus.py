@@ -3,7 +3,7 @@
 Each signal is its own PromQL expression (settings.*_query, one series per service). The source
 tags every expression's series with the signal's name (label_replace) and asks Prometheus for
 their union (`or`) in a single instant query, so a tick costs one query however many services
-and signals there are (issue 9: at most two). A failed query fails every signal: the policy then
+and signals there are (the control plane's budget is two). A failed query fails every signal: the policy then
 holds replicas; a signal a service does not have (no TensorRT-LLM metrics, no traffic yet, no
 gateway in front) is simply absent, and absent never reads as zero. The gateway's series (held
 and gateway_in_flight) are two more signals of the same query, so the budget holds with it.
@@ -78,7 +78,9 @@ def parse(result: list[dict[str, Any]], settings: Settings) -> Snapshot:
     snap = Snapshot(values={signal: {} for signal in SIGNALS})
     ns_label, svc_label = settings.metrics_namespace_label, settings.metrics_service_label
     for item in result:
-        labels = item.get("metric", {})
+        labels = item.get("metric") if isinstance(item, dict) else None
+        if not isinstance(labels, dict):
+            continue
         signal = labels.get(SIGNAL_LABEL)
         if signal not in snap.values:
             continue
@@ -104,9 +106,16 @@ class PrometheusSource:
         started = time.monotonic()
         try:
             result = self.client.custom_query(self.query)
+            if not isinstance(result, list):
+                raise TypeError("the query result is not a list")
         except (RequestException, PrometheusApiClientException, ValueError) as e:
             telemetry.QUERY_ERRORS.labels("all").inc()
             snap = Snapshot(error=_short(e))
+        except (KeyError, TypeError):
+            # A 200 whose JSON is not a query's answer (data.result): a URL that reaches some other
+            # service. Every signal fails, as for any failed query, and the reason says where to look.
+            telemetry.QUERY_ERRORS.labels("all").inc()
+            snap = Snapshot(error=NOT_PROMETHEUS)
         else:
             snap = parse(result, self.settings)
         finally:
@@ -114,6 +123,10 @@ class PrometheusSource:
         snap.queries = 1
         telemetry.QUERIES_PER_TICK.set(snap.queries)
         return snap
+
+
+NOT_PROMETHEUS = ("Prometheus answered without a query result (data.result): is TRITON_OPERATOR_PROMETHEUS_URL "
+                  "the base URL of a Prometheus server?")
 
 
 def _short(e: Exception) -> str:
