@@ -92,6 +92,10 @@ def parse(result: list[dict[str, Any]], settings: Settings) -> Snapshot:
     return snap
 
 
+NOT_PROMETHEUS = ("Prometheus answered without a query result (data.result): is TRITON_OPERATOR_PROMETHEUS_URL "
+                  "the base URL of a Prometheus server?")
+
+
 class PrometheusSource:
     def __init__(self, settings: Settings):
         if not settings.prometheus_url:
@@ -123,10 +127,6 @@ class PrometheusSource:
         snap.queries = 1
         telemetry.QUERIES_PER_TICK.set(snap.queries)
         return snap
-
-
-NOT_PROMETHEUS = ("Prometheus answered without a query result (data.result): is TRITON_OPERATOR_PROMETHEUS_URL "
-                  "the base URL of a Prometheus server?")
 
 
 def _short(e: Exception) -> str:

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from ..api import GPUClass, first_error
 from ..api.kinds import GPU_CLASS
 from ..kube.client import ApiError, Kube, describe_api_error
+from ..kube.watching import Retry
 
 log = logging.getLogger(__name__)
 CATALOG_LABEL = "serving.triton-operator.io/catalog"
@@ -73,21 +74,20 @@ def retryable(e: ApiError) -> bool:
     return e.transient or e.status == 404
 
 
-def sync_again(kube: Kube, path: str, stop: threading.Event, first: float | None = None,
-               cap: float | None = None) -> list[str] | None:
-    """After `sync` failed on a retryable error: `sync` again after a pause (doubling from `first`
-    to `cap`) until it succeeds (the applied names) or `stop` is set (None). The catalog is
+def sync_again(kube: Kube, path: str, stop: threading.Event) -> list[str] | None:
+    """After `sync` failed on a retryable error: `sync` again after a pause (doubling from
+    RETRY_FIRST to RETRY_MAX) until it succeeds (the applied names) or `stop` is set (None). The catalog is
     applied when the operator starts; tried only then, a leader that started while the API server
     failed (often why the previous leader stopped) left a changed catalog unapplied until its next
     restart, with one log line to say so. A broken file (CatalogError) or a refusal (RBAC, an
     invalid class) raises: trying again cannot help."""
-    delay, cap = RETRY_FIRST if first is None else first, RETRY_MAX if cap is None else cap
-    while not stop.wait(delay):
+    retry = Retry(RETRY_FIRST, RETRY_MAX)
+    while not stop.wait(retry.failed()):
         try:
             return sync(kube, path)
         except ApiError as e:
             if not retryable(e):
                 raise
-            delay = min(cap, delay * 2)
-            log.warning("GPUClass catalog not applied yet: %s; trying again in %.0fs", describe_api_error(e), delay)
+            log.warning("GPUClass catalog not applied yet: %s; trying again in %.0fs", describe_api_error(e),
+                        retry.delay)
     return None
