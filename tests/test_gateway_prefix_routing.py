@@ -9,6 +9,7 @@ requests land on one replica."""
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 
 import pytest
@@ -52,10 +53,43 @@ def test_a_hot_beginning_spills_to_its_second_replica_past_its_share():
         picks.append(address)
         r.acquire(address, hot)
     load = Counter(picks)
-    # each takes it while under 1.25 x (in flight + 1) / 3, plus one: its first replica takes 4 of
-    # the 6 (up to 2, 3, then 4), its second the rest, and a third replica is not needed
-    assert picks[0] == first and set(picks) == {first, picks[3]} and picks[3] != first
-    assert load[first] == 4 and load[picks[3]] == 2
+    # a replica new to the router counts as having had 1/3 of the recent requests; each pick moves a
+    # replica's share 1/32 of the way to 1 or 0: the first replica takes the hot beginning past the
+    # in-flight bound while its share is under 1.25 / 3 (to 0.43 after the first pick and four of
+    # the six), then, over its share and over ceil(1.25 x (in flight + 1) / 3), no more; the second
+    # takes the rest (it holds the beginning from the fifth on), and a third replica is not needed
+    assert picks[:4] == [first] * 4 and picks[4] == picks[5] != first
+    assert load[first] == 4 and load[picks[4]] == 2
+    assert r.share[first] == pytest.approx((1 - (2 / 3) * (31 / 32) ** 5) * (31 / 32) ** 2)
+
+
+def test_a_replica_under_its_share_of_recent_requests_is_worth_a_longer_wait():
+    """Tenants spread over the replicas by their prompts: each replica's share of the recent
+    requests is about a third, under the bound's 1.25 / 3. A replica of one sequence that holds a
+    tenant's prompt then takes a third request of it behind two short ones in flight (about 250
+    characters of work ahead, against 2,000 to read cold elsewhere), where the in-flight bound
+    alone (two in flight at most: at 3 in flight over 3 replicas) had sent it to read the prompt
+    cold on another replica."""
+    r = router_with([1, 2, 3], engine={"maxBatchSize": 1})
+    homes: dict[routing.Address, int] = {}
+    n = 0
+    while len(homes) < 3:                           # a tenant whose prompt goes first to each replica
+        homes.setdefault(r.pick(KEY, 0.0, tenant(n, "Q0")), n)
+        n += 1
+    r.share.clear()                                 # as new: a third each
+    for _ in range(10):                             # the three tenants' questions, in turn
+        for a, t in homes.items():
+            assert r.pick(KEY, 0.0, tenant(t, "Q")) == a
+            r.release(a, r.acquire(a, tenant(t, "Q")))
+    assert all(abs(r.share[a] - 1 / 3) < 0.01 for a in homes)
+    home, t = next(iter(homes.items()))
+    for q in ("Q1", "Q2"):                          # two short questions of one tenant in flight there
+        assert r.pick(KEY, 0.0, tenant(t, q)) == home
+        r.acquire(home, tenant(t, q))
+    bound = math.ceil(routing.AFFINITY_LOAD * (2 + 1) / 3)
+    assert r.in_flight[home] == bound == 2
+    assert r.pick(KEY, 0.0, tenant(t, "Q3")) == home              # a third waits there too
+    assert r.cost(home, tenant(t, "Q3"), 1) < 400 < 2000 < min(r.cost(a, tenant(t, "Q3"), 1) for a in homes if a != home)
 
 
 def test_a_replica_that_goes_moves_only_the_beginnings_it_ranked_first():
@@ -146,10 +180,16 @@ def test_a_prompt_every_request_shares_spreads_once_a_second_request_would_wait(
     second request (a wait behind one short request costs less than reading the prompt cold), but
     on a batch of one not a third: two would then wait, and the replicas that never read the prompt
     would never start to (all of a bench's chats went to one replica, at half the requests/s of
-    leastInFlight). A batching engine starts the third at once, within the load bound."""
+    leastInFlight), once the replica has had more than its share of the recent requests (1.25 / 3:
+    until then a hot prompt's requests wait there). A batching engine starts the third at once,
+    within the load bound."""
     r = router_with([1, 2, 3], engine={"maxBatchSize": slots})
     home = r.pick(KEY, 0.0, product("Q0"))
     r.release(home, r.acquire(home, product("Q0")))             # the prompt is read there
+    for _ in range(4):                                          # and its next questions, one at a time
+        assert r.pick(KEY, 0.0, product("Q")) == home
+        r.release(home, r.acquire(home, product("Q")))
+    assert r.share[home] > routing.AFFINITY_LOAD / 3            # over its share of the recent requests
     for q in ("Q1", "Q2"):
         assert r.pick(KEY, 0.0, product(q)) == home
         r.acquire(home, product(q))

@@ -7,8 +7,8 @@ not false. With `spec.routing.policy: leastInFlight` a request goes to the ready
 fewest requests in flight from this gateway; ties go round robin, so an idle fleet still spreads its
 load. A service that leaves the policy unset gets kvEvents (below) when it generates on the
 operator's own LLM model, whose engine reports what its cache holds, and leastInFlight otherwise:
-measured on real replicas (`make bench-routing`, bench/results/routing.md), kvEvents served 1.6-2.2x
-leastInFlight's requests/s with shared system prompts, 0.95-1.3x on multi-turn chat (runs move that
+measured on real replicas (`make bench-routing`, bench/results/routing.md), kvEvents served 1.6-3.1x
+leastInFlight's requests/s with shared system prompts, 0.95-1.4x on multi-turn chat (runs move that
 much), and 0.97-1.04x where prompts share nothing.
 
 With `spec.routing.policy: prefix`, a request goes where its first token comes soonest, as this
@@ -27,8 +27,10 @@ gateway can tell (cache-aware routing, as llm-d's prefix and queue scorers and D
   that holds a prompt take a second request at low load, where spreading would save nothing and cost
   a prefill, but not a third behind a batch of one: chats under one product's system prompt, 3 in
   flight on 3 replicas of one sequence, all went to the replica that read the prompt first, the two
-  others never reading it, at half leastInFlight's requests/s), any replica when every one is past
-  that; among equals, the first in an order the request's first AFFINITY_CHARS characters alone
+  others never reading it, at half leastInFlight's requests/s), or whose share of about the last
+  SHARE_PICKS requests routed is under AFFINITY_LOAD / n, whatever it has in flight (a tenant's
+  third request then waits behind two short ones instead of reading its prompt cold elsewhere:
+  bench/results/routing-steady.md); any replica when every one is past that; among equals, the first in an order the request's first AFFINITY_CHARS characters alone
   decide (rendezvous hashing of that affinity and the address). A beginning no replica holds yet
   goes to the first in its order, so every gateway replica sends it to the same place without
   sharing state, and replicas coming or going move only the beginnings they rank first.
@@ -83,6 +85,7 @@ SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 # system prompt (the first characters of thousands), as KubeAI's PrefixHash hashes its first 100.
 AFFINITY_CHARS = 256
 AFFINITY_LOAD = 1.25       # a replica takes a request while it has under this times the mean in flight, plus one
+SHARE_PICKS = 32           # ... or while its share of about the last this many requests routed is under that times 1/n
 DEFAULT_MAX_BATCH = 64     # spec.engine.maxBatchSize's default (api/serving.py)
 # The index of what a replica holds: blocks of 64 characters (about 16 tokens, an engine's KV block
 # size: TensorRT-LLM's tokens_per_block defaults to 32, vLLM's block to 16), 4,096 of them a
@@ -316,6 +319,7 @@ class Router:
     heard: dict[Address, float] = field(default_factory=dict)    # kvEvents: when its engine's events were last read
     reading: dict[Address, tuple[dict[int, int], float]] = field(default_factory=dict)  # kvEvents: prompts being read, when told
     ejected: dict[Address, float] = field(default_factory=dict)   # replicas that failed to connect -> until when
+    share: dict[Address, float] = field(default_factory=dict)     # share of the recent requests routed by cost (pick)
     _endpoints: dict[ServiceKey, tuple[Address, ...]] = field(default_factory=dict)
     _unnamed_port: set[tuple[str, str]] = field(default_factory=set)   # slices without port_name
     _live: dict[Address, int] = field(default_factory=dict)   # ready endpoints -> services that list them
@@ -425,6 +429,7 @@ class Router:
         self.others.pop(address, None)
         self.heard.pop(address, None)
         self.reading.pop(address, None)
+        self.share.pop(address, None)
 
     def load(self, address: Address, now: float) -> int:
         """The requests in flight at `address`: this gateway's, and those the other gateways sent it
@@ -458,9 +463,16 @@ class Router:
             svc = self.services.get(key)
             slots = (svc.batch_slots if svc is not None else None) or DEFAULT_MAX_BATCH
             bound = math.ceil(AFFINITY_LOAD * (sum(load.values()) + 1) / len(addresses))
-            # One more than the bound only where at most one request would then wait for the batch.
-            room = [a for a in addresses if load[a] < bound or load[a] == bound <= slots] or list(addresses)
-            return min(room, key=lambda a: (self.cost(a, begins, slots, load[a]), -_rank(begins.affinity, a)))
+            fair = AFFINITY_LOAD / len(addresses)    # a replica new to the router has had 1/n
+            # One more than the bound only where at most one request would then wait for the batch,
+            # and any number where the replica's recent share is under the bound's (see the module).
+            room = [a for a in addresses if load[a] < bound or load[a] == bound <= slots
+                    or self.share.get(a, fair / AFFINITY_LOAD) < fair] or list(addresses)
+            chosen = min(room, key=lambda a: (self.cost(a, begins, slots, load[a]), -_rank(begins.affinity, a)))
+            keep = 1.0 - 1.0 / SHARE_PICKS
+            for a in addresses:
+                self.share[a] = self.share.get(a, fair / AFFINITY_LOAD) * keep + (1.0 - keep if a == chosen else 0.0)
+            return chosen
         least = min(self.in_flight.get(a, 0) for a in addresses)
         candidates = [a for a in addresses if self.in_flight.get(a, 0) == least]
         self._turn += 1
