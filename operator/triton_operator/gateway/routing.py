@@ -23,17 +23,16 @@ gateway can tell (cache-aware routing, as llm-d's prefix and queue scorers and D
   is full, what is left of the work ahead of it (half of what runs, all of what waits);
 - the cheapest replica whose requests in flight are under AFFINITY_LOAD times the mean, plus one
   where at most one request would then wait for its batch (consistent hashing with bounded loads, as
-  KubeAI's PrefixHash: a hot beginning cannot pile onto one replica; the one more lets a replica
-  that holds a prompt take a second request at low load, where spreading would save nothing and cost
-  a prefill, but not a third behind a batch of one: chats under one product's system prompt, 3 in
-  flight on 3 replicas of one sequence, all went to the replica that read the prompt first, the two
-  others never reading it, at half leastInFlight's requests/s), or whose share of about the last
-  SHARE_PICKS requests routed is under AFFINITY_LOAD / n, whatever it has in flight (a tenant's
-  third request then waits behind two short ones instead of reading its prompt cold elsewhere:
-  bench/results/routing-steady.md); any replica when every one is past that; among equals, the first in an order the request's first AFFINITY_CHARS characters alone
-  decide (rendezvous hashing of that affinity and the address). A beginning no replica holds yet
-  goes to the first in its order, so every gateway replica sends it to the same place without
-  sharing state, and replicas coming or going move only the beginnings they rank first.
+  KubeAI's PrefixHash: a hot beginning cannot pile onto one replica; chats under one product's
+  system prompt, 3 in flight on 3 replicas of one sequence, all went to the replica that read it
+  first, at half leastInFlight's requests/s), or whose share of about the last SHARE_PICKS requests
+  routed is under AFFINITY_LOAD / n, whatever it has in flight (a tenant's third request then waits
+  behind two short ones instead of reading its prompt cold elsewhere:
+  bench/results/routing-steady.md); any replica when every one is past that; among equals, the
+  first in an order the request's first AFFINITY_CHARS characters alone decide (rendezvous hashing
+  of that affinity and the address). A beginning no replica holds yet goes to the first in its
+  order, so every gateway replica sends it to the same place without sharing state, and replicas
+  coming or going move only the beginnings they rank first.
 
 With `spec.routing.policy: kvEvents` the same choice is made on what each replica's engine says it
 holds, not on what this gateway sent it: each request carries its block hashes (`prefix_keys`) and
