@@ -462,15 +462,15 @@ class Router:
             svc = self.services.get(key)
             slots = (svc.batch_slots if svc is not None else None) or DEFAULT_MAX_BATCH
             bound = math.ceil(AFFINITY_LOAD * (sum(load.values()) + 1) / len(addresses))
-            fair = AFFINITY_LOAD / len(addresses)    # a replica new to the router has had 1/n
+            even = 1.0 / len(addresses)              # the share a replica new to the router counts as having had
             # One more than the bound only where at most one request would then wait for the batch,
             # and any number where the replica's recent share is under the bound's (see the module).
             room = [a for a in addresses if load[a] < bound or load[a] == bound <= slots
-                    or self.share.get(a, fair / AFFINITY_LOAD) < fair] or list(addresses)
+                    or self.share.get(a, even) < AFFINITY_LOAD * even] or list(addresses)
             chosen = min(room, key=lambda a: (self.cost(a, begins, slots, load[a]), -_rank(begins.affinity, a)))
             keep = 1.0 - 1.0 / SHARE_PICKS
             for a in addresses:
-                self.share[a] = self.share.get(a, fair / AFFINITY_LOAD) * keep + (1.0 - keep if a == chosen else 0.0)
+                self.share[a] = self.share.get(a, even) * keep + (1.0 - keep if a == chosen else 0.0)
             return chosen
         least = min(self.in_flight.get(a, 0) for a in addresses)
         candidates = [a for a in addresses if self.in_flight.get(a, 0) == least]
