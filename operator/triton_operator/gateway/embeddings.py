@@ -69,8 +69,10 @@ def _bad(why: str) -> oai.OpenAIError:
     return oai.OpenAIError(502, f"the embedding model's answer {why}", "upstream_error", code="upstream_failed")
 
 
-def vectors(answer: dict[str, Any], count: int) -> tuple[list[list[float]], int | None]:
+def vectors(answer: Any, count: int) -> tuple[list[list[float]], int | None]:
     """The `count` vectors of a generate answer, and the prompt tokens it reports (None: none)."""
+    if not isinstance(answer, dict):
+        raise _bad("is not a JSON object")
     if "error" in answer:
         raise t.model_error(answer["error"])
     flat = answer.get("embedding")
@@ -88,7 +90,10 @@ def vectors(answer: dict[str, Any], count: int) -> tuple[list[list[float]], int 
 
 def encoded(vector: list[float], encoding: str) -> list[float] | str:
     if encoding == "base64":
-        return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+        try:
+            return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+        except (OverflowError, struct.error):
+            raise _bad("holds a value past float32's range, which base64 embeddings carry") from None
     return vector
 
 

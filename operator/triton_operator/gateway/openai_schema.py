@@ -333,11 +333,24 @@ def check_structure(raw: bytes | bytearray) -> None:
                               code="request_too_complex")
 
 
+class _NotANumber(ValueError):
+    pass
+
+
+def _not_a_number(name: str) -> Any:
+    """Python's json reads NaN, Infinity and -Infinity; RFC 8259 has no such numbers, and echoed
+    back (a tool's schema, a response's settings) they would make the answer unreadable to strict
+    clients."""
+    raise _NotANumber(name)
+
+
 def parse_json(raw: bytes | bytearray) -> Any:
     """A request body's JSON, within check_structure's bounds; a 400 for anything else."""
     check_structure(raw)
     try:
-        return json.loads(raw)
+        return json.loads(raw, parse_constant=_not_a_number)
+    except _NotANumber:
+        raise OpenAIError(400, "the request body is not valid JSON: NaN and Infinity are not JSON numbers") from None
     except (ValueError, UnicodeDecodeError):
         raise OpenAIError(400, "the request body is not valid JSON") from None
     except RecursionError:
@@ -350,12 +363,13 @@ _M = TypeVar("_M", bound=BaseModel)
 
 def parse_body(raw: bytes | bytearray, kind: type[_M]) -> _M:
     """A request body as `kind` (a request model of this gateway): a 400 naming the field for
-    anything it is not."""
+    anything it is not. Strictly typed, as OpenAI's API is: `"max_tokens": "7"` or `true`, or
+    `"stream": "yes"`, is refused, not read as 7, 1 or true (an integer is still a number)."""
     data = parse_json(raw)
     if not isinstance(data, dict):
         raise OpenAIError(400, "the request body must be a JSON object")
     try:
-        return kind.model_validate(data)
+        return kind.model_validate(data, strict=True)
     except RecursionError:
         raise OpenAIError(400, f"the request body nests JSON deeper than {MAX_JSON_DEPTH} levels",
                           code="request_too_complex") from None

@@ -96,6 +96,12 @@ class TextFormat(BaseModel):
     schema_: dict[str, Any] | None = Field(None, alias="schema")
     strict: bool | None = None
 
+    @model_validator(mode="after")
+    def _schema(self) -> TextFormat:
+        if self.type == "json_schema" and self.schema_ is None:
+            raise ValueError("a json_schema format needs its schema, a JSON schema object")
+        return self
+
 
 class TextOptions(BaseModel):
     model_config = ConfigDict(extra="ignore")
@@ -130,8 +136,9 @@ class ResponsesRequest(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _built_in_tools(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            for i, tool in enumerate(data.get("tools") or []):
+        tools = data.get("tools") if isinstance(data, dict) else None
+        if isinstance(tools, list):   # anything else is refused by the field's own type
+            for i, tool in enumerate(tools):
                 if isinstance(tool, dict) and tool.get("type") != "function":
                     raise ValueError(f"tools.{i}: only function tools are served here, not {tool.get('type')!r}")
         return data
@@ -186,7 +193,7 @@ def to_chat(req: ResponsesRequest) -> oai.ChatRequest:
         body["response_format"] = {"type": "json_object"}
     elif fmt is not None and fmt.type == "json_schema":
         body["response_format"] = {"type": "json_schema", "json_schema": {"name": fmt.name or "answer",
-                                                                          "schema": fmt.schema_ or {}}}
+                                                                          "schema": fmt.schema_}}
     if req.stream:
         body["stream_options"] = {"include_usage": True}
     try:

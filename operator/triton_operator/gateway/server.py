@@ -193,6 +193,7 @@ async def errors(request: web.Request, handler: Callable[[web.Request], Awaitabl
     try:
         return await handler(request)
     except oai.OpenAIError as e:
+        _begun(request, e)
         return _error_response(e)
     except web.HTTPRequestEntityTooLarge as e:
         m.REJECTED.labels("too_large").inc()
@@ -213,5 +214,20 @@ async def errors(request: web.Request, handler: Callable[[web.Request], Awaitabl
     except Exception as e:  # noqa: BLE001 - a bug answers 500, never a traceback to the client
         log.error("unexpected %s on %s %s", type(e).__name__, request.method, request.path)
         log.debug("unexpected error", exc_info=True)
-        return _error_response(oai.OpenAIError(500, "internal error in the gateway", "server_error",
-                                             code="internal_error"))
+        err = oai.OpenAIError(500, "internal error in the gateway", "server_error", code="internal_error")
+        _begun(request, err)
+        return _error_response(err)
+
+
+def _begun(request: web.Request, err: oai.OpenAIError) -> None:
+    """An error after the answer began (its head and part of its body are on the wire, e.g. a
+    replica that stalls or breaks in the middle of a passed-through answer): a second answer cannot
+    follow the first on the connection, so the connection is cut, which the client sees as an
+    answer cut short (streamed OpenAI answers end with an error event before this)."""
+    if request.writer is None or request.writer.output_size == 0:
+        return
+    log.warning("%s %s failed after its answer began (%s, %s): the connection is closed", request.method,
+                request.path, err.status, err.code)
+    if request.transport is not None:
+        request.transport.abort()
+    raise asyncio.CancelledError("the answer had begun")

@@ -37,6 +37,7 @@ DEFAULT_CHAT_TEMPLATE = (
 # The tag the llm model puts before errors a request caused (its own words, safe to pass on:
 # runtime/triton_runtime/serving/contract.py ERROR_TAG).
 MODEL_ERROR_TAG = "[llm] "
+MAX_COUNT = 2 ** 53   # the largest count (or log probability) read from a replica: exact as a float
 
 
 # -- chat templates (text models; llm models render their own) --------------------------------------
@@ -208,8 +209,11 @@ class Answer:
     kv_events: str = ""                # what the engine's prefix cache did (llm model, kvEvents routing)
 
 
-def answer_of(response: dict[str, Any]) -> Answer:
-    """The parts of one generate (or generate_stream event) response."""
+def answer_of(response: Any) -> Answer:
+    """The parts of one generate (or generate_stream event) response. A replica is not trusted to be
+    well-formed: what cannot be read is a 502 (upstream_failed), never a 500."""
+    if not isinstance(response, dict):
+        raise _unreadable("is not a JSON object")
     if "error" in response:
         raise model_error(response["error"])
     out = response.get("text_output")
@@ -219,10 +223,31 @@ def answer_of(response: dict[str, Any]) -> Answer:
         raise OpenAIError(502, "the model's response has no text_output: is it a generate-capable LLM model?",
                           "upstream_error", code="upstream_failed")
     reason = _first(response.get("finish_reason"))
-    return Answer(str(out), reason or None, _int(response.get("prompt_tokens")),
-                  _int(response.get("completion_tokens")), answer_index(response),
-                  _json_list(response.get("tool_calls"), "tool_calls"), _json_list(response.get("logprobs"), "logprobs"),
-                  _int(response.get("cached_tokens")), _str(response.get("kv_events")))
+    return Answer(str(out), reason or None, _count(response.get("prompt_tokens")),
+                  _count(response.get("completion_tokens")), answer_index(response),
+                  _json_list(response.get("tool_calls"), "tool_calls"),
+                  _logprobs(_json_list(response.get("logprobs"), "logprobs")),
+                  _count(response.get("cached_tokens")), _str(response.get("kv_events")))
+
+
+def _unreadable(why: str) -> OpenAIError:
+    return OpenAIError(502, f"the model's answer {why}", "upstream_error", code="upstream_failed")
+
+
+def _logprobs(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The llm model's log probabilities, checked: each a token, a number, and its top
+    alternatives as [token, number] pairs (what chat_logprobs and completion_logprobs write)."""
+    for e in entries:
+        top = e.get("top") or []
+        if not (_number(e.get("logprob", -9999.0)) and isinstance(top, list) and all(
+                isinstance(p, list) and len(p) == 2 and _number(p[1]) for p in top)):
+            raise _unreadable("holds log probabilities that are not numbers")
+    return entries
+
+
+def _number(value: Any) -> bool:
+    """A JSON number a client can be given back (finite: JSON has no NaN or Infinity)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= MAX_COUNT
 
 
 def answer_index(response: dict[str, Any]) -> int:
@@ -260,6 +285,12 @@ def _json_list(value: Any, name: str) -> list[dict[str, Any]]:
 def _int(value: Any) -> int | None:
     value = _first(value)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _count(value: Any) -> int | None:
+    """A token count as a replica reports it (None: absent, or no count: negative or past any model's)."""
+    value = _int(value)
+    return value if value is not None and 0 <= value <= MAX_COUNT else None
 
 
 def model_error(error: Any) -> OpenAIError:

@@ -1,0 +1,174 @@
+"""Untrusted input from both sides of the gateway, driven in process over loopback sockets
+(tests/gateway_http.py): request fields of the wrong JSON type are refused, not coerced; NaN and
+Infinity, which JSON does not have, are refused; a replica's answer the gateway cannot read is a
+502, never a 500; and an error after an answer began cuts the connection rather than writing a
+second answer into the first. The replica is a recording stand-in for Triton (no GPU here); the
+real Triton is in e2e/test_gateway.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from aiohttp import web
+
+from .gateway_http import KEY_A, Rig, isvc, run, slice_for
+
+CHAT = {"model": "ml/llama", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def refused(message: str, param: str | None) -> tuple[int, dict]:
+    return 400, {"message": message, "type": "invalid_request_error", "param": param, "code": None}
+
+
+def unreadable(message: str) -> tuple[int, dict]:
+    return 502, {"message": message, "type": "upstream_error", "param": None, "code": "upstream_failed"}
+
+
+def test_fields_of_the_wrong_json_type_are_refused_not_coerced():
+    async def scenario():
+        async with Rig() as rig:
+            cases = [
+                ({"max_tokens": "7"}, refused("max_tokens: Input should be a valid integer", "max_tokens")),
+                ({"max_tokens": True}, refused("max_tokens: Input should be a valid integer", "max_tokens")),
+                ({"n": "2"}, refused("n: Input should be a valid integer", "n")),
+                ({"seed": 1.0}, refused("seed: Input should be a valid integer", "seed")),
+                ({"temperature": True}, refused("temperature: Input should be a valid number", "temperature")),
+                ({"stream": "yes"}, refused("stream: Input should be a valid boolean", "stream")),
+                ({"logprobs": "on"}, refused("logprobs: Input should be a valid boolean", "logprobs")),
+            ]
+            for extra, expected in cases:
+                reply = await rig.call("POST", "/v1/chat/completions", body={**CHAT, **extra})
+                assert (reply.status, reply.error) == expected, extra
+            assert rig.upstream.seen == []   # none reached a replica
+            # An integer is still a number.
+            assert (await rig.call("POST", "/v1/chat/completions", body={**CHAT, "temperature": 1})).status == 200
+            for tools in (5, True, {"a": 1}):
+                reply = await rig.call("POST", "/v1/responses", body={"model": "ml/llama", "input": "hi", "tools": tools})
+                assert (reply.status, reply.error) == refused("tools: Input should be a valid list", "tools")
+            reply = await rig.call("POST", "/v1/responses", body={"model": "ml/llama", "input": "hi",
+                                                                  "text": {"format": {"type": "json_schema"}}})
+            assert (reply.status, reply.error) == refused(
+                "text.format: a json_schema format needs its schema, a JSON schema object", "text.format")
+    run(scenario)
+
+
+def test_nan_and_infinity_are_refused():
+    async def scenario():
+        async with Rig() as rig:
+            expected = refused("the request body is not valid JSON: NaN and Infinity are not JSON numbers", None)
+            for route, raw in [
+                ("/v1/chat/completions", b'{"model":"ml/llama","messages":[{"role":"user","content":"hi"}],'
+                                         b'"temperature":NaN}'),
+                ("/v1/responses", b'{"model":"ml/llama","input":"hi","tools":[{"type":"function","name":"f",'
+                                  b'"parameters":{"a":Infinity}}]}'),
+                ("/v1/completions", b'{"model":"ml/llama","prompt":"x","top_p":-Infinity}'),
+            ]:
+                reply = await rig.call("POST", route, body=raw)
+                assert (reply.status, reply.error) == expected, route
+            assert rig.upstream.seen == []
+    run(scenario)
+
+
+def _probe(body: bytes) -> bool:
+    """A kvEvents probe: the cursor alone (tests/test_gateway_kv_events.py)."""
+    return set(json.loads(body)) == {"kv_events_after"}
+
+
+def _answering(payload: bytes):
+    """A replica that answers every generate with `payload` (and a kvEvents probe with nothing)."""
+    async def answer(request: web.BaseRequest) -> web.StreamResponse:
+        if _probe(await request.read()):
+            return web.json_response({"kv_events": ""})
+        return web.Response(body=payload, content_type="application/json")
+    return answer
+
+
+def test_a_replica_answer_that_cannot_be_read_is_a_502():
+    async def scenario():
+        async with Rig() as rig:
+            rig.gw.router.set_service(isvc("emb", fmt="python", openai={"task": "embeddings"}))
+            rig.gw.router.set_slice(slice_for("emb", rig.upstream.port))
+            logprob = {"text_output": "x", "logprobs": json.dumps([{"token": "a", "logprob": "zz"}])}
+            top = {"text_output": "x", "logprobs": json.dumps([{"token": "a", "logprob": -1.0, "top": [1]}])}
+            not_an_object = unreadable("the model's answer is not a JSON object")
+            not_numbers = unreadable("the model's answer holds log probabilities that are not numbers")
+            cases = [
+                (b"[]", "/v1/chat/completions", CHAT, not_an_object),
+                (b"null", "/v1/chat/completions", CHAT, not_an_object),
+                (b'"s"', "/v1/completions", {"model": "ml/llama", "prompt": "x"}, not_an_object),
+                (json.dumps(logprob).encode(), "/v1/chat/completions", {**CHAT, "logprobs": True}, not_numbers),
+                (json.dumps(top).encode(), "/v1/chat/completions", {**CHAT, "logprobs": True}, not_numbers),
+                (json.dumps(logprob).encode(), "/v1/completions", {"model": "ml/llama", "prompt": "x", "logprobs": 1},
+                 not_numbers),
+                (b"[]", "/v1/embeddings", {"model": "ml/emb", "input": "x"},
+                 unreadable("the embedding model's answer is not a JSON object")),
+                (json.dumps({"embedding": [1e39]}).encode(), "/v1/embeddings",
+                 {"model": "ml/emb", "input": "x", "encoding_format": "base64"},
+                 unreadable("the embedding model's answer holds a value past float32's range, which base64 "
+                            "embeddings carry")),
+            ]
+            for payload, route, body, expected in cases:
+                rig.upstream.answer = _answering(payload)
+                reply = await rig.call("POST", route, body=body)
+                assert (reply.status, reply.error) == expected, payload
+            # A count no model reports is no count: answered, and the key is charged nothing for it.
+            rig.upstream.answer = _answering(b'{"text_output":"x","prompt_tokens":1,"completion_tokens":1'
+                                             + b"0" * 400 + b"}")
+            reply = await rig.call("POST", "/v1/chat/completions", body=CHAT)
+            assert reply.status == 200 and reply.json()["choices"][0]["message"]["content"] == "x"
+            assert "usage" not in reply.json() or reply.json()["usage"]["completion_tokens"] == 0
+    run(scenario)
+
+
+async def _exchange(port: int, head: str, body: bytes) -> bytes:
+    """Everything the gateway sends for one request, until it closes the connection."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(head.encode("latin-1") + body)
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(), 10)
+    finally:
+        writer.close()
+
+
+def test_an_error_after_the_answer_began_cuts_the_connection_instead_of_a_second_answer():
+    async def stalls_after_100_bytes(request: web.BaseRequest) -> web.StreamResponse:
+        await request.read()
+        out = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+        await out.prepare(request)
+        await out.write(b"x" * 100)
+        await asyncio.sleep(3)   # past the gateway's upstream idle timeout
+        return out
+
+    async def bad_second_event(request: web.BaseRequest) -> web.StreamResponse:
+        if _probe(await request.read()):
+            return web.json_response({"kv_events": ""})
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        await out.write(b'data: {"text_output":"ok"}\n\n')
+        await out.write(b"data: " + json.dumps({"text_output": "x", "logprobs": json.dumps(
+            [{"token": "a", "logprob": "zz"}])}).encode() + b"\n\n")
+        await out.write_eof()
+        return out
+
+    async def scenario():
+        async with Rig(upstream_idle_timeout_seconds=1.0) as rig:
+            rig.upstream.answer = stalls_after_100_bytes
+            raw = await _exchange(rig.port, f"POST /v2/models/resnet/infer HTTP/1.1\r\nHost: g\r\n"
+                                            f"Authorization: Bearer {KEY_A}\r\nContent-Length: 2\r\n\r\n", b"{}")
+            assert raw.startswith(b"HTTP/1.1 200 OK\r\n") and raw.count(b"HTTP/1.1 ") == 1
+            assert raw.endswith(b"x" * 100 + b"\r\n")   # the chunk sent, no last chunk: an answer cut short
+
+            rig.upstream.answer = bad_second_event
+            body = json.dumps({**CHAT, "stream": True, "logprobs": True}).encode()
+            raw = await _exchange(rig.port, f"POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\nConnection: close\r\n"
+                                            f"Authorization: Bearer {KEY_A}\r\nContent-Type: application/json\r\n"
+                                            f"Content-Length: {len(body)}\r\n\r\n", body)
+            assert raw.startswith(b"HTTP/1.1 200 OK\r\n") and raw.count(b"HTTP/1.1 ") == 1
+            events = [json.loads(line[6:]) for line in raw.split(b"\n") if line.startswith(b"data: {")]
+            assert events[-1] == {"error": {"message": "the model's answer holds log probabilities that are not "
+                                                       "numbers", "type": "upstream_error", "param": None,
+                                            "code": "upstream_failed"}}
+            assert events[1]["choices"][0]["delta"] == {"content": "ok"}
+    run(scenario)
