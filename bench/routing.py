@@ -7,14 +7,17 @@ tenants' prompts, not all of them) behind the real gateway (a separate process r
 table: discovery only changes the table), driven through /v1/chat/completions with streaming at a
 fixed concurrency. Workloads:
 - tenants: --tenants tenants, each with its own system prompt of about 500 tokens, short questions;
-- conversations: multi-turn chats that resend their history on every turn;
+- conversations: multi-turn chats, --turns turns each, that resend their history on every turn (as
+  many under way at once as requests in flight, unless --open says more: then a chat's next turn
+  waits behind the other chats' current ones, as a chat service's users' turns do);
 - control: prompts of about 500 tokens that share nothing.
-- chat (not in the default run): chats of 5 turns under one product's system prompt, each turn
+- chat (not in the default run): chats of --turns turns (5) under one product's system prompt, each turn
   resending the history (answers of about 60 words standing for the model's), --open of them
   under way at once, their turns interleaved as a chat service's users' are (a chat's next turn
   comes after the others' current ones); with --requests 144 --cache-mib 96 a replica's cache
   holds the product's prompt and a few chats, and the chats' first turns are under a tenth of
-  the requests (bench/results/routing-chat.md).
+  the requests (bench/results/routing-chat.md). Conversations at a steady state, with --turns 15
+  --open 12: bench/results/routing-conversations.md.
 Routing: leastInFlight (the default), prefix (spec.routing.policy prefix: what each replica holds as
 the gateway sent it), kvEvents (as the replicas' engines report it), each also behind two gateway
 replicas (two gateway processes with no state shared, requests alternating between them, as
@@ -93,7 +96,7 @@ def system_prompt(rng: random.Random, tenant: int) -> str:
     return f"You are the assistant of company {tenant}. {rules}"
 
 
-def workload(name: str, tenants: int, requests: int, seed: int) -> list[list[_Turn]]:
+def workload(name: str, tenants: int, requests: int, seed: int, turns: int = TURNS) -> list[list[_Turn]]:
     """Sessions: each a list of turns, each turn the messages sent (a conversation's turns resend
     its history: the earlier questions, each followed by a fixed reply standing for its answer)."""
     rng = random.Random(seed)
@@ -105,16 +108,16 @@ def workload(name: str, tenants: int, requests: int, seed: int) -> list[list[_Tu
     if name in ("conversations", "chat"):
         product = system_prompt(rng, 1000) if name == "chat" else None   # chat: one product's, every user's
         sessions = []
-        for c in range(requests // TURNS):
+        for c in range(requests // turns):
             history = [{"role": "system", "content": product or system_prompt(rng, 1000 + c)}]
-            turns = []
-            for k in range(TURNS):
+            session = []
+            for k in range(turns):
                 history = history + [{"role": "user", "content": f"Turn {k}: tell me about {rng.choice(WORDS)}."}]
-                turns.append(list(history))
+                session.append(list(history))
                 answer = (f"About turn {k} of chat {c}: " + " ".join(rng.choice(WORDS) for _ in range(60)) + "."
                           if product else f"Here is what I know about turn {k}.")   # standing for the model's
                 history = history + [{"role": "assistant", "content": answer}]
-            sessions.append(turns)
+            sessions.append(session)
         return sessions
     return [[[{"role": "user", "content": system_prompt(rng, 5000 + i) + " Summarise rule 1."}]] for i in range(requests)]
 
@@ -197,10 +200,10 @@ def one_run(policy: str, name: str, args: argparse.Namespace) -> dict[str, Any]:
         for port in ports:
             url = f"http://127.0.0.1:{port}/healthz"
             wait_for(f"the gateway at {url}", lambda: http_ok(url, timeout=2), timeout=60, interval=0.2)
-        sessions = workload(name, args.tenants, args.requests, args.seed)
+        sessions = workload(name, args.tenants, args.requests, args.seed, args.turns)
+        open_at_once = (args.open or 6) if name == "chat" else (args.open or args.concurrency)
         answered, wall = asyncio.run(run_sessions([f"http://127.0.0.1:{port}/v1/chat/completions" for port in ports],
-                                                  key, sessions, args.concurrency,
-                                                  args.open if name == "chat" else args.concurrency))
+                                                  key, sessions, args.concurrency, open_at_once))
         ttfts, n = [t for _, t in answered], len(answered)
         prompt = sum(sum(v for _, v in r.metric_samples("triton_llm_prompt_tokens_total")) for r in replicas)
         cached = sum(sum(v for _, v in r.metric_samples("triton_llm_prompt_tokens_cached_total")) for r in replicas)
@@ -221,9 +224,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--replicas", type=int, default=3)
     p.add_argument("--tenants", type=int, default=12)
-    p.add_argument("--requests", type=int, default=72, help="requests per workload (conversations, chat: 5 turns each)")
+    p.add_argument("--requests", type=int, default=72, help="requests per workload (conversations, chat: --turns each)")
+    p.add_argument("--turns", type=int, default=TURNS, help="conversations, chat: turns in a chat")
     p.add_argument("--concurrency", type=int, default=3)
-    p.add_argument("--open", type=int, default=6, help="chat: chats under way at once")
+    p.add_argument("--open", type=int, default=None,
+                   help="conversations, chat: chats under way at once (default: conversations as many as "
+                        "--concurrency, chat 6)")
     p.add_argument("--cache-mib", type=int, default=48, help="each replica's prefix-cache budget")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--workload", action="append", choices=CHOICES)
@@ -256,7 +262,9 @@ def main() -> None:
         f"({machine()}; the cores shared by the replicas, the gateway and the client); {args.replicas} replicas of "
         f"SmolLM2-135M-Instruct (llama.cpp, one thread each, a {args.cache_mib} MiB prefix cache each), "
         f"{args.tenants} tenants, {args.requests} requests per workload, concurrency {args.concurrency}"
-        + (f", {args.open} chats under way at once" if "chat" in (args.workload or WORKLOADS) else "")
+        + (f", {args.turns} turns a chat" if args.turns != TURNS else "")
+        + (f", {args.open or 6} chats under way at once" if "chat" in (args.workload or WORKLOADS) else
+           f", {args.open} conversations under way at once" if args.open else "")
         + f", 8 tokens per answer, seed {args.seed}"
         + (f", the load bound at {args.affinity_load:g}x the mean in flight (the gateway's is "
            f"{gateway_routing.AFFINITY_LOAD:g}x)" if args.affinity_load else "") + ". Each run starts from empty caches.",
