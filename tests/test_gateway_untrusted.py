@@ -53,6 +53,24 @@ def test_fields_of_the_wrong_json_type_are_refused_not_coerced():
     run(scenario)
 
 
+def test_responses_errors_name_the_fields_the_client_sent():
+    async def scenario():
+        async with Rig() as rig:
+            cases = [
+                ({"max_output_tokens": 40000}, (400, {"message": "max_output_tokens: at most 32768 for this API key",
+                                                      "type": "invalid_request_error", "param": "max_output_tokens",
+                                                      "code": "max_tokens_too_large"})),
+                ({"input": []}, refused("input: List should have at least 1 item after validation, not 0", "input")),
+            ]
+            for extra, expected in cases:
+                reply = await rig.call("POST", "/v1/responses", body={"model": "ml/llama", "input": "hi", **extra})
+                assert (reply.status, reply.error) == expected, extra
+            # chat's own field keeps its name there
+            reply = await rig.call("POST", "/v1/chat/completions", body={**CHAT, "max_tokens": 40000})
+            assert reply.error["param"] == "max_tokens"
+    run(scenario)
+
+
 def test_nan_and_infinity_are_refused():
     async def scenario():
         async with Rig() as rig:

@@ -123,7 +123,8 @@ class OpenAIProxy:
         asked = t.max_tokens_asked(req)
         if asked is not None and asked > cap:
             m.REJECTED.labels("bad_request").inc()
-            raise oai.OpenAIError(400, f"max_tokens: at most {cap} for this API key", param="max_tokens",
+            field = "max_output_tokens" if original is not None else "max_tokens"
+            raise oai.OpenAIError(400, f"{field}: at most {cap} for this API key", param=field,
                                 code="max_tokens_too_large")
         chat = isinstance(req, oai.ChatRequest)
         template = svc.chat_template or self.upstream.cached_template(svc)

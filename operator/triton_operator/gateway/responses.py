@@ -199,7 +199,25 @@ def to_chat(req: ResponsesRequest) -> oai.ChatRequest:
     try:
         return oai.ChatRequest.model_validate(body)
     except ValidationError as e:
-        raise oai.validation_error(e) from None
+        raise in_responses_terms(oai.validation_error(e)) from None
+
+
+# Chat's fields as /v1/responses names them (an error about the chat request made from a Responses
+# request names the field the client sent).
+RESPONSES_NAMES = {"messages": "input", "max_tokens": "max_output_tokens"}
+
+
+def in_responses_terms(err: oai.OpenAIError) -> oai.OpenAIError:
+    """`err`, about the chat request made from a Responses request, naming the Responses fields (an
+    item of `input` by the field alone: the chat's messages are numbered from the instructions)."""
+    param = err.param or ""
+    name = RESPONSES_NAMES.get(param.split(".", 1)[0])
+    if name is None:
+        return err
+    err.param = name
+    if err.message.startswith(param + ": "):
+        err.message = name + err.message[len(param):]
+    return err
 
 
 def _echo(req: ResponsesRequest) -> dict[str, Any]:
