@@ -136,6 +136,14 @@ def test_a_replica_answer_that_cannot_be_read_is_a_502():
             reply = await rig.call("POST", "/v1/chat/completions", body=CHAT)
             assert reply.status == 200 and reply.json()["choices"][0]["message"]["content"] == "x"
             assert "usage" not in reply.json() or reply.json()["usage"]["completion_tokens"] == 0
+            # Minus infinity (a token sampling ruled out; Python's json writes it) is given as OpenAI
+            # gives it, -9999.0, in JSON a client can read.
+            entries = '[{"token": "x", "logprob": -0.5, "top": [["x", -0.5], ["y", -Infinity]]}]'
+            rig.upstream.answer = _answering(json.dumps({"text_output": "x", "logprobs": entries}).encode())
+            reply = await rig.call("POST", "/v1/chat/completions", body={**CHAT, "logprobs": True, "top_logprobs": 2})
+            assert reply.status == 200 and b"Infinity" not in reply.body
+            content = reply.json()["choices"][0]["logprobs"]["content"]
+            assert [(t["token"], t["logprob"]) for t in content[0]["top_logprobs"]] == [("x", -0.5), ("y", -9999.0)]
     run(scenario)
 
 

@@ -20,6 +20,7 @@ generate_stream sends each response as a server-sent event. Two model interfaces
 from __future__ import annotations
 
 import json
+import math
 import time
 import uuid
 from dataclasses import dataclass, field, replace
@@ -37,7 +38,8 @@ DEFAULT_CHAT_TEMPLATE = (
 # The tag the llm model puts before errors a request caused (its own words, safe to pass on:
 # runtime/triton_runtime/serving/contract.py ERROR_TAG).
 MODEL_ERROR_TAG = "[llm] "
-MAX_COUNT = 2 ** 53   # the largest count (or log probability) read from a replica: exact as a float
+MAX_COUNT = 2 ** 53   # the largest token count read from a replica (exact as a float)
+NO_LOGPROB = -9999.0  # a log probability of a token sampling ruled out, as OpenAI gives it
 
 
 # -- chat templates (text models; llm models render their own) --------------------------------------
@@ -236,18 +238,22 @@ def _unreadable(why: str) -> OpenAIError:
 
 def _logprobs(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The llm model's log probabilities, checked: each a token, a number, and its top
-    alternatives as [token, number] pairs (what chat_logprobs and completion_logprobs write)."""
+    alternatives as [token, number] pairs (what chat_logprobs and completion_logprobs write). A
+    log probability of minus infinity (a token sampling ruled out) is given as OpenAI gives one,
+    -9999.0: JSON has no infinities."""
+    out = []
     for e in entries:
         top = e.get("top") or []
-        if not (_number(e.get("logprob", -9999.0)) and isinstance(top, list) and all(
-                isinstance(p, list) and len(p) == 2 and _number(p[1]) for p in top)):
+        if not isinstance(top, list) or not all(isinstance(p, list) and len(p) == 2 for p in top):
             raise _unreadable("holds log probabilities that are not numbers")
-    return entries
+        out.append({**e, "logprob": _logprob(e.get("logprob", NO_LOGPROB)), "top": [[t, _logprob(v)] for t, v in top]})
+    return out
 
 
-def _number(value: Any) -> bool:
-    """A JSON number a client can be given back (finite: JSON has no NaN or Infinity)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= MAX_COUNT
+def _logprob(value: Any) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value or value == math.inf:
+        raise _unreadable("holds log probabilities that are not numbers")   # NaN and +inf too
+    return min(0.0, max(float(value), NO_LOGPROB))   # a rounding's 1e-8 over 0 is 0
 
 
 def answer_index(response: dict[str, Any]) -> int:
@@ -338,7 +344,7 @@ def _bytes(token: str) -> list[int]:
 
 def chat_logprobs(entries: list[dict[str, Any]]) -> dict[str, Any]:
     """A chat choice's `logprobs`: {"content": [{token, logprob, bytes, top_logprobs}]}."""
-    return {"content": [{"token": str(e.get("token", "")), "logprob": float(e.get("logprob", -9999.0)),
+    return {"content": [{"token": str(e.get("token", "")), "logprob": float(e.get("logprob", NO_LOGPROB)),
                          "bytes": _bytes(str(e.get("token", ""))),
                          "top_logprobs": [{"token": str(t), "logprob": float(lp), "bytes": _bytes(str(t))}
                                           for t, lp in e.get("top") or []]} for e in entries],
@@ -353,7 +359,7 @@ def completion_logprobs(entries: list[dict[str, Any]], offset: int = 0) -> dict[
         offsets.append(at)
         at += len(str(e.get("token", "")))
     return {"tokens": [str(e.get("token", "")) for e in entries],
-            "token_logprobs": [float(e.get("logprob", -9999.0)) for e in entries],
+            "token_logprobs": [float(e.get("logprob", NO_LOGPROB)) for e in entries],
             "top_logprobs": [{str(t): float(lp) for t, lp in e.get("top") or []} for e in entries],
             "text_offset": offsets}
 
