@@ -68,7 +68,20 @@ def test_more_header_lines_than_clients_send_are_refused():
     async def scenario():
         async with Rig() as rig:
             reply = await rig.call("GET", "/v1/models", headers={f"X-{i}": "1" for i in range(70)})
-            assert reply.status == 400 and reply.error["code"] == "bad_request"
+            assert (reply.status, reply.error) == (431, guard.TOO_LARGE[431]["error"])
+    run(scenario)
+
+
+def test_a_line_over_the_parsers_limit_is_a_431_or_for_the_target_a_414():
+    async def scenario():
+        async with Rig() as rig:
+            reply = await rig.call("GET", "/v1/models", headers={"X-" + "n" * 9000: "1"})   # a header line
+            assert (reply.status, reply.error) == (431, guard.TOO_LARGE[431]["error"])
+            reply = await rig.call("GET", "/v1/models?" + "a" * 9000)                      # the request line
+            assert (reply.status, reply.error) == (414, guard.TOO_LARGE[414]["error"])
+            assert reply.headers["connection"] == "close"
+            reply = await rig.call("GET", "/v1/models", headers={"X-Ok": "b" * 1000})     # under the limits
+            assert reply.status == 200
     run(scenario)
 
 

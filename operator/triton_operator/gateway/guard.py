@@ -43,6 +43,7 @@ import time
 from typing import Any, Awaitable, Callable
 
 from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
 from aiohttp.web_protocol import RequestHandler
 
 from . import telemetry as m
@@ -69,6 +70,25 @@ HEAD_TOO_LARGE = _refusal("431 Request Header Fields Too Large", "the request's 
                           "headers_too_large")
 MALFORMED = {"error": {"message": "malformed HTTP request", "type": "invalid_request_error", "param": None,
                        "code": "bad_request"}}
+TOO_LARGE = {   # a request line or header that aiohttp's parser refused for its size (RFC 6585, RFC 9110)
+    414: {"error": {"message": "the request's target is too long", "type": "invalid_request_error", "param": None,
+                    "code": "uri_too_long"}},
+    431: {"error": {"message": "the request's headers are too large", "type": "invalid_request_error",
+                    "param": None, "code": "headers_too_large"}},
+}
+
+
+def too_large(exc: BaseException | None) -> int | None:
+    """414 for a request line over aiohttp's line limit (its target: a path starts with /, an
+    absolute target with http), 431 for a header line over it or too many header lines; None for
+    any other parse error."""
+    if isinstance(exc, LineTooLong):
+        line = exc.args[0] if exc.args else b""
+        head = bytes(line[:4]) if isinstance(line, (bytes, bytearray)) else str(line)[:4].encode("latin-1", "replace")
+        return 414 if head[:1] == b"/" or head.lower() == b"http" else 431
+    if isinstance(exc, BadHttpMessage) and "too many headers" in str(exc).lower():
+        return 431
+    return None
 
 REAP_AT = 0.9               # reap idle connections once this share of max_connections is open
 REAP_IDLE_SECONDS = 1.0     # a connection idle this long may be reaped to make room
@@ -331,21 +351,22 @@ class MalformedLog:
         self.last = -MALFORMED_LOG_SECONDS
         self.unlogged = 0
 
-    def seen(self, address: str, kind: str) -> None:
+    def seen(self, address: str, kind: str, status: int = 400) -> None:
         m.REJECTED.labels("malformed").inc()
         self.unlogged += 1
         now = self.clock()
         if now - self.last < MALFORMED_LOG_SECONDS:
             return
-        log.warning("malformed HTTP request from %s (%s), answered 400; %d malformed request(s) since the last "
-                    "such line", address, kind, self.unlogged)
+        log.warning("malformed HTTP request from %s (%s), answered %d; %d malformed request(s) since the last "
+                    "such line", address, kind, status, self.unlogged)
         self.last, self.unlogged = now, 0
 
 
 class GatewayRequestHandler(RequestHandler):
     """aiohttp's request handler, with its error path made quiet and fixed: a request it cannot
-    parse is answered 400 with a fixed body (aiohttp's quotes the request back) and counted in one
-    rate-limited line (aiohttp's logs the head with a traceback at ERROR)."""
+    parse is answered 400 with a fixed body (aiohttp's quotes the request back; 414 or 431 when a
+    line, or the count of header lines, is over aiohttp's limits) and counted in one rate-limited
+    line (aiohttp's logs the head with a traceback at ERROR)."""
 
     malformed: MalformedLog | None = None
 
@@ -353,9 +374,10 @@ class GatewayRequestHandler(RequestHandler):
                      message: str | None = None) -> web.StreamResponse:
         address = request.remote or "unknown"
         if status < 500:
+            size = too_large(exc)
+            status, body = (size, TOO_LARGE[size]) if size else (status, MALFORMED)
             if self.malformed is not None:
-                self.malformed.seen(address, type(exc).__name__ if exc is not None else str(status))
-            body = MALFORMED
+                self.malformed.seen(address, type(exc).__name__ if exc is not None else str(status), status)
         else:
             log.error("unexpected %s while answering %s", type(exc).__name__ if exc else "error", address)
             body = {"error": {"message": "internal error in the gateway", "type": "server_error", "param": None,
