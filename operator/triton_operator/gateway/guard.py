@@ -53,9 +53,12 @@ log = logging.getLogger(__name__)
 SERVER_HEADER = "triton-operator-gateway"  # not aiohttp's default, which names its version
 
 
+def _error(message: str, code: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}}
+
+
 def _refusal(status: str, message: str, code: str, extra: str = "") -> bytes:
-    body = json.dumps({"error": {"message": message, "type": "invalid_request_error", "param": None,
-                                 "code": code}}).encode()
+    body = json.dumps(_error(message, code)).encode()
     return (f"HTTP/1.1 {status}\r\nServer: {SERVER_HEADER}\r\n{extra}Connection: close\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
 
@@ -66,15 +69,12 @@ REFUSED_ADDRESS = _refusal("503 Service Unavailable", "this client address has i
                            "connections open already; retry when one closes", "too_many_connections_from_address",
                            "Retry-After: 1\r\n")
 TIMED_OUT = _refusal("408 Request Timeout", "the request's headers did not arrive in time", "request_timeout")
-HEAD_TOO_LARGE = _refusal("431 Request Header Fields Too Large", "the request's headers are too large",
-                          "headers_too_large")
-MALFORMED = {"error": {"message": "malformed HTTP request", "type": "invalid_request_error", "param": None,
-                       "code": "bad_request"}}
+HEADERS_TOO_LARGE = ("the request's headers are too large", "headers_too_large")
+HEAD_TOO_LARGE = _refusal("431 Request Header Fields Too Large", *HEADERS_TOO_LARGE)
+MALFORMED = _error("malformed HTTP request", "bad_request")
 TOO_LARGE = {   # a request line or header that aiohttp's parser refused for its size (RFC 6585, RFC 9110)
-    414: {"error": {"message": "the request's target is too long", "type": "invalid_request_error", "param": None,
-                    "code": "uri_too_long"}},
-    431: {"error": {"message": "the request's headers are too large", "type": "invalid_request_error",
-                    "param": None, "code": "headers_too_large"}},
+    414: _error("the request's target is too long", "uri_too_long"),
+    431: _error(*HEADERS_TOO_LARGE),
 }
 
 
