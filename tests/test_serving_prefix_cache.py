@@ -1,6 +1,7 @@
 """The CPU engine's prefix cache (runtime/triton_runtime/serving/prefix_cache.py, pure): the
 longest saved prefix of a prompt, the boundary where its last message begins, and the byte budget
-(never reused first, of the kind that has served fewer prompts, then least recently used). The cache on the real model is in e2e/test_llm.py."""
+(ends a conversation has moved past first, then never reused, of the kind that has served fewer
+prompts, then least recently used). The cache on the real model is in e2e/test_llm.py."""
 
 from __future__ import annotations
 
@@ -62,8 +63,9 @@ def test_a_new_tenants_system_prompt_outlives_the_questions_saved_after_it():
 
 
 def test_a_conversations_last_turn_outlives_the_boundaries_saved_after_it():
-    """Conversations: each turn starts from the end of the last (the history it resends); the
-    boundary before a turn's last question never serves, so it goes first."""
+    """Conversations: each turn starts from the end of the last (the history it resends): the end
+    a turn moved past goes first, then the boundaries before each turn's last question, which
+    never serve."""
     cache = PrefixCache(300)
     turn1 = SYSTEM + [1] * 20
     cache.store(SYSTEM, "b1", 100, BOUNDARY)
@@ -72,10 +74,41 @@ def test_a_conversations_last_turn_outlives_the_boundaries_saved_after_it():
     assert cache.longest(turn2) == (60, "e1")
     assert cache.stats.hits_by_kind == {BOUNDARY: 0, END: 1}
     assert cache.store(turn1 + [7] * 10, "b2", 100, BOUNDARY) == []
-    assert cache.store(turn2, "e2", 100, END) == [tuple(SYSTEM)], "the unused boundary goes, not an end"
+    assert cache.store(turn2, "e2", 100, END) == [tuple(turn1)], "the end turn 2 moved past goes"
     other = [300 + i for i in range(60)]
-    cache.store(other, "e-other", 100, END)            # another conversation's first turn
-    assert ("", tuple(turn2)) in cache.states and ("", tuple(turn1 + [7] * 10)) not in cache.states
+    assert cache.store(other, "e-other", 100, END) == [tuple(SYSTEM)], "then the unused boundaries, not an end"
+    assert cache.store(other + [5] * 20, "e-other-2", 100, END) == [tuple(turn1 + [7] * 10)]
+    assert ("", tuple(turn2)) in cache.states
+
+
+def test_the_last_turns_of_waiting_conversations_outlive_the_turns_moved_past():
+    """More conversations under way than the budget holds: the end a conversation has moved past
+    (reused, then a longer end saved) goes before the last turns of the others, never reused yet,
+    which their next turns start from."""
+    cache = PrefixCache(400)
+    a1 = SYSTEM + [1] * 20
+    cache.store(a1, "a1", 100, END)
+    a2 = a1 + [7] * 10 + [2] * 20
+    assert cache.longest(a2) == (60, "a1")
+    cache.store(a2, "a2", 100, END)                    # a1 is past: a's next turn starts from a2
+    b1, c1, d1 = ([400 * i + j for j in range(60)] for i in (1, 2, 3))
+    cache.store(b1, "b1", 100, END)
+    cache.store(c1, "c1", 100, END)
+    assert cache.store(d1, "d1", 100, END) == [tuple(a1)], "not a2, b1 or c1, the turns to come start there"
+    assert cache.longest(a2 + [3] * 5) == (len(a2), "a2")
+    assert cache.store(d1 + [4] * 20, "d2", 100, END) == [tuple(b1)], "then as before: the oldest never reused"
+
+
+def test_a_prefix_reused_by_questions_that_end_differently_is_not_moved_past():
+    """Only ends are moved past: a tenant's system prompt (a boundary) serves every question, and
+    each question's end extends it."""
+    cache = PrefixCache(300)
+    cache.store(SYSTEM, "t", 100, BOUNDARY)
+    assert cache.longest(SYSTEM + [1] * 20) == (40, "t")
+    cache.store(SYSTEM + [1] * 20, "q1", 100, END)
+    cache.store(SYSTEM + [2] * 20, "q2", 100, END)
+    assert cache.store(SYSTEM + [3] * 20, "q3", 100, END) == [tuple(SYSTEM + [1] * 20)]
+    assert ("", tuple(SYSTEM)) in cache.states and not cache.superseded
 
 
 def test_the_boundary_is_where_the_last_message_begins():

@@ -18,6 +18,12 @@ of the questions saved after it until its second request comes (with the oldest 
 state going first, a replica that held a few tenants' prompts lost each new one to the next
 question), and a conversation's last turn outlives the boundaries saved after it.
 
+Before all of those go the ends a conversation has moved past: an end that served a later prompt
+whose own end was then saved (the next turn starts from that one, which holds all of it). Reused,
+they would otherwise outlive every state not reused yet, among them the last turns of the
+conversations waiting for their next one: with more conversations under way than a replica's
+budget holds, a replica kept each conversation's past turns and lost its last.
+
 What the cache holds is also told as events in the router's own terms (kv_events.py): a state
 saved for a request that carried prefix keys is named by them.
 
@@ -58,6 +64,7 @@ class PrefixCache:
         self.states: OrderedDict[Key, tuple[Any, int]] = OrderedDict()   # (scope, prefix) -> (state, bytes)
         self.reused: set[Key] = set()     # states that served a later prompt
         self.kinds: dict[Key, str] = {}    # (scope, prefix) -> BOUNDARY or END
+        self.superseded: set[Key] = set()  # reused ends a longer saved end holds (see the module)
         self.bytes = 0
         self.stats = Stats()
 
@@ -104,11 +111,16 @@ class PrefixCache:
             self.events.stored(tag)
         self.bytes += size
         self.stats.stored += 1
+        if kind == END:
+            n = len(key[1])
+            self.superseded.update(k for k in self.reused if k[0] == scope and self.kinds[k] == END
+                                   and len(k[1]) < n and key[1][:len(k[1])] == k[1])
         evicted = []
         while self.bytes > self.budget:
             old = self._victim(key)
             _, old_size = self.states.pop(old)
             self.reused.discard(old)
+            self.superseded.discard(old)
             del self.kinds[old]
             if old in self.tags:
                 self.events.removed(self.tags.pop(old))
@@ -126,9 +138,12 @@ class PrefixCache:
             self.events.stored(tag)
 
     def _victim(self, keep: Key) -> Key:
-        """The state to evict (never `keep`, the one just saved): the oldest never reused of the
-        kind that has served fewer prompts (ends on a tie), then the oldest never reused, then the
-        least recently used."""
+        """The state to evict (never `keep`, the one just saved): the least recently used end a
+        conversation has moved past, then the oldest never reused of the kind that has served fewer
+        prompts (ends on a tie), then the oldest never reused, then the least recently used."""
+        past = next((p for p in self.states if p in self.superseded and p != keep), None)
+        if past is not None:
+            return past
         hits = self.stats.hits_by_kind
         first = END if hits[END] <= hits[BOUNDARY] else BOUNDARY
         unused = [p for p in self.states if p not in self.reused and p != keep]
@@ -138,6 +153,7 @@ class PrefixCache:
     def clear(self) -> None:
         self.states.clear()
         self.reused.clear()
+        self.superseded.clear()
         self.kinds.clear()
         for tag in self.tags.values():
             self.events.removed(tag)
