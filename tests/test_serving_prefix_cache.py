@@ -99,6 +99,18 @@ def test_the_last_turns_of_waiting_conversations_outlive_the_turns_moved_past():
     assert cache.store(d1 + [4] * 20, "d2", 100, END) == [tuple(b1)], "then as before: the oldest never reused"
 
 
+def test_the_boundary_saved_on_the_way_to_a_turns_end_does_not_evict_a_waiting_conversation():
+    cache = PrefixCache(300)
+    a1, b1, c1 = ([400 * i + j for j in range(60)] for i in (1, 2, 3))
+    for prompt, name in ((a1, "a1"), (b1, "b1"), (c1, "c1")):
+        cache.store(prompt, name, 100, END)
+    a2 = a1 + [7] * 10 + [2] * 20
+    assert cache.longest(a2) == (60, "a1")
+    assert cache.store(a1 + [7] * 10, "a2-boundary", 100, BOUNDARY) == [tuple(a1)], "a1 goes, not b1"
+    assert cache.store(a2, "a2", 100, END) == [tuple(a1 + [7] * 10)]
+    assert [k[1] for k in cache.states] == [tuple(b1), tuple(c1), tuple(a2)]
+
+
 def test_a_prefix_reused_by_questions_that_end_differently_is_not_moved_past():
     """Only ends are moved past: a tenant's system prompt (a boundary) serves every question, and
     each question's end extends it."""

@@ -19,7 +19,9 @@ state going first, a replica that held a few tenants' prompts lost each new one 
 question), and a conversation's last turn outlives the boundaries saved after it.
 
 Before all of those go the ends a conversation has moved past: an end that served a later prompt
-whose own end was then saved (the next turn starts from that one, which holds all of it). Reused,
+from which a longer state was then saved (the next turn starts from the new end, which holds all
+of it; the boundary saved on the way is the first to hold it, and saving it must not evict a
+conversation that is waiting, while the past end is kept). Reused,
 they would otherwise outlive every state not reused yet, among them the last turns of the
 conversations waiting for their next one: with more conversations under way than a replica's
 budget holds, a replica kept each conversation's past turns and lost its last.
@@ -64,7 +66,7 @@ class PrefixCache:
         self.states: OrderedDict[Key, tuple[Any, int]] = OrderedDict()   # (scope, prefix) -> (state, bytes)
         self.reused: set[Key] = set()     # states that served a later prompt
         self.kinds: dict[Key, str] = {}    # (scope, prefix) -> BOUNDARY or END
-        self.superseded: set[Key] = set()  # reused ends a longer saved end holds (see the module)
+        self.superseded: set[Key] = set()  # reused ends a longer saved state holds (see the module)
         self.bytes = 0
         self.stats = Stats()
 
@@ -111,10 +113,9 @@ class PrefixCache:
             self.events.stored(tag)
         self.bytes += size
         self.stats.stored += 1
-        if kind == END:
-            n = len(key[1])
-            self.superseded.update(k for k in self.reused if k[0] == scope and self.kinds[k] == END
-                                   and len(k[1]) < n and key[1][:len(k[1])] == k[1])
+        n = len(key[1])
+        self.superseded.update(k for k in self.reused if k[0] == scope and self.kinds[k] == END
+                               and len(k[1]) < n and key[1][:len(k[1])] == k[1])
         evicted = []
         while self.bytes > self.budget:
             old = self._victim(key)
