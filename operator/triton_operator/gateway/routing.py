@@ -9,7 +9,8 @@ load. A service that leaves the policy unset gets kvEvents (below) when it gener
 operator's own LLM model, whose engine reports what its cache holds, and leastInFlight otherwise:
 measured on real replicas (`make bench-routing`, bench/results/routing.md), kvEvents served 1.6-3.1x
 leastInFlight's requests/s with shared system prompts, 0.95-1.4x on multi-turn chat (runs move that
-much), and 0.97-1.04x where prompts share nothing.
+much; 5.0-5.5x at a steady state: bench/results/routing-conversations.md), and 0.97-1.04x where
+prompts share nothing.
 
 With `spec.routing.policy: prefix`, a request goes where its first token comes soonest, as this
 gateway can tell (cache-aware routing, as llm-d's prefix and queue scorers and Dynamo's KV router):
