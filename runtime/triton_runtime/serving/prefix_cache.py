@@ -19,12 +19,12 @@ state going first, a replica that held a few tenants' prompts lost each new one 
 question), and a conversation's last turn outlives the boundaries saved after it.
 
 Before all of those go the ends a conversation has moved past: an end that served a later prompt
-from which a longer state was then saved (the next turn starts from the new end, which holds all
-of it; the boundary saved on the way is the first to hold it, and saving it must not evict a
-conversation that is waiting, while the past end is kept). Reused,
-they would otherwise outlive every state not reused yet, among them the last turns of the
-conversations waiting for their next one: with more conversations under way than a replica's
-budget holds, a replica kept each conversation's past turns and lost its last.
+from which a longer state was then saved. The next turn starts from the new end, which holds all
+of it (the boundary saved on the way there counts: saving it evicts the past end, not the last
+turn of a conversation that is waiting). Reused, the past ends would otherwise outlive every state
+not reused yet, among them the last turns of the conversations waiting for their next one: with
+more conversations under way than a replica's budget holds, a replica kept each conversation's
+past turns and lost its last.
 
 What the cache holds is also told as events in the router's own terms (kv_events.py): a state
 saved for a request that carried prefix keys is named by them.
