@@ -201,3 +201,31 @@ def test_slow_heads_filling_the_pool_make_room_for_a_newcomer(monkeypatch):
             for _, w in slow:
                 w.close()
     run(scenario)
+
+
+def test_connections_that_sent_an_unknown_expectation_are_reaped_like_any_other(monkeypatch):
+    """`Expect` is read before the middlewares: aiohttp's own handler answered anything but
+    100-continue with a plain-text 417 that the connection guard never saw end, so ten keep-alive
+    connections that had each sent one held every slot (the newcomer got 503). The expectation is
+    now ignored, and the guard sees each request end."""
+    monkeypatch.setattr(guard, "REAP_IDLE_SECONDS", 0.2)
+
+    async def scenario():
+        async with Rig(max_connections=10, max_connections_per_address=10) as rig:
+            held = []
+            for i in range(10):
+                reader, writer = await connect(rig.port, f"127.0.0.{40 + i}")
+                writer.write(f"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY_A}\r\n"
+                             f"Expect: bogus\r\n\r\n".encode())
+                await writer.drain()
+                reply = await asyncio.wait_for(read_reply(reader), 5)
+                assert reply.status == 200 and reply.json()["object"] == "list"
+                held.append((reader, writer))
+            await settle(lambda: len(rig.gw.connections.idle) == 10)
+            assert [g.requests for g in rig.gw.connections.guards.values()] == [0] * 10
+            await asyncio.sleep(0.3)
+            newcomer = await raw_request_from(rig.port, "127.0.0.99")
+            assert newcomer.status == 200
+            for _, w in held:
+                w.close()
+    run(scenario)

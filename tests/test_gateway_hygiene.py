@@ -14,7 +14,7 @@ from aiohttp import web
 
 from triton_operator.gateway import guard
 
-from .gateway_http import KEY_A, LogLines, Rig, connect, read_reply, run
+from .gateway_http import KEY_A, LogLines, Rig, connect, read_reply, run, settle
 
 # Requests whose heads aiohttp's parser refuses, each carrying the key: bare LF line endings
 # (aiohttp logged the whole head, Authorization included, at ERROR with a traceback), a control
@@ -159,4 +159,65 @@ def test_hostile_bodies_are_4xx_never_500():
                         "X-Inference-Namespace": "ml"})
                     assert reply.status < 500, (body[:60], reply.body)
         assert [line for line in logs.lines if "unexpected" in line] == []
+    run(scenario)
+
+
+def test_an_unknown_expectation_is_ignored_and_the_request_goes_through_authentication():
+    """aiohttp answered any `Expect` but 100-continue with a plain-text 417 quoting the header,
+    before authentication and the error shape. The expectation is ignored (RFC 9110 allows it)."""
+    async def scenario():
+        async with Rig() as rig:
+            for key, status in ((None, 401), (KEY_A, 200)):
+                auth = f"Authorization: Bearer {key}\r\n" if key else ""
+                answer = await send_raw(rig.port, (
+                    f"POST /v1/completions HTTP/1.1\r\nHost: x\r\n{auth}Expect: <script>x</script>\r\n"
+                    f"Content-Type: application/json\r\nContent-Length: 33\r\nConnection: close\r\n\r\n"
+                    '{"model":"ml/llama","prompt":"x"}').encode())
+                head, _, body = answer.partition(b"\r\n\r\n")
+                assert head.split(b"\r\n")[0].startswith(f"HTTP/1.1 {status} ".encode()), answer[:200]
+                assert b"<script>" not in answer and b"application/json" in head
+                if key is None:
+                    assert json.loads(body)["error"]["code"] == "invalid_api_key"
+                else:
+                    assert json.loads(body)["choices"][0]["text"]
+            assert len(rig.upstream.seen) == 1
+    run(scenario)
+
+
+def test_expect_100_continue_is_still_answered_before_the_body():
+    async def scenario():
+        async with Rig() as rig:
+            reader, writer = await connect(rig.port)
+            body = b'{"model":"ml/llama","prompt":"x"}'
+            writer.write(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY_A}\r\n"
+                         f"Expect: 100-continue\r\nContent-Type: application/json\r\n"
+                         f"Content-Length: {len(body)}\r\n\r\n".encode())
+            await writer.drain()
+            assert await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5) == b"HTTP/1.1 100 Continue\r\n\r\n"
+            writer.write(body)
+            await writer.drain()
+            reply = await asyncio.wait_for(read_reply(reader), 5)
+            assert reply.status == 200 and reply.json()["choices"][0]["text"]
+            writer.close()
+    run(scenario)
+
+
+def test_clients_that_hang_up_mid_body_cost_no_error_line_and_release_what_they_held():
+    """A body cut short by the client raised ConnectionResetError into aiohttp's error path,
+    which logged it at ERROR: one line per hang-up, for any client with a key."""
+    async def scenario():
+        with LogLines() as logs:
+            async with Rig() as rig:
+                for framing in ("Content-Length: 100\r\n\r\n{\"model\"", "Transfer-Encoding: chunked\r\n\r\n40\r\n{\"m"):
+                    for _ in range(10):
+                        reader, writer = await connect(rig.port)
+                        writer.write(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY_A}\r\n"
+                                     f"Content-Type: application/json\r\n{framing}".encode())
+                        await writer.drain()
+                        await asyncio.sleep(0.02)
+                        writer.transport.abort()
+                await settle(lambda: rig.gw.connections.open == 0)
+                assert rig.gw.bodies.used == 0
+                assert rig.upstream.seen == []
+        assert [r.getMessage() for r in logs.records if r.levelname in ("ERROR", "WARNING")] == []
     run(scenario)

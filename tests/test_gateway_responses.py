@@ -155,3 +155,18 @@ def test_hostile_bodies_are_400s_before_anything_is_sent(body, status, message):
     assert e.value.status == status
     if message:
         assert e.value.message == message
+
+
+def test_text_the_answer_repeats_that_cannot_be_utf8_is_a_400_at_parse():
+    """Metadata, the format's name and its schema are repeated in the Response object: a lone
+    surrogate there is refused when the request is read, before the model is asked (it was a 502
+    blamed on the replica, after its tokens were spent)."""
+    for body in (b'{"model": "m", "input": "hi", "metadata": {"k": "\\ud800"}}',
+                 b'{"model": "m", "input": "hi", "metadata": {"\\ud800": "v"}}',
+                 b'{"model": "m", "input": "hi", "text": {"format": {"type": "json_object", "name": "\\udfff"}}}',
+                 b'{"model": "m", "input": "hi", "text": {"format": {"type": "json_schema", "schema": {"\\ud800": 1}}}}'):
+        with pytest.raises(oai.OpenAIError) as e:
+            r.parse(body)
+        assert (e.value.status, e.value.code) == (400, "invalid_text"), body
+        assert e.value.message == "the request holds text that is not valid Unicode (a lone surrogate escape)"
+    assert r.parse(b'{"model": "m", "input": "hi", "metadata": {"k": "\\u00e9"}}').metadata == {"k": "\u00e9"}

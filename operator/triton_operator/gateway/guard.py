@@ -378,6 +378,11 @@ class GatewayRequestHandler(RequestHandler):
             status, body = (size, TOO_LARGE[size]) if size else (status, MALFORMED)
             if self.malformed is not None:
                 self.malformed.seen(address, type(exc).__name__ if exc is not None else str(status), status)
+        elif isinstance(exc, ConnectionResetError):
+            # The client hung up before its body was whole (aiohttp's "Connection lost"): nobody
+            # is left to answer, and a line per hang-up would let any client fill the log.
+            log.debug("%s hung up before its request was whole", address)
+            status, body = 400, MALFORMED    # written nowhere: the connection is gone
         else:
             log.error("unexpected %s while answering %s", type(exc).__name__ if exc else "error", address)
             body = {"error": {"message": "internal error in the gateway", "type": "server_error", "param": None,

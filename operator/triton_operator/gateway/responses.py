@@ -157,7 +157,12 @@ class ResponsesRequest(BaseModel):
 
 
 def parse(raw: bytes | bytearray) -> ResponsesRequest:
-    return oai.parse_body(raw, ResponsesRequest)
+    """The request, refused (400) when what its answer repeats (metadata, the format's name and
+    schema) holds text that cannot be UTF-8: found once the model has answered, it was a 502 blamed
+    on the replica, after the tokens were spent."""
+    req = oai.parse_body(raw, ResponsesRequest)
+    t.encode(_echo(req))
+    return req
 
 
 def to_chat(req: ResponsesRequest) -> oai.ChatRequest:

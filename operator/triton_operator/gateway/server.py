@@ -20,7 +20,7 @@ import logging
 import time
 from typing import Any, Awaitable, Callable
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from . import guard
@@ -121,16 +121,17 @@ class Gateway:
         traced = self.tracing.middleware()   # None while tracing is off
         app = web.Application(client_max_size=self.settings.max_body_bytes,
                               middlewares=[self.connections.middleware, *([traced] if traced else []), errors])
-        app.router.add_get("/v1/models", self.openai_proxy.list_models)
-        app.router.add_get("/v1/models/{model:.+}", self.openai_proxy.get_model)
-        app.router.add_post("/v1/chat/completions", self.openai_proxy.chat_completions)
-        app.router.add_post("/v1/completions", self.openai_proxy.completions)
-        app.router.add_post("/v1/responses", self.openai_proxy.responses)
-        app.router.add_post("/v1/embeddings", self.openai_proxy.embeddings)
+        router, e = app.router, {"expect_handler": expect}
+        router.add_get("/v1/models", self.openai_proxy.list_models, **e)
+        router.add_get("/v1/models/{model:.+}", self.openai_proxy.get_model, **e)
+        router.add_post("/v1/chat/completions", self.openai_proxy.chat_completions, **e)
+        router.add_post("/v1/completions", self.openai_proxy.completions, **e)
+        router.add_post("/v1/responses", self.openai_proxy.responses, **e)
+        router.add_post("/v1/embeddings", self.openai_proxy.embeddings, **e)
         # Every /v2 path reaches the handler, which checks the path as sent (raw_path) against
         # the pass-through's allow-list before anything else: the router matches the normalised
         # path, in which "/v2/models/x/../../repository" is already "/v2/repository".
-        app.router.add_route("*", r"/v2{tail:.*}", self.passthrough_proxy.v2)
+        router.add_route("*", r"/v2{tail:.*}", self.passthrough_proxy.v2, **e)
         app.on_response_prepare.append(_server_header)
         if with_health:
             self._add_health(app)
@@ -145,9 +146,9 @@ class Gateway:
         return app
 
     def _add_health(self, app: web.Application) -> None:
-        app.router.add_get("/healthz", self.healthz)
-        app.router.add_get("/readyz", self.readyz)
-        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/healthz", self.healthz, expect_handler=expect)
+        app.router.add_get("/readyz", self.readyz, expect_handler=expect)
+        app.router.add_get("/metrics", self.metrics, expect_handler=expect)
 
     def api_runner(self, with_health: bool) -> web.AppRunner:
         """The API port's runner: idle connections closed after idle_timeout_seconds (aiohttp's
@@ -181,6 +182,17 @@ class Gateway:
         if self.api is not None:
             await self.api.close()
         self.tracing.shutdown()
+
+
+async def expect(request: web.Request) -> None:
+    """The `Expect` header, read before any middleware: `100-continue` on HTTP/1.1 is answered 100
+    Continue (as aiohttp does), and any other expectation is ignored (RFC 9110 allows a server to),
+    so that the request still goes through the middlewares. aiohttp's own handler answers those 417
+    in plain text, quoting the header, before the middlewares: the connection guard's bookkeeping
+    never ran, so ten such requests held every connection slot, and a chunked one left its
+    connection open to a next request past the head-size limit."""
+    if request.version == HttpVersion11 and request.headers.get("Expect", "").lower() == "100-continue":
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
 
 async def _server_header(_request: web.Request, response: web.StreamResponse) -> None:
