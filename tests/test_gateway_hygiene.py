@@ -221,3 +221,63 @@ def test_clients_that_hang_up_mid_body_cost_no_error_line_and_release_what_they_
                 assert rig.upstream.seen == []
         assert [r.getMessage() for r in logs.records if r.levelname in ("ERROR", "WARNING")] == []
     run(scenario)
+
+
+@pytest.mark.parametrize("chunks", [b"zz\r\n", b"-5\r\n", b"f" * 40 + b"\r\n", b"5\r\nhello0\r\n\r\n", b"5\nhello\n0\n\n"])
+def test_a_chunked_body_whose_framing_breaks_after_a_valid_head_is_a_400_at_once(chunks):
+    """The head is valid (Host and all); the chunk sizes or their line ends are not. aiohttp
+    queued its 400 behind the request, whose handler waited for a body that could not come:
+    body_timeout_seconds holding the key's place and its bytes, then a 408."""
+    async def scenario():
+        with LogLines() as logs:
+            async with Rig(body_timeout_seconds=30.0) as rig:
+                reader, writer = await connect(rig.port)
+                writer.write(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY_A}\r\n"
+                             f"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".encode() + chunks)
+                await writer.drain()
+                reply = await asyncio.wait_for(read_reply(reader), 5)
+                assert reply.status == 400
+                assert reply.json() == {"error": {"message": "malformed HTTP request body", "type":
+                                                  "invalid_request_error", "param": None, "code": "bad_request"}}
+                assert await asyncio.wait_for(reader.read(), 5) == b""     # and the connection is closed
+                await settle(lambda: rig.gw.connections.open == 0)
+                assert rig.gw.in_flight.by_key == {} and rig.gw.bodies.used == 0
+                assert rig.upstream.seen == []
+        assert [r.getMessage() for r in logs.records if r.levelname in ("ERROR", "WARNING")] == []
+        assert all(r.exc_info is None for r in logs.records)
+    run(scenario)
+
+
+def test_a_valid_chunked_body_is_still_served():
+    async def scenario():
+        async with Rig() as rig:
+            reader, writer = await connect(rig.port)
+            body = b'{"model":"ml/llama","prompt":"x"}'
+            writer.write(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY_A}\r\n"
+                         f"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+                         + b"5;ext=1\r\n" + body[:5] + b"\r\n" + f"{len(body) - 5:x}\r\n".encode() + body[5:]
+                         + b"\r\n0\r\nX-Trailer: t\r\n\r\n")
+            await writer.drain()
+            reply = await asyncio.wait_for(read_reply(reader), 5)
+            assert reply.status == 200 and reply.json()["choices"][0]["text"]
+            assert [s.method for s in rig.upstream.seen] == ["POST"]
+            writer.close()
+    run(scenario)
+
+
+def test_a_chunk_that_breaks_the_framing_later_in_the_body_is_a_400_at_once():
+    """The same, with the bad chunk size in a later packet, once the handler is reading the body."""
+    async def scenario():
+        async with Rig(body_timeout_seconds=30.0) as rig:
+            reader, writer = await connect(rig.port)
+            writer.write(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY_A}\r\n"
+                         f"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{{\"t\r\n".encode())
+            await writer.drain()
+            await settle(lambda: rig.gw.bodies.used > 0)      # admitted: its handler waits for the rest
+            writer.write(b"zz\r\n")
+            await writer.drain()
+            reply = await asyncio.wait_for(read_reply(reader), 5)
+            assert (reply.status, reply.json()["error"]["message"]) == (400, "malformed HTTP request body")
+            await settle(lambda: rig.gw.connections.open == 0)
+            assert rig.gw.in_flight.by_key == {} and rig.gw.bodies.used == 0 and rig.upstream.seen == []
+    run(scenario)

@@ -44,7 +44,7 @@ from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
-from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_protocol import RequestHandler, _ErrInfo
 
 from . import telemetry as m
 
@@ -72,6 +72,14 @@ TIMED_OUT = _refusal("408 Request Timeout", "the request's headers did not arriv
 HEADERS_TOO_LARGE = ("the request's headers are too large", "headers_too_large")
 HEAD_TOO_LARGE = _refusal("431 Request Header Fields Too Large", *HEADERS_TOO_LARGE)
 MALFORMED = _error("malformed HTTP request", "bad_request")
+
+
+class MalformedBody(web.HTTPBadRequest):
+    """A request body whose framing broke after its head was read (answered 400 by the errors
+    middleware, as any HTTPException)."""
+
+    def __init__(self) -> None:
+        super().__init__(reason="malformed HTTP request body")
 TOO_LARGE = {   # a request line or header that aiohttp's parser refused for its size (RFC 6585, RFC 9110)
     414: _error("the request's target is too long", "uri_too_long"),
     431: _error(*HEADERS_TOO_LARGE),
@@ -369,6 +377,27 @@ class GatewayRequestHandler(RequestHandler):
     line (aiohttp's logs the head with a traceback at ERROR)."""
 
     malformed: MalformedLog | None = None
+
+    def data_received(self, data: bytes) -> None:
+        """aiohttp's, and when these bytes break the framing of the body of the request being
+        answered (a bad chunk size after a valid head), that body fails at once, answered 400, and
+        the connection closes after it. aiohttp queues its 400 behind that request instead, whose
+        handler then waits for the rest of a body that cannot come (body_timeout_seconds, holding
+        the key's place in flight and its body's bytes, then a 408)."""
+        messages = self._messages
+        queued = len(messages)
+        super().data_received(data)
+        if len(messages) == queued or not isinstance(messages[-1][0], _ErrInfo):
+            return
+        # The body the bytes belonged to: the last request queued before the error (its handler
+        # has not started yet), else the one being answered.
+        body = messages[-2][1] if len(messages) >= 2 else (
+            self._current_request.content if self._current_request is not None else None)
+        if body is not None and not body.is_eof():
+            messages.pop()
+            body.set_exception(MalformedBody())
+            body.feed_eof()    # nothing more is read into it (aiohttp's lingering read would raise)
+            self.close()
 
     def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
                      message: str | None = None) -> web.StreamResponse:
