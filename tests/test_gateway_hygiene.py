@@ -19,7 +19,8 @@ from .gateway_http import KEY_A, LogLines, Rig, connect, read_reply, run, settle
 # Requests whose heads aiohttp's parser refuses, each carrying the key: bare LF line endings
 # (aiohttp logged the whole head, Authorization included, at ERROR with a traceback), a control
 # character in a header value, a space before the colon, an obsolete line folding, a bad method,
-# a bad version, a header name with a bad character, CR alone.
+# a bad version, a header name with a bad character, CR alone. The last two have no Host header,
+# which aiohttp refuses first; the chunk framing after a valid head is tested further down.
 MALFORMED_HEADS = [
     "GET /v1/models HTTP/1.1\nHost: x\nAuthorization: Bearer {key}\n\n",
     "GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\nX-A: a\x01b\r\n\r\n",

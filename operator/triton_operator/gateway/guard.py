@@ -73,6 +73,11 @@ HEADERS_TOO_LARGE = ("the request's headers are too large", "headers_too_large")
 HEAD_TOO_LARGE = _refusal("431 Request Header Fields Too Large", *HEADERS_TOO_LARGE)
 MALFORMED = _error("malformed HTTP request", "bad_request")
 
+TOO_LARGE = {   # a request line or header that aiohttp's parser refused for its size (RFC 6585, RFC 9110)
+    414: _error("the request's target is too long", "uri_too_long"),
+    431: _error(*HEADERS_TOO_LARGE),
+}
+
 
 class MalformedBody(web.HTTPBadRequest):
     """A request body whose framing broke after its head was read (answered 400 by the errors
@@ -80,10 +85,6 @@ class MalformedBody(web.HTTPBadRequest):
 
     def __init__(self) -> None:
         super().__init__(reason="malformed HTTP request body")
-TOO_LARGE = {   # a request line or header that aiohttp's parser refused for its size (RFC 6585, RFC 9110)
-    414: _error("the request's target is too long", "uri_too_long"),
-    431: _error(*HEADERS_TOO_LARGE),
-}
 
 
 def too_large(exc: BaseException | None) -> int | None:
