@@ -130,10 +130,50 @@ def test_json_output_follows_the_schema(llm: LLMTriton):
     ({"text_input": "x", "temperature": 3.0}, "temperature must be within [0.0, 2.0], got 3.0"),
     ({"text_input": "x", "max_tokens": 0}, "max_tokens must be within [1, 2048], got 0"),
     ({"text_input": "x" * 12000}, "this model's context holds 2048"),
+    ({"text_input": ""}, "the prompt is empty"),
+    ({"messages": "[" * 100_000 + "]" * 100_000}, "the request nests JSON too deeply"),
+    ({"messages": '[{"role": "user", "content": "hi \\ud800"}]'},
+     "the request holds text that is not valid Unicode (a lone surrogate escape)"),
+    ({"text_input": "x", "guided_json": "[]"}, "guided_json must be a JSON schema (an object)"),
+    ({"text_input": "x", "guided_json": json.dumps({"type": "string", "pattern": "^(a"})},
+     "guided_json: the schema cannot be turned into a grammar"),
+    ({"text_input": "x", "guided_json": json.dumps({"type": "array", "minItems": 3_000_000})},
+     "guided_json: minItems 3e+06 is over 1000"),
 ])
 def test_bad_requests_are_400s_in_the_models_own_words(llm: LLMTriton, body, words):
     status, out = generate(llm, **body)
     assert status == 400 and out["error"].startswith("[llm] ") and words in out["error"], out
+
+
+def test_a_schema_llama_cpp_would_refuse_is_a_400_and_the_model_keeps_answering(llm: LLMTriton):
+    """A string of maxLength 3000 is a grammar llama.cpp refuses; llama-cpp-python sampled with the
+    refusal anyway and the model's process died (a segmentation fault), for any client of /v1 that
+    sent it as a response_format."""
+    for schema in ({"type": "string", "maxLength": 3000},
+                   {"type": "object", "properties": {"s": {"type": "string", "maxLength": 3000}}}):
+        status, out = generate(llm, messages=chat(QUESTION), max_tokens=8, guided_json=json.dumps(schema))
+        assert status == 400 and "guided_json: maxLength 3000 is over 1000" in out["error"], out
+    status, out = generate(llm, messages=chat(QUESTION), max_tokens=8, temperature=0.0,
+                           guided_json=json.dumps({"type": "string", "maxLength": 1000}))
+    assert status == 200 and out["text_output"].startswith('"'), out
+
+
+def test_the_grammar_is_compiled_before_it_is_sampled():
+    """In process, with the caps lifted: what llama.cpp itself refuses (no sampler) is a RequestError
+    before generation, never a sampler chain holding nothing."""
+    from triton_runtime.serving import llamacpp
+    from triton_runtime.serving.engine import RequestError
+
+    engine = llamacpp.LlamaCppEngine(ensure_llm(), n_ctx=256, n_threads=1)
+    saved = llamacpp.MAX_REPETITIONS, llamacpp.MAX_GRAMMAR_CHARS
+    llamacpp.MAX_REPETITIONS, llamacpp.MAX_GRAMMAR_CHARS = 10**9, 10**9
+    try:
+        with pytest.raises(RequestError, match="the schema's grammar is larger than llama.cpp accepts"):
+            engine._grammar(json.dumps({"type": "string", "maxLength": 3000}))
+        assert engine._grammar(json.dumps({"type": "string", "maxLength": 10})) is not None
+    finally:
+        llamacpp.MAX_REPETITIONS, llamacpp.MAX_GRAMMAR_CHARS = saved
+        engine.shutdown()
 
 
 def test_a_client_that_goes_away_stops_its_generation(llm: LLMTriton):

@@ -81,3 +81,12 @@ def test_the_tree_and_the_names_are_bounded(monkeypatch):
     names.finished(SYSTEM, ((8, A),))
     names.finished(SYSTEM, ((12, B),))
     assert list(names.named) == [B] and names.events.held == {B: 1}
+
+
+def test_a_cursor_whose_sequence_is_not_an_ascii_number_is_read_as_none():
+    """"²" is a digit to str.isdigit() and not a number to int(): the cursor "e:²" raised out of
+    the model's probe. Now it is a cursor from no known point: the reader gets a snapshot."""
+    names = BlockNames(PER)
+    for cursor in ("e:²", f"{names.events.epoch}:²", f"{names.events.epoch}:١", f"{names.events.epoch}:-1"):
+        out = read(names, cursor)
+        assert "snapshot" in out and "events" not in out, cursor

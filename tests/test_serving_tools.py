@@ -167,3 +167,31 @@ def test_messages_carry_tool_calls_on_assistant_turns_only():
         chat.parse_messages(json.dumps([{"role": "user", "content": "x", "tool_calls": []}]))
     with pytest.raises(chat.ChatError, match="arguments as text"):
         chat.parse_messages(json.dumps([{"role": "assistant", "tool_calls": [{"name": "f", "arguments": {}}]}]))
+
+
+def test_a_call_whose_arguments_escape_a_lone_surrogate_keeps_them_escaped():
+    """A model can write "\\ud800" (JSON allows the escape), which UTF-8 cannot carry: re-encoded
+    as it was, the answer could not be sent and the request never ended."""
+    _, calls = tools.parse_calls('<tool_call>{"name": "get_weather", "arguments": {"city": "\\ud800x"}}</tool_call>',
+                                 TOOLS)
+    assert [(c.name, c.arguments) for c in calls] == [("get_weather", '{"city": "\\ud800x"}')]
+    calls[0].arguments.encode("utf-8")
+    assert json.loads(calls[0].arguments) == {"city": "\ud800x"}
+    _, plain = tools.parse_calls('<tool_call>{"name": "get_weather", "arguments": {"city": "Zürich"}}</tool_call>',
+                                 TOOLS)
+    assert plain[0].arguments == '{"city": "Zürich"}'     # other text stays as it is
+
+
+@pytest.mark.parametrize("forced", [False, True])
+def test_a_long_answer_with_tools_offered_is_scanned_in_time_linear_in_its_length(forced):
+    """Measured by the work done, not by a clock: the text kept between tokens is held in pieces, so
+    a token costs the same at the end of a long answer as at its start (kept as one string, each
+    token copied the whole answer: 80,000 tokens took 15 s)."""
+    scanner = tools.CallScanner(TOOLS, forced=forced)
+    out = [scanner.push("word ") for _ in range(50_000)]
+    assert len(scanner.parts) == (50_000 if forced else 0)     # held as the tokens came, or nothing held
+    rest, calls = scanner.end()
+    assert "".join(out) + rest == "word " * 50_000 and calls == []
+    blank = tools.CallScanner(TOOLS)
+    assert all(blank.push(" ") == "" for _ in range(50_000)) and len(blank.parts) == 50_000
+    assert blank.push("Hi") == " " * 50_000 + "Hi"

@@ -103,7 +103,7 @@ class KvEvents:
         requests are taken in and not finished, "reading": [[key, depth], ...], their prompts up to
         their last message (begin)."""
         epoch, _, seq_text = cursor.partition(":")
-        seq = int(seq_text) if seq_text.isdigit() else -1
+        seq = int(seq_text) if seq_text.isascii() and seq_text.isdigit() else -1   # "²" is a digit, not an int
         with self._lock:
             oldest = self.log[0][0] if self.log else self.seq + 1
             out: dict[str, Any] = {"epoch": self.epoch, "seq": self.seq}

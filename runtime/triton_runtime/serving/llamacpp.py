@@ -36,6 +36,27 @@ from .kv_events import tag
 from .prefix_cache import BOUNDARY, END, PrefixCache, boundary
 from .text import StopScanner, Utf8Pieces
 
+MAX_REPETITIONS = 1000       # minLength, maxLength, minItems, maxItems, minProperties, maxProperties
+MAX_GRAMMAR_CHARS = 256 << 10
+_REPETITION_KEYS = ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties")
+
+
+def _check_repetitions(schema: Any) -> None:
+    """Refuse a schema with a repetition bound over MAX_REPETITIONS (walked without recursion: a
+    schema's depth is the client's)."""
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key in _REPETITION_KEYS:
+                bound = node.get(key)
+                if isinstance(bound, (int, float)) and not isinstance(bound, bool) and bound > MAX_REPETITIONS:
+                    raise RequestError(f"guided_json: {key} {bound:g} is over {MAX_REPETITIONS}, the most this "
+                                       "engine turns into a grammar")
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+
 log = logging.getLogger(__name__)
 
 
@@ -127,22 +148,44 @@ class LlamaCppEngine:
                 self.cache.events.end(_tag(job, BOUNDARY))
 
     def _grammar(self, schema: str | None) -> Any:
+        """The grammar of a JSON schema, checked before it is used: repetition bounds of at most
+        MAX_REPETITIONS (each repeated item is a rule of its own: minItems 3,000,000 was a grammar
+        of 54 MB and 570 MB in memory; maxLength 3000 one llama.cpp refuses, printing it whole), a
+        grammar of at most MAX_GRAMMAR_CHARS, and compiled once here: llama.cpp refuses one past
+        its limits by returning no sampler, which llama-cpp-python adds to the chain anyway, and
+        sampling then crashed the process."""
         if schema is None:
             return None
+        import llama_cpp
         from llama_cpp import LlamaGrammar, llama_grammar
 
+        parsed = json.loads(schema)
+        _check_repetitions(parsed)
         try:
-            if json.loads(schema) == {}:
-                return LlamaGrammar.from_string(llama_grammar.JSON_GBNF, verbose=False)
-            return LlamaGrammar.from_json_schema(schema, verbose=False)
-        except (ValueError, RuntimeError, KeyError, TypeError) as e:
+            if parsed == {}:
+                grammar = LlamaGrammar.from_string(llama_grammar.JSON_GBNF, verbose=False)
+            else:
+                grammar = LlamaGrammar.from_json_schema(schema, verbose=False)
+        except Exception as e:  # noqa: BLE001 - the converter's errors are the schema's (AssertionError, AttributeError...)
             raise RequestError(f"guided_json: the schema cannot be turned into a grammar: {e}") from None
+        if len(grammar._grammar) > MAX_GRAMMAR_CHARS:
+            raise RequestError(f"guided_json: the schema's grammar is {len(grammar._grammar)} characters; "
+                               f"at most {MAX_GRAMMAR_CHARS} are accepted")
+        sampler = llama_cpp.llama_sampler_init_grammar(self.llm._model.vocab, grammar._grammar.encode("utf-8"),
+                                                       grammar._root.encode("utf-8"))
+        if not sampler:
+            raise RequestError("guided_json: the schema's grammar is larger than llama.cpp accepts "
+                               "(long maxLength, maxItems or repetitions)")
+        llama_cpp.llama_sampler_free(sampler)
+        return grammar
 
     def _generate(self, job: Job) -> None:
         if job.cancelled():
             job.emit(Step("", 0, 0, "cancelled"))
             return
         ids, starts = self._tokenize(job.prompt)
+        if not ids:
+            raise RequestError("the prompt is empty")
         if len(ids) >= self.n_ctx:
             raise RequestError(f"the prompt is {len(ids)} tokens; this model's context holds {self.n_ctx}")
         s = job.sampling

@@ -48,6 +48,7 @@ from .delivery import CancelWatch, Outbox
 from .engine import Job, RequestError, Sampling, Step
 
 log = logging.getLogger("triton_llm")
+NOT_UNICODE = "the request holds text that is not valid Unicode (a lone surrogate escape)"
 TTFT_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
 ITL_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28]
 DURATION_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320]
@@ -224,6 +225,10 @@ class TritonPythonModel:
                     self.engine.submit(job)
             except (RequestError, chat.ChatError, tools.ToolError) as e:
                 self._fail(sender, e, time.monotonic())
+            except RecursionError:
+                self._fail(sender, RequestError("the request nests JSON too deeply"), time.monotonic())
+            except UnicodeEncodeError:
+                self._fail(sender, RequestError(NOT_UNICODE), time.monotonic())
         return None
 
     def _probe(self, request: Any) -> str | None:
@@ -255,6 +260,11 @@ class TritonPythonModel:
             if offered:
                 raise RequestError("tools need a chat (messages), not a prompt")
             pieces = [chat.Piece(text or "", True)]
+        try:
+            for piece in pieces:
+                piece.text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise RequestError(NOT_UNICODE) from None
         max_tokens = int(_number(request, "max_tokens", self.default_max_tokens))
         if not 1 <= max_tokens <= self.max_tokens_limit:
             raise RequestError(f"max_tokens must be within [1, {self.max_tokens_limit}], got {max_tokens}")
@@ -262,9 +272,11 @@ class TritonPythonModel:
         guided = _text(request, "guided_json")
         if guided is not None:
             try:
-                json.loads(guided)
+                schema = json.loads(guided)
             except ValueError:
                 raise RequestError("guided_json is not valid JSON") from None
+            if not isinstance(schema, dict):
+                raise RequestError("guided_json must be a JSON schema (an object)")
         forced = tools.forced_schema(offered, choice)
         if forced is not None:
             if guided is not None:
@@ -376,7 +388,9 @@ class TritonPythonModel:
 
     def _response(self, text: str, step: Step, index: int = 0, calls: list[tools.Call] | None = None) -> Any:
         def string(value: str) -> Any:
-            return np.array([value.encode("utf-8")], dtype=np.object_)
+            # "replace": a lone surrogate (a name or schema a request escaped) must not stop the
+            # response, which would leave the request open for good.
+            return np.array([value.encode("utf-8", "replace")], dtype=np.object_)
 
         marks = json.dumps([m.as_dict() for m in step.logprobs], ensure_ascii=False) if step.logprobs else ""
         return pb_utils.InferenceResponse(output_tensors=[
