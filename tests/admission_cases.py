@@ -18,6 +18,7 @@ BASE_GPU_CLASS_SPEC = {"productNames": ["NVIDIA-L4"], "memoryGiB": 24, "memoryBa
                        "computeCapability": "8.9"}
 PLURALS = {"InferenceService": "inferenceservices", "GPUClass": "gpuclasses"}
 _FILLER = re.compile(r"@x([0-9]+)")
+_CHAR_FILLER = re.compile(r"@u([0-9a-f]{4})x([0-9]+)")
 
 
 def load_cases() -> list[dict[str, Any]]:
@@ -25,8 +26,10 @@ def load_cases() -> list[dict[str, Any]]:
 
 
 def _expand(value: Any) -> Any:
-    """"@xN" in a key or value stands for N times "x", so that long values stay readable."""
+    """"@xN" in a key or value stands for N times "x", and "@uHHHHxN" for N times the character
+    U+HHHH, so that long values stay readable."""
     if isinstance(value, str):
+        value = _CHAR_FILLER.sub(lambda m: chr(int(m.group(1), 16)) * int(m.group(2)), value)
         return _FILLER.sub(lambda m: "x" * int(m.group(1)), value)
     if isinstance(value, dict):
         return {_expand(k): _expand(v) for k, v in value.items()}

@@ -5,6 +5,8 @@ users see."""
 
 from __future__ import annotations
 
+import hashlib
+import re
 from datetime import datetime, timezone
 
 import pytest
@@ -329,3 +331,22 @@ def test_mig_slices_are_not_combined(classes):
     (problem,) = fit.problems(model, "a100-1g", mig, 2)
     assert problem.reason == "MIGSlicesCannotCombine" and "nvidia.com/mig-1g.10gb" in problem.message
     assert fit.problems(model, "a100-1g", mig, 1) == []
+
+
+def test_a_claim_whose_name_is_longer_than_a_volume_name_gets_a_volume_named_by_its_digest(classes):
+    """A PersistentVolumeClaim's name may have 253 characters, a volume's 63: "claim-" and a
+    60-character claim made a Job the API server refused, and the model was never prepared."""
+    long_claim = "c" * 60
+    fp8 = {**FP8, "gpu": {"class": "h100", "count": 1},
+           "engine": {"calibrationDataset": "pvc://datasets/calib/text"}, "model": {**FP8["model"],
+                                                                                   "source": f"pvc://{long_claim}/llama"}}
+    pod = _job(isvc(**fp8), classes)["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    digest = "claim-" + hashlib.sha256(long_claim.encode()).hexdigest()[:16]
+    assert volumes[digest]["persistentVolumeClaim"] == {"claimName": long_claim, "readOnly": True}
+    assert volumes["claim-datasets"]["persistentVolumeClaim"]["claimName"] == "datasets"   # short names unchanged
+    assert all(len(name) <= 63 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name) for name in volumes)
+    for container in (*pod["initContainers"], *pod["containers"]):
+        for mount in container.get("volumeMounts", []):
+            assert mount["name"] in volumes
+    assert {"name": digest, "mountPath": f"/mnt/pvc/{long_claim}", "readOnly": True} in pod["containers"][0]["volumeMounts"]

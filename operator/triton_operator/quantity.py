@@ -19,6 +19,9 @@ QUANTITY = r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE][
 QUANTITY_MAX_LENGTH = 32
 
 _QUANTITY_RE = re.compile(QUANTITY)
+# The API server stores a quantity in its canonical form, whose exponent can have three digits
+# ("1000e99" is stored as "1e102"): what it hands back is read with any exponent.
+_STORED_RE = re.compile(QUANTITY.replace("[0-9]{1,2}", "[0-9]{1,3}"))
 _PARTS_RE = re.compile(r"^\+?([0-9.]+)(.*)$")
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
@@ -30,13 +33,13 @@ class QuantityError(ValueError):
     pass
 
 
-def parse_quantity(text: str) -> Decimal:
-    """The exact value of a quantity as Kubernetes holds it."""
-    if not isinstance(text, str) or not _QUANTITY_RE.fullmatch(text):
+def parse_quantity(text: str, stored: bool = False) -> Decimal:
+    """The exact value of a quantity as Kubernetes holds it (`stored`: as the API server wrote it)."""
+    if not isinstance(text, str) or not (_STORED_RE if stored else _QUANTITY_RE).fullmatch(text):
         raise QuantityError(f"{text!r} is not a quantity such as 500m, 2, 1.5Gi or 8G")
     number, suffix = _PARTS_RE.fullmatch(text).groups()
     with localcontext() as ctx:
-        ctx.prec = 80  # exact for every value the pattern admits (at most 32 characters, e<=99)
+        ctx.prec = 80  # exact for every value the patterns admit (at most 32 characters, e<=999)
         value = Decimal(number if not number.endswith(".") else number + "0")
         if suffix in _BINARY:
             value = min(value * _BINARY[suffix], _MAX_BINARY)

@@ -15,6 +15,9 @@ from .syntax import (DNS_LABEL, EXTENDED_RESOURCE_NAME, INT32_MAX, LABEL_VALUE, 
 AUTO_CLASS = "auto"
 AUTO_RESERVED_MESSAGE = "metadata.name auto is reserved: gpu.class auto asks the planner to choose a class"
 
+EXTENDED_RESOURCE_MESSAGE = ("an extended resource name does not start with requests. and its prefix (before /) has at "
+                             "most 244 characters: Kubernetes refuses containers that request it otherwise")
+
 
 class Toleration(Model):
     """A toleration added to serving pods of this class, as in a Pod spec."""
@@ -62,7 +65,9 @@ class GPUClassSpec(Model):
     resource_name: str = Field(
         "nvidia.com/gpu", max_length=253, pattern=EXTENDED_RESOURCE_NAME,
         json_schema_extra={"x-kubernetes-validations": [
-            cel("!self.contains('kubernetes.io')", "an extended resource is not in a kubernetes.io domain")]},
+            cel("!self.contains('kubernetes.io')", "an extended resource is not in a kubernetes.io domain"),
+            # Kubernetes' IsExtendedResourceName: "requests." + the name must be a qualified name too.
+            cel("!self.startsWith('requests.') && !self.matches('^[^/]{245,}/')", EXTENDED_RESOURCE_MESSAGE)]},
         description="Extended resource requested per GPU, e.g. nvidia.com/gpu or a MIG resource such as nvidia.com/mig-1g.10gb.")
     product_label: QualifiedName = Field(
         "nvidia.com/gpu.product",
@@ -96,6 +101,8 @@ class GPUClassSpec(Model):
     def _extended(cls, v: str) -> str:
         if "kubernetes.io" in v:
             raise ValueError("an extended resource is not in a kubernetes.io domain")
+        if v.startswith("requests.") or len(v.partition("/")[0]) > 244:
+            raise ValueError(EXTENDED_RESOURCE_MESSAGE)
         return v
 
     @model_validator(mode="after")

@@ -10,7 +10,7 @@ from typing import Literal, get_args
 from pydantic import ConfigDict, Field, model_validator
 
 from .base import Model
-from .syntax import DNS_LABEL, cel
+from .syntax import DNS_LABEL, NO_NUL_PATTERN, cel
 
 # A Triton model name: a path segment on every Triton route, so never "." or ".." (it starts
 # with a letter, digit or underscore). The gateway checks names it reads with the same rule.
@@ -18,7 +18,7 @@ TRITON_MODEL_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 TRITON_MODEL_NAME_MAX_LENGTH = 128
 
 # Where a model is: hf://ORG/NAME, s3://BUCKET[/PATH], gs://BUCKET[/PATH] or pvc://CLAIM[/PATH], no white space.
-_NO_SPACE, _NO_SPACE_OR_SLASH = r"[^ \t\n\r\f\v]", r"[^/ \t\n\r\f\v]"
+_NO_SPACE, _NO_SPACE_OR_SLASH = r"[^ \t\n\r\f\v\x00]", r"[^/ \t\n\r\f\v\x00]"   # nor NUL: exec cannot pass it
 SOURCE_PATTERN = (rf"^(hf://{_NO_SPACE_OR_SLASH}+/{_NO_SPACE}+|s3://{_NO_SPACE_OR_SLASH}+(/{_NO_SPACE}*)?|"
                   rf"gs://{_NO_SPACE_OR_SLASH}+(/{_NO_SPACE}*)?|pvc://[a-z0-9]([-a-z0-9]{{0,251}}[a-z0-9])?(/{_NO_SPACE}*)?)$")
 # A positive count: some digit other than 0 before or after the decimal point.
@@ -89,7 +89,7 @@ class ModelSpec(Model):
     name: str | None = Field(
         None, pattern=TRITON_MODEL_NAME, max_length=TRITON_MODEL_NAME_MAX_LENGTH,
         description="Name of the model inside Triton, used for metrics. Defaults to 'llm' for tensorrt-llm and to the InferenceService name otherwise.")
-    revision: str | None = Field(None, max_length=128, description="Revision (branch, tag or commit) of an hf:// source. A branch or tag is resolved "
+    revision: str | None = Field(None, max_length=128, pattern=NO_NUL_PATTERN, description="Revision (branch, tag or commit) of an hf:// source. A branch or tag is resolved "
                                       "to a commit once, when the model is first prepared, and everything is downloaded "
                                       "from that commit (status.preparation[].commit); the cache keeps it until this "
                                       "field changes, so name a commit to say which one is served.")

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator
@@ -11,7 +12,7 @@ from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 from ..quantity import exceeds
 from .base import Model
 from .model import SOURCE_PATTERN, TRITON_MODEL_NAME, TRITON_MODEL_NAME_MAX_LENGTH
-from .syntax import DNS_1035_LABEL, DNS_LABEL, IMAGE_PATTERN, INT32_MAX, Quantity, cel
+from .syntax import DNS_1035_LABEL, DNS_LABEL, IMAGE_PATTERN, INT32_MAX, NO_NUL_PATTERN, Quantity, cel
 
 # The resources a user may request for the Triton container; GPUs come from spec.gpu, and
 # hugepages or extended resources follow rules (request == limit) this API does not model.
@@ -19,6 +20,19 @@ RESOURCE_NAMES = ("cpu", "memory", "ephemeral-storage")
 
 ARGS_MAX_ITEMS, ARG_MAX_LENGTH = 64, 512
 ENV_MAX_ITEMS, ENV_TOTAL = 64, 32768
+
+# tritonserver options the operator sets, which spec.server.args must not set again: given twice,
+# the later wins (a port the probes do not watch, a repository that is not the model's, the
+# admin APIs opened). tritonserver reads its options with getopt_long, which takes any unambiguous
+# abbreviation (--http-po=9000 is --http-port), so every prefix of one of them is refused too.
+RESERVED_OPTIONS = ("model-repository", "http-port", "grpc-port", "metrics-port", "allow-http", "allow-grpc",
+                    "allow-metrics", "strict-readiness", "exit-timeout-secs", "http-restricted-api",
+                    "grpc-restricted-protocol")
+RESERVED_ARG = "^--(" + "|".join(sorted({o[:n] for o in RESERVED_OPTIONS for n in range(1, len(o) + 1)})) + ")(=.*)?$"
+RESERVED_ARG_MESSAGE = ("server.args must not set the options the operator sets, or an abbreviation of one: --"
+                        + ", --".join(RESERVED_OPTIONS))
+# Linux passes each environment string (NAME=value) of at most 128 KiB to a program.
+CHAT_TEMPLATE_MAX_BYTES = 128000
 
 
 ResourceList = dict[Literal[RESOURCE_NAMES], Quantity]
@@ -68,7 +82,7 @@ class EnvVar(Model):
     """A plain environment variable for the Triton container (use model.credentialsSecret for secrets)."""
 
     name: str = Field(..., pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$", max_length=128, description="Variable name.")
-    value: str = Field("", max_length=8192, description="Variable value.")
+    value: str = Field("", max_length=8192, pattern=NO_NUL_PATTERN, description="Variable value.")
 
 
 class ServerSpec(Model):
@@ -85,9 +99,12 @@ class ServerSpec(Model):
     resources: ContainerResources | None = Field(
         None, description="CPU and memory requests and limits of the Triton container. Requests default to cpu 2 "
                           "and memory 8Gi (or to a lower limit); no limits unless set.")
-    args: list[Annotated[str, Field(max_length=ARG_MAX_LENGTH)]] = Field(
+    args: list[Annotated[str, Field(max_length=ARG_MAX_LENGTH, pattern=NO_NUL_PATTERN)]] = Field(
         default_factory=list, max_length=ARGS_MAX_ITEMS,
-        description="Extra tritonserver flags appended after the operator's, e.g. --log-verbose=1.")
+        json_schema_extra={"x-kubernetes-validations": [cel(f"self.all(a, !a.matches('{RESERVED_ARG}'))",
+                                                            RESERVED_ARG_MESSAGE)]},
+        description="Extra tritonserver flags appended after the operator's, e.g. --log-verbose=1. Not the "
+                    "options the operator sets (ports, model repository, readiness, protocols, restricted APIs).")
     env: list[EnvVar] = Field(
         default_factory=list, max_length=ENV_MAX_ITEMS,
         json_schema_extra={
@@ -103,6 +120,13 @@ class ServerSpec(Model):
     startup_timeout_seconds: int = Field(
         1800, ge=60, le=86400,
         description="How long a replica may take to load its model before it is restarted. Large models need many minutes.")
+
+    @field_validator("args")
+    @classmethod
+    def _not_reserved(cls, v: list[str]) -> list[str]:
+        if any(re.fullmatch(RESERVED_ARG, a) for a in v):
+            raise ValueError(RESERVED_ARG_MESSAGE)
+        return v
 
     @field_validator("env")
     @classmethod
@@ -257,6 +281,10 @@ class OpenAISpec(Model):
                     "-> text_output). Defaults to 'ensemble' for tensorrt-llm, else to model.name.")
     chat_template: str | None = Field(
         None, max_length=65536,
+        json_schema_extra={"x-kubernetes-validations": [cel(
+            f"size(bytes(self)) <= {CHAT_TEMPLATE_MAX_BYTES}",
+            f"chatTemplate must be at most {CHAT_TEMPLATE_MAX_BYTES} bytes in UTF-8 (it reaches the pods as an "
+            "environment variable)")]},
         description="Jinja chat template that turns messages into the prompt, as in a Hugging Face "
                     "tokenizer_config.json. Defaults to the chat_template parameter of the Triton model's config, "
                     "else a plain 'role: content' layout.")
@@ -266,3 +294,11 @@ class OpenAISpec(Model):
         None, description="What the model does for the OpenAI routes: generate (text, the default) or embeddings "
                           "(/v1/embeddings: the model takes text_input, a batch of strings, and answers embedding, "
                           "one vector per string, and prompt_tokens). format tensorrt-llm generates.")
+
+    @field_validator("chat_template")
+    @classmethod
+    def _template_bytes(cls, v: str | None) -> str | None:
+        if v is not None and len(v.encode("utf-8", "surrogatepass")) > CHAT_TEMPLATE_MAX_BYTES:
+            raise ValueError(f"chatTemplate must be at most {CHAT_TEMPLATE_MAX_BYTES} bytes in UTF-8 (it reaches the "
+                             "pods as an environment variable)")
+        return v

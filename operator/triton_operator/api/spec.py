@@ -52,6 +52,8 @@ ANNOTATIONS_MAX, ANNOTATIONS_TOTAL = 64, 32768
 RESERVED_SERVICE_MESSAGE = ("metadata.name 'stats' would also be the Triton model's name (model.name defaults to "
                             "it), which Triton's HTTP API keeps for every model's statistics: set model.name")
 
+TOLERANCE_MESSAGE = "tolerance must be at most 0.5"
+
 
 SPILL_MIN_AFTER, SPILL_MAX_AFTER = "5s", "1h"
 SPILL_MIN_RETURN, SPILL_MAX_RETURN = "10s", "24h"
@@ -234,8 +236,12 @@ class AutoscalingSpec(Model):
         300, ge=0, le=3600,
         description="Scale down only to the highest replica count recommended within this many seconds.")
     scale_down_max_step: int = Field(1, ge=1, le=MAX_REPLICAS, description="At most this many replicas removed per decision.")
+    # At most 0.5 by a rule, not a maximum: the API server words a fractional maximum as an integer
+    # ("should be less than or equal to 0").
     tolerance: float = Field(
-        0.1, ge=0, le=1, description="Relative deviation from a target ignored as noise (0.1 = 10 %).")
+        0.1, ge=0, json_schema_extra={"x-kubernetes-validations": [cel("self <= 0.5", TOLERANCE_MESSAGE)]},
+        description="Relative deviation from a target ignored as noise (0.1 = 10 %); at most 0.5 (at 1 every "
+                    "count below the current one was noise, and nothing scaled down).")
     scale_to_zero_after_seconds: int = Field(
         900, ge=30, le=86400,
         description="With minReplicas 0: the idle window. The service scales to zero once no request was queued, "
@@ -243,6 +249,13 @@ class AutoscalingSpec(Model):
 
     # Cross-field checks run on the later field, which sees the earlier ones in info.data, so that
     # an error names a field as the CRD's rule does (its fieldPath), not the object holding both.
+    @field_validator("tolerance")
+    @classmethod
+    def _tolerance(cls, v: float) -> float:
+        if v > 0.5:
+            raise ValueError(TOLERANCE_MESSAGE)
+        return v
+
     @field_validator("max_replicas")
     @classmethod
     def _bounds(cls, v: int, info: ValidationInfo) -> int:

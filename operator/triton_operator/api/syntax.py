@@ -40,9 +40,17 @@ LABEL_KEY_RULES = ("an optional DNS subdomain prefix of at most 253 characters a
                    "most 63 letters, digits, '-', '_' or '.' that starts and ends with a letter or digit "
                    "(e.g. example.com/team)")
 
-# An image reference (registry/path:tag@digest) has no spaces; Kubernetes refuses leading or
-# trailing white space of any kind, so admit only the characters references are made of.
-IMAGE_PATTERN = "^[A-Za-z0-9][-A-Za-z0-9_.:/@+]*$"
+# An image reference as the container runtime parses it (distribution/reference's grammar):
+# [registry[:port]/]path[:tag][@algorithm:digest], path components in lowercase letters and digits
+# joined by '.', '_', '__' or dashes, a tag of at most 128 word characters, '.' or '-', a digest of
+# at least 32 hex digits. Anything else the API server admits (it only refuses white space) and the
+# kubelet then refuses (InvalidImageName) once the pod is scheduled.
+_IMAGE_HOST = r"[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?([.][a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)*(:[0-9]+)?"
+_IMAGE_PATH = r"[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*"
+IMAGE_PATTERN = (rf"^({_IMAGE_HOST}/)?{_IMAGE_PATH}(/{_IMAGE_PATH})*(:[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
+                 r"(@[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$")
+# Text that reaches a container's args or environment: anything but NUL, which exec cannot pass.
+NO_NUL_PATTERN = "^[^\\x00]*$"
 
 # A Go duration (what CEL's duration() parses: time.ParseDuration) in the units people write: 90s,
 # 2m, 1h30m, 1.5h, 500ms. At most 5 digits before and 3 after a decimal point per number, so that

@@ -277,6 +277,6 @@ def _is_quantity_path(path: tuple[str, ...]) -> bool:
 def _same_quantity(a: str, b: str) -> bool:
     """Equal as Kubernetes compares quantities ("1000m" == "1"; see `quantity`)."""
     try:
-        return parse_quantity(a) == parse_quantity(b)
+        return parse_quantity(a, stored=True) == parse_quantity(b, stored=True)
     except QuantityError:
         return False

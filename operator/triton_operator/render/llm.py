@@ -69,6 +69,14 @@ def _claim(source: str | None) -> str | None:
     return source[len("pvc://"):].partition("/")[0] if source and source.startswith("pvc://") else None
 
 
+def claim_volume(claim: str) -> str:
+    """The preparation Job's volume for a PersistentVolumeClaim: "claim-" and its name, or its
+    digest when that is longer than a volume name may be (a DNS label, 63 characters; a claim's
+    name may have 253, and a Job with a longer volume name is refused)."""
+    name = f"claim-{claim}"
+    return name if len(name) <= 63 else "claim-" + hashlib.sha256(claim.encode()).hexdigest()[:16]
+
+
 def pull_secrets(isvc: InferenceService, settings: Settings) -> list[dict[str, str]]:
     names = list(dict.fromkeys([*settings.image_pull_secrets, *isvc.spec.image_pull_secrets]))
     return [{"name": n} for n in names]
@@ -134,7 +142,8 @@ def preparation_job(isvc: InferenceService, classes: Mapping[str, GPUClass], usa
         "env": [*runtime.cache_environment(runtime.BUILD_HOME), RUNTIME_ENV],
         "resources": resources, "scratch_limit": scratch_limit,
         "no_retry_exit_codes": runtime.NO_RETRY_EXIT_CODES,
-        "credentials_secret": m.credentials_secret, "cache_claim": cache_claim(isvc, settings), "claims": claims,
+        "credentials_secret": m.credentials_secret, "cache_claim": cache_claim(isvc, settings),
+        "claims": [{"name": c, "volume": claim_volume(c)} for c in claims],
         "pvc_root": PVC_ROOT, "cache_root": MODEL_CACHE_ROOT, "scratch_root": runtime.SCRATCH_ROOT,
         "runtime_root": RUNTIME_ROOT, "uid": runtime.TRITON_UID,
         "image_pull_secrets": pull_secrets(isvc, settings),
