@@ -271,6 +271,10 @@ def test_key_files_that_break_fail_closed_and_say_so(tmp_path):
             assert (await rig.call("GET", "/v1/models")).status == 401
             assert (await rig.call("GET", "/v1/models", key=KEY_B)).status == 200
             assert m.KEY_FILES_VALID._value.get() == 1
+            path.write_bytes(b"keys: [{name: a, key: \xff\xfe}]")   # not UTF-8: it escaped, and the key stayed valid
+            rig.gw.auth.refresh_keys()
+            assert (await rig.call("GET", "/v1/models", key=KEY_B)).status == 503
+            assert (await rig.call("GET", "/readyz", key=None)).json()["keysError"] == f"{path}: not UTF-8 text"
     run(scenario)
 
 

@@ -78,7 +78,10 @@ class Auth:
         texts = []
         for path in self.settings.key_files:
             with open(path, encoding="utf-8") as f:
-                texts.append((path, f.read()))
+                try:
+                    texts.append((path, f.read()))
+                except UnicodeDecodeError:
+                    raise keys_core.KeyFileError(f"{path}: not UTF-8 text") from None
         stamp = hashlib.sha256(json.dumps(texts).encode()).hexdigest()
         if stamp == self._key_files_stamp and self.keys_error is None:
             return False
@@ -100,8 +103,10 @@ class Auth:
         try:
             if self.load_keys():
                 log.info("API keys loaded: %d key(s)", len(self.grants))
-        except (OSError, keys_core.KeyFileError) as e:
-            why = str(e) if isinstance(e, keys_core.KeyFileError) else f"cannot read {e.filename}: {e.strerror}"
+        except Exception as e:  # noqa: BLE001 - whatever broke, no key of the files that broke stays valid
+            why = (str(e) if isinstance(e, keys_core.KeyFileError) else
+                   f"cannot read {e.filename}: {e.strerror}" if isinstance(e, OSError) else
+                   f"the key files could not be read ({type(e).__name__})")
             if self.keys_error != why:
                 log.error("API keys unusable, refusing every request until the key files are fixed: %s", why)
             self.grants, self.keys_error, self.keys_loaded, self._key_files_stamp = {}, why, True, None
