@@ -486,6 +486,11 @@ def test_settings_from_env_and_flags():
     assert s.namespaces == ["ml", "lab"] and s.port == 8081 and s.hold_timeout_seconds == 5
     with pytest.raises(GatewaySettingsError, match="TRITON_GATEWAY_PORT"):
         from_env({"TRITON_GATEWAY_PORT": "0"})
+    # Errors name the flag as the command line spells it.
+    with pytest.raises(GatewaySettingsError, match=r"^TRITON_GATEWAY_HOLD_TIMEOUT_SECONDS \(--hold-timeout\): "):
+        from_env({}, hold_timeout_seconds=-1)
+    with pytest.raises(GatewaySettingsError, match=r"^TRITON_GATEWAY_SHUTDOWN_TIMEOUT_SECONDS \(--shutdown-timeout\): "):
+        from_env({}, shutdown_timeout_seconds=-1)
 
 
 # -- the API and the operator's side ------------------------------------------------------------------------

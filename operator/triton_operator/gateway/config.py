@@ -105,6 +105,9 @@ class GatewaySettingsError(ValueError):
 
 
 _LISTS = {"namespaces", "key_files", "trusted_proxies"}
+# Settings whose command-line flag is not their name with dashes.
+FLAGS = {"hold_timeout_seconds": "hold-timeout", "shutdown_timeout_seconds": "shutdown-timeout", "namespaces": "namespace",
+         "key_files": "key-file"}
 
 
 def _pairs(raw: str) -> dict[str, str]:
@@ -119,4 +122,5 @@ def from_env(environ: Mapping[str, str] | None = None, **overrides: object) -> G
     except ValidationError as e:
         first = e.errors()[0]
         field = str(first["loc"][0])
-        raise GatewaySettingsError(f"{ENV_PREFIX}{field.upper()} (--{field.replace('_', '-')}): {first['msg']}") from None
+        flag = FLAGS.get(field, field.replace("_", "-"))
+        raise GatewaySettingsError(f"{ENV_PREFIX}{field.upper()} (--{flag}): {first['msg']}") from None
