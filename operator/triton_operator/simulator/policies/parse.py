@@ -21,17 +21,20 @@ POLICY_KEYS: dict[str, tuple[str, ...]] = {
 USAGE = ("ours, oracle[:headroom=H], fixed:N, hpa[:metric=M,target=N,stabilization=S], "
          "keda[:metric=M,target=N,activation=A,polling=S,cooldown=S], kpa[:target=N,utilization=U,window=S] "
          f"(M: {'|'.join(METRICS)})")
-# key -> (lowest allowed, whether the lowest itself is allowed, what to say)
+# key -> (lowest allowed, whether the lowest itself is allowed, what to say, highest allowed)
+_DAY = 86400.0
 _RANGES = {
-    "target": (0.0, False, "a number > 0"),
-    "stabilization": (0.0, True, "a number of seconds >= 0"),
-    "activation": (0.0, True, "a number >= 0"),
-    "polling": (0.0, False, "a number of seconds > 0"),
-    "cooldown": (0.0, True, "a number of seconds >= 0"),
-    "utilization": (0.0, False, "a percentage in (0, 100]"),
-    "window": (6.0, True, "a number of seconds >= 6 (Knative's minimum)"),
-    "headroom": (-1.0, False, "a number > -1 (a share of the saturated need: 0.1 is 10 % over it)"),
+    "target": (0.0, False, "a number > 0", 1e6),
+    "stabilization": (0.0, True, "a number of seconds >= 0", _DAY),
+    "activation": (0.0, True, "a number >= 0", 1e6),
+    # KEDA polls in whole seconds: shorter is not KEDA (and polling=1e-9 never ended)
+    "polling": (1.0, True, "a number of seconds >= 1 (KEDA's pollingInterval is in whole seconds)", _DAY),
+    "cooldown": (0.0, True, "a number of seconds >= 0", _DAY),
+    "utilization": (0.0, False, "a percentage in (0, 100]", 100.0),
+    "window": (6.0, True, "a number of seconds >= 6 (Knative's minimum)", 3600.0),
+    "headroom": (-1.0, False, "a number > -1 (a share of the saturated need: 0.1 is 10 % over it)", 100.0),
 }
+MAX_FIXED = 1000   # maxReplicas' own limit
 
 
 @dataclass(frozen=True)
@@ -61,9 +64,11 @@ def parse_policy(text: str | PolicySpec) -> PolicySpec:
             raise PolicyError(f"policy {text!r}: {family} takes no settings")
         return PolicySpec(family, (), family)
     if family == "fixed":
-        if rest.isdigit() and int(rest) >= 1:
-            return PolicySpec("fixed", (("replicas", float(int(rest))),), f"fixed:{int(rest)}")
-        raise PolicyError(f"policy {text!r}: fixed:N needs a whole number N >= 1")
+        if not (rest.isascii() and rest.isdigit() and int(rest) >= 1):   # "²" is a digit to isdigit(), not to int()
+            raise PolicyError(f"policy {text!r}: fixed:N needs a whole number N >= 1")
+        if int(rest) > MAX_FIXED:
+            raise PolicyError(f"policy {text!r}: N is at most {MAX_FIXED} (maxReplicas' own limit)")
+        return PolicySpec("fixed", (("replicas", float(int(rest))),), f"fixed:{int(rest)}")
     keys = POLICY_KEYS.get(family)
     if keys is None:
         raise PolicyError(f"unknown policy {text!r}; choose from {USAGE}")
@@ -81,13 +86,15 @@ def parse_policy(text: str | PolicySpec) -> PolicySpec:
                 raise PolicyError(f"policy {text!r}: metric must be one of {', '.join(METRICS)}, got {value!r}")
             values[key] = value
             continue
-        lowest, inclusive, what = _RANGES[key]
+        lowest, inclusive, what, highest = _RANGES[key]
         try:
             number = float(value)
         except ValueError:
             number = math.nan
+        if math.isfinite(number) and number > highest and key != "utilization":   # its range says so already
+            raise PolicyError(f"policy {text!r}: {key} must be at most {highest:g}, got {value!r}")
         if (not math.isfinite(number) or number < lowest or (number == lowest and not inclusive)
-                or (key == "utilization" and number > 100)):
+                or number > highest):
             raise PolicyError(f"policy {text!r}: {key} must be {what}, got {value!r}")
         values[key] = number
     if family in ("hpa", "keda") and ("metric" in values) != ("target" in values):
