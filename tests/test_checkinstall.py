@@ -68,6 +68,11 @@ def test_urls_are_checked_for_200_and_resolve_sends_a_host_elsewhere(server, cap
     (["--namespace", "triton-system"], "--namespace and --operator-selector go together"),
     ([], "nothing to check: give --crd, --operator-selector or --url"),
     (["--crd", "a.b", "--kubeconfig", "/nonexistent/kubeconfig"], "no Kubernetes credentials: "),
+    (["--url", "http://[::1"], "--url 'http://[::1' is not a URL: Invalid IPv6 URL"),
+    (["--url", "notaurl"], "--url takes an http:// or https:// URL with a host"),
+    (["--url", "file:///etc/passwd"], "--url takes an http:// or https:// URL with a host"),
+    (["--url", "http://x/healthz", "--wait", "nan"], "--wait takes a number of seconds from 0 to 86400, got nan"),
+    (["--url", "http://x/healthz", "--wait", "inf"], "--wait takes a number of seconds from 0 to 86400, got inf"),
 ])
 def test_bad_arguments_are_refused_in_one_line(args, message, capsys):
     assert main(["check-install", *args]) == 2

@@ -94,6 +94,9 @@ def test_crds_and_plan_commands():
     assert plan.returncode == 0
     assert any(line.split()[:2] == ["llama3-70b", "a100-80gb"] and "PrecisionUnsupported" in line
                for line in plan.stdout.splitlines())
+    unwritable = run("crds", "--output-dir", "/proc/no-such-dir")
+    assert unwritable.returncode == 2 and "Traceback" not in unwritable.stderr
+    assert unwritable.stderr.strip() == "triton-operator: --output-dir /proc/no-such-dir: No such file or directory"
 
 
 def test_import_contracts_hold_floors_and_a_pure_core():

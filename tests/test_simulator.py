@@ -357,11 +357,52 @@ def test_simulate_prints_a_table_and_json(capsys, tmp_path):
     (["--generate", "wave:rate=5"], "unknown generator 'wave'"),
     (["--generate", "step:low=1"], "missing high, at"),
     (["--generate", "poisson:rate=5", "--outage", "soon"], "--outage must be START:SECONDS"),
+    # Runs that would not end, or not within memory, are refused before they start.
+    (["--generate", "poisson:rate=1e9,duration=1e9"], "duration must be at most 604800 seconds (a week)"),
+    (["--generate", "spike:base=1,peak=1e7,at=0,width=1,duration=60"], "at most 20,000,000 are simulated"),
+    (["--generate", "mmpp:low=1,high=1,mean_low_s=1e-9,mean_high_s=1e-9,duration=60"], "arrivals or phases to draw"),
+    (["--generate", "poisson:rate=2,duration=60", "--rate-scale", "1e9"], "requests at --rate-scale 1e+09"),
+    (["--generate", "poisson:rate=2,duration=60", "--time-scale", "1e9"], "at most 604800 s (a week) are simulated"),
+    (["--generate", "poisson:rate=2,duration=60", "--scrape-interval", "1e-9"], "--scrape-interval must be from 1 to 300"),
+    (["--generate", "poisson:rate=2,duration=60", "--cold-start", "1e12"], "--cold-start must be at most 3600 seconds"),
+    (["--generate", "poisson:rate=2,duration=60", "--policy", "keda:metric=queue,target=4,polling=1e-9"],
+     "polling must be a number of seconds >= 1"),
+    (["--generate", "poisson:rate=2,duration=60", "--policy", "oracle:headroom=1e308"], "headroom must be at most 100"),
+    # What SLOSpec takes, said as flags (it was a pydantic dump naming no flag).
+    (["--generate", "poisson:rate=2,duration=60", "--slo-ms", "0.5"], "--slo-ms must be from 1 to 3600000"),
+    (["--generate", "poisson:rate=2,duration=60", "--slo-target", "0.3"], "--slo-target must be at least 0.5 and below 1"),
+    # No request left is no run (it reported 100 % at 0 GPU-hours).
+    (["--generate", "poisson:rate=2,duration=60", "--rate-scale", "1e-9"], "no requests to simulate at --rate-scale 1e-09"),
 ])
 def test_simulate_errors_are_one_line(capsys, args, words):
     code = cli.main(["simulate", "-f", EXAMPLE, *args])
     err = capsys.readouterr().err
     assert code == 2 and words in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_simulate_refuses_a_model_that_does_not_fit_and_reads_traces_as_spreadsheets_save_them(capsys, tmp_path):
+    """A model render refuses (200B at fp8 on one h100) is refused here too: it hung (its KV cache
+    of no tokens admitted nothing), and one a little smaller reported 100 %."""
+    spec = tmp_path / "s.yaml"
+    spec.write_text(Path(EXAMPLE).read_text().replace("parameters: 8B", "parameters: 200B"))
+    assert "parameters: 200B" in spec.read_text()
+    assert cli.main(["simulate", "-f", str(spec), "--generate", "poisson:rate=1,duration=60"]) == 2
+    assert "200B parameters at fp8 need about 186.3 GiB for weights" in capsys.readouterr().err
+    mixed = tmp_path / "tz.csv"
+    mixed.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46+05:00,10,10\n2023-11-16 18:15:47,10,10\n")
+    assert cli.main(["simulate", "-f", EXAMPLE, "--trace", str(mixed), "--no-recommend"]) == 2
+    assert "line 3: TIMESTAMP mixes date-times with and without a time zone" in capsys.readouterr().err
+    bom = tmp_path / "bom.csv"
+    bom.write_bytes(b"\xef\xbb\xbfTIMESTAMP,ContextTokens,GeneratedTokens\n0,10,10\n1,10,10\n")
+    assert cli.main(["simulate", "-f", EXAMPLE, "--trace", str(bom), "--no-recommend", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["policies"][0]["requests"] == 2
+
+
+def test_a_generator_spec_with_spaces_keeps_its_duration(capsys):
+    assert cli.main(["simulate", "-f", EXAMPLE, "--generate", "poisson:rate=1, duration=60", "--no-recommend",
+                     "--json"]) == 0
+    ours = json.loads(capsys.readouterr().out)["policies"][0]
+    assert ours["gpu_hours"] < 0.1, ours     # 60 s of replicas, not the default hour
 
 
 def test_simulate_needs_an_slo(capsys, tmp_path):

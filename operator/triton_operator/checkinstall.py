@@ -10,6 +10,7 @@ pod's ServiceAccount may do exactly that (charts/triton-operator/templates/tests
 from __future__ import annotations
 
 import argparse
+import math
 import time
 import urllib.error
 import urllib.parse
@@ -127,8 +128,23 @@ def run_checks(checks: list[Callable[[], list[Result]]], wait: float,
     return [r for rs in results for r in rs]
 
 
+def _check_urls(urls: list[str], cli_error: type[Exception]) -> None:
+    for url in urls:
+        try:
+            parts = urllib.parse.urlsplit(url)
+            port = parts.port   # raises on a port that is no number
+        except ValueError as e:
+            raise cli_error(f"--url {url!r} is not a URL: {e}") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname or (port is not None and not 0 < port < 65536):
+            raise cli_error(f"--url takes an http:// or https:// URL with a host, e.g. http://gateway:9090/healthz, "
+                            f"got {url!r}")
+
+
 def run(args: argparse.Namespace, cli_error: type[Exception]) -> int:
     pins = _pins(args.resolve, cli_error)
+    _check_urls(args.url, cli_error)
+    if not (math.isfinite(args.wait) and 0 <= args.wait <= 86400):
+        raise cli_error(f"--wait takes a number of seconds from 0 to 86400, got {args.wait}")
     if bool(args.namespace) != bool(args.operator_selector):
         raise cli_error("--namespace and --operator-selector go together")
     if not (args.crd or args.operator_selector or args.url):

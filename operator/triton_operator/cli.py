@@ -174,9 +174,12 @@ def cmd_crds(args: argparse.Namespace) -> int:
     crds = crdgen.all_crds()
     if args.output_dir:
         out = Path(args.output_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        for filename, crd in crds.items():
-            (out / filename).write_text(dump([crd]))
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            for filename, crd in crds.items():
+                (out / filename).write_text(dump([crd]))
+        except OSError as e:
+            raise CliError(f"--output-dir {args.output_dir}: {e.strerror or e}") from None
     else:
         sys.stdout.write(dump(list(crds.values())))
     return 0

@@ -110,7 +110,10 @@ class LLMPerformance:
         return (linear + attention) / self.flops
 
     def fits(self, prompt: int, output: int) -> bool:
-        return prompt <= self.max_input_len and prompt + output <= self.max_seq_len
+        """Whether the engine takes a request of these token counts: within its input and sequence
+        limits, and within the KV cache even alone (a longer one is never admitted)."""
+        return (prompt <= self.max_input_len and prompt + output <= self.max_seq_len
+                and prompt + output <= self.kv_capacity_tokens)
 
     def sizing(self, prompt_tokens: float, output_tokens: float, cached_tokens: float = 0.0) -> Sizing | None:
         """One replica serving requests of these mean token counts (None if one cannot fit), of

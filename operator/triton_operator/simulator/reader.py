@@ -72,6 +72,8 @@ def parse_trace(lines: Iterable[str], name: str = "trace", need_tokens: bool = T
             first = stamp
         if type(stamp) is not type(first):
             raise WorkloadError(f"{where}: {TIME_COLUMN} mixes date-times and numbers")
+        if isinstance(stamp, datetime) and (stamp.tzinfo is None) != (first.tzinfo is None):  # type: ignore[union-attr]
+            raise WorkloadError(f"{where}: {TIME_COLUMN} mixes date-times with and without a time zone")
         offset = (stamp - first).total_seconds() if isinstance(stamp, datetime) else stamp - first  # type: ignore[operator]
         if offset < previous:
             raise WorkloadError(f"{where}: trace is not sorted by {TIME_COLUMN} ({raw_time.strip()} comes after a later row)")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..api import SLO_LATENCIES, GPUClass, InferenceService, SLOSpec
+from ..planning import fit
 from . import policies, reader, recommend, replica, report_files, results, workload
 from .simulation import SimulationSettings
 
@@ -77,6 +78,8 @@ def _recommendation(requests: Any, perf: Any, cold: Any, auto: Any, settings: Si
 
     return recommend.recommend(run, auto.min_replicas, auto.max_replicas, settings.slo_target)
 
+MAX_COLD_START_S = 3600.0
+
 
 def _slug(policy: str) -> str:
     """A policy's text as part of a file name: hpa:metric=inflight,target=48 -> hpa-metric-inflight-target-48."""
@@ -111,8 +114,15 @@ def _run(args: argparse.Namespace, load_objects: LoadObjects, load_catalog: Load
                         (args.service_time_ms, "--service-time-ms")):
         _positive(value, flag)
     _positive(args.cold_start, "--cold-start", allow_zero=True)
-    if args.slo_target is not None and not 0 < args.slo_target <= 1:
-        raise error(f"--slo-target must be in (0, 1], got {args.slo_target}")
+    # The ranges spec.autoscaling.slo takes (SLOSpec), and bounds that keep a run finite.
+    if args.slo_ms is not None and not 1 <= args.slo_ms <= 3_600_000:
+        raise error(f"--slo-ms must be from 1 to 3600000 (an hour), got {args.slo_ms:g}")
+    if args.slo_target is not None and not 0.5 <= args.slo_target < 1:
+        raise error(f"--slo-target must be at least 0.5 and below 1, got {args.slo_target}")
+    if args.cold_start is not None and args.cold_start > MAX_COLD_START_S:
+        raise error(f"--cold-start must be at most {MAX_COLD_START_S:g} seconds (an hour), got {args.cold_start:g}")
+    if args.scrape_interval is not None and not 1 <= args.scrape_interval <= 300:
+        raise error(f"--scrape-interval must be from 1 to 300 seconds, got {args.scrape_interval:g}")
     if args.batch_size < 1:
         raise error(f"--batch-size must be 1 or more, got {args.batch_size}")
     names = [policies.parse_policy(p) for p in (args.policy or ["ours"])]
@@ -143,6 +153,11 @@ def _run(args: argparse.Namespace, load_objects: LoadObjects, load_catalog: Load
     if class_name is None:
         raise error(f"{args.file}: none of the GPU classes {', '.join(svc.spec.gpu.candidates())} is in {catalog_path}")
     gpu = classes[class_name].spec
+    # What render refuses (a model that does not fit the GPUs, ...), simulate refuses too: a replica
+    # that cannot exist has no figures (and its KV cache, of no tokens, admitted no request, forever).
+    problem = next(iter(fit.problems(svc.spec.model, class_name, gpu, svc.spec.gpu.count)), None)
+    if problem is not None:
+        raise error(f"{args.file}: {svc.name} on {class_name}: {problem.message}")
 
     is_llm = svc.spec.model.format == "tensorrt-llm"
     if is_llm:
@@ -157,7 +172,7 @@ def _run(args: argparse.Namespace, load_objects: LoadObjects, load_catalog: Load
 
     if args.trace:
         try:
-            with open(args.trace, newline="") as f:
+            with open(args.trace, newline="", encoding="utf-8-sig") as f:   # a spreadsheet's byte-order mark too
                 requests = reader.parse_trace(f, args.trace, need_tokens=is_llm)
         except OSError as e:
             raise error(f"{args.trace}: {e.strerror}") from None
@@ -166,13 +181,14 @@ def _run(args: argparse.Namespace, load_objects: LoadObjects, load_catalog: Load
         duration = None
     else:
         requests = workload.generate(args.generate, args.seed)
-        duration = float(dict(kv.split("=") for kv in args.generate.partition(":")[2].split(",") if "=" in kv)
-                         .get("duration", workload.GENERATORS[args.generate.partition(":")[0]][2].get("duration", 3600)))
-        if not requests:
-            raise error(f"--generate {args.generate}: the generator produced no requests (rate 0?)")
+        duration = workload.duration_of(args.generate)
+    workload.check_size(requests, args.rate_scale, args.time_scale, duration)
     requests = workload.rescale(requests, args.rate_scale, args.time_scale, args.seed)
     if duration is not None:
         duration *= args.time_scale
+    if not requests:
+        raise error(f"{args.trace or '--generate ' + args.generate}: no requests to simulate"
+                    + (f" at --rate-scale {args.rate_scale:g}" if args.rate_scale != 1 else " (rate 0?)"))
 
     level = auto.service_level()
     slo_ms = args.slo_ms if args.slo_ms is not None else (level.latency_ms if level is not None else None)

@@ -143,6 +143,9 @@ def mmpp(low: float, high: float, mean_low_s: float, mean_high_s: float, duratio
 
 
 # name -> (function, parameter names in call order, defaults)
+MAX_REQUESTS = 20_000_000    # requests (or arrivals drawn) a simulated run holds
+MAX_SPAN_S = 7 * 86400.0     # simulated time
+
 GENERATORS: dict[str, tuple[Callable[..., list[Request]], tuple[str, ...], dict[str, float]]] = {
     "poisson": (poisson, ("rate", "duration"), {"duration": 3600}),
     "step": (step, ("low", "high", "at", "duration"), {"duration": 3600}),
@@ -196,6 +199,18 @@ def generate(spec: str, seed: int, tokens: TokenSampler | None = None) -> list[R
     for key in ("period", "mean_low_s", "mean_high_s"):
         if key in values and values[key] <= 0:
             raise WorkloadError(f"generator {name}: {key} must be > 0")
+    if values["duration"] > MAX_SPAN_S:
+        raise WorkloadError(f"generator {name}: duration must be at most {MAX_SPAN_S:g} seconds (a week), "
+                            f"got {values['duration']:g}")
+    # Arrivals are drawn at the highest rate and thinned, the phases of mmpp switched one by one:
+    # bounded before drawing (spike:peak=1e7 drew for hours, mmpp:mean_low_s=1e-9 never ended).
+    peak = max([values[k] for k in ("rate", "low", "high", "base", "peak") if k in values]
+               + ([values["mean"] * (1 + values.get("amplitude", 0.0))] if "mean" in values else []))
+    draws = peak * values["duration"] + sum(values["duration"] / values[k] for k in ("mean_low_s", "mean_high_s")
+                                            if k in values)
+    if draws > MAX_REQUESTS:
+        raise WorkloadError(f"generator {name}: about {draws:.3g} arrivals or phases to draw (the highest rate times "
+                            f"the duration); at most {MAX_REQUESTS:,} are simulated")
     if "amplitude" in values and values["amplitude"] > 1:
         raise WorkloadError(f"generator {name}: amplitude must be between 0 and 1")
     if fixed and mix:
@@ -207,6 +222,29 @@ def generate(spec: str, seed: int, tokens: TokenSampler | None = None) -> list[R
     else:
         sampler = tokens or azure_like_tokens
     return func(*(values[p] for p in params), rng=random.Random(seed), tokens=sampler)
+
+
+def duration_of(spec: str) -> float:
+    """The duration of a generator spec that `generate` took (its default when not given)."""
+    name, _, rest = spec.partition(":")
+    values = {key.strip(): raw for key, _, raw in (item.partition("=") for item in rest.split(","))}
+    return float(values.get("duration", GENERATORS[name][2].get("duration", 3600)))
+
+
+def check_size(requests: Sequence[Request], rate_scale: float = 1.0, time_scale: float = 1.0,
+               duration: float | None = None) -> None:
+    """Refuse a workload too large to simulate, before it is scaled: at most MAX_REQUESTS requests
+    (each is held in memory: --rate-scale 1e9 took gigabytes) over at most MAX_SPAN_S (a run costs
+    CPU per simulated second: a trace from 0 to 1e9 s would run for hours)."""
+    expected = len(requests) * rate_scale
+    if expected > MAX_REQUESTS:
+        raise WorkloadError(f"about {expected:.3g} requests at --rate-scale {rate_scale:g}; at most "
+                            f"{MAX_REQUESTS:,} are simulated")
+    span = max(duration or 0.0, requests[-1].arrival if requests else 0.0) * time_scale
+    if span > MAX_SPAN_S:
+        raise WorkloadError(f"the workload spans {span:.3g} s" + (f" at --time-scale {time_scale:g}" if time_scale != 1
+                                                                  else "") + f"; at most {MAX_SPAN_S:g} s (a week) "
+                            "are simulated")
 
 
 def example(name: str) -> str:
