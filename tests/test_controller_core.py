@@ -825,3 +825,36 @@ def test_the_autoscaler_reads_a_group_set_as_replicas_of_groups_and_the_leaders_
     workload, pods = Views(store).scaling(("ml", "demo"))
     assert workload["spec"]["replicas"] == 2 and workload["status"]["readyReplicas"] == 1
     assert sorted(p["metadata"]["name"] for p in pods) == ["demo-group-0", "demo-group-1"]
+
+
+def test_a_child_name_held_by_another_service_is_not_taken_over(classes):
+    """Names a service derives can be another service's (foo's spill Deployment foo-spill-h200 is
+    the Deployment of a service named foo-spill-h200; foo's group Service foo-group that of a
+    service named foo-group). A forced apply took the other's object over (a Service's selector
+    moved to this service's pods); now the pass stops at that child with NameTaken, naming who
+    holds it, and writes nothing over it."""
+    store, api, r, doc, _ = _reconciler_with_one_service(classes)
+    api.owners[("ml", "demo")] = doc
+    store.upsert("Service", {"apiVersion": "v1", "kind": "Service", "metadata": {
+        "name": "demo", "namespace": "ml", "resourceVersion": "9", "uid": "uid-svc-other",
+        "ownerReferences": [{"apiVersion": "serving.triton-operator.io/v1alpha1", "kind": "InferenceService",
+                             "name": "other", "uid": "uid-other", "controller": True}]},
+        "spec": {"selector": {"app": "other"}}})
+    r.reconcile(("ml", "demo"))
+    assert ("Service", "demo") not in api.applied
+    degraded = next(c for c in api.status["conditions"] if c["type"] == "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "NameTaken")
+    assert degraded["message"] == ("Service demo, a name this service derives, belongs to InferenceService other: "
+                                   "rename one of the two (a forced apply would have taken it over)")
+    # Its own Service (this uid), or one left by a deleted service of its name, is applied as before.
+    store.upsert("Service", {"apiVersion": "v1", "kind": "Service", "metadata": {
+        "name": "demo", "namespace": "ml", "resourceVersion": "10", "uid": "uid-svc-old",
+        "ownerReferences": [{"apiVersion": "serving.triton-operator.io/v1alpha1", "kind": "InferenceService",
+                             "name": "demo", "uid": "uid-deleted", "controller": True}]},
+        "spec": {"selector": {"app": "demo"}}})
+    doc2 = {**doc, "metadata": {**doc["metadata"], "generation": 4, "resourceVersion": "6"},
+            "spec": {**doc["spec"], "replicas": 3}}
+    store.upsert("InferenceService", doc2)
+    api.owners[("ml", "demo")] = doc2
+    r.reconcile(("ml", "demo"))
+    assert ("Service", "demo") in api.applied

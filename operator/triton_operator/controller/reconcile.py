@@ -268,6 +268,12 @@ class Reconciler:
         rejected: tuple[str, str] | None = None
         written: list[tuple[str, dict[str, Any]]] = []
         for manifest in desired.apply:
+            other = self._taken(manifest, isvc)
+            if other is not None:
+                kind, name = manifest["kind"], manifest["metadata"]["name"]
+                rejected = ("NameTaken", f"{kind} {name}, a name this service derives, belongs to {other}: rename "
+                                         f"one of the two (a forced apply would have taken it over)")
+                break
             try:
                 if manifest["kind"] == LEADER_WORKER_SET.kind:
                     self._ensure_group_key(isvc, manifest)
@@ -304,6 +310,21 @@ class Reconciler:
                                                         group_set["metadata"].get("ownerReferences"), *ssh_key_pair()))
         if created:
             telemetry.WRITES.labels("Secret", "create").inc()
+
+    def _taken(self, manifest: dict[str, Any], isvc: InferenceService) -> str | None:
+        """Who else holds a child's name, from the cache ("InferenceService foo-spill-h200"): another
+        service whose own child has the name this one derives (foo's spill Deployment is
+        foo-spill-h200, and so is the Deployment of a service named foo-spill-h200). None when the
+        name is free or this service's (its uid, or a service of its name that was deleted)."""
+        meta = manifest["metadata"]
+        live = self.store.get(manifest["kind"], (meta.get("namespace") or isvc.namespace, meta["name"]))
+        if live is None:
+            return None
+        owner = next((o for o in live["metadata"].get("ownerReferences") or [] if o.get("controller")), None)
+        if owner is None or owner.get("uid") == isvc.metadata.get("uid") or (
+                owner.get("kind") == INFERENCE_SERVICE.kind and owner.get("name") == isvc.name):
+            return None
+        return f"{owner.get('kind')} {owner.get('name')}"
 
     def _owner_exists(self, key: Key, uid: str | None) -> bool:
         """The InferenceService, read from the API server now, is the one the pass computed for (same
