@@ -360,7 +360,9 @@ def gateway(**settings) -> Gateway:
 
 class FakeRequest:
     def __init__(self, key: str | None, remote: str = "10.1.2.3", forwarded_for: str | None = None):
-        self.headers = {"Authorization": f"Bearer {key}"} if key else {}
+        from multidict import CIMultiDict   # aiohttp's headers: a field may come as several lines
+
+        self.headers: CIMultiDict[str] = CIMultiDict({"Authorization": f"Bearer {key}"} if key else {})
         if forwarded_for:
             self.headers["X-Forwarded-For"] = forwarded_for
         self.remote = remote

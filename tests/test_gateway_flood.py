@@ -6,7 +6,10 @@ upstream is a recording stand-in for Triton (tests/gateway_http.py says why)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+
+import pytest
 
 from triton_operator.gateway import guard
 
@@ -228,4 +231,64 @@ def test_connections_that_sent_an_unknown_expectation_are_reaped_like_any_other(
             assert newcomer.status == 200
             for _, w in held:
                 w.close()
+    run(scenario)
+
+
+def test_x_forwarded_for_sent_as_several_lines_is_read_as_one_list():
+    """Behind a trusted proxy that adds its own X-Forwarded-For line, the client's line came
+    first, and only that first line was read: a client chose its address for the failed-key
+    limiter, never hit it, and could lock out another address. The lines are one list (RFC 9110),
+    whose last entry outside the trusted proxies is the client."""
+    async def scenario():
+        async with Rig(failed_auth_per_minute=6, trusted_proxies=["127.0.0.1/32"]) as rig:
+            async def wrong_key(*lines: str) -> int:
+                reader, writer = await connect(rig.port)
+                writer.write(("GET /v1/models HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer sk-wrong-" + "x" * 40
+                              + "\r\n" + "".join(f"X-Forwarded-For: {v}\r\n" for v in lines)
+                              + "Connection: close\r\n\r\n").encode())
+                await writer.drain()
+                status = (await asyncio.wait_for(read_reply(reader), 5)).status
+                writer.close()
+                return status
+            codes = [await wrong_key(f"10.8.8.{i}", "203.0.113.8") for i in range(5)]
+            assert codes == [401, 401, 401, 429, 429]           # the burst of 3, then throttled
+            assert list(rig.gw.auth.failures.buckets) == ["203.0.113.8"]
+            assert await wrong_key("198.51.100.9") == 401       # the address the attacker wrote is not locked out
+    run(scenario)
+
+
+def test_a_client_that_leaves_before_its_answer_is_charged_what_it_could_have_made():
+    """tokensPerMinute counted only answers read whole: a key whose clients hung up before each
+    non-streamed answer took the replicas' time past its budget, charged nothing. Now such a
+    request is charged its max_tokens, n times (the model's own count never comes)."""
+    from aiohttp import web
+
+    from triton_operator.gateway import keys as k
+
+    async def slow(request):
+        await request.read()
+        await asyncio.sleep(0.6)
+        return web.json_response({"text_output": "x", "finish_reason": "length", "prompt_tokens": 7,
+                                  "completion_tokens": 1000})
+
+    async def scenario():
+        for target, body, charged in (("/v1/completions", {"model": "llama", "prompt": "x", "max_tokens": 50}, 50),
+                                      ("/v1/completions", {"model": "llama", "prompt": "x", "max_tokens": 50, "n": 3},
+                                       150),
+                                      ("/v2/models/llama/generate", {"text_input": "x", "max_tokens": 40}, 40)):
+            async with Rig() as rig:
+                rig.gw.auth.grants = k.parse(
+                    f"keys: [{{name: t, key: {KEY_A}, namespaces: [ml], tokensPerMinute: 600}}]", "k")
+                rig.upstream.answer = slow
+                data = json.dumps(body).encode()
+                reader, writer = await connect(rig.port)
+                writer.write((f"POST {target} HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer {KEY_A}\r\n"
+                              f"X-Inference-Namespace: ml\r\nContent-Type: application/json\r\n"
+                              f"Content-Length: {len(data)}\r\n\r\n").encode() + data)
+                await writer.drain()
+                await settle(lambda: len(rig.upstream.seen) == 1)
+                writer.transport.abort()                          # gone before the answer
+                await settle(lambda: bool(rig.gw.auth.token_limiter.buckets))
+                (level, _), = rig.gw.auth.token_limiter.buckets.values()
+                assert level == pytest.approx(600 - charged, abs=1), (target, body)
     run(scenario)

@@ -133,8 +133,11 @@ class Auth:
         if grant is None or d is None:
             # Failures only are throttled, per client address, and after the key was looked at: a
             # valid key is never refused for what others sent from the same address (a proxy's).
-            address = keys_core.client_address(request.remote, request.headers.get("X-Forwarded-For"),
-                                               self.trusted_proxies)
+            # Every X-Forwarded-For line, in order (RFC 9110: lines of one field are one list): with
+            # the first line alone, a client behind a proxy that adds a line of its own chose its
+            # address, dodged the limit and could lock out another address.
+            forwarded = ", ".join(request.headers.getall("X-Forwarded-For", [])) or None
+            address = keys_core.client_address(request.remote, forwarded, self.trusted_proxies)
             blocked = self.failures.blocked(address, now)
             if blocked > 0:
                 m.REJECTED.labels("auth_throttled").inc()
@@ -167,6 +170,13 @@ class Auth:
         m.child(m.KEY_TOKENS, caller.grant.name, *svc.key, "completion").inc(completion)
         m.child(m.OUTPUT_TOKENS, *svc.key).inc(completion)
         self.token_limiter.spend(caller.digest, caller.grant, prompt + completion, self.clock())
+
+    def spend_abandoned(self, caller: Caller, tokens: int) -> None:
+        """A request whose client left before its answer was read: the model's count never comes,
+        so the key's tokens-per-minute budget is charged what the request could have made (its
+        max_tokens, n times). Uncharged, a key whose clients hang up took the replicas' time past
+        its budget. The usage counters, which count what the model reported, are left alone."""
+        self.token_limiter.spend(caller.digest, caller.grant, max(0, tokens), self.clock())
 
     def account(self, caller: Caller, svc: Service, sent: float) -> None:
         """One request of `caller` answered by a replica of `svc`: usage per key."""

@@ -274,9 +274,11 @@ class TokenLimiter:
 @dataclass
 class FailureLimiter:
     """Failed key attempts per client address: `per_minute`, bursts of a third of it. Past it the
-    address's failed attempts get 429 instead of 401, so guessing keys costs time; a valid key is
-    looked at first and never refused by this, so an attacker behind a shared proxy address cannot
-    lock out the keys of others behind it. At most
+    address's failed attempts get 429 instead of 401 (an alert and a log line's worth of signal;
+    it does not slow a guesser, whose right guess is still answered: keys must be long random
+    secrets, which the key file's checks ask for); a valid key is looked at first and never
+    refused by this, so an attacker behind a shared proxy address cannot lock out the keys of
+    others behind it. At most
     `capacity` addresses are tracked (the oldest are forgotten first: a full bucket is the same as
     none)."""
 

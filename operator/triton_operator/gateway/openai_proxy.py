@@ -160,20 +160,29 @@ class OpenAIProxy:
         path = f"/v2/models/{svc.generate_model}/" + ("generate_stream" if gen.upstream_stream else "generate")
         if begins is not None and precise:
             await self.upstream.probe(svc, begins)
-        async with self.upstream.exchange(svc, caller, route, "POST", path, payload,
-                                          {"Content-Type": "application/json", "Accept-Encoding": "identity"},
-                                          lambda sent: self.auth.account(caller, svc, sent), begins) as ex:
-            resp = ex.resp
-            if resp.status != 200:
-                raise await upstream_error(resp, svc)
-            if gen.stream:
-                answer = await self._stream(request, resp, gen, svc, ex, caller, held, original)
-            elif gen.upstream_stream:
-                answer = await self._gathered(request, resp, gen, svc, ex, caller, held)
-            else:
-                answer = await self._whole(request, resp, gen, svc, ex, caller, held, original)
-            ex.code = answer.status
-            return answer
+        exchange: Exchange | None = None
+        try:
+            async with self.upstream.exchange(svc, caller, route, "POST", path, payload,
+                                              {"Content-Type": "application/json", "Accept-Encoding": "identity"},
+                                              lambda sent: self.auth.account(caller, svc, sent), begins) as ex:
+                exchange = ex
+                resp = ex.resp
+                if resp.status != 200:
+                    raise await upstream_error(resp, svc)
+                if gen.stream:
+                    answer = await self._stream(request, resp, gen, svc, ex, caller, held, original)
+                elif gen.upstream_stream:
+                    answer = await self._gathered(request, resp, gen, svc, ex, caller, held)
+                else:
+                    answer = await self._whole(request, resp, gen, svc, ex, caller, held, original)
+                ex.code = answer.status
+                return answer
+        except asyncio.CancelledError:
+            # The client left before a whole answer came (a stream charges what it received): the
+            # replica's count never comes, so the key's budget pays what the request could make.
+            if not gen.stream and not (exchange is not None and exchange.charged):
+                self.auth.spend_abandoned(caller, gen.max_tokens * gen.n)
+            raise
 
     async def _whole(self, request: web.Request, resp: aiohttp.ClientResponse, gen: t.Generate, svc: Service,
                      ex: Exchange, caller: Caller, held: Held,
@@ -185,6 +194,7 @@ class OpenAIProxy:
         whole = t.answer_of(answer_json(data, svc))
         ex.kv_events(whole.kv_events)
         self.auth.spend(caller, svc, whole.prompt_tokens, whole.completion_tokens)
+        ex.charged = True
         body = t.encode(r.response_object(original, whole) if original else t.completion(gen, whole), request=False)
         del data, whole
         return await self._send(request, body, held, ex)
@@ -218,6 +228,7 @@ class OpenAIProxy:
         counts = t.total_usage(answers)
         self.auth.spend(caller, svc, counts["prompt_tokens"] if counts else None,
                         counts["completion_tokens"] if counts else None)
+        ex.charged = True
         body = t.encode(t.completion(gen, answers), request=False)
         del pieces, answers
         return await self._send(request, body, held, ex)

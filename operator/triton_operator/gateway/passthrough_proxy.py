@@ -16,6 +16,8 @@ whole body as JSON and are sent none."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
 from typing import Any
 
@@ -138,37 +140,48 @@ class PassthroughProxy:
                    if h in request.headers and not (generate and h == HEADER_LENGTH)}
         headers["Accept-Encoding"] = "identity" if generate else request.headers.get("Accept-Encoding", "identity")
         s = self.upstream.settings
-        async with self.upstream.exchange(svc, caller, "v2", request.method, path, held.body or None, headers,
-                                          lambda sent: self.auth.account(caller, svc, sent)) as ex:
-            resp = ex.resp
-            if resp.status >= 400:
-                # Triton's own error text stays here (it named internal shared-memory regions in
-                # CVE-2025-23319's chain); the client gets a fixed one.
-                raise await upstream_error(resp, svc)
-            headers = {h: resp.headers[h] for h in V2_RESPONSE_HEADERS if h in resp.headers}
-            if path.endswith("/generate_stream"):
-                out = await self._stream(request, resp, svc, caller, held, headers, ex)
-            elif generate or (resp.content_length is not None and resp.content_length <= SMALL_BODY):
-                # Most answers: one read and one write (streaming them costs a third more CPU).
-                body = await read_whole(resp, svc, held, s.max_answer_bytes, s.upstream_idle_timeout_seconds)
-                if generate and svc.llm:
-                    counts = answer_json(body, svc)
-                    if isinstance(counts, dict) and "error" not in counts:
-                        answer = t.answer_of(counts)
-                        self.auth.spend(caller, svc, answer.prompt_tokens, answer.completion_tokens)
-                out = web.Response(status=resp.status, body=bytes(body), headers=headers)
-                await ex.to_client(request, out.prepare(request))
-                await ex.to_client(request, out.write_eof())
-            else:
-                out = web.StreamResponse(status=resp.status, headers=headers)
-                if resp.content_length is not None:
-                    out.content_length = resp.content_length
-                await ex.to_client(request, out.prepare(request))
-                while chunk := await read_chunk(resp, svc, s.upstream_idle_timeout_seconds):
-                    await ex.to_client(request, out.write(chunk))
-                await ex.to_client(request, out.write_eof())
-            ex.code = resp.status
-            return out
+        exchange: Exchange | None = None
+        try:
+            async with self.upstream.exchange(svc, caller, "v2", request.method, path, held.body or None, headers,
+                                              lambda sent: self.auth.account(caller, svc, sent)) as ex:
+                exchange = ex
+                resp = ex.resp
+                if resp.status >= 400:
+                    # Triton's own error text stays here (it named internal shared-memory regions in
+                    # CVE-2025-23319's chain); the client gets a fixed one.
+                    raise await upstream_error(resp, svc)
+                headers = {h: resp.headers[h] for h in V2_RESPONSE_HEADERS if h in resp.headers}
+                if path.endswith("/generate_stream"):
+                    out = await self._stream(request, resp, svc, caller, held, headers, ex)
+                elif generate or (resp.content_length is not None and resp.content_length <= SMALL_BODY):
+                    # Most answers: one read and one write (streaming them costs a third more CPU).
+                    body = await read_whole(resp, svc, held, s.max_answer_bytes, s.upstream_idle_timeout_seconds)
+                    if generate and svc.llm:
+                        counts = answer_json(body, svc)
+                        if isinstance(counts, dict) and "error" not in counts:
+                            answer = t.answer_of(counts)
+                            self.auth.spend(caller, svc, answer.prompt_tokens, answer.completion_tokens)
+                    ex.charged = True
+                    out = web.Response(status=resp.status, body=bytes(body), headers=headers)
+                    await ex.to_client(request, out.prepare(request))
+                    await ex.to_client(request, out.write_eof())
+                else:
+                    out = web.StreamResponse(status=resp.status, headers=headers)
+                    if resp.content_length is not None:
+                        out.content_length = resp.content_length
+                    await ex.to_client(request, out.prepare(request))
+                    while chunk := await read_chunk(resp, svc, s.upstream_idle_timeout_seconds):
+                        await ex.to_client(request, out.write(chunk))
+                    await ex.to_client(request, out.write_eof())
+                ex.code = resp.status
+                return out
+        except asyncio.CancelledError:
+            # The client left before the answer was read: the key's budget pays what the request
+            # could make (the replica's count never comes; a stream charges what it received).
+            if generate and svc.llm and not path.endswith("/generate_stream") and not (
+                    exchange is not None and exchange.charged):
+                self.auth.spend_abandoned(caller, _asked_tokens(held.body))
+            raise
 
     async def _stream(self, request: web.Request, resp: aiohttp.ClientResponse, svc: Service, caller: Caller,
                       held: Held, headers: dict[str, str], ex: Exchange) -> web.StreamResponse:
@@ -225,3 +238,22 @@ def check_header_length(request: web.Request, body_length: int, identity: bool) 
         raise oai.OpenAIError(400, f"{HEADER_LENGTH} must be sent once, as an integer from 0 to "
                                  f"{'the body length' if identity else INT32_MAX}", param=HEADER_LENGTH,
                             code="bad_header")
+
+
+def _asked_tokens(body: bytes | bytearray | None) -> int:
+    """The most tokens a generate request sent to a replica could make: its max_tokens (the
+    gateway sets one on every LLM request it passes), n times."""
+    try:
+        data = json.loads(body or b"{}")
+    except ValueError:
+        return 0
+    scopes = [data, data.get("parameters") if isinstance(data.get("parameters"), dict) else {}]
+
+    def number(name: str, default: int) -> int:
+        for scope in scopes:
+            value = scope.get(name)
+            value = value[0] if isinstance(value, list) and len(value) == 1 else value
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        return default
+    return number("max_tokens", 0) * number("n", 1)

@@ -54,6 +54,7 @@ class Exchange:
     first: float | None = None    # when the first token went to the client (streams)
     tokens: int = 0               # tokens streamed to the client
     failed: bool = False          # the answer began (200) and broke
+    charged: bool = False         # the answer's tokens went to the key's budget
     kv_events: Callable[[str], None] = lambda _: None   # what the replica's prefix cache did (routing.Router.observe)
     idle: float = math.inf        # the longest one write to the client may wait (upstream_idle_timeout_seconds)
     deadline: float = math.inf    # when the exchange must be over, by `clock` (upstream_timeout_seconds after it began)
