@@ -15,6 +15,8 @@ from ..planning import fit
 from . import policies, reader, recommend, replica, report_files, results, workload
 from .simulation import SimulationSettings
 
+MAX_COLD_START_S = 3600.0   # --cold-start at most (an hour)
+
 
 def add_parser(sub: Any, func: Callable[[argparse.Namespace], int]) -> None:
     s = sub.add_parser("simulate", help="replay a trace against autoscaling policies and compare SLO and GPU-hours")
@@ -77,8 +79,6 @@ def _recommendation(requests: Any, perf: Any, cold: Any, auto: Any, settings: Si
         return results.summarize(policies.run_policy(name, requests, perf, cold, spec, st, class_name, planner))
 
     return recommend.recommend(run, auto.min_replicas, auto.max_replicas, settings.slo_target)
-
-MAX_COLD_START_S = 3600.0
 
 
 def _slug(policy: str) -> str:

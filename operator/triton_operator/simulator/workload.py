@@ -142,10 +142,10 @@ def mmpp(low: float, high: float, mean_low_s: float, mean_high_s: float, duratio
     return out
 
 
-# name -> (function, parameter names in call order, defaults)
 MAX_REQUESTS = 20_000_000    # requests (or arrivals drawn) a simulated run holds
 MAX_SPAN_S = 7 * 86400.0     # simulated time
 
+# name -> (function, parameter names in call order, defaults)
 GENERATORS: dict[str, tuple[Callable[..., list[Request]], tuple[str, ...], dict[str, float]]] = {
     "poisson": (poisson, ("rate", "duration"), {"duration": 3600}),
     "step": (step, ("low", "high", "at", "duration"), {"duration": 3600}),
@@ -161,10 +161,24 @@ def generate(spec: str, seed: int, tokens: TokenSampler | None = None) -> list[R
     """A generator spec `NAME:key=value,...`, e.g. `step:low=2,high=8,at=900,duration=3600`.
     `prompt=N,output=M` fix the token counts of every request; `mix=conv|code|rag|chat` draws
     them from a named mix (TOKEN_MIXES)."""
+    name, values, fixed, mix = _parse(spec)
+    func, params, _ = GENERATORS[name]
+    if fixed:
+        sampler = fixed_tokens(fixed.get("prompt", 1024), fixed.get("output", 128))
+    elif mix:
+        sampler = TOKEN_MIXES[mix]
+    else:
+        sampler = tokens or azure_like_tokens
+    return func(*(values[p] for p in params), rng=random.Random(seed), tokens=sampler)
+
+
+def _parse(spec: str) -> tuple[str, dict[str, float], dict[str, int], str | None]:
+    """A generator spec checked: its name, its parameters (defaults filled in), the fixed token
+    counts and the named mix."""
     name, _, rest = spec.partition(":")
     if name not in GENERATORS:
         raise WorkloadError(f"unknown generator {name!r}; choose one of {', '.join(GENERATORS)}")
-    func, params, defaults = GENERATORS[name]
+    _, params, defaults = GENERATORS[name]
     values: dict[str, float] = dict(defaults)
     fixed: dict[str, int] = {}
     mix: str | None = None
@@ -215,20 +229,12 @@ def generate(spec: str, seed: int, tokens: TokenSampler | None = None) -> list[R
         raise WorkloadError(f"generator {name}: amplitude must be between 0 and 1")
     if fixed and mix:
         raise WorkloadError(f"generator {name}: give either prompt/output or mix, not both")
-    if fixed:
-        sampler = fixed_tokens(fixed.get("prompt", 1024), fixed.get("output", 128))
-    elif mix:
-        sampler = TOKEN_MIXES[mix]
-    else:
-        sampler = tokens or azure_like_tokens
-    return func(*(values[p] for p in params), rng=random.Random(seed), tokens=sampler)
+    return name, values, fixed, mix
 
 
 def duration_of(spec: str) -> float:
-    """The duration of a generator spec that `generate` took (its default when not given)."""
-    name, _, rest = spec.partition(":")
-    values = {key.strip(): raw for key, _, raw in (item.partition("=") for item in rest.split(","))}
-    return float(values.get("duration", GENERATORS[name][2].get("duration", 3600)))
+    """The duration of a generator spec (its default when not given)."""
+    return _parse(spec)[1]["duration"]
 
 
 def check_size(requests: Sequence[Request], rate_scale: float = 1.0, time_scale: float = 1.0,
