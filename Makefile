@@ -33,7 +33,7 @@ help:
 	@echo "make docs      build the documentation site strictly (every link and anchor checked); SITE=DIR keeps it"
 	@echo "make lock      rewrite requirements/*.lock from pyproject.toml's ranges (hashes included)"
 	@echo "make bench-autoscaling  ours vs the frontier of swept HPA/KEDA/Knative/fixed pools, 7 workloads, 4 conditions -> bench/results/autoscaling.md"
-	@echo "make bench-autoscaling-rates  the same on the real traces at other rates (held out) -> bench/results/autoscaling-rates.md"
+	@echo "make bench-autoscaling-rates  the same on the real traces at other rates and reshuffled (held out) -> bench/results/autoscaling-rates.md"
 	@echo "make bench-scale        the control plane at N=1000 services: bulk, idle, autoscaler -> bench/results/scale.md"
 	@echo "make bench-spill        SLO during a GPU shortage with and without spill-over -> bench/results/spill.md"
 	@echo "make bench-routing      TTFT by routing (prefix, least in flight, random) on 3 real CPU replicas -> bench/results/routing.md"

@@ -35,6 +35,7 @@ import argparse
 import json
 import math
 import platform
+import random
 import subprocess
 import sys
 import time
@@ -77,6 +78,7 @@ class Workload:
     conditions: tuple[str, ...] | None = None   # only these conditions (default: all)
     seeds: tuple[int, ...] | None = None        # only these seeds (default: the condition's)
     repeat: int = 1                      # the trace played this many times back to back (`duration` is all of it)
+    blocks_s: float | None = None        # the trace cut into blocks this long, replayed in an order drawn by the seed
 
 
 WORKLOADS = (
@@ -110,16 +112,26 @@ WORKLOADS = (
 )
 # The same real traces at rates the table above does not replay (`--rates`, bench/results/autoscaling-rates.md):
 # a policy tuned at one rate must not lose to a constant at another. At `simulate`'s default start-up, on two
-# seeds, against the same swept baselines; no plans with foresight (what is asked here is only whether a
-# constant or a tuned HPA, KEDA or Knative beats ours).
+# seeds (the reshuffled hours on more), against the same swept baselines; no plans with foresight (what is
+# asked here is only whether a constant or a tuned HPA, KEDA or Knative beats ours).
 RATE_WORKLOADS = (
     *(Workload(f"Azure code trace x{r:g} (real)", None, 4000, False, 3437.0, trace="azure-llm-trace-2023-code/code.csv",
-               rate=r) for r in (1.0, 2.0, 5.0, 8.0)),
+               rate=r, seeds=(1, 2)) for r in (1.0, 2.0, 5.0, 8.0)),
     *(Workload(f"Azure conversation trace x{r:g} (real)", None, 8000, False, 3600.0,
-               trace="azure-llm-trace-2023/conv.csv", rate=r) for r in (2.0, 4.0, 16.0)),
+               trace="azure-llm-trace-2023/conv.csv", rate=r, seeds=(1, 2)) for r in (2.0, 4.0, 16.0)),
     *(Workload(f"Mooncake conversation x{r:g} (real)", None, 20000, True, 3540.0,
                trace="mooncake-conversation/conversation.csv", rate=r, service="llama31-8b-h100-128k.yaml",
                seeds=(1,)) for r in (0.5, 2.0)),
+    # Hours the traces never had: each cut into 5-minute blocks, replayed in an order each seed draws
+    # (`reshuffle`). The bursts, their sizes and the quiet between them within a block are the trace's;
+    # which burst follows which quiet, and what a new service meets first, are new. Never tuned on.
+    Workload("Azure code trace x3.1, reshuffled (real)", None, 4000, False, 3437.0,
+             trace="azure-llm-trace-2023-code/code.csv", rate=3.1, seeds=tuple(range(1, 9)), blocks_s=300.0),
+    Workload("azure-conv x8, reshuffled (real)", None, 8000, False, 3600.0, trace="azure-llm-trace-2023/conv.csv",
+             rate=8.0, seeds=(1, 2, 3, 4), blocks_s=300.0),
+    Workload("Mooncake conversation, reshuffled (real)", None, 20000, True, 3540.0,
+             trace="mooncake-conversation/conversation.csv", rate=1.0, service="llama31-8b-h100-128k.yaml",
+             seeds=(1, 2), blocks_s=300.0),
 )
 # Ours at other attainment targets (spec.autoscaling.slo.attainment; the default is 0.99), on each
 # workload-condition's first seed: the point it picks on the cost/SLO curve.
@@ -145,7 +157,7 @@ CONDITIONS = (
     Condition("cold start 150 s", 150, "planner", (1, 2, 3)),
 )
 FAST_CONDITIONS = (Condition("cold start 50 s", 50, "planner", (1,)),)
-RATE_CONDITIONS = (Condition("cold start 50 s", 50, "planner", (1, 2)),)
+RATE_CONDITIONS = (Condition("cold start 50 s", 50, "planner", tuple(range(1, 9))),)
 
 # The baselines swept: each family's target over a wide range (per pod: requests in flight plus
 # waiting for the HPA and KEDA, Knative's concurrency), the HPA on the queue at the service's
@@ -187,10 +199,28 @@ def trace(name: str) -> list[Any]:
     return reader.parse_trace(path.open(), str(path))
 
 
+def reshuffle(requests: list[Any], block_s: float, duration: float, seed: int) -> list[Any]:
+    """The requests cut into blocks of `block_s` seconds (the last one shorter), replayed in an order
+    drawn from `seed`, each block's arrivals keeping their offsets within it."""
+    count = max(1, math.ceil(duration / block_s))
+    blocks: list[list[Any]] = [[] for _ in range(count)]
+    for r in requests:
+        blocks[min(count - 1, int(r.arrival // block_s))].append(r)
+    order = list(range(count))
+    random.Random(seed).shuffle(order)
+    out, start = [], 0.0
+    for b in order:
+        out += [replace(r, arrival=r.arrival - b * block_s + start) for r in blocks[b]]
+        start += min(block_s, duration - b * block_s)
+    return out
+
+
 @lru_cache(maxsize=4)
 def requests_for(w: Workload, seed: int) -> list[Any]:
     if w.trace is not None:
         once = workload.rescale(trace(w.trace), rate_scale=w.rate, seed=seed)
+        if w.blocks_s is not None:
+            once = reshuffle(once, w.blocks_s, w.duration / w.repeat, seed)
         period = w.duration / w.repeat
         return [replace(r, arrival=r.arrival + k * period) for k in range(w.repeat) for r in once]
     if w.spec is None:
@@ -555,8 +585,8 @@ def main(argv: list[str] | None = None) -> int:
                else "make bench-autoscaling (python bench/autoscaling.py)" if not args.fast and not partial
                else "python " + " ".join(["bench/autoscaling.py", *(argv if argv is not None else sys.argv[1:])]))
     head = [
-        ("# Autoscaling benchmark at other rates: the real traces replayed faster and slower than in "
-         "bench/results/autoscaling.md" if args.rates else
+        ("# Autoscaling benchmark at other rates and in other orders: the real traces replayed faster and slower "
+         "than in bench/results/autoscaling.md, and in 5-minute blocks reshuffled" if args.rates else
          "# Autoscaling benchmark: ours against the frontier of tuned baselines"), "",
         *(["The rows below were not tuned on; the record at the end says what was looked at on them, and "
            "how.", ""] if args.rates else []),
