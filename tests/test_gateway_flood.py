@@ -234,6 +234,51 @@ def test_connections_that_sent_an_unknown_expectation_are_reaped_like_any_other(
     run(scenario)
 
 
+@pytest.mark.parametrize("blank", [b"\r\n\r\n", b"\n\n", b"\r\n"])
+def test_connections_that_sent_only_empty_lines_are_reaped_like_idle_ones(monkeypatch, blank):
+    """Empty lines before a head are no request (RFC 9112 section 2.2; aiohttp ignores them). The
+    guard counted `\\r\\n\\r\\n` as a whole head in progress that no handler ever finished, so such a
+    connection was never idle again: ten of them held every slot (the newcomer got 503 until the
+    idle timeout closed them). A served request followed by extra empty lines did the same."""
+    monkeypatch.setattr(guard, "REAP_IDLE_SECONDS", 0.2)
+
+    async def scenario():
+        async with Rig(max_connections=10, max_connections_per_address=10, idle_timeout_seconds=30) as rig:
+            held = []
+            for i in range(9):
+                reader, writer = await connect(rig.port, f"127.0.0.{60 + i}")
+                writer.write(blank)
+                held.append((reader, writer))
+            reader, writer = await connect(rig.port, "127.0.0.69")
+            writer.write(f"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY_A}\r\n\r\n".encode()
+                         + blank)
+            reply = await asyncio.wait_for(read_reply(reader), 5)
+            assert reply.status == 200 and reply.json()["object"] == "list"
+            held.append((reader, writer))
+            await settle(lambda: len(rig.gw.connections.idle) == 10)
+            assert [g.requests for g in rig.gw.connections.guards.values()] == [0] * 10
+            await asyncio.sleep(0.3)
+            newcomer = await raw_request_from(rig.port, "127.0.0.99")
+            assert newcomer.status == 200
+            for _, w in held:
+                w.close()
+    run(scenario)
+
+
+def test_a_head_after_empty_lines_is_served():
+    async def scenario():
+        async with Rig() as rig:
+            reader, writer = await connect(rig.port)
+            writer.write(b"\r\n\r\n\n")
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            writer.write(f"\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY_A}\r\n\r\n".encode())
+            reply = await asyncio.wait_for(read_reply(reader), 5)
+            assert reply.status == 200 and reply.json()["object"] == "list"
+            writer.close()
+    run(scenario)
+
+
 def test_x_forwarded_for_sent_as_several_lines_is_read_as_one_list():
     """Behind a trusted proxy that adds its own X-Forwarded-For line, the client's line came
     first, and only that first line was read: a client chose its address for the failed-key

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 
 import pytest
 from aiohttp import web
@@ -281,4 +282,34 @@ def test_a_chunk_that_breaks_the_framing_later_in_the_body_is_a_400_at_once():
             assert (reply.status, reply.json()["error"]["message"]) == (400, "malformed HTTP request body")
             await settle(lambda: rig.gw.connections.open == 0)
             assert rig.gw.in_flight.by_key == {} and rig.gw.bodies.used == 0 and rig.upstream.seen == []
+    run(scenario)
+
+
+@pytest.mark.parametrize("case", ["too large", "too slow"])
+def test_a_head_pipelined_behind_a_request_is_not_answered_inside_that_requests_answer(case):
+    """A head pipelined behind a request still being answered, over the head limit or arriving
+    too slowly, used to get the guard's 431 or 408 written straight to the socket: the client read
+    it as its first request's answer (which the replica had run), and aiohttp's write of the real
+    answer then failed, one ERROR line per connection, no key needed. That answer is now written
+    whole, nothing else, and the connection closes after it."""
+    async def scenario():
+        settings = {"max_header_bytes": 16384} if case == "too large" else {"header_timeout_seconds": 0.3}
+        with LogLines() as logs:
+            async with Rig(**settings) as rig:
+                async def slow(request):
+                    await asyncio.sleep(0.8)
+                    return web.json_response({"text_output": "late"})
+                rig.upstream.answer = slow
+                body = json.dumps({"model": "ml/llama", "prompt": "x"}).encode()
+                first = (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY_A}\r\n"
+                         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+                pipelined = b"GET /v1/models HTTP/1.1\r\nX-Pad: " + (b"a" * 40000 if case == "too large" else b"")
+                answer = await send_raw(rig.port, first + pipelined)
+                seen = len(rig.upstream.seen)
+        assert answer.count(b"HTTP/1.1 ") == 1, answer[:300]
+        head, _, payload = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK"), head
+        assert json.loads(payload)["choices"][0]["text"] == "late"
+        assert seen == 1
+        assert [r.getMessage() for r in logs.records if r.levelno >= logging.WARNING] == []
     run(scenario)

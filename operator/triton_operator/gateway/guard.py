@@ -287,8 +287,15 @@ class Guard(asyncio.Protocol):
             data = self._head_bytes(data)
 
     def _head_bytes(self, data: bytes) -> bytes:
-        """Take head bytes from `data`; hand a whole head to aiohttp. Returns what follows the head."""
+        """Take head bytes from `data`; hand a whole head to aiohttp. Returns what follows the head.
+        Empty lines before a head are dropped (RFC 9112 section 2.2): they are no request, and aiohttp
+        ignores them, so no handler would ever run to mark one finished. Counted as a head, a
+        connection that sent only CRLFs was never idle again: never reaped, and a few of them held
+        the pool until the idle timeout closed them."""
         if not self.head:
+            data = data.lstrip(b"\r\n")
+            if not data:
+                return b""
             # Reapable from when its head began: a head that takes a second is no client's
             # (heads come in one packet), so a pool full of slow heads makes room like an idle one.
             self.limits.idle.pop(self, None)
@@ -333,17 +340,31 @@ class Guard(asyncio.Protocol):
     def _refuse(self, answer: bytes, reason: str) -> None:
         """Answer, then close after LINGER_SECONDS, reading and dropping what the client still sends:
         closing at once with unread bytes would reset the connection, and the client would lose the
-        answer."""
+        answer. A head pipelined behind a request still being answered is not answered: that answer
+        owns the connection (a refusal written into it reached the client as the first request's
+        answer, or inside its stream, and aiohttp's own write then failed), so what follows is
+        dropped and the connection closes once that answer is written."""
         self.head = bytearray()
         if self.transport is None or self.transport.is_closing() or self.refused:
             return
         m.CONNECTIONS_REFUSED.labels(reason).inc()
         self.refused = True
         self.limits.idle.pop(self, None)
+        self._disarm()
+        if self._answering():
+            self.inner.close()
+            return
         self.transport.write(answer)
         if self.transport.can_write_eof():
             self.transport.write_eof()
         asyncio.get_running_loop().call_later(LINGER_SECONDS, self.close)
+
+    def _answering(self) -> bool:
+        """A request handed to aiohttp on this connection is queued, handled, or its answer still
+        being written."""
+        inner = self.inner
+        return self.requests > 0 or (inner is not None and (
+            bool(getattr(inner, "_messages", ())) or bool(getattr(inner, "_request_in_progress", False))))
 
     def _disarm(self) -> None:
         if self.timer is not None:
