@@ -34,7 +34,10 @@ def test_a_string_or_a_list_of_strings_is_one_batch_for_the_model():
     ({"input": [[1, 2]]}, "input", "token arrays are not supported: send text"),
     ({"input": []}, "input", "give 1 to 256 strings"),
     ({"input": ["x"] * 257}, "input", "give 1 to 256 strings"),
-    ({"input": ""}, "input", None),
+    ({"input": ""}, "input", "an empty string has no embedding"),
+    ({"input": ["a", ""]}, "input", "an empty string has no embedding"),   # named "input.constrained-str"
+    ({"input": [True]}, "input", "give strings"),                           # read as a token array
+    ({"input": ["a", None]}, "input", "give strings"),
     ({"input": "x", "dimensions": 64}, "dimensions", "shortened embeddings are not supported by this gateway"),
     ({"input": "x", "encoding_format": "int8"}, "encoding_format", None),
     ({"input": "x", "frobnicate": 1}, "frobnicate", None),
@@ -43,6 +46,8 @@ def test_bad_requests_are_400s_naming_the_field(body, param, words):
     with pytest.raises(oai.OpenAIError) as err:
         req(**body)
     assert (err.value.status, err.value.param.split(".")[0]) == (400, param)
+    if body.get("input") in ("", ["a", ""], [True], ["a", None]):
+        assert err.value.param == "input"
     if words:
         assert words in err.value.message
 

@@ -13,8 +13,8 @@ import pytest
 
 from triton_operator.gateway import guard
 
-from .gateway_http import (KEY_A, KEY_B, LogLines, Reply, Rig, closed_within, connect, raw_request, read_reply, run,
-                           settle)
+from .gateway_http import (KEY_A, KEY_B, LogLines, Reply, Rig, closed_within, connect, isvc, raw_request, read_reply,
+                           run, settle, slice_for)
 
 
 def test_one_address_gets_its_share_of_connections_and_no_more():
@@ -317,13 +317,26 @@ def test_a_client_that_leaves_before_its_answer_is_charged_what_it_could_have_ma
                                   "completion_tokens": 1000})
 
     async def scenario():
+        # Streams left before their first event (the replica reads the prompt first) and
+        # embeddings were charged nothing too; an embedding request is charged its text at
+        # embeddings.BYTES_PER_TOKEN (9 bytes: 3 tokens).
+        chat = {"model": "llama", "messages": [{"role": "user", "content": "x"}], "max_tokens": 30, "stream": True}
         for target, body, charged in (("/v1/completions", {"model": "llama", "prompt": "x", "max_tokens": 50}, 50),
                                       ("/v1/completions", {"model": "llama", "prompt": "x", "max_tokens": 50, "n": 3},
                                        150),
-                                      ("/v2/models/llama/generate", {"text_input": "x", "max_tokens": 40}, 40)):
+                                      ("/v2/models/llama/generate", {"text_input": "x", "max_tokens": 40}, 40),
+                                      ("/v1/chat/completions", chat, 30),
+                                      ("/v1/chat/completions", {**chat, "n": 2}, 60),
+                                      ("/v1/responses", {"model": "llama", "input": "x", "max_output_tokens": 20,
+                                                         "stream": True}, 20),
+                                      ("/v2/models/llama/generate_stream", {"text_input": "x", "max_tokens": 45}, 45),
+                                      ("/v1/embeddings", {"model": "embed", "input": ["abcdefghi"]}, 3)):
             async with Rig() as rig:
                 rig.gw.auth.grants = k.parse(
                     f"keys: [{{name: t, key: {KEY_A}, namespaces: [ml], tokensPerMinute: 600}}]", "k")
+                rig.gw.router.set_service(isvc("embed", model={"source": "hf://a/b", "format": "python",
+                                                               "name": "embed"}, openai={"task": "embeddings"}))
+                rig.gw.router.set_slice(slice_for("embed", rig.upstream.port, "ml"))
                 rig.upstream.answer = slow
                 data = json.dumps(body).encode()
                 reader, writer = await connect(rig.port)
@@ -336,4 +349,74 @@ def test_a_client_that_leaves_before_its_answer_is_charged_what_it_could_have_ma
                 await settle(lambda: bool(rig.gw.auth.token_limiter.buckets))
                 (level, _), = rig.gw.auth.token_limiter.buckets.values()
                 assert level == pytest.approx(600 - charged, abs=1), (target, body)
+    run(scenario)
+
+
+def test_an_answer_too_large_to_take_is_charged_what_it_could_have_made():
+    """An answer over max_answer_bytes is a 502 before the model's count is read: the replica did
+    the work (a client can ask for it: logprobs, n, a large max_tokens), and it was charged nothing."""
+    from aiohttp import web
+
+    from triton_operator.gateway import keys as k
+
+    async def large(request):
+        await request.read()
+        return web.json_response({"text_output": "x" * 100_000, "finish_reason": "length", "prompt_tokens": 7,
+                                  "completion_tokens": 1000})
+
+    async def scenario():
+        for target, body, charged in (("/v1/completions", {"model": "llama", "prompt": "x", "max_tokens": 50, "n": 2},
+                                       100),
+                                      ("/v2/models/llama/generate", {"text_input": "x", "max_tokens": 40}, 40)):
+            async with Rig(max_answer_bytes=65536) as rig:
+                rig.gw.auth.grants = k.parse(
+                    f"keys: [{{name: t, key: {KEY_A}, namespaces: [ml], tokensPerMinute: 600}}]", "k")
+                rig.upstream.answer = large
+                reply = await rig.call("POST", target, body=body, headers={"X-Inference-Namespace": "ml"})
+                assert (reply.status, reply.error["code"]) == (502, "upstream_answer_too_large"), target
+                (level, _), = rig.gw.auth.token_limiter.buckets.values()
+                assert level == pytest.approx(600 - charged, abs=1), target
+    run(scenario)
+
+
+def test_tokens_per_minute_are_reserved_when_requests_start_and_settled_when_they_end():
+    """tokensPerMinute was taken only when requests ended, so every request that started while the
+    bucket was above zero went through: 50 at once with max_tokens 32768 on a key of 1,000 a
+    minute were all answered, and the key was then locked out for a day. Now a request's
+    max_tokens, n times, is taken when it starts (a burst gets one in, the rest a 429), and what
+    the model did not use goes back when it ends; a request the replica failed costs nothing."""
+    from aiohttp import web
+
+    from triton_operator.gateway import keys as k
+
+    gate = asyncio.Event()
+
+    async def answer(request):
+        body = json.loads(await request.read())
+        await gate.wait()
+        if body["text_input"] == "fail":
+            return web.json_response({"error": "engine failed"}, status=500)
+        return web.json_response({"text_output": "x", "finish_reason": "stop", "prompt_tokens": 7,
+                                  "completion_tokens": 3})
+
+    async def scenario():
+        async with Rig() as rig:
+            rig.gw.auth.grants = k.parse(
+                f"keys: [{{name: t, key: {KEY_A}, namespaces: [ml], tokensPerMinute: 1000}}]", "k")
+            rig.upstream.answer = answer
+            burst = [asyncio.create_task(rig.call("POST", "/v1/completions",
+                                                  body={"model": "llama", "prompt": "x", "max_tokens": 2000}))
+                     for _ in range(20)]
+            await settle(lambda: len(rig.upstream.seen) == 1 and sum(t.done() for t in burst) == 19)
+            gate.set()
+            replies = [await asyncio.wait_for(t, 5) for t in burst]
+            assert sorted(r.status for r in replies) == [200] + [429] * 19
+            assert {r.error["code"] for r in replies if r.status == 429} == {"rate_limit_exceeded"}
+            (level, _), = rig.gw.auth.token_limiter.buckets.values()
+            assert level == pytest.approx(1000 - 10, abs=1)          # the 1,990 not used went back
+            failed = await rig.call("POST", "/v2/models/llama/generate", body={"text_input": "fail", "max_tokens": 500},
+                                    headers={"X-Inference-Namespace": "ml"})
+            assert failed.status == 502
+            (level, _), = rig.gw.auth.token_limiter.buckets.values()
+            assert level == pytest.approx(1000 - 10, abs=1)          # reserved, then returned
     run(scenario)

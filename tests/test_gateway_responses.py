@@ -72,13 +72,13 @@ def test_an_unknown_field_is_a_400_naming_it():
 
 def test_a_whole_answer_is_a_response_the_sdk_accepts():
     req = parse(input="Capital of France?")
-    out = r.response_object(req, t.Answer("Paris", "stop", 12, 2))
+    out = r.response_object(r.echo(req), t.Answer("Paris", "stop", 12, 2))
     response = Response.model_validate(out)
     assert response.output_text == "Paris" and response.status == "completed"
     assert (response.usage.input_tokens, response.usage.output_tokens, response.usage.total_tokens) == (12, 2, 14)
-    cut = Response.model_validate(r.response_object(req, t.Answer("Par", "length", 12, 1)))
+    cut = Response.model_validate(r.response_object(r.echo(req), t.Answer("Par", "length", 12, 1)))
     assert cut.status == "incomplete" and cut.incomplete_details.reason == "max_output_tokens"
-    called = Response.model_validate(r.response_object(parse(input="x", tools=[WEATHER]), t.Answer(
+    called = Response.model_validate(r.response_object(r.echo(parse(input="x", tools=[WEATHER])), t.Answer(
         "", "tool_calls", 30, 9, 0, [{"name": "get_weather", "arguments": '{"city": "Paris"}'}])))
     (call,) = called.output
     assert call.type == "function_call" and call.name == "get_weather" and call.call_id.startswith("call_")
@@ -97,7 +97,7 @@ def events(data: bytes) -> list:
 
 
 def test_a_streamed_answer_is_the_responses_event_sequence():
-    s = r.ResponseStream(parse(input="Capital?", stream=True))
+    s = r.ResponseStream(r.echo(parse(input="Capital?", stream=True)))
     data = s.delta(t.Answer("Par", None, 12, 1)) + s.delta(t.Answer("is", None, 12, 2))
     data += s.delta(t.Answer("", "stop", 12, 2))
     assert s.stopped
@@ -114,7 +114,7 @@ def test_a_streamed_answer_is_the_responses_event_sequence():
 
 
 def test_a_streamed_call_is_a_function_call_item_with_its_arguments():
-    s = r.ResponseStream(parse(input="x", tools=[WEATHER], stream=True))
+    s = r.ResponseStream(r.echo(parse(input="x", tools=[WEATHER], stream=True)))
     data = s.delta(t.Answer("", "tool_calls", 30, 9, 0, [{"name": "get_weather", "arguments": '{"city": "Rome"}'}]))
     data += s.end()
     seen = events(data)
@@ -127,7 +127,7 @@ def test_a_streamed_call_is_a_function_call_item_with_its_arguments():
 
 
 def test_an_error_mid_stream_is_an_error_event_then_a_failed_response():
-    s = r.ResponseStream(parse(input="x", stream=True))
+    s = r.ResponseStream(r.echo(parse(input="x", stream=True)))
     data = s.delta(t.Answer("a", None, 1, 1)) + s.error(oai.OpenAIError(502, "the replica failed mid-stream: X",
                                                                       "upstream_error", code="upstream_failed"))
     seen = events(data)
@@ -161,12 +161,36 @@ def test_text_the_answer_repeats_that_cannot_be_utf8_is_a_400_at_parse():
     """Metadata, the format's name and its schema are repeated in the Response object: a lone
     surrogate there is refused when the request is read, before the model is asked (it was a 502
     blamed on the replica, after its tokens were spent)."""
-    for body in (b'{"model": "m", "input": "hi", "metadata": {"k": "\\ud800"}}',
-                 b'{"model": "m", "input": "hi", "metadata": {"\\ud800": "v"}}',
-                 b'{"model": "m", "input": "hi", "text": {"format": {"type": "json_object", "name": "\\udfff"}}}',
+    for key in ('"k": "\\ud800"', '"\\ud800": "v"'):   # metadata is typed as chat's: refused by its schema
+        with pytest.raises(oai.OpenAIError) as e:
+            r.parse(b'{"model": "m", "input": "hi", "metadata": {%s}}' % key.encode())
+        assert e.value.status == 400 and e.value.param.startswith("metadata.")
+        assert "unable to parse raw data as a unicode string" in e.value.message
+    for body in (b'{"model": "m", "input": "hi", "text": {"format": {"type": "json_object", "name": "\\udfff"}}}',
                  b'{"model": "m", "input": "hi", "text": {"format": {"type": "json_schema", "schema": {"\\ud800": 1}}}}'):
         with pytest.raises(oai.OpenAIError) as e:
             r.parse(body)
         assert (e.value.status, e.value.code) == (400, "invalid_text"), body
         assert e.value.message == "the request holds text that is not valid Unicode (a lone surrogate escape)"
     assert r.parse(b'{"model": "m", "input": "hi", "metadata": {"k": "\\u00e9"}}').metadata == {"k": "\u00e9"}
+
+
+def test_metadata_is_held_to_openais_limits_as_chats_is():
+    """16 pairs, keys of at most 64 characters, values of at most 512 (OpenAI's limits, and chat's
+    here): unbounded, a 1 MB value was repeated in each of a stream's three snapshots."""
+    assert r.parse(b'{"model": "m", "input": "hi", "metadata": {"%s": "%s"}}' % (b"k" * 64, b"v" * 512)).metadata
+    for metadata, param in ((b'{"%s": "v"}' % (b"k" * 65), "metadata.%s.[key]" % ("k" * 65)),
+                            (b'{"k": "%s"}' % (b"v" * 513), "metadata.k"),
+                            (b"{%s}" % b", ".join(b'"k%d": "v"' % i for i in range(17)), "metadata")):
+        with pytest.raises(oai.OpenAIError) as e:
+            r.parse(b'{"model": "m", "input": "hi", "metadata": %s}' % metadata)
+        assert (e.value.status, e.value.param) == (400, param), metadata[:40]
+
+
+def test_more_function_calls_in_a_row_than_one_turn_takes_are_refused_in_their_own_terms():
+    calls = [{"type": "function_call", "call_id": f"c{i}", "name": "f", "arguments": "{}"} for i in range(129)]
+    assert len(r.to_chat(parse(input=calls[:128])).messages[0].tool_calls) == 128
+    with pytest.raises(oai.OpenAIError) as e:
+        r.to_chat(parse(input=calls))
+    assert (e.value.status, e.value.param, e.value.message) == (
+        400, "input", "input: at most 128 function_call items in a row (the calls of one assistant turn)")

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+
+import pytest
 
 from aiohttp import web
 
 from triton_operator.gateway import telemetry as m
 
-from .gateway_http import KEY_A, Rig, connect, run, settle
+from .gateway_http import KEY_A, LogLines, Rig, connect, isvc, run, settle, slice_for
 
 NS = {"X-Inference-Namespace": "ml"}
 
@@ -118,4 +121,64 @@ def test_a_client_that_leaves_mid_stream_cancels_the_call_to_the_replica():
             writer.close()
             await asyncio.wait_for(gone.wait(), 5)
             await settle(lambda: rig.gw.in_flight.by_key == {} and rig.gw.bodies.used == 0)
+    run(scenario)
+
+
+@pytest.mark.parametrize("target,body", [
+    ("/v1/completions", {"model": "ml/slo", "prompt": "x", "stream": True}),
+    ("/v1/chat/completions", {"model": "ml/slo", "messages": [{"role": "user", "content": "x"}], "stream": True}),
+    ("/v1/completions", {"model": "ml/slo", "prompt": "x"}),
+])
+def test_a_client_that_hangs_up_is_counted_as_499_and_not_against_the_latency_target(target, body):
+    """Each hang-up counted as a 500 and as a miss of the service's latency target (the status a
+    request got defaulted to 500, and a cancel never changed it); some, once the write to the gone
+    client failed, as a replica failing mid-stream: a 502 and a WARNING. A tenant that hung up
+    lowered the attainment the autoscaler keeps replicas warm for. They are now 499s, outside the
+    attainment, with no line above DEBUG."""
+    async def endless(request):
+        if not json.loads(await request.read()).get("stream"):   # a whole answer, after the client left
+            await asyncio.sleep(0.4)
+            return web.json_response({"text_output": "x", "prompt_tokens": 2, "completion_tokens": 1})
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        try:
+            while True:
+                await out.write(b'data: {"text_output": "x", "prompt_tokens": 2}\n\n')
+                await asyncio.sleep(0.01)
+        except ConnectionError:   # the gateway hung up on the replica, as it should
+            return out
+
+    def counts():
+        return ({code: m.REQUESTS.labels("ml", "slo", route, code)._value.get() for code in ("200", "499", "500", "502")},
+                {met: m.SLO_REQUESTS.labels("ml", "slo", met)._value.get() for met in ("true", "false")})
+
+    route = "chat" if "chat" in target else "completions"
+
+    async def scenario():
+        with LogLines() as logs:
+            async with Rig() as rig:
+                rig.gw.router.set_service(isvc("slo", autoscaling={"maxReplicas": 2, "slo": {"latencyMs": 60000}}))
+                rig.gw.router.set_slice(slice_for("slo", rig.upstream.port))
+                rig.upstream.answer = endless
+                before = counts()
+                for _ in range(10):
+                    reader, writer = await connect(rig.port)
+                    data = json.dumps(body).encode()
+                    writer.write(f"POST {target} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY_A}\r\n"
+                                 f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n".encode()
+                                 + data)
+                    await writer.drain()
+                    if body.get("stream"):
+                        got = b""
+                        while got.count(b"data: ") < 3:
+                            got += await asyncio.wait_for(reader.read(4096), 5)
+                    else:
+                        await settle(lambda: rig.gw.in_flight.by_key != {})
+                    writer.transport.abort()
+                    await settle(lambda: rig.gw.in_flight.by_key == {} and rig.gw.bodies.used == 0)
+                after = counts()
+        requests = {code: after[0][code] - before[0][code] for code in after[0]}
+        assert requests == {"200": 0, "499": 10, "500": 0, "502": 0}
+        assert after[1] == before[1]
+        assert [r.getMessage() for r in logs.records if r.levelno >= logging.WARNING] == []
     run(scenario)

@@ -26,17 +26,27 @@ from .routing import Service
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class Caller:
     """An authenticated request's API key: its digest (the tenant's identity in every limit) and
-    what it may do."""
+    what it may do; `reserved`, the tokens this request took from the key's tokensPerMinute when it
+    started and has not settled yet (Auth.reserve)."""
 
     digest: str
     grant: keys_core.Grant
+    reserved: int = 0
 
     @property
     def cache_scope(self) -> str:
         return cache_scope(self.grant.name)
+
+
+def _limited(grant: keys_core.Grant, wait: float) -> None:
+    """429 when a key must wait `wait` seconds for its rate limits (nothing when 0)."""
+    if wait > 0:
+        m.REJECTED.labels("rate_limited").inc()
+        raise oai.OpenAIError(429, f"rate limit of API key {grant.name} reached; retry in {wait:.1f}s",
+                            "rate_limit_error", code="rate_limit_exceeded", retry_after=wait)
 
 
 def cache_scope(key_name: str) -> str:
@@ -148,11 +158,7 @@ class Auth:
             m.REJECTED.labels("unauthorized").inc()
             raise oai.OpenAIError(401, "missing API key: send it as 'Authorization: Bearer KEY'" if presented is None
                                 else "invalid API key", code="invalid_api_key")
-        wait = max(self.limiter.take(d, grant, now), self.token_limiter.wait(d, grant, now))
-        if wait > 0:
-            m.REJECTED.labels("rate_limited").inc()
-            raise oai.OpenAIError(429, f"rate limit of API key {grant.name} reached; retry in {wait:.1f}s",
-                                "rate_limit_error", code="rate_limit_exceeded", retry_after=wait)
+        _limited(grant, max(self.limiter.take(d, grant, now), self.token_limiter.wait(d, grant, now)))
         self.tracing.annotate(tr.KEY_NAME, grant.name)   # the key's name, never the key
         return Caller(d, grant)
 
@@ -161,22 +167,46 @@ class Auth:
 
     # -- what a key used ----------------------------------------------------------------------------
 
+    def reserve(self, caller: Caller, tokens: int) -> None:
+        """When a request starts, the most tokens it may generate (its max_tokens, n times) are
+        taken from its key's tokensPerMinute; `spend` settles them against what the model counted,
+        `settle` returns them when nothing was counted. Taken only when requests ended, any number
+        of requests started while the bucket was above zero: 50 at once with max_tokens 32768 on a
+        key of 1,000 a minute all went through, and left it locked out for a day."""
+        now = self.clock()
+        # Looked at again here: requests that passed `authorize` together (their bodies read since)
+        # all saw the bucket above zero.
+        _limited(caller.grant, self.token_limiter.wait(caller.digest, caller.grant, now))
+        tokens = max(0, tokens)
+        self.token_limiter.spend(caller.digest, caller.grant, tokens, now)
+        caller.reserved += tokens
+
     def spend(self, caller: Caller, svc: Service, prompt: int | None, completion: int | None) -> None:
         """Tokens a request used, as the model counted them: usage per key, and the key's
-        tokens-per-minute budget."""
+        tokens-per-minute budget (less what it reserved)."""
         if prompt is None or completion is None:
             return
         m.child(m.KEY_TOKENS, caller.grant.name, *svc.key, "prompt").inc(prompt)
         m.child(m.KEY_TOKENS, caller.grant.name, *svc.key, "completion").inc(completion)
         m.child(m.OUTPUT_TOKENS, *svc.key).inc(completion)
-        self.token_limiter.spend(caller.digest, caller.grant, prompt + completion, self.clock())
+        self.token_limiter.spend(caller.digest, caller.grant, prompt + completion - caller.reserved, self.clock())
+        caller.reserved = 0
 
     def spend_abandoned(self, caller: Caller, tokens: int) -> None:
         """A request whose client left before its answer was read: the model's count never comes,
         so the key's tokens-per-minute budget is charged what the request could have made (its
-        max_tokens, n times). Uncharged, a key whose clients hang up took the replicas' time past
-        its budget. The usage counters, which count what the model reported, are left alone."""
-        self.token_limiter.spend(caller.digest, caller.grant, max(0, tokens), self.clock())
+        max_tokens, n times: what it reserved). Uncharged, a key whose clients hang up took the
+        replicas' time past its budget. The usage counters, which count what the model reported,
+        are left alone."""
+        self.token_limiter.spend(caller.digest, caller.grant, max(0, tokens) - caller.reserved, self.clock())
+        caller.reserved = 0
+
+    def settle(self, caller: Caller) -> None:
+        """A request over whose tokens nothing was charged (the replica failed or refused it, or
+        its model counts no tokens): what it reserved goes back to its key."""
+        if caller.reserved:
+            self.token_limiter.spend(caller.digest, caller.grant, -caller.reserved, self.clock())
+            caller.reserved = 0
 
     def account(self, caller: Caller, svc: Service, sent: float) -> None:
         """One request of `caller` answered by a replica of `svc`: usage per key."""

@@ -23,6 +23,7 @@ from . import translate as t
 
 MAX_INPUTS = 256
 MAX_INPUT_CHARS = 65_536
+BYTES_PER_TOKEN = 4   # English text runs about four bytes a token in common tokenizers
 Text = Annotated[str, StringConstraints(min_length=1, max_length=MAX_INPUT_CHARS)]
 
 
@@ -38,11 +39,17 @@ class EmbeddingsRequest(BaseModel):
     @field_validator("input", mode="before")
     @classmethod
     def _texts(cls, value: Any) -> Any:
+        # Checked here, item by item, so that the message says what is wrong: the union's own
+        # errors named its internal type ("constrained-str") and called an empty string not one.
         if isinstance(value, list):
             if not value or len(value) > MAX_INPUTS:
                 raise ValueError(f"give 1 to {MAX_INPUTS} strings")
-            if any(isinstance(v, (int, list)) for v in value):
+            if any(isinstance(v, list) or (isinstance(v, int) and not isinstance(v, bool)) for v in value):
                 raise ValueError("token arrays are not supported: send text")
+            if not all(isinstance(v, str) for v in value):
+                raise ValueError("give strings")
+        if value == "" or (isinstance(value, list) and "" in value):
+            raise ValueError("an empty string has no embedding")
         return value
 
     @field_validator("dimensions")
@@ -59,6 +66,12 @@ class EmbeddingsRequest(BaseModel):
 
 def parse(raw: bytes | bytearray) -> EmbeddingsRequest:
     return oai.parse_body(raw, EmbeddingsRequest)
+
+
+def estimated_tokens(req: EmbeddingsRequest) -> int:
+    """The tokens the model would read for `req`, estimated without its tokenizer: one per
+    BYTES_PER_TOKEN bytes of UTF-8 text, rounded up (what a request whose client left is charged)."""
+    return sum(-(-len(text.encode("utf-8", "surrogatepass")) // BYTES_PER_TOKEN) for text in req.texts())
 
 
 def generate_body(req: EmbeddingsRequest) -> dict[str, Any]:

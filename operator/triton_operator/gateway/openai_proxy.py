@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import aiohttp
 from aiohttp import web
@@ -85,35 +85,51 @@ class OpenAIProxy:
             req = e.parse(held.body)
         count, model_id = len(req.texts()), self.resolver.model_id(svc, caller.grant)
         payload = held.replace(t.encode(e.generate_body(req)))
-        async with self.upstream.exchange(svc, caller, "embeddings", "POST", f"/v2/models/{svc.generate_model}/generate",
-                                          payload, {"Content-Type": "application/json", "Accept-Encoding": "identity"},
-                                          lambda sent: self.auth.account(caller, svc, sent)) as ex:
-            resp = ex.resp
-            if resp.status != 200:
-                raise await upstream_error(resp, svc)
-            s = self.upstream.settings
-            data = await read_whole(resp, svc, held, s.max_answer_bytes, s.upstream_idle_timeout_seconds)
-            rows, tokens = e.vectors(answer_json(data, svc), count)
-            del data
-            self.auth.spend(caller, svc, tokens, 0)
-            body = t.encode(e.response(req, model_id, rows, tokens), request=False)
-            del rows
-            answer = await self._send(request, body, held, ex)
-            ex.code = answer.status
-            return answer
+        charged = False
+        try:
+            self.auth.reserve(caller, e.estimated_tokens(req))
+            async with self.upstream.exchange(svc, caller, "embeddings", "POST",
+                                              f"/v2/models/{svc.generate_model}/generate", payload,
+                                              {"Content-Type": "application/json", "Accept-Encoding": "identity"},
+                                              lambda sent: self.auth.account(caller, svc, sent)) as ex:
+                resp = ex.resp
+                if resp.status != 200:
+                    raise await upstream_error(resp, svc)
+                s = self.upstream.settings
+                data = await read_whole(resp, svc, held, s.max_answer_bytes, s.upstream_idle_timeout_seconds)
+                rows, tokens = e.vectors(answer_json(data, svc), count)
+                del data
+                self.auth.spend(caller, svc, tokens, 0)
+                charged = True
+                body = t.encode(e.response(req, model_id, rows, tokens), request=False)
+                del rows
+                answer = await self._send(request, body, held, ex)
+                ex.code = answer.status
+                return answer
+        except (asyncio.CancelledError, oai.OpenAIError) as exc:
+            # The client left before the model's count came, or the answer was too large to take:
+            # the replica read the input all the same, so the key's budget pays an estimate of it.
+            if (isinstance(exc, asyncio.CancelledError) or exc.code == "upstream_answer_too_large") and not charged:
+                self.auth.spend_abandoned(caller, e.estimated_tokens(req))
+            raise
+        finally:
+            self.auth.settle(caller)
 
     async def _openai_admitted(self, request: web.Request, caller: Caller, held: Held,
                                kind: type[oai.GenerationRequest], route: str) -> web.StreamResponse:
         assert held.body is not None
         body = held.body
 
-        def parse() -> tuple[oai.GenerationRequest, r.ResponsesRequest | None]:
+        def parse() -> tuple[oai.GenerationRequest, dict[str, Any] | None]:
+            # /v1/responses: its chat request, and of the request as sent only what its answer
+            # repeats (the parsed request, input items and all, held across the exchange kept some
+            # 65 times the bytes its key was counted for).
             if route == "responses":
                 original = r.parse(body)
-                return r.to_chat(original), original
+                return r.to_chat(original), r.echo(original)
             return oai.parse_body(body, kind), None
 
-        req, original = parse()
+        req, echoed = parse()
         svc = self.resolver.resolve(req.model, caller.grant)
         if svc.embeddings:
             m.REJECTED.labels("bad_request").inc()
@@ -123,7 +139,7 @@ class OpenAIProxy:
         asked = t.max_tokens_asked(req)
         if asked is not None and asked > cap:
             m.REJECTED.labels("bad_request").inc()
-            field = "max_output_tokens" if original is not None else "max_tokens"
+            field = "max_output_tokens" if echoed is not None else "max_tokens"
             raise oai.OpenAIError(400, f"{field}: at most {cap} for this API key", param=field,
                                 code="max_tokens_too_large")
         chat = isinstance(req, oai.ChatRequest)
@@ -131,11 +147,11 @@ class OpenAIProxy:
         if not self.router.endpoints(svc.key) or (not svc.llm and chat and template is None):
             # Waits ahead (for a replica, for the model's chat template): the parsed request is
             # dropped and made again after them, so a waiting request holds its body and nothing else.
-            del req, original
+            del req, echoed
             await self.holding.endpoint(svc, caller)
             if not svc.llm and chat and template is None:
                 template = await self.upstream.model_template(svc, caller) or ""
-            req, original = parse()
+            req, echoed = parse()
         prompt = None
         if not svc.llm:   # a text model: the gateway renders the chat (the llm model renders its own)
             prompt = t.render_chat(template, req.messages) if chat else req.text()  # type: ignore[attr-defined]
@@ -156,12 +172,15 @@ class OpenAIProxy:
         # the body as it came is no longer held; with a cursor slot, one the replica's cursor is written into
         payload = held.replace(bytearray(encoded) if precise else encoded)
         del encoded
+        if echoed is not None:
+            held.reserve(len(t.encode(echoed)))   # what the answer repeats is held until it is written
         gen = gen.without_body()
         path = f"/v2/models/{svc.generate_model}/" + ("generate_stream" if gen.upstream_stream else "generate")
         if begins is not None and precise:
             await self.upstream.probe(svc, begins)
         exchange: Exchange | None = None
         try:
+            self.auth.reserve(caller, gen.max_tokens * gen.n)
             async with self.upstream.exchange(svc, caller, route, "POST", path, payload,
                                               {"Content-Type": "application/json", "Accept-Encoding": "identity"},
                                               lambda sent: self.auth.account(caller, svc, sent), begins) as ex:
@@ -170,23 +189,28 @@ class OpenAIProxy:
                 if resp.status != 200:
                     raise await upstream_error(resp, svc)
                 if gen.stream:
-                    answer = await self._stream(request, resp, gen, svc, ex, caller, held, original)
+                    answer = await self._stream(request, resp, gen, svc, ex, caller, held, echoed)
                 elif gen.upstream_stream:
                     answer = await self._gathered(request, resp, gen, svc, ex, caller, held)
                 else:
-                    answer = await self._whole(request, resp, gen, svc, ex, caller, held, original)
+                    answer = await self._whole(request, resp, gen, svc, ex, caller, held, echoed)
                 ex.code = answer.status
                 return answer
-        except asyncio.CancelledError:
-            # The client left before a whole answer came (a stream charges what it received): the
-            # replica's count never comes, so the key's budget pays what the request could make.
-            if not gen.stream and not (exchange is not None and exchange.charged):
+        except (asyncio.CancelledError, oai.OpenAIError) as e:
+            # The client left before the model's count came (a stream left before its first event
+            # too: the prompt is read first), or the answer was too large to take: the replica did
+            # the work, so the key's budget pays what the request could make. A stream that got its
+            # first event charges what it received.
+            if (isinstance(e, asyncio.CancelledError) or e.code == "upstream_answer_too_large") and not (
+                    exchange is not None and exchange.charged):
                 self.auth.spend_abandoned(caller, gen.max_tokens * gen.n)
             raise
+        finally:
+            self.auth.settle(caller)
 
     async def _whole(self, request: web.Request, resp: aiohttp.ClientResponse, gen: t.Generate, svc: Service,
                      ex: Exchange, caller: Caller, held: Held,
-                     original: r.ResponsesRequest | None = None) -> web.StreamResponse:
+                     echoed: dict[str, Any] | None = None) -> web.StreamResponse:
         """A non-streamed answer: read whole within max_answer_bytes, translated, and written to the
         client while its bytes are still counted."""
         s = self.upstream.settings
@@ -195,7 +219,8 @@ class OpenAIProxy:
         ex.kv_events(whole.kv_events)
         self.auth.spend(caller, svc, whole.prompt_tokens, whole.completion_tokens)
         ex.charged = True
-        body = t.encode(r.response_object(original, whole) if original else t.completion(gen, whole), request=False)
+        body = t.encode(r.response_object(echoed, whole) if echoed is not None else t.completion(gen, whole),
+                        request=False)
         del data, whole
         return await self._send(request, body, held, ex)
 
@@ -235,13 +260,13 @@ class OpenAIProxy:
 
     async def _stream(self, request: web.Request, resp: aiohttp.ClientResponse, gen: t.Generate,
                       svc: Service, ex: Exchange, caller: Caller, held: Held,
-                      original: r.ResponsesRequest | None = None) -> web.StreamResponse:
+                      echoed: dict[str, Any] | None = None) -> web.StreamResponse:
         started, span = ex.started, ex.span
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
                                           "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         await ex.to_client(request, out.prepare(request))
         s = self.upstream.settings
-        stream: t.Stream | r.ResponseStream = r.ResponseStream(original) if original else t.Stream(gen)
+        stream: t.Stream | r.ResponseStream = r.ResponseStream(echoed) if echoed is not None else t.Stream(gen)
         events = t.EventBuffer(s.max_answer_bytes)
         base = held.bytes
         first: float | None = None
@@ -276,7 +301,9 @@ class OpenAIProxy:
             ex.first, ex.tokens = first, stream.tokens
             if gen.llm:
                 self.auth.spend(caller, svc, stream.prompt_tokens, stream.tokens)
+                ex.charged = stream.prompt_tokens is not None
             else:
+                ex.charged = True
                 m.child(m.OUTPUT_TOKENS, *svc.key).inc(stream.tokens)
             if first is not None and stream.tokens > 1:
                 decode = self.clock() - first

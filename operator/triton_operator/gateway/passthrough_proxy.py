@@ -142,6 +142,8 @@ class PassthroughProxy:
         s = self.upstream.settings
         exchange: Exchange | None = None
         try:
+            if generate and svc.llm:
+                self.auth.reserve(caller, _asked_tokens(held.body))
             async with self.upstream.exchange(svc, caller, "v2", request.method, path, held.body or None, headers,
                                               lambda sent: self.auth.account(caller, svc, sent)) as ex:
                 exchange = ex
@@ -175,13 +177,16 @@ class PassthroughProxy:
                     await ex.to_client(request, out.write_eof())
                 ex.code = resp.status
                 return out
-        except asyncio.CancelledError:
-            # The client left before the answer was read: the key's budget pays what the request
-            # could make (the replica's count never comes; a stream charges what it received).
-            if generate and svc.llm and not path.endswith("/generate_stream") and not (
-                    exchange is not None and exchange.charged):
+        except (asyncio.CancelledError, oai.OpenAIError) as e:
+            # The client left before the model's count came (a stream left before its first event
+            # too), or the answer was too large to take: the replica did the work, so the key's
+            # budget pays what the request could make. A stream charges what it received.
+            if (isinstance(e, asyncio.CancelledError) or e.code == "upstream_answer_too_large") and (
+                    generate and svc.llm and not (exchange is not None and exchange.charged)):
                 self.auth.spend_abandoned(caller, _asked_tokens(held.body))
             raise
+        finally:
+            self.auth.settle(caller)
 
     async def _stream(self, request: web.Request, resp: aiohttp.ClientResponse, svc: Service, caller: Caller,
                       held: Held, headers: dict[str, str], ex: Exchange) -> web.StreamResponse:
@@ -216,6 +221,7 @@ class PassthroughProxy:
                     usage = None
                 if usage is not None:
                     self.auth.spend(caller, svc, usage["prompt_tokens"], usage["completion_tokens"])
+                    ex.charged = usage["prompt_tokens"] is not None and usage["completion_tokens"] is not None
         await ex.to_client(request, out.write_eof())
         return out
 

@@ -22,9 +22,9 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
 from . import openai_schema as oai
 from . import translate as t
@@ -124,7 +124,7 @@ class ResponsesRequest(BaseModel):
     stream: bool = False
     text: TextOptions | None = None
     store: bool | None = None
-    metadata: dict[str, str] | None = Field(None, max_length=16)
+    metadata: dict[Annotated[str, StringConstraints(max_length=64)], oai.Label] | None = Field(None, max_length=16)
     user: str | None = Field(None, max_length=512)
     service_tier: str | None = Field(None, max_length=32)
     truncation: Literal["disabled"] | None = None
@@ -161,7 +161,7 @@ def parse(raw: bytes | bytearray) -> ResponsesRequest:
     schema) holds text that cannot be UTF-8: found once the model has answered, it was a 502 blamed
     on the replica, after the tokens were spent."""
     req = oai.parse_body(raw, ResponsesRequest)
-    t.encode(_echo(req))
+    t.encode(echo(req))
     return req
 
 
@@ -178,6 +178,10 @@ def to_chat(req: ResponsesRequest) -> oai.ChatRequest:
             call = {"id": item.call_id, "type": "function", "function": {"name": item.name, "arguments": item.arguments}}
             last = messages[-1] if messages else None
             if last is not None and last["role"] == "assistant" and "tool_calls" in last:
+                if len(last["tool_calls"]) >= oai.MAX_TOOLS:
+                    # said here: the chat request's own error counted the merged calls as a list of input
+                    raise oai.OpenAIError(400, f"input: at most {oai.MAX_TOOLS} function_call items in a row "
+                                             "(the calls of one assistant turn)", param="input")
                 last["tool_calls"].append(call)     # parallel calls of one turn
             else:
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
@@ -225,8 +229,9 @@ def in_responses_terms(err: oai.OpenAIError) -> oai.OpenAIError:
     return err
 
 
-def _echo(req: ResponsesRequest) -> dict[str, Any]:
-    """The request's settings a Response object repeats."""
+def echo(req: ResponsesRequest) -> dict[str, Any]:
+    """The request's settings a Response object repeats: all of the request an answer needs (the
+    parsed request itself, its input items above all, is dropped before the replica is asked)."""
     fmt = req.text.format.model_dump(by_alias=True, exclude_none=True) if req.text and req.text.format else {"type": "text"}
     return {"instructions": req.instructions, "max_output_tokens": req.max_output_tokens,
             "model": req.model, "parallel_tool_calls": req.parallel_tool_calls is not False,
@@ -263,15 +268,15 @@ def _status(reason: str | None) -> tuple[str, dict[str, Any] | None]:
     return "completed", None
 
 
-def response_object(req: ResponsesRequest, answer: t.Answer, response_id: str | None = None,
+def response_object(echoed: dict[str, Any], answer: t.Answer, response_id: str | None = None,
                     created: int | None = None) -> dict[str, Any]:
-    """A whole Response for one answer of the llm model."""
+    """A whole Response for one answer of the llm model (`echoed`: the request's `echo`)."""
     output: list[dict[str, Any]] = []
     if answer.text or not answer.tool_calls:
         output.append(_message(_id("msg"), answer.text))
     output += [_function_call(_id("fc"), call) for call in t.tool_calls(answer.tool_calls)]
     status, incomplete = _status(answer.finish_reason)
-    return {**_echo(req), "id": response_id or _id("resp"), "created_at": created or int(time.time()),
+    return {**echoed, "id": response_id or _id("resp"), "created_at": created or int(time.time()),
             "status": status, "incomplete_details": incomplete, "output": output,
             "usage": _usage(answer.prompt_tokens, answer.completion_tokens)}
 
@@ -279,9 +284,10 @@ def response_object(req: ResponsesRequest, answer: t.Answer, response_id: str | 
 @dataclass
 class ResponseStream:
     """generate_stream events -> the Responses event sequence; the same interface as
-    translate.Stream (delta per event, end, error, stopped, tokens, prompt_tokens)."""
+    translate.Stream (delta per event, end, error, stopped, tokens, prompt_tokens). `echoed` is the
+    request's `echo`."""
 
-    req: ResponsesRequest
+    echoed: dict[str, Any]
     id: str = field(default_factory=lambda: _id("resp"))
     created: int = field(default_factory=lambda: int(time.time()))
     prompt_tokens: int | None = None
@@ -303,7 +309,7 @@ class ResponseStream:
 
     def _snapshot(self, status: str, output: list[dict[str, Any]], incomplete: dict[str, Any] | None = None,
                   usage: dict[str, Any] | None = None) -> dict[str, Any]:
-        return {**_echo(self.req), "id": self.id, "created_at": self.created, "status": status,
+        return {**self.echoed, "id": self.id, "created_at": self.created, "status": status,
                 "incomplete_details": incomplete, "output": output, "usage": usage}
 
     def _start(self) -> bytes:

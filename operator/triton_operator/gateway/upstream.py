@@ -40,6 +40,12 @@ PROBE_TIMEOUT_S = 0.5  # kvEvents: how long a request waits for the replicas' en
 PROBE_MAX_BYTES = 8 << 20   # kvEvents: the largest answer to a probe read (a snapshot of a full index is ~2 MiB)
 
 
+# The status a request whose client left before its answer was whole is counted under (nginx's "client
+# closed request"). It is not the service's failure: counted as a 500 and as a miss of the latency
+# target, a tenant that hung up lowered the attainment the autoscaler keeps replicas for.
+CLIENT_CLOSED = 499
+
+
 @dataclass
 class Exchange:
     """One request to a replica, as a route handler sees it inside `Upstream.exchange`: the
@@ -74,8 +80,11 @@ class Exchange:
             m.CONNECTIONS_REFUSED.labels("client_stalled").inc()
             if request.transport is not None:
                 request.transport.abort()
-            self.failed = True
             raise asyncio.CancelledError("the client stopped reading its answer") from None
+        except ConnectionResetError:
+            # The client's connection is gone (aiohttp's ClientConnectionResetError is a ClientError
+            # too: caught as one, a client that hung up mid-stream was a replica failing, a 502).
+            raise asyncio.CancelledError("the client went away") from None
 
 
 class Upstream:
@@ -155,6 +164,9 @@ class Upstream:
         except oai.OpenAIError as e:
             code = e.status
             raise
+        except asyncio.CancelledError:
+            code = CLIENT_CLOSED
+            raise
         except (aiohttp.ClientError, asyncio.TimeoutError) as e:
             code = 502
             raise oai.OpenAIError(502, f"model {svc.key[1]}: the replica failed: {type(e).__name__}",
@@ -163,7 +175,7 @@ class Upstream:
             ended = self.clock()
             m.child(m.REQUESTS, *svc.key, route, str(code)).inc()
             m.child(m.LATENCY, *svc.key, route).observe(ended - started)
-            if svc.slo is not None and ex is not None:
+            if svc.slo is not None and ex is not None and code != CLIENT_CLOSED:
                 met = slo_met(svc.slo, 502 if ex.failed else code, started, ex.first, ended, ex.tokens)
                 if met is not None:
                     m.child(m.SLO_REQUESTS, *svc.key, "true" if met else "false").inc()
