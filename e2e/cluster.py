@@ -65,6 +65,19 @@ class Cluster:
             raise AssertionError(f"kubectl {' '.join(args)} failed ({out.returncode}): {out.stderr.strip()}")
         return out
 
+    def established(self, *crds: str, seconds: float = 60.0) -> None:
+        """Wait (bounded) until CRDs just applied are Established. `kubectl wait` fails at once,
+        instead of waiting, while a CRD has no conditions yet ("<nil> is of the type <nil>"), so it
+        is asked again."""
+        deadline = time.monotonic() + seconds
+        while True:
+            done = self.kubectl("wait", "--for=condition=Established", "--timeout=10s", *crds, check=False, timeout=30)
+            if done.returncode == 0:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{', '.join(crds)} not Established within {seconds:.0f}s: {done.stderr.strip()}")
+            time.sleep(0.5)
+
     def apply(self, docs: dict[str, Any] | Iterable[dict[str, Any]], *args: str,
               check: bool = True) -> subprocess.CompletedProcess[str]:
         docs = [docs] if isinstance(docs, dict) else list(docs)

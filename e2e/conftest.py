@@ -66,18 +66,17 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     up = subprocess.run([ROOT / "hack" / "cluster.sh", "up", CLUSTER_NAME], capture_output=True, text=True)
     if up.returncode != 0:
         raise RuntimeError(f"cluster did not come up:\n{up.stderr[-4000:]}")
-    # LeaderWorkerSet's real manager and webhooks, before the operator starts (it watches them)
-    lws = subprocess.run([ROOT / "hack" / "lws.sh", "up", CLUSTER_NAME], capture_output=True, text=True, timeout=180)
-    if lws.returncode != 0:
-        raise RuntimeError(f"LeaderWorkerSet did not start:\n{lws.stderr[-4000:]}")
-    # The Gateway API Inference Extension's InferencePool CRD, before the operator starts (it watches pools)
-    kubeconfig = up.stdout.strip().splitlines()[-1]
-    for args in (["apply", "--server-side", "-f", f"{bin_dir}/inference-extension-crds.yaml"],
-                 ["wait", "--for=condition=Established", "--timeout=60s", "crd/inferencepools.inference.networking.k8s.io"]):
-        subprocess.run([f"{bin_dir}/kubectl", "--kubeconfig", kubeconfig, *args], check=True, capture_output=True,
-                       timeout=90)
-    try:
-        yield Cluster(kubeconfig=kubeconfig, bin_dir=bin_dir)
+    try:   # from here on the cluster is taken down whatever fails, setup included
+        # LeaderWorkerSet's real manager and webhooks, before the operator starts (it watches them)
+        lws = subprocess.run([ROOT / "hack" / "lws.sh", "up", CLUSTER_NAME], capture_output=True, text=True,
+                             timeout=180)
+        if lws.returncode != 0:
+            raise RuntimeError(f"LeaderWorkerSet did not start:\n{lws.stderr[-4000:]}")
+        # The Gateway API Inference Extension's InferencePool CRD, before the operator starts (it watches pools)
+        c = Cluster(kubeconfig=up.stdout.strip().splitlines()[-1], bin_dir=bin_dir)
+        c.kubectl("apply", "--server-side", "-f", f"{bin_dir}/inference-extension-crds.yaml")
+        c.established("crd/inferencepools.inference.networking.k8s.io")
+        yield c
     finally:
         if request.session.testsfailed and (kept := keep_cluster_logs()):
             print(f"\ne2e: {request.session.testsfailed} failed; the cluster's logs are kept in {kept}")
@@ -117,8 +116,7 @@ def installed(cluster: Cluster) -> Cluster:
         capture_output=True, text=True, env=cluster.env, timeout=300)
     if out.returncode != 0:
         raise RuntimeError(f"helm install failed: {out.stderr}")
-    cluster.kubectl("wait", "--for=condition=Established", "crd/inferenceservices.serving.triton-operator.io",
-                    "crd/gpuclasses.serving.triton-operator.io", "--timeout=60s")
+    cluster.established("crd/inferenceservices.serving.triton-operator.io", "crd/gpuclasses.serving.triton-operator.io")
     return cluster
 
 

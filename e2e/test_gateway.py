@@ -241,6 +241,9 @@ def test_wake_from_zero_answers_every_held_request(services: Cluster, gateway: G
     stop = threading.Event()
     watcher = threading.Thread(target=_reasons, args=(c, seen, stop), daemon=True)
     watcher.start()
+    # The watch's first event (the service as it is: at zero) before any request: on a loaded
+    # machine the watch was set up after the wake had begun, and saw 'Serving' first.
+    wait_for("the watch of the service's status", lambda: bool(seen), timeout=30, interval=0.05)
     answers: dict[int, Any] = {}
     started = time.monotonic()
 

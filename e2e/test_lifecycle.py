@@ -381,7 +381,7 @@ def test_ours_is_told_apart_from_kserves_inferenceservice(operator: Operator, ns
                                          "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
     c.apply(kserve)
     try:
-        c.kubectl("wait", "--for=condition=Established", "crd/inferenceservices.serving.kserve.io", "--timeout=30s")
+        c.established("crd/inferenceservices.serving.kserve.io", seconds=30)
         c.apply(service("ours", ns))
         c.apply({"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
                  "metadata": {"name": "theirs", "namespace": ns}, "spec": {"predictor": {}}})

@@ -44,7 +44,13 @@ export PATH="$BIN:$PATH"
 cd "$ROOT"
 kubectl apply --server-side -f crds/ >/dev/null
 kubectl apply --server-side -f "$BIN/inference-extension-crds.yaml" >/dev/null   # InferencePool (spec.routing.inferencePool)
-kubectl wait --for=condition=Established crd --all --timeout=60s >/dev/null
+# kubectl wait fails at once, instead of waiting, while a CRD just applied has no conditions yet:
+# asked again until every CRD is Established, for at most 60 s.
+until_s=$((SECONDS + 60))
+until kubectl wait --for=condition=Established crd --all --timeout=10s >/dev/null 2>&1; do
+  [ $SECONDS -lt $until_s ] || { echo "dev: the CRDs were not Established within 60s" >&2; exit 1; }
+  sleep 0.5
+done
 kubectl apply --server-side -f examples/gpuclasses.yaml >/dev/null
 
 stop_operator

@@ -80,8 +80,14 @@ up() {
     return
   fi
   kubectl apply --server-side --force-conflicts --field-manager=lws-sh -f "$BIN/lws-crds.yaml" >/dev/null
-  kubectl wait --for=condition=Established --timeout=60s \
-    crd/leaderworkersets.leaderworkerset.x-k8s.io crd/disaggregatedsets.disaggregatedset.x-k8s.io >/dev/null
+  # kubectl wait fails at once, instead of waiting, while a CRD just applied has no conditions yet
+  # ("<nil> is of the type <nil>"): asked again until Established, for at most 60 s.
+  local until=$((SECONDS + 60))
+  until kubectl wait --for=condition=Established --timeout=10s \
+      crd/leaderworkersets.leaderworkerset.x-k8s.io crd/disaggregatedsets.disaggregatedset.x-k8s.io >/dev/null 2>&1; do
+    [ $SECONDS -lt $until ] || { log "the LeaderWorkerSet CRDs were not Established within 60s"; exit 1; }
+    sleep 0.5
+  done
   if [ ! -f "$DIR/certs/tls.crt" ]; then
     openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=lws-webhook" \
       -addext "subjectAltName=IP:127.0.0.1" -keyout "$DIR/certs/tls.key" -out "$DIR/certs/tls.crt" 2>/dev/null
