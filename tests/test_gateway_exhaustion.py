@@ -192,23 +192,26 @@ def test_a_body_of_one_unending_string_is_refused_and_health_answered_meanwhile(
         run(scenario)
 
 
+def stream_held_by(gate: asyncio.Event):
+    """A replica that streams one event, then holds its stream open until `gate` is set."""
+    async def answer(request):
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        await out.write(b'data: {"text_output": "a"}\n\n')
+        await gate.wait()
+        await out.write(b'data: {"text_output": "b", "finish_reason": "stop", "prompt_tokens": 1, '
+                        b'"completion_tokens": 2}\n\n')
+        return out
+    return answer
+
+
 def test_a_streaming_request_holds_only_what_it_sent_while_it_is_answered():
     """The parsed request used to stay alive for the whole answer (25 MiB for a 1 MiB body of
     small objects); now only the encoded request is held, and counted."""
     async def scenario():
         gate = asyncio.Event()
-
-        async def slow_stream(request):
-            out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-            await out.prepare(request)
-            await out.write(b'data: {"text_output": "a"}\n\n')
-            await gate.wait()
-            await out.write(b'data: {"text_output": "b", "finish_reason": "stop", "prompt_tokens": 1, '
-                            b'"completion_tokens": 2}\n\n')
-            return out
-
         async with Rig() as rig:
-            rig.upstream.answer = slow_stream
+            rig.upstream.answer = stream_held_by(gate)
             marker = "probe-" + "q" * 14
             parts = [{"type": "text", "text": marker}] * 15_000
             body = {**CHAT, "stream": True, "user": marker, "messages": [{"role": "user", "content": parts}]}
@@ -238,18 +241,8 @@ def test_a_responses_request_holds_only_what_it_sent_and_what_its_answer_repeats
 
     async def scenario():
         gate = asyncio.Event()
-
-        async def slow_stream(request):
-            out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-            await out.prepare(request)
-            await out.write(b'data: {"text_output": "a"}\n\n')
-            await gate.wait()
-            await out.write(b'data: {"text_output": "b", "finish_reason": "stop", "prompt_tokens": 1, '
-                            b'"completion_tokens": 2}\n\n')
-            return out
-
         async with Rig() as rig:
-            rig.upstream.answer = slow_stream
+            rig.upstream.answer = stream_held_by(gate)
             marker = "probe-" + "r" * 14
             items = [{"role": "user", "content": [{"type": "input_text", "text": marker}] * 5}] * 2800
             body = {"model": "ml/llama", "stream": True, "user": marker, "instructions": "be brief", "input": items}

@@ -206,6 +206,18 @@ def test_slow_heads_filling_the_pool_make_room_for_a_newcomer(monkeypatch):
     run(scenario)
 
 
+async def all_idle_then_a_newcomer_served(rig: Rig, held: list) -> None:
+    """The ten `held` connections (a pool of ten) count as idle, none with a request in progress,
+    and a newcomer is served once they have been idle long enough to be reaped."""
+    await settle(lambda: len(rig.gw.connections.idle) == 10)
+    assert [g.requests for g in rig.gw.connections.guards.values()] == [0] * 10
+    await asyncio.sleep(0.3)
+    newcomer = await raw_request_from(rig.port, "127.0.0.99")
+    assert newcomer.status == 200
+    for _, w in held:
+        w.close()
+
+
 def test_connections_that_sent_an_unknown_expectation_are_reaped_like_any_other(monkeypatch):
     """`Expect` is read before the middlewares: aiohttp's own handler answered anything but
     100-continue with a plain-text 417 that the connection guard never saw end, so ten keep-alive
@@ -224,13 +236,7 @@ def test_connections_that_sent_an_unknown_expectation_are_reaped_like_any_other(
                 reply = await asyncio.wait_for(read_reply(reader), 5)
                 assert reply.status == 200 and reply.json()["object"] == "list"
                 held.append((reader, writer))
-            await settle(lambda: len(rig.gw.connections.idle) == 10)
-            assert [g.requests for g in rig.gw.connections.guards.values()] == [0] * 10
-            await asyncio.sleep(0.3)
-            newcomer = await raw_request_from(rig.port, "127.0.0.99")
-            assert newcomer.status == 200
-            for _, w in held:
-                w.close()
+            await all_idle_then_a_newcomer_served(rig, held)
     run(scenario)
 
 
@@ -255,13 +261,7 @@ def test_connections_that_sent_only_empty_lines_are_reaped_like_idle_ones(monkey
             reply = await asyncio.wait_for(read_reply(reader), 5)
             assert reply.status == 200 and reply.json()["object"] == "list"
             held.append((reader, writer))
-            await settle(lambda: len(rig.gw.connections.idle) == 10)
-            assert [g.requests for g in rig.gw.connections.guards.values()] == [0] * 10
-            await asyncio.sleep(0.3)
-            newcomer = await raw_request_from(rig.port, "127.0.0.99")
-            assert newcomer.status == 200
-            for _, w in held:
-                w.close()
+            await all_idle_then_a_newcomer_served(rig, held)
     run(scenario)
 
 
