@@ -440,6 +440,38 @@ def test_holding_is_bounded_and_times_out_with_retry_after():
     asyncio.run(scenario())
 
 
+def test_one_key_holds_only_its_share_of_all_held_requests():
+    """The key's share applied to each service's queue only: one key spread over many waking
+    services filled the gateway's whole total, and another key's request for a waking service got
+    a 503 that named that service's (empty) queue."""
+    async def scenario():
+        gw = gateway(max_held_per_service=8, max_held_total=8, key_share=0.5, hold_timeout_seconds=5)
+        for name in ("one", "two", "three"):
+            gw.router.set_service(isvc(name, autoscaling={"minReplicas": 0, "maxReplicas": 1}))
+        one, two, three = (gw.router.services[("ml", n)] for n in ("one", "two", "three"))
+        mine = [asyncio.create_task(gw.holding.endpoint(svc, caller(gw))) for svc in (one, one, two, two)]
+        await asyncio.sleep(0.02)
+        with pytest.raises(oai.OpenAIError) as e:
+            await gw.holding.endpoint(three, caller(gw))
+        assert (e.value.status, e.value.code, e.value.message) == (
+            429, "hold_share_full", "model three is starting and API key a has 4 requests waiting for models that are "
+                                    "starting already (its share); retry later")
+        gw.auth.grants.update(k.parse(f"keys: [{{name: c, key: {KEY_B}x, namespaces: [ml]}}]", "keys"))
+        theirs = [asyncio.create_task(gw.holding.endpoint(three, caller(gw, KEY_B + "x"))) for _ in range(4)]
+        await asyncio.sleep(0.02)
+        assert gw.holds.count == 8
+        with pytest.raises(oai.OpenAIError) as e:
+            await gw.holding.endpoint(three, caller(gw, KEY_B))
+        assert (e.value.status, e.value.message) == (
+            503, "model three is starting and the gateway holds as many requests for starting models as it takes (8); "
+                 "retry later")
+        for task in mine + theirs:
+            task.cancel()
+        await asyncio.gather(*mine, *theirs, return_exceptions=True)
+        assert gw.holds.count == 0 and gw.holds.by_key == {}
+    asyncio.run(scenario())
+
+
 def test_one_key_holds_only_its_share_of_a_services_queue():
     async def scenario():
         gw = gateway(max_held_per_service=8, key_share=0.25, hold_timeout_seconds=5)

@@ -10,6 +10,8 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
+
 from aiohttp import web
 
 from triton_operator.gateway import keys as k
@@ -18,7 +20,7 @@ from triton_operator.gateway.auth import cache_scope
 from triton_operator.gateway.passthrough_proxy import HEADER_LENGTH
 from triton_runtime.serving.prefix_cache import BOUNDARY, END, PrefixCache
 
-from .gateway_http import KEY_A, KEY_B, Rig, isvc, run, slice_for
+from .gateway_http import KEY_A, KEY_B, Rig, isvc, run, settle, slice_for
 
 NS = {"X-Inference-Namespace": "ml"}
 
@@ -309,5 +311,77 @@ def test_a_key_reaches_only_its_services_on_every_route():
                     ("POST", "/v2/models/resnet/infer", {"inputs": []}, {"X-Inference-Namespace": "vault"})):
                 reply = await rig.call(method, target, key=KEY_B, body=body, headers=headers)
                 assert (reply.status, reply.error["type"]) == (403, "permission_error"), target
+            assert rig.upstream.seen == []
+    run(scenario)
+
+
+def test_what_an_llm_is_told_to_generate_on_v2_is_what_its_key_is_charged_for():
+    """`stream` on /generate made a streaming model run the whole generation, answered 200 with
+    an error and no counts, so the key was charged nothing (`n` 16 made it 16 times the cap);
+    `n` as `[[16]]` was reserved as 1 where Triton flattens it to 16. Both are refused."""
+    async def scenario():
+        async with Rig() as rig:
+            for body, param, message in (
+                    ({"text_input": "x", "stream": True}, "stream", "stream: send streamed requests to generate_stream"),
+                    ({"text_input": "x", "stream": [True]}, "stream", "stream: send streamed requests to generate_stream"),
+                    ({"text_input": "x", "parameters": {"stream": True}}, "parameters.stream",
+                     "parameters.stream: send streamed requests to generate_stream"),
+                    ({"text_input": "x", "n": [[16]]}, "n", "n must be a whole number from 1 to 16"),
+                    ({"text_input": "x", "parameters": {"n": 4294967312}}, "parameters.n",
+                     "parameters.n must be a whole number from 1 to 16"),
+                    ({"text_input": "x", "n": True}, "n", "n must be a whole number from 1 to 16"),
+                    ({"text_input": "x", "n": 17}, "n", "n must be a whole number from 1 to 16")):
+                reply = await rig.call("POST", "/v2/models/llama/generate", headers=NS, body=body)
+                assert (reply.status, reply.error["param"], reply.error["message"]) == (400, param, message), body
+            assert rig.upstream.seen == []
+            for target, body in (("/v2/models/llama/generate_stream", {"text_input": "x", "stream": True, "n": [2]}),
+                                 ("/v2/models/llama/generate", {"text_input": "x", "parameters": {"n": 3}})):
+                reply = await rig.call("POST", target, headers=NS, body=body)
+                assert reply.status == 200, (target, reply.body[:200])
+            assert len(rig.upstream.seen) == 2
+    run(scenario)
+
+
+def test_a_request_held_while_its_service_wakes_costs_nothing_when_its_client_leaves():
+    """On the v2 routes the tokens were reserved before the request was held, and a client that
+    left while the service woke (no replica ever saw the request) was charged them all: an honest
+    client whose timeout is shorter than a cold start paid max_tokens x n for each retry."""
+    async def scenario():
+        async with Rig() as rig:
+            rig.gw.auth.grants = k.parse(
+                f"keys: [{{name: t, key: {KEY_A}, namespaces: [ml], tokensPerMinute: 100000}}]", "k")
+            rig.gw.watches._service_event("ADDED", isvc("cold", autoscaling={"minReplicas": 0, "maxReplicas": 1}))
+            for target, body in (("/v2/models/cold/generate", {"text_input": "x", "max_tokens": 30000}),
+                                 ("/v2/models/cold/generate_stream", {"text_input": "x", "max_tokens": 2000, "n": 16}),
+                                 ("/v1/completions", {"model": "ml/cold", "prompt": "x", "max_tokens": 30000})):
+                task = asyncio.create_task(rig.call("POST", target, body=body, headers=NS))
+                await settle(lambda: rig.gw.holds.count == 1)
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                await settle(lambda: rig.gw.holds.count == 0 and not rig.gw.in_flight.by_key)
+                levels = [level for level, _ in rig.gw.auth.token_limiter.buckets.values()]
+                assert levels == [] or levels[0] > 100000 - 10, (target, levels)   # a refill's worth at most
+            assert rig.upstream.seen == []
+    run(scenario)
+
+
+@pytest.mark.parametrize("change, status", [("revoked", 401), ("narrowed", 403)])
+def test_a_request_held_while_its_key_is_revoked_or_narrowed_never_reaches_the_model(change, status):
+    """A held request kept the authorization it came with: revoked, or moved to another namespace,
+    while its service woke, its key's request still went to the model once a replica was up (up to
+    the hold timeout after the key file changed). It is answered as a new request would be."""
+    async def scenario():
+        async with Rig() as rig:
+            rig.gw.watches._service_event("ADDED", isvc("cold", autoscaling={"minReplicas": 0, "maxReplicas": 1}))
+            task = asyncio.create_task(rig.call("POST", "/v2/models/cold/generate", body={"text_input": "x"},
+                                                headers=NS))
+            await settle(lambda: rig.gw.holds.count == 1)
+            rig.gw.auth.grants = k.parse(f"keys: [{{name: b, key: {KEY_B}, namespaces: [ml]}}]" if change == "revoked"
+                                         else f"keys: [{{name: a, key: {KEY_A}, namespaces: [lab]}}]", "k")
+            assert (await rig.call("GET", "/v2/models/cold/ready", headers=NS)).status == status   # a new one
+            rig.gw.watches._slice_event("ADDED", slice_for("cold", rig.upstream.port))
+            reply = await asyncio.wait_for(task, 5)
+            assert reply.status == status and reply.error["code"] == (
+                "invalid_api_key" if status == 401 else "model_not_allowed")
             assert rig.upstream.seen == []
     run(scenario)

@@ -30,11 +30,13 @@ log = logging.getLogger(__name__)
 class Caller:
     """An authenticated request's API key: its digest (the tenant's identity in every limit) and
     what it may do; `reserved`, the tokens this request took from the key's tokensPerMinute when it
-    started and has not settled yet (Auth.reserve)."""
+    started and has not settled yet (Auth.reserve); `reached`, whether the request was sent to a
+    replica (one that never was, held while its service woke, costs nothing)."""
 
     digest: str
     grant: keys_core.Grant
     reserved: int = 0
+    reached: bool = False
 
     @property
     def cache_scope(self) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from . import limits
 from . import openai_schema as oai
@@ -59,6 +59,9 @@ class Holding:
     wakeups: Wakeups
     clock: Callable[[], float]
     tracing: tr.Off | tr.On
+    # the key's grant as the gateway holds it now (None: revoked): a held request is looked at again
+    # before it goes to a replica (a key revoked or narrowed while its request waited was answered 200)
+    grant_of: Callable[[str], Any] | None = None
     draining: bool = field(default=False, init=False)
     # service -> when its last no-usable-replica line was logged
     _said: dict[ServiceKey, float] = field(default_factory=dict, init=False)
@@ -76,27 +79,31 @@ class Holding:
         full = self.holds.admit(svc.key, caller.digest)
         if full is not None:
             m.REJECTED.labels("hold_full").inc()
-            if full == "key":
+            if full in ("key", "key_total"):
+                waiting = (f"{self.holds.per_key} requests waiting for it" if full == "key" else
+                           f"{self.holds.per_key_total} requests waiting for models that are starting")
                 raise oai.OpenAIError(429, f"model {svc.key[1]} is starting and API key {caller.grant.name} has "
-                                         f"{self.holds.per_key} requests waiting for it already (its share); retry "
-                                         f"later", "rate_limit_error", code="hold_share_full",
-                                    retry_after=self.settings.retry_after_seconds)
-            raise oai.OpenAIError(503, f"model {svc.key[1]} is starting and {self.holds.held(svc.key)} requests "
-                                     f"already wait for it; retry later", "service_unavailable",
-                                code="model_starting", retry_after=self.settings.retry_after_seconds)
+                                         f"{waiting} already (its share); retry later", "rate_limit_error",
+                                    code="hold_share_full", retry_after=self.settings.retry_after_seconds)
+            waiting = (f"{self.holds.held(svc.key)} requests already wait for it" if full == "service" else
+                       f"the gateway holds as many requests for starting models as it takes ({self.holds.total})")
+            raise oai.OpenAIError(503, f"model {svc.key[1]} is starting and {waiting}; retry later",
+                                "service_unavailable", code="model_starting",
+                                retry_after=self.settings.retry_after_seconds)
         gauge = m.HELD.labels(*svc.key)
         gauge.inc()
         try:
             with self.tracing.span("gateway.hold", {tr.NAMESPACE: svc.key[0], tr.NAME: svc.key[1]}):
-                return await self._wait_for_replica(svc, now, begins)
+                return await self._wait_for_replica(svc, now, begins, caller)
         finally:
             self.holds.leave(svc.key, caller.digest)
             gauge.dec()
 
-    async def _wait_for_replica(self, svc: Service, started: float, begins: Beginning | None = None) -> Address:
-        """The wait of endpoint(): until a replica is usable, the service goes away or fails, or the
-        wait's deadline passes: hold_timeout_seconds while replicas are starting, else
-        UNUSABLE_GRACE_SECONDS."""
+    async def _wait_for_replica(self, svc: Service, started: float, begins: Beginning | None = None,
+                                caller: Caller | None = None) -> Address:
+        """The wait of endpoint(): until a replica is usable, the service goes away or fails, its
+        caller's key is revoked or may no longer use it, or the wait's deadline passes:
+        hold_timeout_seconds while replicas are starting, else UNUSABLE_GRACE_SECONDS."""
         while True:
             event = self.wakeups.event(svc.key)
             starting = svc.starting()
@@ -119,6 +126,8 @@ class Holding:
             if current is None:
                 raise oai.OpenAIError(404, f"model {svc.key[1]} was deleted", code="model_not_found")
             svc = current
+            if caller is not None and self.grant_of is not None:
+                self._check_still_allowed(caller, svc)
             self._check_servable(svc)
             now = self.clock()
             address = self.router.pick(svc.key, now, begins)
@@ -126,6 +135,19 @@ class Holding:
                 m.HOLD_SECONDS.labels(*svc.key).observe(now - started)
                 return address
             self._check_reachable(svc, now)
+
+    def _check_still_allowed(self, caller: Caller, svc: Service) -> None:
+        """401 when the caller's key was revoked while its request was held, 403 when it may no
+        longer use the service (as a new request with it would be answered)."""
+        assert self.grant_of is not None
+        grant = self.grant_of(caller.digest)
+        if grant is None:
+            m.REJECTED.labels("unauthorized").inc()
+            raise oai.OpenAIError(401, "invalid API key", code="invalid_api_key")
+        if not grant.allows(svc.key):
+            m.REJECTED.labels("forbidden").inc()
+            raise oai.OpenAIError(403, f"this API key may not use model {svc.key[1]!r}", "permission_error",
+                                code="model_not_allowed", param="model")
 
     def _unusable(self, svc: Service) -> oai.OpenAIError:
         """The 503 (and the log line and metric) for a service that has its replicas, none usable."""

@@ -58,14 +58,21 @@ class Holds:
     per_service: int        # requests held for one service
     per_key: int            # of which one key may hold
     total: int              # requests held for all services
+    per_key_total: int | None = None   # of which one key may hold (None: total): its share over all services
     count: int = 0
     by_service: dict[ServiceKey, int] = field(default_factory=dict)
     by_service_and_key: dict[tuple[ServiceKey, str], int] = field(default_factory=dict)
+    by_key: dict[str, int] = field(default_factory=dict)
 
     def admit(self, service: ServiceKey, who: str) -> str | None:
-        """None when the request may wait; else which bound is reached ("service", "key", "total")."""
+        """None when the request may wait; else which bound is reached ("key": the key's share of
+        the service's queue, "key_total": its share of all, "service", "total"). Without a share of
+        the total, one key spread over many services filled it, and every other key's requests for
+        a waking service were refused."""
         if self.by_service_and_key.get((service, who), 0) >= self.per_key:
             return "key"
+        if self.by_key.get(who, 0) >= (self.per_key_total or self.total):
+            return "key_total"
         if self.by_service.get(service, 0) >= self.per_service:
             return "service"
         if self.count >= self.total:
@@ -73,12 +80,14 @@ class Holds:
         self.count += 1
         self.by_service[service] = self.by_service.get(service, 0) + 1
         self.by_service_and_key[(service, who)] = self.by_service_and_key.get((service, who), 0) + 1
+        self.by_key[who] = self.by_key.get(who, 0) + 1
         return None
 
     def leave(self, service: ServiceKey, who: str) -> None:
         self.count -= 1
         _decrement(self.by_service, service)
         _decrement(self.by_service_and_key, (service, who))
+        _decrement(self.by_key, who)
 
     def held(self, service: ServiceKey) -> int:
         return self.by_service.get(service, 0)

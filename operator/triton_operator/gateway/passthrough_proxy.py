@@ -85,13 +85,15 @@ class PassthroughProxy:
             assert held.body is not None
             check_header_length(request, len(held.body), encoding == "identity")
             if generate:
-                held.replace(self._capped(held.body, svc, caller))
+                held.replace(self._capped(held.body, svc, caller, call.route))
             return await self._v2_admitted(request, caller, svc, path, held, generate)
 
-    def _capped(self, raw: bytes | bytearray, svc: Service, caller: Caller) -> bytes:
+    def _capped(self, raw: bytes | bytearray, svc: Service, caller: Caller, route: str = "/generate") -> bytes:
         """A generate request within the key's max_tokens, as the replica is sent it (re-encoded):
         refused past the cap, at the top level or inside "parameters"; an LLM service's request that
-        names none gets the service's default, capped (the model's own default may be larger)."""
+        names none gets the service's default, capped (the model's own default may be larger).
+        `n` is held to what the key is charged for (one whole number, 1 to MAX_N), and an LLM's
+        /generate may not ask the model to stream."""
         data = oai.parse_json(raw)
         if not isinstance(data, dict):
             m.REJECTED.labels("bad_request").inc()
@@ -110,6 +112,22 @@ class PassthroughProxy:
             m.REJECTED.labels("bad_request").inc()
             raise oai.OpenAIError(400, f"{', '.join(reserved)}: set by the gateway, not by clients", param=reserved[0],
                                 code="reserved_parameter")
+        if svc.llm and route == "/generate" and any("stream" in scope for scope, _ in scopes):
+            # Triton's /generate takes one response: a streaming model's many are answered 200 with
+            # an error after the whole generation ran, and the answer had no counts to charge.
+            prefix = next(p for scope, p in scopes if "stream" in scope)
+            m.REJECTED.labels("bad_request").inc()
+            raise oai.OpenAIError(400, f"{prefix}stream: send streamed requests to generate_stream",
+                                param=f"{prefix}stream")
+        for scope, prefix in scopes:
+            n = scope.get("n")
+            if "n" in scope and not (isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= oai.MAX_N
+                                     or isinstance(n, list) and len(n) == 1 and isinstance(n[0], int)
+                                     and not isinstance(n[0], bool) and 1 <= n[0] <= oai.MAX_N):
+                # Triton flattens nested lists (`[[16]]` is 16) and wraps 64-bit numbers to 32: what
+                # the key is charged for must be what the model is told.
+                m.REJECTED.labels("bad_request").inc()
+                raise oai.OpenAIError(400, f"{prefix}n must be a whole number from 1 to {oai.MAX_N}", param=f"{prefix}n")
         cap = self.auth.max_tokens_cap(caller)
         asked_anywhere = False
         for scope, prefix in scopes:
@@ -182,7 +200,7 @@ class PassthroughProxy:
             # too), or the answer was too large to take: the replica did the work, so the key's
             # budget pays what the request could make. A stream charges what it received.
             if (isinstance(e, asyncio.CancelledError) or e.code == "upstream_answer_too_large") and (
-                    generate and svc.llm and not (exchange is not None and exchange.charged)):
+                    generate and svc.llm and caller.reached and not (exchange is not None and exchange.charged)):
                 self.auth.spend_abandoned(caller, _asked_tokens(held.body))
             raise
         finally:

@@ -76,7 +76,7 @@ class Gateway:
                                         limits.share(settings.body_budget_bytes, settings.key_share))
         self.holds = limits.Holds(settings.max_held_per_service,
                                   limits.share(settings.max_held_per_service, settings.key_share),
-                                  settings.max_held_total)
+                                  settings.max_held_total, limits.share(settings.max_held_total, settings.key_share))
         self.in_flight = limits.InFlight()
         self.connections = guard.Limits(settings.max_connections, settings.header_timeout_seconds,
                                         settings.max_header_bytes, settings.max_connections_per_address,
@@ -85,7 +85,8 @@ class Gateway:
         self.auth = Auth(settings, clock, tracing)
         self.admission = Admission(settings, self.bodies, self.in_flight)
         self.resolver = Resolver(self.router, tracing)
-        self.holding = Holding(settings, self.router, self.holds, wakeups, clock, tracing)
+        self.holding = Holding(settings, self.router, self.holds, wakeups, clock, tracing,
+                               grant_of=lambda digest: self.auth.grants.get(digest))
         self.watches = Watches(settings, api, self.router, wakeups)
         self.upstream = Upstream(settings, self.router, self.holding, clock, tracing)
         self.openai_proxy = OpenAIProxy(self.router, self.auth, self.admission, self.resolver, self.holding,

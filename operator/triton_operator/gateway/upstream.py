@@ -205,6 +205,7 @@ class Upstream:
                 sent = self.clock()
                 if begins is not None and begins.precise and has_cursor_slot(body):
                     self.router.write_cursor(body, address)
+                caller.reached = True
                 resp = await self.session().request(method, target, data=body, headers=headers,
                                                     server_hostname=self.tls_name(svc))
                 span.status_code(resp.status)
