@@ -324,6 +324,7 @@ def test_what_an_llm_is_told_to_generate_on_v2_is_what_its_key_is_charged_for():
             for body, param, message in (
                     ({"text_input": "x", "stream": True}, "stream", "stream: send streamed requests to generate_stream"),
                     ({"text_input": "x", "stream": [True]}, "stream", "stream: send streamed requests to generate_stream"),
+                    ({"text_input": "x", "stream": 1}, "stream", "stream: send streamed requests to generate_stream"),
                     ({"text_input": "x", "parameters": {"stream": True}}, "parameters.stream",
                      "parameters.stream: send streamed requests to generate_stream"),
                     ({"text_input": "x", "n": [[16]]}, "n", "n must be a whole number from 1 to 16"),
@@ -335,10 +336,11 @@ def test_what_an_llm_is_told_to_generate_on_v2_is_what_its_key_is_charged_for():
                 assert (reply.status, reply.error["param"], reply.error["message"]) == (400, param, message), body
             assert rig.upstream.seen == []
             for target, body in (("/v2/models/llama/generate_stream", {"text_input": "x", "stream": True, "n": [2]}),
-                                 ("/v2/models/llama/generate", {"text_input": "x", "parameters": {"n": 3}})):
+                                 ("/v2/models/llama/generate", {"text_input": "x", "parameters": {"n": 3}}),
+                                 ("/v2/models/llama/generate", {"text_input": "x", "stream": False})):
                 reply = await rig.call("POST", target, headers=NS, body=body)
                 assert reply.status == 200, (target, reply.body[:200])
-            assert len(rig.upstream.seen) == 2
+            assert len(rig.upstream.seen) == 3
     run(scenario)
 
 

@@ -112,10 +112,11 @@ class PassthroughProxy:
             m.REJECTED.labels("bad_request").inc()
             raise oai.OpenAIError(400, f"{', '.join(reserved)}: set by the gateway, not by clients", param=reserved[0],
                                 code="reserved_parameter")
-        if svc.llm and route == "/generate" and any("stream" in scope for scope, _ in scopes):
+        streaming = [p for scope, p in scopes if scope.get("stream") not in (None, False, [False])]
+        if svc.llm and route == "/generate" and streaming:
             # Triton's /generate takes one response: a streaming model's many are answered 200 with
             # an error after the whole generation ran, and the answer had no counts to charge.
-            prefix = next(p for scope, p in scopes if "stream" in scope)
+            prefix = streaming[0]
             m.REJECTED.labels("bad_request").inc()
             raise oai.OpenAIError(400, f"{prefix}stream: send streamed requests to generate_stream",
                                 param=f"{prefix}stream")
