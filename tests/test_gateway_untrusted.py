@@ -93,12 +93,24 @@ def _probe(body: bytes) -> bool:
     return set(json.loads(body)) == {"kv_events_after"}
 
 
-def _answering(payload: bytes):
+def _answering(payload: bytes, status: int = 200):
     """A replica that answers every generate with `payload` (and a kvEvents probe with nothing)."""
     async def answer(request: web.BaseRequest) -> web.StreamResponse:
         if _probe(await request.read()):
             return web.json_response({"kv_events": ""})
-        return web.Response(body=payload, content_type="application/json")
+        return web.Response(body=payload, status=status, content_type="application/json")
+    return answer
+
+
+def _streaming(events: list):
+    """A replica that streams `events` to every generate_stream."""
+    async def answer(request: web.BaseRequest) -> web.StreamResponse:
+        await request.read()
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        for event in events:
+            await out.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+        return out
     return answer
 
 
@@ -144,6 +156,53 @@ def test_a_replica_answer_that_cannot_be_read_is_a_502():
             assert reply.status == 200 and b"Infinity" not in reply.body
             content = reply.json()["choices"][0]["logprobs"]["content"]
             assert [(t["token"], t["logprob"]) for t in content[0]["top_logprobs"]] == [("x", -0.5), ("y", -9999.0)]
+    run(scenario)
+
+
+def test_what_a_replica_writes_reaches_clients_only_as_text_of_the_right_shape():
+    """Values a replica sent of another type than text were written as their Python repr: a dict's
+    keys and all, in an answer's content, a tool call's arguments (not JSON), a log probability's
+    token, or an error message (an internal address reached the client); a finish_reason object
+    broke OpenAI's schema; a lone surrogate in a log probability's token was a 500 (a stream cut
+    with no error event); an answer index out of range was mixed into the first answer. Each is now
+    a 502 (an error event in a stream) naming what could not be read, or, for an error, the fixed text."""
+    async def scenario():
+        async with Rig() as rig:
+            chat, logprobs = CHAT, {**CHAT, "logprobs": True, "top_logprobs": 2}
+            cases = [
+                ({"text_output": {"secret": "x"}}, chat, "holds a text_output that is not text"),
+                ({"text_output": [{"a": 1}, "2"]}, chat, "holds a text_output that is not text"),
+                ({"text_output": "x", "finish_reason": {"x": 1}}, chat, "holds a finish_reason that is not text"),
+                ({"text_output": "", "tool_calls": json.dumps([{"name": {"n": 1}, "arguments": "{}"}])}, chat,
+                 "holds a tool call whose name or arguments are not text"),
+                ({"text_output": "", "tool_calls": json.dumps([{"name": "f", "arguments": {"a": 1}}])}, chat,
+                 "holds a tool call whose name or arguments are not text"),
+                ({"text_output": "x", "logprobs": json.dumps([{"token": {"x": 1}, "logprob": -1.0}])}, logprobs,
+                 "holds a log probability's token that is not text"),
+                ({"text_output": "x", "logprobs": json.dumps([{"token": "x", "logprob": -1.0, "top": [[["t"], -1]]}])},
+                 logprobs, "holds a log probability's token that is not text"),
+                ({"text_output": "x", "logprobs": '[{"token": "\\ud800", "logprob": -1.0}]'}, logprobs,
+                 "holds text that is not valid Unicode"),
+                ({"text_output": "x", "index": 99}, chat, "holds an answer index that is not one of the answers asked for"),
+                ({"text_output": "x", "index": -1}, chat, "holds an answer index that is not one of the answers asked for"),
+            ]
+            for answer, body, why in cases:
+                rig.upstream.answer = _answering(json.dumps(answer).encode())
+                reply = await rig.call("POST", "/v1/chat/completions", body=body)
+                assert (reply.status, reply.error) == unreadable("the model's answer " + why), answer
+                assert b"{'" not in reply.body
+            # the same in a stream: an error event, no repr
+            rig.upstream.answer = _streaming([{"text_output": "a"}, {"text_output": {"secret": "x"}}])
+            reply = await rig.call("POST", "/v1/chat/completions", body={**CHAT, "stream": True})
+            events = [json.loads(line[6:]) for line in reply.body.decode().split("\n") if line.startswith("data: {")]
+            assert reply.status == 200 and events[-1]["error"]["message"] == (
+                "the model's answer holds a text_output that is not text") and b"secret" not in reply.body
+            # a model's error as an object: the fixed text, none of its fields
+            rig.upstream.answer = _answering(json.dumps(
+                {"error": {"m": "[llm] bad", "where": "10.9.9.9"}}).encode(), status=400)
+            reply = await rig.call("POST", "/v1/chat/completions", body=CHAT)
+            assert reply.status == 502 and b"10.9.9.9" not in reply.body
+            assert reply.error["message"] == "the model answered with an error"
     run(scenario)
 
 

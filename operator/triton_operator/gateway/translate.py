@@ -218,16 +218,22 @@ def answer_of(response: Any) -> Answer:
         raise _unreadable("is not a JSON object")
     if "error" in response:
         raise model_error(response["error"])
+    # What reaches the client is text the model wrote, checked as text: a value of another type was
+    # written as its Python repr (a dict's keys and all) into the answer.
     out = response.get("text_output")
-    if isinstance(out, list):
-        out = "".join(str(x) for x in out)
+    if isinstance(out, list) and all(isinstance(x, str) for x in out):
+        out = "".join(out)
     if out is None:
         raise OpenAIError(502, "the model's response has no text_output: is it a generate-capable LLM model?",
                           "upstream_error", code="upstream_failed")
+    if not isinstance(out, str):
+        raise _unreadable("holds a text_output that is not text")
     reason = _first(response.get("finish_reason"))
-    return Answer(str(out), reason or None, _count(response.get("prompt_tokens")),
+    if reason is not None and not isinstance(reason, str):
+        raise _unreadable("holds a finish_reason that is not text")
+    return Answer(out, reason or None, _count(response.get("prompt_tokens")),
                   _count(response.get("completion_tokens")), answer_index(response),
-                  _json_list(response.get("tool_calls"), "tool_calls"),
+                  _calls(_json_list(response.get("tool_calls"), "tool_calls")),
                   _logprobs(_json_list(response.get("logprobs"), "logprobs")),
                   _count(response.get("cached_tokens")), _str(response.get("kv_events")))
 
@@ -236,16 +242,31 @@ def _unreadable(why: str) -> OpenAIError:
     return OpenAIError(502, f"the model's answer {why}", "upstream_error", code="upstream_failed")
 
 
+def _calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The llm model's tool calls, checked: a name and arguments, each text."""
+    for c in calls:
+        if not isinstance(c.get("name", ""), str) or not isinstance(c.get("arguments", "{}"), str):
+            raise _unreadable("holds a tool call whose name or arguments are not text")
+    return calls
+
+
 def _logprobs(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The llm model's log probabilities, checked: each a token, a number, and its top
-    alternatives as [token, number] pairs (what chat_logprobs and completion_logprobs write). A
-    log probability of minus infinity (a token sampling ruled out) is given as OpenAI gives one,
-    -9999.0: JSON has no infinities."""
+    """The llm model's log probabilities, checked: each a token (text that UTF-8 can encode), a
+    number, and its top alternatives as [token, number] pairs (what chat_logprobs and
+    completion_logprobs write). A log probability of minus infinity (a token sampling ruled out)
+    is given as OpenAI gives one, -9999.0: JSON has no infinities."""
     out = []
     for e in entries:
         top = e.get("top") or []
         if not isinstance(top, list) or not all(isinstance(p, list) and len(p) == 2 for p in top):
             raise _unreadable("holds log probabilities that are not numbers")
+        for token in (e.get("token", ""), *(t for t, _ in top)):
+            if not isinstance(token, str):
+                raise _unreadable("holds a log probability's token that is not text")
+            try:
+                token.encode("utf-8")
+            except UnicodeEncodeError:
+                raise _unreadable("holds text that is not valid Unicode") from None
         out.append({**e, "logprob": _logprob(e.get("logprob", NO_LOGPROB)), "top": [[t, _logprob(v)] for t, v in top]})
     return out
 
@@ -257,9 +278,14 @@ def _logprob(value: Any) -> float:
 
 
 def answer_index(response: dict[str, Any]) -> int:
-    """Which of a request's n answers a response belongs to (0 when it does not say, or says nonsense)."""
+    """Which of a request's n answers a response belongs to (0 when it does not say). One that says
+    nonsense (not 0 to MAX_N - 1) is unreadable: read as 0, its text was mixed into the first answer."""
+    if response.get("index") is None:
+        return 0
     index = _int(response.get("index"))
-    return index if index is not None and 0 <= index < MAX_N else 0
+    if index is None or not 0 <= index < MAX_N:
+        raise _unreadable("holds an answer index that is not one of the answers asked for")
+    return index
 
 
 def _str(value: Any) -> str:
@@ -302,7 +328,7 @@ def _count(value: Any) -> int | None:
 def model_error(error: Any) -> OpenAIError:
     """A model's error: the llm model's own words (tagged) as a 400, anything else as a fixed text
     (what Triton or another model says stays with the operator: server._upstream_error)."""
-    text = str(error)
+    text = _first(error) if isinstance(_first(error), str) else ""   # an object's repr reached clients, fields and all
     at = text.find(MODEL_ERROR_TAG)
     if at >= 0:
         return OpenAIError(400, text[at + len(MODEL_ERROR_TAG):][:500], code="model_refused")
@@ -400,7 +426,8 @@ def completion(gen: Generate, answer: Answer | list[Answer]) -> dict[str, Any]:
     """A whole (non-streamed) answer, one choice per answer. A text model's answer has no finish
     reason of its own: cut at a stop sequence it is "stop", else "stop" too (it cannot be told
     apart from max_tokens)."""
-    answers = answer if isinstance(answer, list) else [answer]
+    # Answers the request did not ask for (an index of n or more) are not choices, as in a stream.
+    answers = [a for a in (answer if isinstance(answer, list) else [answer]) if a.index < gen.n]
     ident, obj, created = _ids(gen)
     choices = []
     for a in answers:
