@@ -197,13 +197,13 @@ class OpenAIProxy:
                     answer = await self._whole(request, resp, gen, svc, ex, caller, held, echoed)
                 ex.code = answer.status
                 return answer
-        except (asyncio.CancelledError, oai.OpenAIError) as e:
+        except (asyncio.CancelledError, oai.OpenAIError) as exc:
             # The client left before the model's count came (a stream left before its first event
             # too: the prompt is read first), or the answer was too large to take: the replica did
             # the work, so the key's budget pays what the request could make. A stream that got its
             # first event charges what it received.
-            if (isinstance(e, asyncio.CancelledError) or e.code == "upstream_answer_too_large") and caller.reached and not (
-                    exchange is not None and exchange.charged):
+            if (isinstance(exc, asyncio.CancelledError) or exc.code == "upstream_answer_too_large") and (
+                    caller.reached and not (exchange is not None and exchange.charged)):
                 self.auth.spend_abandoned(caller, gen.max_tokens * gen.n)
             raise
         finally:
