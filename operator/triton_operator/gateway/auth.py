@@ -194,12 +194,17 @@ class Auth:
         self.token_limiter.spend(caller.digest, caller.grant, prompt + completion - caller.reserved, self.clock())
         caller.reserved = 0
 
-    def spend_abandoned(self, caller: Caller, tokens: int) -> None:
-        """A request whose client left before its answer was read: the model's count never comes,
-        so the key's tokens-per-minute budget is charged what the request could have made (its
-        max_tokens, n times: what it reserved). Uncharged, a key whose clients hang up took the
-        replicas' time past its budget. The usage counters, which count what the model reported,
-        are left alone."""
+    def spend_abandoned(self, caller: Caller, tokens: int, error: BaseException, charged: bool) -> None:
+        """A request that ended with `error` before the model's count was charged (`charged`
+        False): when its client left after it was sent to a replica, or its answer was too large to
+        take, the replica did the work and the key's tokens-per-minute budget is charged what the
+        request could have made (`tokens`: its max_tokens, n times, what it reserved). Uncharged, a
+        key whose clients hang up took the replicas' time past its budget. Anything else costs
+        nothing (`settle` returns the reservation). The usage counters, which count what the model
+        reported, are left alone."""
+        if charged or not caller.reached or not (
+                isinstance(error, asyncio.CancelledError) or getattr(error, "code", None) == "upstream_answer_too_large"):
+            return
         self.token_limiter.spend(caller.digest, caller.grant, max(0, tokens) - caller.reserved, self.clock())
         caller.reserved = 0
 

@@ -109,9 +109,7 @@ class OpenAIProxy:
         except (asyncio.CancelledError, oai.OpenAIError) as exc:
             # The client left before the model's count came, or the answer was too large to take:
             # the replica read the input all the same, so the key's budget pays an estimate of it.
-            if (isinstance(exc, asyncio.CancelledError) or exc.code == "upstream_answer_too_large") and (
-                    caller.reached and not charged):
-                self.auth.spend_abandoned(caller, e.estimated_tokens(req))
+            self.auth.spend_abandoned(caller, e.estimated_tokens(req), exc, charged)
             raise
         finally:
             self.auth.settle(caller)
@@ -202,9 +200,7 @@ class OpenAIProxy:
             # too: the prompt is read first), or the answer was too large to take: the replica did
             # the work, so the key's budget pays what the request could make. A stream that got its
             # first event charges what it received.
-            if (isinstance(exc, asyncio.CancelledError) or exc.code == "upstream_answer_too_large") and (
-                    caller.reached and not (exchange is not None and exchange.charged)):
-                self.auth.spend_abandoned(caller, gen.max_tokens * gen.n)
+            self.auth.spend_abandoned(caller, gen.max_tokens * gen.n, exc, exchange is not None and exchange.charged)
             raise
         finally:
             self.auth.settle(caller)

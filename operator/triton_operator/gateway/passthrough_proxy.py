@@ -121,10 +121,8 @@ class PassthroughProxy:
             raise oai.OpenAIError(400, f"{prefix}stream: send streamed requests to generate_stream",
                                 param=f"{prefix}stream")
         for scope, prefix in scopes:
-            n = scope.get("n")
-            if "n" in scope and not (isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= oai.MAX_N
-                                     or isinstance(n, list) and len(n) == 1 and isinstance(n[0], int)
-                                     and not isinstance(n[0], bool) and 1 <= n[0] <= oai.MAX_N):
+            n = _single(scope.get("n"))
+            if "n" in scope and (isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= oai.MAX_N):
                 # Triton flattens nested lists (`[[16]]` is 16) and wraps 64-bit numbers to 32: what
                 # the key is charged for must be what the model is told.
                 m.REJECTED.labels("bad_request").inc()
@@ -132,9 +130,7 @@ class PassthroughProxy:
         cap = self.auth.max_tokens_cap(caller)
         asked_anywhere = False
         for scope, prefix in scopes:
-            asked = scope.get("max_tokens")
-            if isinstance(asked, list) and len(asked) == 1:
-                asked = asked[0]
+            asked = _single(scope.get("max_tokens"))
             if asked is None:
                 scope.pop("max_tokens", None)   # null is none asked (and no input given twice below)
                 continue
@@ -200,9 +196,9 @@ class PassthroughProxy:
             # The client left before the model's count came (a stream left before its first event
             # too), or the answer was too large to take: the replica did the work, so the key's
             # budget pays what the request could make. A stream charges what it received.
-            if (isinstance(e, asyncio.CancelledError) or e.code == "upstream_answer_too_large") and (
-                    generate and svc.llm and caller.reached and not (exchange is not None and exchange.charged)):
-                self.auth.spend_abandoned(caller, _asked_tokens(held.body))
+            if generate and svc.llm:
+                self.auth.spend_abandoned(caller, _asked_tokens(held.body), e,
+                                          exchange is not None and exchange.charged)
             raise
         finally:
             self.auth.settle(caller)
@@ -240,7 +236,7 @@ class PassthroughProxy:
                     usage = None
                 if usage is not None:
                     self.auth.spend(caller, svc, usage["prompt_tokens"], usage["completion_tokens"])
-                    ex.charged = usage["prompt_tokens"] is not None and usage["completion_tokens"] is not None
+                    ex.charged = True   # total_usage gives counts only when every answer had them
         await ex.to_client(request, out.write_eof())
         return out
 
@@ -265,6 +261,11 @@ def check_header_length(request: web.Request, body_length: int, identity: bool) 
                             code="bad_header")
 
 
+def _single(value: Any) -> Any:
+    """A value as Triton reads a request parameter: a list of one stands for its item."""
+    return value[0] if isinstance(value, list) and len(value) == 1 else value
+
+
 def _asked_tokens(body: bytes | bytearray | None) -> int:
     """The most tokens a generate request sent to a replica could make: its max_tokens (the
     gateway sets one on every LLM request it passes), n times."""
@@ -276,8 +277,7 @@ def _asked_tokens(body: bytes | bytearray | None) -> int:
 
     def number(name: str, default: int) -> int:
         for scope in scopes:
-            value = scope.get(name)
-            value = value[0] if isinstance(value, list) and len(value) == 1 else value
+            value = _single(scope.get(name))
             if isinstance(value, int) and not isinstance(value, bool) and value > 0:
                 return value
         return default

@@ -328,7 +328,7 @@ def _count(value: Any) -> int | None:
 def model_error(error: Any) -> OpenAIError:
     """A model's error: the llm model's own words (tagged) as a 400, anything else as a fixed text
     (what Triton or another model says stays with the operator: server._upstream_error)."""
-    text = _first(error) if isinstance(_first(error), str) else ""   # an object's repr reached clients, fields and all
+    text = _str(error)   # an object's repr reached clients, fields and all
     at = text.find(MODEL_ERROR_TAG)
     if at >= 0:
         return OpenAIError(400, text[at + len(MODEL_ERROR_TAG):][:500], code="model_refused")
