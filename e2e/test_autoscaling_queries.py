@@ -166,6 +166,9 @@ def test_one_query_reads_every_signal_of_an_llm_service_and_a_plain_one(promethe
     assert snap.get("in_flight", chat) == 64 + 40
     # Answers finished by the engines (errors and Triton's own request counter left out).
     assert snap.get("throughput", chat) == pytest.approx(30, rel=0.15)
+    # The same over the last 20 s (bursts inside a minute); a plain model's from Triton's successes.
+    assert snap.get("recent_throughput", chat) == pytest.approx(30, rel=0.15)
+    assert snap.get("recent_throughput", vision) == snap.get("throughput", vision) == 0
     assert snap.get("prompt_tokens", chat) == pytest.approx(1000) and snap.get("output_tokens", chat) == pytest.approx(200)
     assert snap.get("cached_tokens", chat) == pytest.approx(400)
     # p99 of request to last token from the histogram: all in (2.5, 5] s -> 2.5 + 0.99 x 2.5 s.

@@ -829,3 +829,85 @@ def test_a_new_service_keeps_one_replica_of_headroom_until_its_bursts_are_learne
     assert all(d.wants["demand"] == 2 for s, d in out if s < learned)
     assert all(d.wants["demand"] == 1 for s, d in out if s > learned)
     assert current == 1   # released once the hold after the last ask for 2 has passed
+
+
+def _minutes_with_bursts(recent: float | None, level: float = 15.0, busy: tuple[int, ...] = (),
+                         minutes: int = 14) -> History:
+    """Minutes of `level` req/s (3x that in the minutes `busy`) whose 20 s rate reads `recent` on
+    one tick a minute (a burst inside the minute; None: no recent throughput measured); pods
+    start in 30 s (a rise is judged over the minute logged last alone)."""
+    history, spec = measured(20.0, 2), SPEC.model_copy(update={"max_replicas": 40})
+    for i in range(minutes):
+        rate = 3 * level if i in busy else level
+        for k in range(6):
+            short = None if recent is None else max(recent, rate) if k == 2 else rate
+            sig = Signals(queue_depth=0, ready=2, arrival_rate=rate, throughput=rate, recent_throughput=short,
+                          startup_s=30.0)
+            history = decide(spec, 2, sig, history, T0 + timedelta(seconds=60 * i + 10 * k + 10)).history
+    return history
+
+
+def test_bursts_inside_a_minute_widen_the_band():
+    """Minutes of 15 req/s with 45 req/s over 20 s in each: latency is lost to the burst, which the
+    minute's rate averages away. The forecast's rises are read on the 20 s rate too, less SURGE_Z
+    standard deviations of its counting noise; read on minutes alone there are none."""
+    from triton_operator.autoscaling.history import SHORT_WINDOW_S, SURGE_Z
+    burst = 45.0 - SURGE_Z * math.sqrt(45.0 / SHORT_WINDOW_S)
+    assert _minutes_with_bursts(45.0).rise() == pytest.approx(burst - 15.0)
+    assert _minutes_with_bursts(None).rise() == 0.0
+    # A 20 s rate within its counting noise of the minute's is no burst (at 15 req/s, +-0.9).
+    assert _minutes_with_bursts(17.0).rise() == 0.0
+
+
+def test_a_quiet_minute_keeps_room_for_the_bursts_up_to_the_busiest_minutes_that_recurred():
+    """Half an hour of 5 req/s minutes with bursts of 30 req/s over 20 s in each, and two minutes
+    of 15 req/s: the band at a quiet minute rises to the busy minutes' rate (the highest that
+    recurred, its ceiling). Learned from minutes alone, two rises in thirty are under its
+    quantile: no band."""
+    spec = SPEC.model_copy(update={"max_replicas": 40})
+    quiet = Signals(queue_depth=0, ready=2, arrival_rate=5.0, throughput=5.0, recent_throughput=5.0, startup_s=30.0)
+    at = T0 + timedelta(seconds=60 * 32 + 10)
+    bursty = decide(spec, 2, quiet, _minutes_with_bursts(30.0, 5.0, (8, 20), 32), at)
+    calm = decide(spec, 2, quiet, _minutes_with_bursts(None, 5.0, (8, 20), 32), at)
+    assert "upper band +10 /" in bursty.reason and bursty.wants["demand"] == 1   # 15 / 19
+    assert f"upper band +{BAND_Z * math.sqrt(5 / 60):.1f} /" in calm.reason
+
+
+def _surged(later: float, count: int = 4) -> History:
+    """Minutes logged at 10 req/s and `later` req/s in turn; `count` surges of +30 req/s (a tick's
+    arrivals while requests waited) at 10 req/s, two minutes apart, each followed a start-up (60 s)
+    later by a minute at `later`."""
+    base = measured(20.0, 2)
+    minutes = tuple((T0 + timedelta(seconds=60 * i), 10.0 if i % 2 == 0 else later, 10.0) for i in range(2 * count + 2))
+    surges = tuple((T0 + timedelta(seconds=120 * i + 90), 10.0, 30.0) for i in range(count))
+    return replace(base, minutes=minutes, surges=surges)
+
+
+def test_a_surge_counts_for_the_share_of_it_that_surges_kept_a_start_up_later():
+    """Surges that were gone a start-up later count for nothing; ones that stayed, in full; a
+    surge not yet seen through, or fewer than three, count in full (nothing known)."""
+    end = T0 + timedelta(seconds=600)
+    assert _surged(later=10.0).persistence(end, 60.0) == 0.0
+    assert _surged(later=40.0).persistence(end, 60.0) == 1.0
+    assert _surged(later=25.0).persistence(end, 60.0) == pytest.approx(0.5)
+    assert _surged(later=10.0, count=2).persistence(end, 60.0) == 1.0
+    # The three oldest (1.5, 3.5, 5.5 min) alone are a start-up old at 6 min 40 s; two at 5 min.
+    assert _surged(later=10.0).persistence(T0 + timedelta(seconds=400), 60.0) == 0.0
+    assert _surged(later=10.0).persistence(T0 + timedelta(seconds=300), 60.0) == 1.0
+
+
+def test_demand_counts_a_surge_as_far_as_surges_lasted():
+    """Requests wait and the last tick took on 40 req/s where the minute's rate is 10: a step
+    would ask for three replicas, but this service's surges were gone within a start-up, so the
+    forecast is the minute's rate (one replica) plus the backlog's drain."""
+    spec = SPEC.model_copy(update={"max_replicas": 40})
+    history = _surged(later=10.0)
+    now = T0 + timedelta(seconds=600)
+    history = replace(history, contents=((now - timedelta(seconds=10), 0.0, None),),
+                      rates=((now - timedelta(seconds=10), 10.0, (now - timedelta(seconds=10)).timestamp()),))
+    sig = Signals(queue_depth=300, ready=1, arrival_rate=10.0, throughput=10.0, startup_s=60.0)
+    d = decide(spec, 1, sig, history, now)
+    assert "a surge counted x0.00" in d.reason and "demand 10 req/s" in d.reason
+    fresh = replace(history, surges=())
+    d2 = decide(spec, 1, sig, fresh, now)
+    assert "demand 40 req/s" in d2.reason and d2.wants["demand"] > d.wants["demand"]

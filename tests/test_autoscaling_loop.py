@@ -27,7 +27,7 @@ def series(signal: str, value: str, ns: str = "prod", svc: str = "chat") -> dict
 
 def test_one_query_tags_every_signal_and_substitutes_the_labels():
     q = combined_query(Settings())
-    assert q.count("label_replace(") == len(SIGNALS) == 12
+    assert q.count("label_replace(") == len(SIGNALS) == 13
     for signal in SIGNALS:
         assert f'"{SIGNAL_LABEL}", "{signal}", "", ""' in q
     assert "$service" not in q and "$namespace" not in q

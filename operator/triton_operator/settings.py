@@ -99,6 +99,14 @@ class Settings(BaseModel):
         description="PromQL for requests/s completed per service over the last minute (answers finished by the LLM "
                     "engine; for other formats, Triton's successes of the busiest model). The window must match the "
                     "policy's RATE_WINDOW_S.")
+    recent_throughput_query: str = Field(
+        'max by ($namespace, $service) ('
+        'sum by ($namespace, $service, model) (rate(triton_llm_requests_total{finish_reason!="error", $service!=""}[20s]))'
+        ' or sum by ($namespace, $service, model) (rate(nv_inference_request_success{model!="llm", $service!=""}[20s])))',
+        description="PromQL for requests/s completed per service over the last 20 seconds: the throughput query over "
+                    "a shorter window, which shows the bursts a minute's rate smooths away (the autoscaler holds "
+                    "headroom for them). The window must match the policy's SHORT_WINDOW_S and hold at least two "
+                    "scrapes (a scrape interval of 10 s or less); without it the policy learns bursts from minutes.")
     prompt_tokens_query: str = Field(
         'sum by ($namespace, $service) (rate(triton_llm_prompt_tokens_total{$service!=""}[5m]))'
         ' / sum by ($namespace, $service) (rate(triton_llm_requests_total{$service!=""}[5m]))',

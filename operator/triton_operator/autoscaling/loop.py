@@ -70,9 +70,9 @@ def signals_for(key: Key, snapshot: Snapshot, ready: int, sizing: Sizing | None 
 
     return service_signals(
         ready=ready, current=current, error=snapshot.error, queue=get("queue"), p99_ms=get("p99"),
-        throughput=get("throughput"), in_flight=get("in_flight"), reporting=get("reporting"), held=get("held"),
-        gateway_in_flight=get("gateway_in_flight"), startup_s=startup_s, sizing=sizing,
-        slo_met=get("slo_met"), slo_requests=get("slo_requests"))
+        throughput=get("throughput"), recent_throughput=get("recent_throughput"), in_flight=get("in_flight"),
+        reporting=get("reporting"), held=get("held"), gateway_in_flight=get("gateway_in_flight"), startup_s=startup_s,
+        sizing=sizing, slo_met=get("slo_met"), slo_requests=get("slo_requests"))
 
 
 def startup_seconds(pods: Any) -> float | None:

@@ -21,7 +21,12 @@ Rules, and the failures they prevent (the upstream issue behind each is named; d
     same over one tick: a minute's average lags a step by up to a minute). With nothing waiting,
     a tick's growth is batches filling (after a scale-down the remaining replicas' batches fill
     with their larger share), not a step: read against a minute's completions it asked the
-    replica just taken away back.
+    replica just taken away back. Of the last tick's surge over the minute's rate, the forecast
+    keeps only the share that this service's surges still had one start-up later
+    (History.persistence): a burst shorter than a start-up is gone when replicas started for it
+    are ready (on the real code-completion trace, reshuffled in 5-minute blocks, ten-second bursts
+    of up to 117 req/s asked for four replicas more, ready after them; counting a surge as far as
+    surges lasted saved 0.04 GPU-h of 2.78 at the same attainment; steps, which last, count whole).
   - The forecast adds the rate's rising least-squares trend over the start-up time (fitted on the
     last TREND_WINDOW_S or start-up time, the longer, and on at least half of TREND_WINDOW_S: a
     shorter trail is noise; carried ahead at most as far as the trail spans: a minute's ramp
@@ -42,9 +47,14 @@ Rules, and the failures they prevent (the upstream issue behind each is named; d
     never seen: a one-off step at 150 s kept two replicas too many for 30 minutes), and, when
     that rate came in one burst only, not past the highest outside it (a one-off spike at 325 s
     held 6 replicas where 2 served for the rest of the half hour; a burst that recurs is hedged
-    from its second time on). Not the trail's scatter around its trend: around a step that is
-    the line missing both levels, not noise (+23 req/s after a spike had passed, +24 on top of
-    its climb); the forecast's real errors are the learned rises. The first minute
+    from its second time on). The highest rate is read over the last 20 s too
+    (History.short_arrivals, less SURGE_Z standard deviations of its counting noise): latency is
+    lost to bursts inside a minute, which a minute's rate averages away (minutes of 15 req/s held
+    45 over ten seconds on the real code-completion trace; learned from minutes alone, the band
+    held one replica where two or three served them: on its reshuffled hours, 89.1 -> 92.9 % for
+    0.01 GPU-h more). Not the trail's scatter around its trend: around a step that is the line
+    missing both levels, not noise (+23 req/s after a spike had passed, +24 on top of its climb);
+    the forecast's real errors are the learned rises. The first minute
     learned from is neither trended nor judged: a new service's series are younger than the
     rate window and read low, so its rate climbs as they age.
   - A new service (created within RISE_MEMORY_S, seed(new=True)) has no rises to learn its bursts
@@ -213,6 +223,11 @@ def _demand(spec: AutoscalingSpec, current: int, queue: float, signals: Signals,
     capacity, source = known
     lead = startup_of(signals, history)
     recent = history.recent_arrivals(signals)
+    persist = 1.0
+    if recent is not None and recent > rate:
+        # Forecast a start-up ahead: of a surge, only what surges kept that long (history.persistence).
+        persist = history.persistence(now, lead)
+        recent = rate + persist * (recent - rate)
     level = max(rate, recent) if recent is not None else rate
     slope, scatter = history.forecast()
     slope = history.still_rising(slope)
@@ -235,7 +250,7 @@ def _demand(spec: AutoscalingSpec, current: int, queue: float, signals: Signals,
     if unknown:
         band = usable
     upper = level + rising + band
-    growth = history.queue_growth()
+    growth = history.queue_growth() * persist
     backlog = queue + growth * lead
     drain = max(DRAIN_S, lead)
     need = upper / usable + backlog / (capacity * drain)
@@ -247,6 +262,8 @@ def _demand(spec: AutoscalingSpec, current: int, queue: float, signals: Signals,
             need <= current or (backlog < max(1, current) and rising <= band)):
         replicas = current
     note = f"demand {_fmt(level)} req/s"
+    if persist < 1.0:
+        note += f" (a surge counted x{persist:.2f}: what surges kept a start-up later)"
     if rising > 0:
         note += f" (+{_fmt(rising)} rising over {_fmt(lead)}s start-up"
         note += ")" if carried >= lead else f", the trend of {_fmt(carried)}s carried no further)"

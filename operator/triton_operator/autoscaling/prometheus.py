@@ -28,7 +28,8 @@ from ..settings import Settings
 SIGNAL_LABEL = "triton_operator_signal"
 # signal -> the setting that holds its PromQL
 SIGNALS = {"queue": "queue_query", "p99": "p99_query", "in_flight": "in_flight_query",
-           "throughput": "throughput_query", "prompt_tokens": "prompt_tokens_query",
+           "throughput": "throughput_query", "recent_throughput": "recent_throughput_query",
+           "prompt_tokens": "prompt_tokens_query",
            "cached_tokens": "cached_tokens_query", "output_tokens": "output_tokens_query",
            "reporting": "reporting_query",
            "held": "held_query", "gateway_in_flight": "gateway_in_flight_query",

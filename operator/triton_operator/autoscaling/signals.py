@@ -31,6 +31,7 @@ class Signals:
     error: str | None = None
     arrival_rate: float | None = None  # requests/s received over the last minute, when measured directly
     throughput: float | None = None    # requests/s completed over the last minute
+    recent_throughput: float | None = None  # requests/s completed over the last SHORT_WINDOW_S (history.py)
     startup_s: float | None = None     # seconds a new pod takes to become ready (last observed)
     in_flight: float | None = None     # requests inside the engines' batches, summed over pods
     capacity_hint: float | None = None  # planned requests/s of one saturated replica (planning/llm_performance)
@@ -52,7 +53,8 @@ class Signals:
 
 
 def service_signals(*, ready: int, current: int, error: str | None = None, queue: float | None = None,
-                    p99_ms: float | None = None, throughput: float | None = None, in_flight: float | None = None,
+                    p99_ms: float | None = None, throughput: float | None = None,
+                    recent_throughput: float | None = None, in_flight: float | None = None,
                     reporting: float | None = None, held: float | None = None,
                     gateway_in_flight: float | None = None, startup_s: float | None = None,
                     sizing: Sizing | None = None, slo_met: float | None = None,
@@ -78,6 +80,7 @@ def service_signals(*, ready: int, current: int, error: str | None = None, queue
     pods = _finite(reporting)
     return Signals(
         queue_depth=queue, p99_ms=p99_ms, ready=ready, throughput=_finite(throughput),
+        recent_throughput=_finite(recent_throughput),
         in_flight=_finite(in_flight), startup_s=startup_s, reporting=None if pods is None else int(pods),
         capacity_hint=sizing.rate if sizing else None, solo_latency_s=sizing.solo_s if sizing else None,
         batch_slots=sizing.slots if sizing else None, prefill_s=sizing.prefill_s if sizing else None, **gateway)

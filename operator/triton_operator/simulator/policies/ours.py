@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from ...api import AutoscalingSpec
 from ...autoscaling import policy as live_policy
-from ...autoscaling.history import History, seed
+from ...autoscaling.history import SHORT_WINDOW_S, History, seed
 from ...autoscaling.signals import Signals, service_signals
 from ...planning.llm_performance import Sizing
 from ..replica import LLMPerformance, Performance
@@ -35,7 +35,8 @@ def live_signals(view: View, perf: Performance | None = None) -> Signals:
     through the rules the loop applies (signals.service_signals). A failed query returns no
     series; a service's figures are those of its fresh series: queue = the sum of pending
     requests, p99 = the max of the per-pod p99 (NaN without traffic), reporting = pods with a
-    series, throughput = sum(rate(nv_inference_request_success[1m])); for TensorRT-LLM only,
+    series, throughput = sum(rate(nv_inference_request_success[1m])) (and over SHORT_WINDOW_S, the
+    recent throughput); for TensorRT-LLM only,
     in_flight = sum(nv_trt_llm_request_metrics{request_type="active"}) and `sizing` = the planner's
     estimate of a replica (`perf`, as loop.sizing_for computes it) for the token mix measured from
     nv_llm_input_token_len and nv_llm_output_token_len; startup_s = creation-to-Ready of the
@@ -50,6 +51,7 @@ def live_signals(view: View, perf: Performance | None = None) -> Signals:
         p99s = [s.p99_ms for s in fresh.values() if not math.isnan(s.p99_ms)]
         figures = {"queue": sum(s.pending for s in fresh.values()), "p99_ms": max(p99s) if p99s else math.nan,
                    "reporting": len(fresh), "throughput": prom.rate(now, 60.0),
+                   "recent_throughput": prom.rate(now, SHORT_WINDOW_S),
                    "in_flight": float(sum(s.active for s in fresh.values())) if llm else None,
                    "sizing": _measured_sizing(view, perf) if llm else None, "startup_s": _startup_s(view)}
     slo = None if error is not None else prom.slo_increase(now)
