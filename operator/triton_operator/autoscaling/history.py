@@ -281,8 +281,8 @@ class History:
         """Requests/s received over about the last SHORT_WINDOW_S (completions over it plus the
         growth of what the service holds), less SURGE_Z standard deviations of its counting noise:
         what it shows beyond a minute's rate is a burst, not the noise of a short window (at 60
-        req/s a 20 s rate reads +-1.7 req/s; counted as bursts, the conversation trace held a
-        replica more for them). None without the recent throughput."""
+        req/s a 20 s rate reads +-1.7 req/s; counted as bursts, they cost the conversation trace at
+        8x 0.13 GPU-h more). None without the recent throughput."""
         x = signals.recent_throughput
         if x is None or not math.isfinite(x):
             return None
@@ -303,7 +303,7 @@ class History:
         since: the minute's rate then over the rate at the surge, as a share of the surge. 1 (all
         of it) until three have been seen through. Bursts shorter than a start-up are gone when
         replicas started for them are ready (on the real code-completion trace, a ten-second burst
-        of 117 req/s asked for four replicas more, ready a minute after it)."""
+        of 117 req/s asked for five replicas more, ready a minute after it)."""
         lead = timedelta(seconds=lead_s)
         minutes = self.minutes
         shares = []

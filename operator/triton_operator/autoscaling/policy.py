@@ -25,7 +25,7 @@ Rules, and the failures they prevent (the upstream issue behind each is named; d
     keeps only the share that this service's surges still had one start-up later
     (History.persistence): a burst shorter than a start-up is gone when replicas started for it
     are ready (on the real code-completion trace, reshuffled in 5-minute blocks, ten-second bursts
-    of up to 117 req/s asked for four replicas more, ready after them; counting a surge as far as
+    of up to 117 req/s asked for five replicas more, ready after them; counting a surge as far as
     surges lasted saved 0.04 GPU-h of 2.78 at the same attainment; steps, which last, count whole).
   - The forecast adds the rate's rising least-squares trend over the start-up time (fitted on the
     last TREND_WINDOW_S or start-up time, the longer, and on at least half of TREND_WINDOW_S: a
