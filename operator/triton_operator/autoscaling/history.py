@@ -128,11 +128,11 @@ class History:
         hist = hist._sample(now, signals)
         short = hist.short_arrivals(now, signals)
         if short is not None:
-            peak = max(hist.peak_now, short)
             if not hist.peaks or now - hist.peaks[-1][0] >= _RATE_WINDOW:
+                peak = max(hist.peak_now, short)
                 hist = evolve(hist, peaks=trail_since(hist.peaks, now - _RISE_MEMORY) + ((now, peak),), peak_now=0.0)
-            else:
-                hist = evolve(hist, peak_now=peak)
+            elif short > hist.peak_now:
+                hist = evolve(hist, peak_now=short)
         rate = hist.arrival_rate(now, signals)
         if rate is not None:
             # Rates from the first minute with a rate are neither trended nor judged as
