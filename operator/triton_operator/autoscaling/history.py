@@ -271,11 +271,10 @@ class History:
             return x   # no trail yet (a restart): completions alone; the drain term covers a backlog
         j = bisect_left(trail, aim, lo, hi, key=_first)
         t, queued, inside = min(trail[max(lo, j - 1):min(hi, j + 1)], key=lambda h: abs(h[0] - aim))
-        _, queued_now, inside_now = self.contents[-1]
-        if (inside is None) != (inside_now is None):
+        grown = _grown((t, queued, inside), self.contents[-1], (now - t).total_seconds())
+        if grown is None:
             return x   # the batches' figure came or went: the two ends do not compare
-        grown = queued_now - queued + (inside_now or 0.0) - (inside or 0.0)
-        return max(0.0, x + grown / (now - t).total_seconds())
+        return max(0.0, x + grown)
 
     def short_arrivals(self, now: datetime, signals: Signals) -> float | None:
         """Requests/s received over about the last SHORT_WINDOW_S (completions over it plus the
@@ -288,12 +287,9 @@ class History:
             return None
         trail = self.contents
         i = bisect_right(trail, now - _SHORT_WINDOW, key=_first) - 1
-        if i >= 0:
-            t, queued, inside = trail[i]
-            _, queued_now, inside_now = trail[-1]
-            span = (now - t).total_seconds()
-            if span > 0 and (inside is None) == (inside_now is None):
-                x = max(0.0, x + (queued_now - queued + (inside_now or 0.0) - (inside or 0.0)) / span)
+        grown = _grown(trail[i], trail[-1], (now - trail[i][0]).total_seconds()) if i >= 0 else None
+        if grown is not None:
+            x = max(0.0, x + grown)
         return max(0.0, x - SURGE_Z * math.sqrt(x / SHORT_WINDOW_S))
 
     def persistence(self, now: datetime, lead_s: float) -> float:
@@ -411,11 +407,23 @@ class History:
         x = signals.throughput
         if x is None or not math.isfinite(x) or len(self.contents) < 2:
             return None
-        (t0, q0, b0), (t1, q1, b1) = self.contents[-2], self.contents[-1]
-        span = (t1 - t0).total_seconds()
-        if span <= 0 or (b0 is None) != (b1 is None) or q1 < 1:
+        then, latest = self.contents[-2], self.contents[-1]
+        grown = _grown(then, latest, (latest[0] - then[0]).total_seconds())
+        if grown is None or latest[1] < 1:
             return None
-        return max(0.0, x + (q1 - q0 + (b1 or 0.0) - (b0 or 0.0)) / span)
+        return max(0.0, x + grown)
+
+
+def _grown(then: tuple[datetime, float, float | None], latest: tuple[datetime, float, float | None],
+           span: float) -> float | None:
+    """Requests/s by which what the service holds (queued plus inside the batches) grew from one
+    entry of the contents trail to a later one, `span` seconds apart; None when the batches' figure
+    came or went between them (the two ends do not compare) or the span is not positive."""
+    _, queued, inside = then
+    _, queued_now, inside_now = latest
+    if span <= 0 or (inside is None) != (inside_now is None):
+        return None
+    return (queued_now - queued + (inside_now or 0.0) - (inside or 0.0)) / span
 
 
 def trail_since(trail: tuple[_E, ...], cutoff: datetime, keep_equal: bool = True) -> tuple[_E, ...]:
