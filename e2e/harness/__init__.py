@@ -14,6 +14,7 @@ Every process is started on 127.0.0.1 only and stopped by ``stop()`` / the conte
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -26,9 +27,40 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+_handed: set[int] = set()
+_pick = random.SystemRandom()
+
+
+def _ephemeral_start() -> int:
+    """The first port of the kernel's ephemeral range (32768 where it cannot be read)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free on ``host`` a moment ago (the kernel's pick for port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A TCP port that was free on ``host`` a moment ago, below the kernel's ephemeral range and
+    never handed out before by this process.
+
+    Below the ephemeral range because between this call and the server binding the port, any
+    process's outgoing connection may take a port from that range as its local port (the kernel's
+    pick for port 0 is in it too): a ``make test`` run lost a gateway to "address already in use"
+    that way. Picked at random, so processes of other runs rarely try the same port first."""
+    top = _ephemeral_start()
+    bottom = 15000 if top > 20000 else 1024
+    for _ in range(500):
+        port = _pick.randrange(bottom, top)
+        if port in _handed:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        _handed.add(port)
+        return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:   # the low range is full: the kernel's pick
         s.bind((host, 0))
         return s.getsockname()[1]
 
