@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
 
 def ssh_key_pair() -> tuple[str, str]:
-    """A new Ed25519 key pair in OpenSSH's formats: (private key, public key line)."""
+    """A new Ed25519 key pair in OpenSSH's formats: (private key, public key line).
+
+    `cryptography` is imported here, on the first multi-node service's first key, not with the
+    operator: its bindings are about 7 MiB of resident memory that most operators never use."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     key = Ed25519PrivateKey.generate()
     private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
                                 serialization.NoEncryption()).decode()
