@@ -35,19 +35,6 @@ class GatewayProcess(ChildProcess):
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        """Start it and wait until it is ready. Its ports were free when picked, but they are in the
-        ephemeral range, so another process's outgoing connection can take one before the gateway
-        binds it: then it starts again on ports picked anew (at most three times)."""
-        for attempt in range(3):
-            try:
-                return self._start_once()
-            except AssertionError as e:
-                if "address already in use" not in str(e) or attempt == 2:
-                    raise
-                self.port, self.metrics_port = free_port(), free_port()
-                self.log_path = self.log_path.with_name(f"gateway-{self.port}.log")
-
-    def _start_once(self) -> None:
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "triton_operator", "gateway", "--kubeconfig", self.kubeconfig,
