@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from triton_operator.api import GPUClassSpec, InferenceService, ModelSpec, first_error
+from triton_operator.api import AutoscalingSpec, GPUClassSpec, InferenceService, ModelSpec, first_error
+from triton_operator.autoscaling.policy import attainment_target
 
 from .conftest import isvc, isvc_doc
 
@@ -272,3 +273,22 @@ def test_gpu_class_refuses_what_pods_would_refuse():
     ]:
         with pytest.raises(ValidationError, match=words):
             GPUClassSpec.model_validate({**base, **changes})
+
+
+@pytest.mark.parametrize("autoscaling, latency_ms, end_to_end_ms, attainment", [
+    ({"maxReplicas": 4}, None, None, 0.99),
+    ({"maxReplicas": 4, "targetP99LatencyMs": 2500}, 2500.0, 2500.0, 0.99),
+    ({"maxReplicas": 4, "slo": {"latencyMs": 4000, "attainment": 0.95}}, 4000.0, 4000.0, 0.95),
+    ({"maxReplicas": 4, "slo": {"latencyMs": 300, "latency": "timeToFirstToken", "attainment": 0.9}},
+     300.0, None, 0.9),
+])
+def test_the_autoscalers_targets_are_the_service_level(autoscaling, latency_ms, end_to_end_ms, attainment):
+    """The end-to-end target and the attainment the policy reads straight from the spec (without
+    building a service level every tick) are the service level's: targetP99LatencyMs is an
+    end-to-end 0.99 level, and a latency other than end to end has no end-to-end target."""
+    spec = AutoscalingSpec.model_validate(autoscaling)
+    level = spec.service_level()
+    assert (level.latency_ms if level else None) == latency_ms
+    assert spec.end_to_end_target_ms() == end_to_end_ms
+    assert attainment_target(spec) == attainment
+    assert attainment_target(spec) == (level.attainment if level else 0.99)

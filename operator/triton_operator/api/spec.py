@@ -280,8 +280,9 @@ class AutoscalingSpec(Model):
 
     def end_to_end_target_ms(self) -> float | None:
         """The end-to-end latency target, when the service level is one (what Triton's p99 is read against)."""
-        level = self.service_level()
-        return level.latency_ms if level is not None and level.latency == "endToEnd" else None
+        if self.slo is None:
+            return self.target_p99_latency_ms   # end to end (service_level, without building one)
+        return self.slo.latency_ms if self.slo.latency == "endToEnd" else None
 
 
 class InferenceServiceSpec(Model):
