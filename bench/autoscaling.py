@@ -905,7 +905,7 @@ def main(argv: list[str] | None = None) -> int:
         "start-up plus a twentieth of what it costs while the target is missed (the 5 % chance, at the 95 % bound "
         "that judges it met, that it is in fact missed), or at the chance of a miss that the window's count gives: "
         "the code orders 92.9 -> 93.5 % at 2.74 -> 2.73 GPU-h (1 of 8 dominated where 2 were), but 0.01-0.43 GPU-h "
-        "more on 40 of the 53 rows, azure on the curved replica then dominated by fixed:4 and mixed tenants at 325 "
+        "more on 41 of the 53 rows, azure on the curved replica then dominated by fixed:4 and mixed tenants at 325 "
         "s by an HPA; the chance from the count (under a thousandth once thousands of requests are counted) "
         "changed nothing. The conversation trace's order 15, which loses most of its hour's violations to one "
         "release, was not moved by either: that release is demand's, on a capacity extrapolated from unsaturated "
