@@ -283,11 +283,12 @@ def test_gpu_class_refuses_what_pods_would_refuse():
      300.0, None, 0.9),
 ])
 def test_the_autoscalers_targets_are_the_service_level(autoscaling, latency_ms, end_to_end_ms, attainment):
-    """The end-to-end target and the attainment the policy reads straight from the spec (without
-    building a service level every tick) are the service level's: targetP99LatencyMs is an
-    end-to-end 0.99 level, and a latency other than end to end has no end-to-end target."""
+    """The end-to-end target and the attainment the policy reads are the service level's:
+    targetP99LatencyMs is an end-to-end 0.99 level, and a latency other than end to end has no
+    end-to-end target. The level is built once, not on every read (every tick, every service)."""
     spec = AutoscalingSpec.model_validate(autoscaling)
     level = spec.service_level()
+    assert spec.service_level() is level
     assert (level.latency_ms if level else None) == latency_ms
     assert spec.end_to_end_target_ms() == end_to_end_ms
     assert attainment_target(spec) == attainment

@@ -616,5 +616,5 @@ def target_met(share: float, n: float | None, target: float) -> bool:
 def attainment_target(spec: AutoscalingSpec) -> float:
     """The share of requests that must meet the latency target (spec.autoscaling.slo; 0.99 for
     targetP99LatencyMs or none)."""
-    # targetP99LatencyMs is the 0.99 level (spec.service_level), read here without building one.
-    return DEFAULT_ATTAINMENT if spec.slo is None else spec.slo.attainment
+    level = spec.service_level()
+    return DEFAULT_ATTAINMENT if level is None else level.attainment
