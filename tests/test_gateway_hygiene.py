@@ -313,3 +313,94 @@ def test_a_head_pipelined_behind_a_request_is_not_answered_inside_that_requests_
         assert seen == 1
         assert [r.getMessage() for r in logs.records if r.levelno >= logging.WARNING] == []
     run(scenario)
+
+
+@pytest.mark.parametrize("request_line, status, code", [
+    ("GET /nope", 404, "not_found"),
+    ("POST /v1/models", 405, "method_not_allowed"),
+    ("DELETE /healthz", 405, "method_not_allowed"),
+])
+def test_an_unknown_expectation_on_a_path_without_a_route_is_ignored_too(request_line, status, code):
+    """The routes' own `expect` covered only paths with a route of the gateway's: on an unknown
+    path or a wrong method aiohttp's answered first, a plain-text 417 quoting the header, before
+    any middleware, so the connection guard never saw the request end (its connection was never
+    idle again, and a chunked one was read on past the head-size limit). The guard drops the
+    expectation from the head; the answer is the path's own, in the OpenAI shape."""
+    async def scenario():
+        async with Rig() as rig:
+            reader, writer = await connect(rig.port)
+            writer.write(f"{request_line} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY_A}\r\n"
+                         f"Expect: <script>x</script>\r\nContent-Length: 0\r\n\r\n".encode())
+            await writer.drain()
+            reply = await asyncio.wait_for(read_reply(reader), 5)
+            assert (reply.status, reply.json()["error"]["code"]) == (status, code)
+            assert b"<script>" not in reply.body
+            (g,) = rig.gw.connections.guards.values()
+            await settle(lambda: g.requests == 0 and g in rig.gw.connections.idle)
+            writer.close()
+    run(scenario)
+
+
+def test_an_unknown_expectation_is_dropped_whatever_the_case_of_its_name():
+    assert guard.without_unknown_expectations(
+        b"POST /x HTTP/1.1\r\nHost: x\r\nEXPect: bogus\r\nX-Expect: kept\r\nContent-Length: 0\r\n\r\n"
+    ) == b"POST /x HTTP/1.1\r\nHost: x\r\nX-Expect: kept\r\nContent-Length: 0\r\n\r\n"
+    kept = b"POST /x HTTP/1.1\r\nHost: x\r\nexpect: 100-Continue\r\nContent-Length: 0\r\n\r\n"
+    assert guard.without_unknown_expectations(kept) == kept
+    assert guard.without_unknown_expectations(
+        b"GET /x HTTP/1.1\r\nExpect: 100-continue, bogus\r\nHost: x\r\n\r\n") == b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+@pytest.mark.parametrize("key, body, status, code", [
+    ("sk-wrong", b'{"model":"ml/llama","prompt":"x"}', 401, "invalid_api_key"),
+    (KEY_A, b'{"model":"ml/llama","prompt":', 400, None),   # not JSON: no code, as OpenAI
+    (KEY_A, b'{"model":"ml/nothing","prompt":"x"}', 404, "model_not_found"),
+], ids=["a wrong key", "not JSON", "an unknown model"])
+def test_an_error_after_100_continue_is_answered_not_cut(key, body, status, code):
+    """After `100 Continue` the gateway counted its answer as begun, so an error answer (a wrong
+    key, a bad body, an unknown model) cut the connection instead of being sent: the client read
+    `100 Continue` and then nothing (curl sends the expectation for large bodies)."""
+    async def scenario():
+        with LogLines() as logs:
+            async with Rig() as rig:
+                reader, writer = await connect(rig.port)
+                writer.write(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n"
+                             f"Expect: 100-continue\r\nContent-Type: application/json\r\n"
+                             f"Content-Length: {len(body)}\r\n\r\n".encode())
+                await writer.drain()
+                assert await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5) == b"HTTP/1.1 100 Continue\r\n\r\n"
+                writer.write(body)
+                await writer.drain()
+                reply = await asyncio.wait_for(read_reply(reader), 5)
+                assert (reply.status, reply.json()["error"]["code"]) == (status, code)
+                writer.close()
+        assert [line for line in logs.lines if "answer began" in line] == []
+    run(scenario)
+
+
+def test_the_health_port_answers_every_other_path_and_method_in_the_openai_shape():
+    """The probes' and metrics' own port has no connection guard: aiohttp answered an unknown
+    expectation on any path it has no route for with a plain-text 417 quoting the header."""
+    async def scenario():
+        async with Rig() as rig:
+            runner = web.AppRunner(rig.gw.health_app(), access_log=None)
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", 0).start()
+            port = runner.addresses[0][1]
+            try:
+                for line, status, code in (("GET /nope", 404, "not_found"), ("POST /healthz", 405, "method_not_allowed"),
+                                           ("GET /healthz", 200, None)):
+                    answer = await send_raw(port, (f"{line} HTTP/1.1\r\nHost: x\r\nExpect: <script>x</script>\r\n"
+                                                   "Content-Length: 0\r\nConnection: close\r\n\r\n").encode())
+                    head, _, body = answer.partition(b"\r\n\r\n")
+                    assert head.startswith(f"HTTP/1.1 {status} ".encode()), answer[:200]
+                    assert b"<script>" not in answer and b"application/json" in head
+                    if code is None:
+                        assert json.loads(body) == {"ok": True}
+                    else:
+                        assert json.loads(body)["error"]["code"] == code
+                    if status == 405:
+                        assert b"\r\nAllow: GET, HEAD\r\n" in head + b"\r\n", head
+            finally:
+                await runner.cleanup()
+    run(scenario)

@@ -91,6 +91,48 @@ def test_pipelined_whole_requests_are_all_answered_in_order():
     run(scenario)
 
 
+@pytest.mark.parametrize("target", ["/x", "example.com:443"])
+def test_a_connect_request_is_refused_and_nothing_after_it_is_read(target):
+    """The guard passed a CONNECT's Content-Length bytes on as its body, but aiohttp reads what
+    follows a CONNECT head as tunnel data and parsed it as the next request once the 404 was
+    written: a head of 480 KB (the limit is 32 KiB), or one sent four bytes at a time past the
+    header timeout, was answered 200. The gateway opens no tunnels: 501, and the connection closes."""
+    async def scenario():
+        async with Rig(header_timeout_seconds=0.5, idle_timeout_seconds=30) as rig:
+            smuggled = (b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
+                        + b"".join(b"X-%d: %s\r\n" % (i, b"a" * 8000) for i in range(60)) + b"\r\n")
+            reader, writer = await connect(rig.port)
+            writer.write(f"CONNECT {target} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(smuggled)}\r\n\r\n".encode()
+                         + smuggled)
+            await writer.drain()
+            answer = await asyncio.wait_for(reader.read(), 5)   # the guard closes after LINGER_SECONDS
+            writer.close()
+            assert answer == guard.NO_TUNNELS
+            assert json.loads(answer.partition(b"\r\n\r\n")[2])["error"]["code"] == "not_implemented"
+            assert answer.startswith(b"HTTP/1.1 501 ") and answer.count(b"HTTP/1.1") == 1
+            await settle(lambda: rig.gw.connections.open == 0)
+    run(scenario)
+
+
+def test_a_chunked_request_pipelined_behind_another_is_answered_too():
+    """A chunked head makes the connection end after its request; the guard closed it when the
+    first request pipelined before it finished, and the chunked one was never answered."""
+    async def scenario():
+        async with Rig() as rig:
+            reader, writer = await connect(rig.port)
+            writer.write(f"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY_A}\r\n\r\n"
+                         f"POST /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY_A}\r\n"
+                         f"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n".encode())
+            await writer.drain()
+            first = await asyncio.wait_for(read_reply(reader), 5)
+            second = await asyncio.wait_for(read_reply(reader), 5)
+            assert (first.status, first.json()["object"]) == (200, "list")
+            assert (second.status, second.error["code"]) == (405, "method_not_allowed")
+            assert await closed_within(reader, 5) == b""   # nothing after the chunked request is read
+            writer.close()
+    run(scenario)
+
+
 def test_many_half_open_connections_are_all_closed():
     async def scenario():
         async with Rig(header_timeout_seconds=0.3, idle_timeout_seconds=0.5) as rig:

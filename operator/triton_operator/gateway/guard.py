@@ -14,6 +14,12 @@ Each connection's protocol is wrapped (`Guard`); aiohttp's request handler sits 
   like any other. A head with `Transfer-Encoding` (or a `Content-Length` the guard cannot read
   alone) is passed on whole and the connection closes after that request: aiohttp frames it, and
   nothing after it is read.
+- **No tunnels, no unknown expectations.** A `CONNECT` head is answered `501` and the connection
+  closed: aiohttp reads everything after it as tunnel data, then parses that as the next request,
+  past the head-size limit and the header deadline. An `Expect` header other than `100-continue`
+  is dropped from the head (RFC 9110 lets a server ignore it): aiohttp answers it before any
+  middleware runs, in plain text quoting the header, on every path without a route of the
+  gateway's own (an unknown path, a wrong method), and the guard never saw that request end.
 - **Header deadline**: from the first byte of a head until its blank line, `header_timeout`; when it
   fires the client gets `408` and the connection is closed.
 - **Connections**: past `max_connections` open ones, or `per_address` from one client address
@@ -71,6 +77,7 @@ REFUSED_ADDRESS = _refusal("503 Service Unavailable", "this client address has i
 TIMED_OUT = _refusal("408 Request Timeout", "the request's headers did not arrive in time", "request_timeout")
 HEADERS_TOO_LARGE = ("the request's headers are too large", "headers_too_large")
 HEAD_TOO_LARGE = _refusal("431 Request Header Fields Too Large", *HEADERS_TOO_LARGE)
+NO_TUNNELS = _refusal("501 Not Implemented", "the gateway does not open tunnels (CONNECT)", "not_implemented")
 MALFORMED = _error("malformed HTTP request", "bad_request")
 
 TOO_LARGE = {   # a request line or header that aiohttp's parser refused for its size (RFC 6585, RFC 9110)
@@ -105,6 +112,14 @@ MALFORMED_LOG_SECONDS = 10.0
 LINGER_SECONDS = 1.0        # a refused connection drops what it still receives this long, then closes
 HEAD_END = re.compile(rb"\r?\n\r?\n")   # the blank line that ends a head (bare LF too: aiohttp refuses it)
 _FRAMING = re.compile(rb"^(content-length|transfer-encoding)[ \t]*:[ \t]*(.*?)[ \t]*$", re.I | re.M)
+
+
+_EXPECT = re.compile(rb"^expect:[ \t]*(.*?)[ \t]*\r?\n", re.I | re.M)
+
+
+def without_unknown_expectations(head: bytes) -> bytes:
+    """The head without its `Expect` lines whose value is not `100-continue` (see the module)."""
+    return _EXPECT.sub(lambda line: line[0] if line[1].lower() == b"100-continue" else b"", head)
 
 
 def body_length(head: bytes) -> int | None:
@@ -222,6 +237,9 @@ class Guard(asyncio.Protocol):
         self.body_left = 0          # bytes of the current body still to pass on
         self.framed = True          # False: everything is passed on, and the connection ends after the request
         self.requests = 0           # heads handed to aiohttp whose handler has not finished
+        self.handed = 0             # heads handed to aiohttp, in all
+        self.finished = 0           # ... and those whose handler has finished
+        self.unframed = 0           # the number of the head after which nothing is read (0: none yet)
         self.refused = False        # answered by the guard itself: what still comes is dropped
 
     # -- the connection ------------------------------------------------------------------------------
@@ -314,19 +332,28 @@ class Guard(asyncio.Protocol):
         self.head = bytearray()
         self.limits.idle.pop(self, None)
         self._disarm()
+        if head.startswith(b"CONNECT "):
+            self._refuse(NO_TUNNELS, "connect")
+            return b""
+        head = without_unknown_expectations(head)
         length = body_length(head)
+        self.requests += 1
+        self.handed += 1
         if length is None:
             self.framed = False
+            self.unframed = self.handed
         else:
             self.body_left = length
-        self.requests += 1
         self.inner.data_received(head)
         return rest
 
     def request_finished(self) -> None:
         self.requests = max(0, self.requests - 1)
-        if not self.framed and self.inner is not None:
-            self.inner.close()   # unframed: nothing after this request is read
+        self.finished += 1
+        if not self.framed and self.finished >= self.unframed and self.inner is not None:
+            # The unframed request has been answered: nothing after it is read. (Requests are
+            # answered in order; one pipelined before it is answered first, the connection kept.)
+            self.inner.close()
         self._idle()
 
     def _idle(self) -> None:

@@ -141,15 +141,19 @@ class Gateway:
         return app
 
     def health_app(self) -> web.Application:
+        """Probes and metrics on their own port. That port has no connection guard (which drops
+        unknown expectations on the API port), so every other path and method has a route of its
+        own, whose `expect` ignores them too: aiohttp's answers them before any middleware, in
+        plain text quoting the header."""
         app = web.Application(middlewares=[errors])
         app.on_response_prepare.append(_server_header)
         self._add_health(app)
+        app.router.add_route("*", "/{tail:.*}", _no_health_route, expect_handler=expect)
         return app
 
     def _add_health(self, app: web.Application) -> None:
-        app.router.add_get("/healthz", self.healthz, expect_handler=expect)
-        app.router.add_get("/readyz", self.readyz, expect_handler=expect)
-        app.router.add_get("/metrics", self.metrics, expect_handler=expect)
+        for path, handler in zip(HEALTH_PATHS, (self.healthz, self.readyz, self.metrics)):
+            app.router.add_get(path, handler, expect_handler=expect)
 
     def api_runner(self, with_health: bool) -> web.AppRunner:
         """The API port's runner: idle connections closed after idle_timeout_seconds (aiohttp's
@@ -194,6 +198,19 @@ async def expect(request: web.Request) -> None:
     connection open to a next request past the head-size limit."""
     if request.version == HttpVersion11 and request.headers.get("Expect", "").lower() == "100-continue":
         await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        # The answer has not begun (as aiohttp's own handler does): counted as begun, an error
+        # answer after it (a wrong key, a bad body) cut the connection instead of being sent.
+        request.writer.output_size = 0
+
+
+HEALTH_PATHS = ("/healthz", "/readyz", "/metrics")
+
+
+async def _no_health_route(request: web.Request) -> web.StreamResponse:
+    """Every request the health port has no route for: 405 on its paths (they take GET), else 404."""
+    if request.path in HEALTH_PATHS:
+        raise web.HTTPMethodNotAllowed(request.method, ["GET", "HEAD"])
+    raise web.HTTPNotFound()
 
 
 async def _server_header(_request: web.Request, response: web.StreamResponse) -> None:

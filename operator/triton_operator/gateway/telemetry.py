@@ -64,9 +64,12 @@ CONNECTIONS = Gauge("triton_gateway_connections", "Client connections open on th
 CONNECTIONS_REFUSED = Counter(
     "triton_gateway_connections_refused_total",
     "Client connections closed by the gateway's limits: too_many (past maxConnections, answered 503), "
-    "header_timeout (a request's headers took longer than headerTimeoutSeconds, answered 408) and client_stalled "
-    "(a client that took no part of its answer for upstreamIdleTimeoutSeconds, or was still being answered "
-    "upstreamTimeoutSeconds after its request went to a replica: cut).", ["reason"])
+    "per_address (past maxConnectionsPerAddress from one client address, answered 503), reaped (idle, or in a "
+    "slow head, closed to make room in a nearly full pool), header_timeout (a request's headers took longer than "
+    "headerTimeoutSeconds, answered 408), header_too_large (a head over maxHeaderBytes, answered 431), connect "
+    "(a CONNECT request, answered 501: the gateway opens no tunnels) and client_stalled (a client that took no "
+    "part of its answer for upstreamIdleTimeoutSeconds, or was still being answered upstreamTimeoutSeconds after "
+    "its request went to a replica: cut).", ["reason"])
 KEY_FILES_VALID = Gauge(
     "triton_gateway_key_files_valid",
     "1 when the API key files were read and parsed; 0 when they cannot be used, and every request is then "
