@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 
 import pytest
 
@@ -17,6 +18,8 @@ from triton_operator.gateway.config import GatewaySettings, GatewaySettingsError
 from triton_operator.gateway.server import Gateway
 
 from .gateway_http import KEY_A, KEY_B
+
+KEY_C = "sk-" + secrets.token_urlsafe(32)
 
 ZEROS = "0" * 64
 
@@ -69,6 +72,27 @@ def test_a_key_in_two_files_is_refused():
     one = k.parse(f"keys: [{{name: a, key: {KEY_A}, namespaces: [ml]}}]", "one")
     with pytest.raises(k.KeyFileError, match="also listed as a"):
         k.merge([("one", one), ("two", k.parse(f"keys: [{{name: z, key: {KEY_A}, namespaces: [x]}}]", "two"))])
+
+
+def test_unnamed_keys_are_each_a_tenant_of_their_own():
+    """The name is the tenant (its usage, its prompt-cache scope). Unnamed keys were numbered per
+    file: the first of every file was "key-0", so the tenants of two files shared a prompt-cache
+    scope (each could see the other's cached prefixes) and a line of usage, and an unnamed second
+    key shared both with a key named "key-1"."""
+    from triton_operator.gateway.auth import cache_scope
+    a = k.parse(f"keys: [{{key: {KEY_A}, namespaces: [ml]}}]", "tenant-a.yaml")
+    b = k.parse(f"keys: [{{key: {KEY_B}, namespaces: [ml]}}]", "tenant-b.yaml")
+    grants = k.merge([("tenant-a.yaml", a), ("tenant-b.yaml", b)])
+    name_a, name_b = grants[k.digest(KEY_A)].name, grants[k.digest(KEY_B)].name
+    assert (name_a, name_b) == (f"key-{k.digest(KEY_A)[:12]}", f"key-{k.digest(KEY_B)[:12]}")
+    assert cache_scope(name_a) != cache_scope(name_b)
+    assert KEY_A not in name_a and KEY_B not in name_b
+    # the same key listed by its digest is the same tenant
+    assert k.parse(f"keys: [{{sha256: {k.digest(KEY_A)}, namespaces: [ml]}}]", "x")[k.digest(KEY_A)].name == name_a
+    # named keys keep their names, and keys of one name still share (a key being rotated)
+    named = k.parse(f"keys: [{{name: team, key: {KEY_A}, namespaces: [ml]}}, {{name: team, key: {KEY_B}, "
+                    f"namespaces: [ml]}}, {{key: {KEY_C}, namespaces: [ml]}}]", "keys.yaml")
+    assert [g.name for g in named.values()] == ["team", "team", f"key-{k.digest(KEY_C)[:12]}"]
 
 
 def test_bearer_header():

@@ -90,8 +90,8 @@ def parse(text: str, source: str) -> dict[str, Grant]:
                                 "tokensPerMinute", "maxInFlight", "maxTokens"}
         if unknown:
             raise KeyFileError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
-        name = str(entry.get("name") or f"key-{i}")
-        where = f"{source}: key {name}"
+        named = entry.get("name")
+        where = f"{source}: key {named}" if named else where
         plain, hashed = entry.get("key"), entry.get("sha256")
         if bool(plain) == bool(hashed):
             raise KeyFileError(f"{where}: set exactly one of key or sha256")
@@ -117,6 +117,11 @@ def parse(text: str, source: str) -> dict[str, Grant]:
         in_flight = _positive(entry, "maxInFlight", where, integer=True)
         max_tokens = _positive(entry, "maxTokens", where, integer=True)
         key_digest = hashed.lower() if hashed else digest(plain)
+        # The name is the tenant: its usage, its limits' messages and its prompt-cache scope. A key
+        # without one gets a name of its own (from its digest, which is no secret): numbered per
+        # file, the first unnamed key of every file was "key-0", and the tenants of two files
+        # shared one prompt-cache scope and one line of usage.
+        name = str(named) if named else f"key-{key_digest[:12]}"
         if key_digest in out:
             raise KeyFileError(f"{where}: the same key is listed twice")
         out[key_digest] = Grant(name, frozenset(namespaces), frozenset(services), rpm, tpm,
