@@ -231,6 +231,25 @@ def test_a_streaming_request_holds_only_what_it_sent_while_it_is_answered():
     run(scenario)
 
 
+def test_n_answers_gathered_for_one_reply_count_the_request_they_were_sent_for():
+    """n > 1 without streaming reads the model's stream whole and gathers it; each chunk's count
+    replaced what the request held, so its prompt (still held, for the replica) was no longer
+    counted: one key held 128 such requests of 1 MiB, 135 MB, with 5 KB counted."""
+    async def scenario():
+        gate = asyncio.Event()
+        async with Rig() as rig:
+            rig.upstream.answer = stream_held_by(gate)
+            body = {"model": "ml/llama", "prompt": "x" * 500_000, "n": 2, "max_tokens": 5}
+            call = asyncio.create_task(rig.call("POST", "/v1/completions", body=body))
+            await settle(lambda: len(rig.upstream.seen) == 1)
+            event = len(b'data: {"text_output": "a"}\n\n')
+            await settle(lambda: rig.gw.bodies.used == len(rig.upstream.seen[0].body) + event)
+            gate.set()
+            reply = await asyncio.wait_for(call, 10)
+            assert reply.status == 200 and reply.json()["choices"][0]["text"] == "ab" and rig.gw.bodies.used == 0
+    run(scenario)
+
+
 def test_a_responses_request_holds_only_what_it_sent_and_what_its_answer_repeats():
     """/v1/responses kept its parsed request (every input item) for the whole exchange, to repeat
     its settings in the answer: 8.4 MB alive for a 605 kB body, of which the key was counted 129 kB

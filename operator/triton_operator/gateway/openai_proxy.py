@@ -96,6 +96,7 @@ class OpenAIProxy:
                 if resp.status != 200:
                     raise await upstream_error(resp, svc)
                 s = self.upstream.settings
+                base = held.bytes   # what goes to the replica, held until the answer is written
                 data = await read_whole(resp, svc, held, s.max_answer_bytes, s.upstream_idle_timeout_seconds)
                 rows, tokens = e.vectors(answer_json(data, svc), count)
                 del data
@@ -103,7 +104,7 @@ class OpenAIProxy:
                 charged = True
                 body = t.encode(e.response(req, model_id, rows, tokens), request=False)
                 del rows
-                answer = await self._send(request, body, held, ex)
+                answer = await self._send(request, body, held, ex, base)
                 ex.code = answer.status
                 return answer
         except (asyncio.CancelledError, oai.OpenAIError) as exc:
@@ -211,6 +212,7 @@ class OpenAIProxy:
         """A non-streamed answer: read whole within max_answer_bytes, translated, and written to the
         client while its bytes are still counted."""
         s = self.upstream.settings
+        base = held.bytes
         data = await read_whole(resp, svc, held, s.max_answer_bytes, s.upstream_idle_timeout_seconds)
         whole = t.answer_of(answer_json(data, svc))
         ex.kv_events(whole.kv_events)
@@ -219,12 +221,13 @@ class OpenAIProxy:
         body = t.encode(r.response_object(echoed, whole) if echoed is not None else t.completion(gen, whole),
                         request=False)
         del data, whole
-        return await self._send(request, body, held, ex)
+        return await self._send(request, body, held, ex, base)
 
     @staticmethod
-    async def _send(request: web.Request, body: bytes, held: Held, ex: Exchange) -> web.StreamResponse:
-        """A whole JSON answer, written while its bytes are still counted as held."""
-        held.set(len(body))
+    async def _send(request: web.Request, body: bytes, held: Held, ex: Exchange, base: int) -> web.StreamResponse:
+        """A whole JSON answer, written while its bytes are still counted as held, on top of the
+        `base` bytes the request still holds (what went to the replica)."""
+        held.set(base + len(body))
         out = web.Response(body=body, content_type="application/json")
         await ex.to_client(request, out.prepare(request))
         await ex.to_client(request, out.write_eof())
@@ -237,12 +240,12 @@ class OpenAIProxy:
         s = self.upstream.settings
         events = t.EventBuffer(s.max_answer_bytes)
         pieces: list[t.Answer] = []
-        size = 0
+        base, size = held.bytes, 0   # the prompt that went to the replica is still held: counted on top
         while chunk := await read_chunk(resp, svc, s.upstream_idle_timeout_seconds):
             size += len(chunk)
             if size > s.max_answer_bytes:
                 raise answer_too_large(svc, s.max_answer_bytes)
-            held.set(size)
+            held.set(base + size)
             pieces += [t.answer_of(event) for event in events.feed(chunk)]
         for piece in pieces:
             ex.kv_events(piece.kv_events)
@@ -253,7 +256,7 @@ class OpenAIProxy:
         ex.charged = True
         body = t.encode(t.completion(gen, answers), request=False)
         del pieces, answers
-        return await self._send(request, body, held, ex)
+        return await self._send(request, body, held, ex, base)
 
     async def _stream(self, request: web.Request, resp: aiohttp.ClientResponse, gen: t.Generate,
                       svc: Service, ex: Exchange, caller: Caller, held: Held,
