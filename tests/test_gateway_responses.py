@@ -138,7 +138,7 @@ def test_an_error_mid_stream_is_an_error_event_then_a_failed_response():
 @pytest.mark.parametrize("body, status, message", [
     (b'{"model": "m", "input": [{"type": "bogus"}]}', 400, None),
     (json.dumps({"model": "m", "input": [{"role": "user", "content": "x"}] * 4097}).encode(), 400,
-     "input: Value should have at most 4096 items after validation, not 4097"),
+     "input: at most 4096 items, not 4097"),
     (json.dumps({"model": "m", "input": [{"type": "function_call", "call_id": "c", "name": "f",
                                           "arguments": "x" * ((1 << 20) + 1)}]}).encode(), 400, None),
     (json.dumps({"model": "m", "input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]})
@@ -155,6 +155,14 @@ def test_hostile_bodies_are_400s_before_anything_is_sent(body, status, message):
     assert e.value.status == status
     if message:
         assert e.value.message == message
+
+
+def test_a_string_input_is_as_long_as_the_body_allows():
+    """The 4,096-item limit on input held a string input to 4,096 characters as well: a prompt of
+    5,000 characters was a 400 ("at most 4096 items")."""
+    req = r.parse(json.dumps({"model": "m", "input": "x" * 100_000}).encode())
+    assert req.input == "x" * 100_000
+    assert len(r.parse(json.dumps({"model": "m", "input": [{"role": "user", "content": "x"}] * 4096}).encode()).input) == 4096
 
 
 def test_text_the_answer_repeats_that_cannot_be_utf8_is_a_400_at_parse():

@@ -109,11 +109,16 @@ class TextOptions(BaseModel):
     format: TextFormat | None = None
 
 
+MAX_INPUT_ITEMS = 4096
+
+
 class ResponsesRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str = Field(..., min_length=1, max_length=253)
-    input: str | list[MessageItem | FunctionCallItem | FunctionOutputItem] = Field(..., max_length=4096)
+    # At most MAX_INPUT_ITEMS items (checked before they are parsed, in _before); a string is as
+    # long as the body allows (a max_length on the field held a string to 4,096 characters too).
+    input: str | list[MessageItem | FunctionCallItem | FunctionOutputItem]
     instructions: str | None = None
     tools: list[FunctionTool] | None = Field(None, max_length=oai.MAX_TOOLS)
     tool_choice: Literal["none", "auto", "required"] | NamedTool | None = None
@@ -135,7 +140,10 @@ class ResponsesRequest(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _built_in_tools(cls, data: Any) -> Any:
+    def _before(cls, data: Any) -> Any:
+        items = data.get("input") if isinstance(data, dict) else None
+        if isinstance(items, list) and len(items) > MAX_INPUT_ITEMS:
+            raise ValueError(f"input: at most {MAX_INPUT_ITEMS} items, not {len(items)}")
         tools = data.get("tools") if isinstance(data, dict) else None
         if isinstance(tools, list):   # anything else is refused by the field's own type
             for i, tool in enumerate(tools):
