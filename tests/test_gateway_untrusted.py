@@ -159,6 +159,43 @@ def test_a_replica_answer_that_cannot_be_read_is_a_502():
     run(scenario)
 
 
+def test_numbers_no_float_holds_and_nesting_past_the_parser_are_unreadable_not_500s():
+    """JSON bounds neither a number's digits nor its nesting: an integer of 400 digits as a log
+    probability or an embedding value overflowed float() and math.isfinite, and tool calls nested
+    200,000 deep overflowed the parser's recursion; each was a 500 (a stream cut with no error
+    event, a v2 answer cut after its data). Each is now what any answer the gateway cannot read is."""
+    async def scenario():
+        async with Rig() as rig:
+            rig.gw.router.set_service(isvc("emb", fmt="python", openai={"task": "embeddings"}))
+            rig.gw.router.set_slice(slice_for("emb", rig.upstream.port))
+            huge = "-1" + "0" * 400
+            logprob = ('{"text_output": "x", "logprobs": "[{\\"token\\": \\"a\\", \\"logprob\\": %s, '
+                       '\\"top\\": []}]"}' % huge).encode()
+            deep = json.dumps({"text_output": "", "tool_calls": "[" * 200_000 + "]" * 200_000}).encode()
+            tools = {**CHAT, "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}
+            cases = [
+                (logprob, "/v1/chat/completions", {**CHAT, "logprobs": True},
+                 unreadable("the model's answer holds log probabilities that are not numbers")),
+                (deep, "/v1/chat/completions", tools,
+                 unreadable("the model's tool_calls output is not a JSON array of objects")),
+                (b'{"embedding": [%s, 1.0]}' % huge.encode(), "/v1/embeddings", {"model": "ml/emb", "input": "x"},
+                 unreadable("the embedding model's answer holds an embedding value that is not a finite number")),
+            ]
+            for payload, route, body, expected in cases:
+                rig.upstream.answer = _answering(payload)
+                reply = await rig.call("POST", route, body=body)
+                assert (reply.status, reply.error) == expected, payload[:80]
+            rig.upstream.answer = _answering(logprob)   # the v2 pass-through reads the counts too
+            reply = await rig.call("POST", "/v2/models/llama/generate", body={"text_input": "x"},
+                                   headers={"X-Inference-Namespace": "ml"})
+            assert (reply.status, reply.error["code"]) == (502, "upstream_failed")
+            event = json.loads(logprob)
+            rig.upstream.answer = _streaming([event])
+            reply = await rig.call("POST", "/v1/chat/completions", body={**CHAT, "logprobs": True, "stream": True})
+            assert reply.status == 200 and b'"upstream_failed"' in reply.body, reply.body[-300:]
+    run(scenario)
+
+
 def test_what_a_replica_writes_reaches_clients_only_as_text_of_the_right_shape():
     """Values a replica sent of another type than text were written as their Python repr: a dict's
     keys and all, in an answer's content, a tool call's arguments (not JSON), a log probability's

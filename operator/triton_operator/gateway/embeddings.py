@@ -82,6 +82,16 @@ def _bad(why: str) -> oai.OpenAIError:
     return oai.OpenAIError(502, f"the embedding model's answer {why}", "upstream_error", code="upstream_failed")
 
 
+def _finite(x: Any) -> bool:
+    """A JSON number a float holds (an integer of hundreds of digits does not: isfinite overflows)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
+
+
 def vectors(answer: Any, count: int) -> tuple[list[list[float]], int | None]:
     """The `count` vectors of a generate answer, and the prompt tokens it reports (None: none)."""
     if not isinstance(answer, dict):
@@ -91,7 +101,7 @@ def vectors(answer: Any, count: int) -> tuple[list[list[float]], int | None]:
     flat = answer.get("embedding")
     if not isinstance(flat, list) or not flat or len(flat) % count:
         raise _bad(f"has no embedding output of {count} vectors")
-    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in flat):
+    if not all(_finite(x) for x in flat):
         raise _bad("holds an embedding value that is not a finite number")
     size = len(flat) // count
     rows = [[float(x) for x in flat[i * size:(i + 1) * size]] for i in range(count)]

@@ -586,7 +586,7 @@ class Router:
             else:
                 return
             self.cursors[address] = (run, seq)
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
             log.debug("kv events from %s:%d not read: %s", address[0], address[1], e)
 
     def cost(self, address: Address, begins: Beginning, slots: int, load: int | None = None) -> float:

@@ -274,7 +274,10 @@ def _logprobs(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _logprob(value: Any) -> float:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value or value == math.inf:
         raise _unreadable("holds log probabilities that are not numbers")   # NaN and +inf too
-    return min(0.0, max(float(value), NO_LOGPROB))   # a rounding's 1e-8 over 0 is 0
+    try:
+        return min(0.0, max(float(value), NO_LOGPROB))   # a rounding's 1e-8 over 0 is 0
+    except OverflowError:   # an integer of hundreds of digits (JSON has no bound): no float holds it
+        raise _unreadable("holds log probabilities that are not numbers") from None
 
 
 def answer_index(response: dict[str, Any]) -> int:
@@ -306,7 +309,7 @@ def _json_list(value: Any, name: str) -> list[dict[str, Any]]:
         return []
     try:
         items = json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):   # nesting deeper than the parser goes is no array of objects
         items = None
     if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
         raise OpenAIError(502, f"the model's {name} output is not a JSON array of objects", "upstream_error",

@@ -262,7 +262,7 @@ class Upstream:
                     if not isinstance(events, str):
                         raise ValueError("no kv_events")
                     self.router.observe(address, events, self.clock())
-            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError) as e:
+            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError, RecursionError) as e:
                 log.debug("probe of %s:%d: %s", address[0], address[1], e)
 
         await asyncio.gather(*(ask(a) for a in addresses))
@@ -372,7 +372,7 @@ async def upstream_error(resp: aiohttp.ClientResponse, svc: Service) -> oai.Open
     if 400 <= resp.status < 500 and svc.llm and t.MODEL_ERROR_TAG in text:
         try:
             return t.model_error(json.loads(text).get("error"))   # the llm model's own words
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):
             pass
     if 400 <= resp.status < 500:
         return oai.OpenAIError(400, f"model {svc.key[1]} refused the request (HTTP {resp.status})",
