@@ -20,7 +20,7 @@ from triton_operator.gateway.auth import cache_scope
 from triton_operator.gateway.passthrough_proxy import HEADER_LENGTH
 from triton_runtime.serving.prefix_cache import BOUNDARY, END, PrefixCache
 
-from .gateway_http import KEY_A, KEY_B, Rig, isvc, run, settle, slice_for
+from .gateway_http import KEY_A, KEY_B, Rig, connect, isvc, read_reply, run, settle, slice_for
 
 NS = {"X-Inference-Namespace": "ml"}
 
@@ -383,6 +383,35 @@ def test_a_request_held_while_its_key_is_revoked_or_narrowed_never_reaches_the_m
             assert (await rig.call("GET", "/v2/models/cold/ready", headers=NS)).status == status   # a new one
             rig.gw.watches._slice_event("ADDED", slice_for("cold", rig.upstream.port))
             reply = await asyncio.wait_for(task, 5)
+            assert reply.status == status and reply.error["code"] == (
+                "invalid_api_key" if status == 401 else "model_not_allowed")
+            assert rig.upstream.seen == []
+    run(scenario)
+
+
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v2/models/llama/generate"])
+@pytest.mark.parametrize("change, status", [("revoked", 401), ("narrowed", 403)])
+def test_a_request_whose_key_is_revoked_or_narrowed_while_its_body_arrives_never_reaches_the_model(
+        route, change, status):
+    """The key was checked when the head came, and the body may take body_timeout_seconds: a key
+    revoked (or moved to another namespace) meanwhile still had that request answered by the
+    model. It is answered as a new request would be."""
+    async def scenario():
+        async with Rig() as rig:
+            body = json.dumps({"model": "ml/llama", "messages": [{"role": "user", "content": "hi"}]}
+                              if route.startswith("/v1") else {"text_input": "x"}).encode()
+            reader, writer = await connect(rig.port)
+            writer.write(f"POST {route} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY_A}\r\n"
+                         f"X-Inference-Namespace: ml\r\nContent-Type: application/json\r\n"
+                         f"Content-Length: {len(body)}\r\n\r\n".encode() + body[:5])
+            await writer.drain()
+            await settle(lambda: rig.gw.in_flight.by_key)
+            rig.gw.auth.grants = k.parse(f"keys: [{{name: b, key: {KEY_B}, namespaces: [ml]}}]" if change == "revoked"
+                                         else f"keys: [{{name: a, key: {KEY_A}, namespaces: [lab]}}]", "k")
+            writer.write(body[5:])
+            await writer.drain()
+            reply = await asyncio.wait_for(read_reply(reader), 5)
+            writer.close()
             assert reply.status == status and reply.error["code"] == (
                 "invalid_api_key" if status == 401 else "model_not_allowed")
             assert rig.upstream.seen == []

@@ -132,12 +132,27 @@ class Auth:
 
     # -- a request's key ----------------------------------------------------------------------------
 
-    def authorize(self, request: web.Request) -> Caller:
+    def _keys_usable(self) -> None:
         if self.keys_error is not None:
             m.REJECTED.labels("keys_unavailable").inc()
             raise oai.OpenAIError(503, "the gateway cannot read its API keys; its operator has been told",
                                 "service_unavailable", code="keys_unavailable",
                                 retry_after=self.settings.key_reload_seconds)
+
+    def recheck(self, caller: Caller) -> None:
+        """Once a request's body has arrived (up to body_timeout_seconds after its key was
+        checked): 401 when the key was revoked meanwhile; otherwise the caller holds the key's
+        grant as it is now, and what it may use is judged on that (a key revoked while its body was
+        on its way reached the model)."""
+        self._keys_usable()
+        grant = self.grants.get(caller.digest)
+        if grant is None:
+            m.REJECTED.labels("unauthorized").inc()
+            raise oai.OpenAIError(401, "invalid API key", code="invalid_api_key")
+        caller.grant = grant
+
+    def authorize(self, request: web.Request) -> Caller:
+        self._keys_usable()
         now = self.clock()
         presented = keys_core.bearer(request.headers.get("Authorization"))
         d = keys_core.digest(presented) if presented is not None else None
