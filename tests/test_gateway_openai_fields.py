@@ -9,7 +9,9 @@ import json
 
 import pytest
 
+from triton_operator.gateway import embeddings as e
 from triton_operator.gateway import openai_schema as oai
+from triton_operator.gateway import responses as r
 from triton_operator.gateway import translate as t
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "The weather",
@@ -75,6 +77,10 @@ def test_bad_tool_and_sampling_fields_are_400s(extra, param, message):
 
 @pytest.mark.parametrize("extra, field", [
     ({"tools": [WEATHER]}, "tools"), ({"logprobs": True}, "logprobs"), ({"n": 2}, "n"),
+    # these were dropped on the way to a text model, which answered as if they had not been asked
+    ({"seed": 7}, "seed"), ({"top_k": 5}, "top_k"), ({"presence_penalty": 0.5}, "presence_penalty"),
+    ({"frequency_penalty": 0.5}, "frequency_penalty"), ({"repetition_penalty": 1.1}, "repetition_penalty"),
+    ({"stream": True, "stream_options": {"include_usage": True}}, "stream_options"),
 ])
 def test_a_text_model_refuses_what_only_the_llm_model_serves(extra, field):
     with pytest.raises(oai.OpenAIError) as e:
@@ -176,3 +182,32 @@ def test_a_model_output_that_is_not_json_is_a_502():
     with pytest.raises(oai.OpenAIError) as e:
         t.answer_of({"text_output": "", "tool_calls": "[{broken"})
     assert (e.value.status, e.value.message) == (502, "the model's tool_calls output is not a JSON array of objects")
+
+
+def test_stream_options_without_a_stream_are_refused_as_openai_refuses_them():
+    with pytest.raises(oai.OpenAIError) as e:
+        chat(stream_options={"include_usage": True})
+    assert (e.value.status, e.value.param, e.value.message) == (
+        400, "stream_options", "stream_options: only allowed when stream is true")
+    assert chat(stream=True, stream_options={"include_usage": True}).include_usage
+    assert not t.to_generate(chat(stream=True, stream_options={"include_usage": False}), 64, llm=False,
+                             prompt="x").include_usage
+
+
+@pytest.mark.parametrize("parse, body, param", [
+    (e.parse, {"model": "m", "input": 5}, "input"),
+    (e.parse, {"model": "m", "input": None}, "input"),
+    (lambda raw: oai.parse_body(raw, oai.ChatRequest),
+     {"model": "m", "messages": [{"role": "user", "content": "x"}], "stop": 5}, "stop"),
+    (lambda raw: oai.parse_body(raw, oai.CompletionRequest), {"model": "m", "prompt": 5}, "prompt"),
+    (lambda raw: oai.parse_body(raw, oai.CompletionRequest), {"model": "m", "prompt": ["a", 5]}, "prompt.1"),
+    (r.parse, {"model": "m", "input": [{"role": "user", "content": 5}]}, "input.0.content"),
+])
+def test_an_error_names_the_request_field_never_a_type_the_gateway_tried(parse, body, param):
+    """A value that matched no member of a field's union was named by pydantic's name for the
+    member tried first ("input.constrained-str", "stop.str"), and a list with one bad item was
+    told it was "not a valid string"."""
+    with pytest.raises(oai.OpenAIError) as err:
+        parse(json.dumps(body).encode())
+    assert (err.value.status, err.value.param) == (400, param)
+    assert err.value.message.startswith(f"{param}: ")

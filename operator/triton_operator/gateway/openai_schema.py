@@ -179,6 +179,8 @@ class GenerationRequest(BaseModel):
 
     @model_validator(mode="after")
     def _honourable(self) -> GenerationRequest:
+        if self.stream_options is not None and not self.stream:
+            raise ValueError("stream_options: only allowed when stream is true")   # as OpenAI answers
         for name, value in (self.model_extra or {}).items():
             if name in UNSUPPORTED:
                 off, why = UNSUPPORTED[name]
@@ -377,10 +379,20 @@ def parse_body(raw: bytes | bytearray, kind: type[_M]) -> _M:
         raise validation_error(e) from None
 
 
+# The parts of a validation error's location that name which member of a union was tried, not a
+# field of the request ("input.constrained-str", "stop.str", "input.list[...].0.MessageItem"):
+# pydantic's names for types, kept out of what a client is told.
+_UNION_MEMBER = re.compile(r"^(?:str|int|float|bool|none|constrained-\w+|[a-z-]+\[.*\]|[A-Z][A-Za-z]*)$")
+
+
 def validation_error(e: ValidationError) -> OpenAIError:
-    """A request model's first validation error as OpenAI's 400, naming the field."""
-    first = e.errors()[0]
-    param = ".".join(str(p) for p in first["loc"]) or None
+    """A request model's first validation error as OpenAI's 400, naming the field. Of a union's
+    errors on that field (one per member tried), the one that went deepest: the member the value's
+    shape matched, where it failed (a list of items with a bad item is not "not a valid string")."""
+    errors = e.errors()
+    field = errors[0]["loc"][:1]
+    first = max((x for x in errors if x["loc"][:1] == field), key=lambda x: len(x["loc"]))
+    param = ".".join(str(p) for p in first["loc"] if not (isinstance(p, str) and _UNION_MEMBER.match(p))) or None
     message = first["msg"].removeprefix("Value error, ")
     if not param and ": " in message:     # a field named by a model validator (_honourable, ...)
         param, text = message.split(": ", 1)[0], message

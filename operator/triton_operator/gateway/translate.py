@@ -138,10 +138,17 @@ def to_generate(req: GenerationRequest, default_max_tokens: int, llm: bool, prom
     chat = isinstance(req, ChatRequest)
     top = req.top_logprobs_asked()
     if not llm:
+        # A text model takes a prompt, max_tokens, temperature and top_p: anything else asked for
+        # is refused, never dropped on the way (the model would answer as if it had not been asked).
         for name, what, asked in (
                 ("response_format", "JSON output", req.response_format is not None and req.response_format.type != "text"),
                 ("tools", "tool calling", chat and bool(req.tools) and req.tool_choice != "none"),  # type: ignore[attr-defined]
-                ("logprobs", "log probabilities", top is not None), ("n", "more than one answer", req.n > 1)):
+                ("logprobs", "log probabilities", top is not None), ("n", "more than one answer", req.n > 1),
+                ("top_k", "top-k sampling", req.top_k is not None), ("seed", "a sampling seed", req.seed is not None),
+                ("presence_penalty", "a presence penalty", req.presence_penalty is not None),
+                ("frequency_penalty", "a frequency penalty", req.frequency_penalty is not None),
+                ("repetition_penalty", "a repetition penalty", req.repetition_penalty is not None),
+                ("stream_options", "token usage", req.include_usage)):
             if asked:
                 raise OpenAIError(400, f"{name}: {what} {NEEDS_LLM}", param=name, code="unsupported_parameter")
         body: dict[str, Any] = {"text_input": prompt, "max_tokens": max_tokens, "stream": req.stream,
