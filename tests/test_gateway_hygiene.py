@@ -13,7 +13,7 @@ import logging
 import pytest
 from aiohttp import web
 
-from triton_operator.gateway import guard
+from triton_operator.gateway import guard, server
 
 from .gateway_http import KEY_A, LogLines, Rig, connect, read_reply, run, settle
 
@@ -364,29 +364,52 @@ def test_100_continue_is_answered_before_the_body_and_an_error_after_it_in_full(
     run(scenario)
 
 
-def test_the_health_port_answers_every_other_path_and_method_in_the_openai_shape():
-    """The probes' and metrics' own port has no connection guard: aiohttp answered an unknown
-    expectation on any path it has no route for with a plain-text 417 quoting the header."""
+def test_the_health_port_is_guarded_as_the_api_port_is(monkeypatch):
+    """The probes' and metrics' own port was a plain aiohttp site: an unknown expectation on a path
+    without a route was a plain-text 417 quoting the header; a malformed head was a plain-text 400
+    quoting it back (a bearer key in it), naming aiohttp's version, with an ERROR traceback per
+    request; and no limit held connections, head sizes or head times (300 connections that never
+    ended a head of 120 lines of 8 KiB took the gateway from 90 MB to 667 MB)."""
+    monkeypatch.setattr(guard, "REAP_IDLE_SECONDS", 0.2)
+
     async def scenario():
-        async with Rig() as rig:
-            runner = web.AppRunner(rig.gw.health_app(), access_log=None)
-            await runner.setup()
-            await web.TCPSite(runner, "127.0.0.1", 0).start()
-            port = runner.addresses[0][1]
-            try:
-                for line, status, code in (("GET /nope", 404, "not_found"), ("POST /healthz", 405, "method_not_allowed"),
-                                           ("GET /healthz", 200, None)):
-                    answer = await send_raw(port, (f"{line} HTTP/1.1\r\nHost: x\r\nExpect: <script>x</script>\r\n"
-                                                   "Content-Length: 0\r\nConnection: close\r\n\r\n").encode())
-                    head, _, body = answer.partition(b"\r\n\r\n")
-                    assert head.startswith(f"HTTP/1.1 {status} ".encode()), answer[:200]
-                    assert b"<script>" not in answer and b"application/json" in head
-                    if code is None:
-                        assert json.loads(body) == {"ok": True}
-                    else:
-                        assert json.loads(body)["error"]["code"] == code
-                    if status == 405:
-                        assert b"\r\nAllow: GET, HEAD\r\n" in head + b"\r\n", head
-            finally:
-                await runner.cleanup()
+        with LogLines() as logs:
+            async with Rig(header_timeout_seconds=0.5) as rig:
+                runner = rig.gw.health_runner()
+                await runner.setup()
+                await rig.gw.health_site(runner, "127.0.0.1", 0).start()
+                port = runner.addresses[0][1]
+                try:
+                    for line, status, code in (("GET /nope", 404, "not_found"),
+                                               ("POST /healthz", 405, "method_not_allowed"), ("GET /healthz", 200, None)):
+                        answer = await send_raw(port, (f"{line} HTTP/1.1\r\nHost: x\r\nExpect: <script>x</script>\r\n"
+                                                       "Content-Length: 0\r\nConnection: close\r\n\r\n").encode())
+                        head, _, body = answer.partition(b"\r\n\r\n")
+                        assert head.startswith(f"HTTP/1.1 {status} ".encode()), answer[:200]
+                        assert b"<script>" not in answer and b"application/json" in head
+                        assert b"\r\nServer: triton-operator-gateway" in head and b"aiohttp" not in answer
+                        assert json.loads(body) == {"ok": True} if code is None else (
+                            json.loads(body)["error"]["code"] == code)
+                    answer = await send_raw(port, f"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                                                  f"{KEY_A}\x01\r\n\r\n".encode())
+                    assert answer.split(b"\r\n")[0].endswith(b" 400 Bad Request") and KEY_A.encode() not in answer
+                    assert json.loads(answer.partition(b"\r\n\r\n")[2])["error"]["code"] == "bad_request"
+                    assert b"aiohttp" not in answer
+                    big = b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"X-Pad: " + b"a" * 9000 + b"\r\n\r\n"
+                    assert await send_raw(port, big) == guard.HEAD_TOO_LARGE
+                    reader, writer = await connect(port)
+                    writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")   # a head that never ends
+                    await writer.drain()
+                    assert await asyncio.wait_for(reader.read(), 5) == guard.TIMED_OUT
+                    writer.close()
+                    held = [await connect(port, f"127.0.0.{100 + i}") for i in range(server.HEALTH_MAX_CONNECTIONS)]
+                    await settle(lambda: rig.gw.health_connections.open == server.HEALTH_MAX_CONNECTIONS)
+                    await asyncio.sleep(0.3)   # idle: reaped to make room for a probe
+                    answer = await send_raw(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                    assert answer.startswith(b"HTTP/1.1 200 "), answer[:100]
+                    for _, w in held:
+                        w.close()
+                finally:
+                    await runner.cleanup()
+        assert [line for line in logs.lines if KEY_A in line or "Traceback" in line] == []
     run(scenario)

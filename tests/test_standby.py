@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 import urllib.error
 import urllib.request
 
+from triton_operator.kube import plain_http
 from triton_operator.kube.standby import StandbyHealth
 
 
@@ -40,3 +42,51 @@ def test_the_standby_answers_while_it_campaigns_and_frees_the_port():
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", port))
         s.listen()
+
+
+def raw(port: int, data: bytes, timeout: float = 5.0) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(data)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+        return out
+
+
+def test_the_operators_small_servers_are_bounded(monkeypatch):
+    """The standby's health server and the metrics port were the standard library's threaded
+    server as it comes: a thread per connection, held as long as the client liked, reading heads
+    of 100 lines of 64 KiB (100 connections that never ended one: 24 -> 587 MB for the standby,
+    730 MB for the metrics port). Now: a deadline per connection, a cap on what is read from it,
+    a cap on connections (one more is answered 503)."""
+    monkeypatch.setattr(plain_http, "DEADLINE_SECONDS", 0.5)
+    monkeypatch.setattr(plain_http.CappedHandler, "timeout", 0.5)
+    monkeypatch.setattr(plain_http, "MAX_CONNECTIONS", 4)
+    port = free_port()
+    health = StandbyHealth(f"http://127.0.0.1:{port}/healthz", lambda: True).start()
+    metrics = plain_http.serve_metrics("127.0.0.1", 0)
+    try:
+        for p in (port, metrics.server_address[1]):
+            # a head that never ends is cut at the deadline, answered nothing
+            with socket.create_connection(("127.0.0.1", p), timeout=5) as s:
+                started = time.monotonic()
+                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+                assert s.recv(100) == b"" and time.monotonic() - started < 3
+            # a head past the cap is read no further: what arrived is answered, the rest is never held
+            big = b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-%d: %s\r\n" % (i, b"a" * 8000) for i in range(8))
+            answer = raw(p, big + b"\r\n")
+            assert answer.startswith(b"HTTP/1.0 ") and int(answer.split()[1]) in (200, 400), answer[:80]
+            # one connection past the cap is answered 503 while the others hold theirs
+            held = [socket.create_connection(("127.0.0.1", p), timeout=5) for _ in range(4)]
+            time.sleep(0.1)
+            assert raw(p, b"GET /healthz HTTP/1.0\r\n\r\n") == plain_http.BUSY
+            for s in held:
+                s.close()
+            time.sleep(0.7)   # past the deadline, their slots are free again
+        assert get(f"http://127.0.0.1:{port}/healthz")[0] == 200
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics.server_address[1]}/metrics", timeout=5) as r:
+            assert r.status == 200 and b"# TYPE" in r.read()
+    finally:
+        health.stop()
+        metrics.shutdown()
+        metrics.server_close()

@@ -263,10 +263,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             logging.getLogger(name).setLevel(logging.WARNING)
     # Every replica serves its metrics from the start, leader or not (triton_operator_leader says which).
     if settings.metrics_port:
-        import prometheus_client
+        from .kube.plain_http import serve_metrics
 
         try:
-            prometheus_client.start_http_server(settings.metrics_port, addr=settings.metrics_address)
+            serve_metrics(settings.metrics_address, settings.metrics_port)
         except OSError as e:
             raise CliError(f"cannot serve metrics on {settings.metrics_address}:{settings.metrics_port}: "
                            f"{e.strerror or e} (TRITON_OPERATOR_METRICS_PORT)", code=1) from None

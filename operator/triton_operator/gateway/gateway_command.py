@@ -132,8 +132,6 @@ def run_loop(main: Any) -> None:
 
 async def serve(gateway: Gateway, stop: asyncio.Event | None = None) -> None:
     """Serve until `stop` is set (or a signal arrives), then shut down as the module says."""
-    from aiohttp import web
-
     s = gateway.settings
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -145,13 +143,13 @@ async def serve(gateway: Gateway, stop: asyncio.Event | None = None) -> None:
     await gateway.start()
     runners = [gateway.api_runner(with_health=not s.metrics_port)]
     if s.metrics_port:
-        runners.append(web.AppRunner(gateway.health_app(), access_log=None, shutdown_timeout=1))
+        runners.append(gateway.health_runner())
     try:
         await runners[0].setup()
         await gateway.api_site(runners[0], s.address, s.port).start()
         if s.metrics_port:
             await runners[1].setup()
-            await web.TCPSite(runners[1], s.address, s.metrics_port).start()
+            await gateway.health_site(runners[1], s.address, s.metrics_port).start()
         log.info("gateway listening on %s:%d (metrics and probes on %d); %d API key(s)", s.address, s.port,
                  s.metrics_port or s.port, len(gateway.auth.grants))
         await stop.wait()

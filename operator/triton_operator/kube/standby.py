@@ -15,9 +15,10 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 from urllib.parse import urlparse
+
+from .plain_http import BoundedHTTPServer, CappedHandler
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ class StandbyHealth:
         self.campaigning = campaigning
         health = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(CappedHandler):
             def do_GET(self) -> None:  # noqa: N802
                 if self.path.split("?", 1)[0] != health.path:
                     self._answer(404, {"error": "not found"})
@@ -46,12 +47,8 @@ class StandbyHealth:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def log_message(self, *args: Any) -> None:   # the probe's lines would drown the log
-                pass
-
-        ThreadingHTTPServer.allow_reuse_address = True
-        self.server = ThreadingHTTPServer((parsed.hostname or "0.0.0.0", parsed.port or 80), Handler)
-        self.server.daemon_threads = True
+        # bounded: connections, their deadline and what is read from each (plain_http)
+        self.server = BoundedHTTPServer((parsed.hostname or "0.0.0.0", parsed.port or 80), Handler)
         self._thread = threading.Thread(target=self.server.serve_forever, name="standby-health", daemon=True)
 
     def start(self) -> "StandbyHealth":
