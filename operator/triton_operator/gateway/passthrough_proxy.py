@@ -83,7 +83,7 @@ class PassthroughProxy:
                                 code="unsupported_content_encoding")
         async with self.admission.admitted(request, caller) as held:
             self.auth.recheck(caller)   # the body took a while: the key may be revoked, or its grant changed
-            svc = self.resolver.resolve(call.service, caller.grant, request.headers.get(NAMESPACE_HEADER), openai=False)
+            self.resolver.check(svc, call.service, caller.grant)
             assert held.body is not None
             check_header_length(request, len(held.body), encoding == "identity")
             if generate:

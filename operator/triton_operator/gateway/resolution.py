@@ -35,19 +35,15 @@ class Resolver:
             namespace = ns
         else:
             name = model
-        forbidden = oai.OpenAIError(403, f"this API key may not use model {model!r}", "permission_error",
-                                  code="model_not_allowed", param="model")
         if namespace is not None:
             if not grant.allows((namespace, name)):
-                m.REJECTED.labels("forbidden").inc()
-                raise forbidden
+                raise _forbidden(model)
             svc = self.router.services.get((namespace, name))
             candidates = [svc] if svc is not None else []
         else:
             candidates = [s for s in self.router.find(name) if grant.allows(s.key)]
             if not candidates and not grant.may_hold_name(name):
-                m.REJECTED.labels("forbidden").inc()
-                raise forbidden
+                raise _forbidden(model)
         if openai:
             candidates = [s for s in candidates if s.openai]
         if not candidates:
@@ -62,7 +58,20 @@ class Resolver:
                                 code="model_ambiguous", param="model")
         return candidates[0]
 
+    @staticmethod
+    def check(svc: Service, model: str, grant: keys_core.Grant) -> None:
+        """403, as `resolve` answers, when `grant` does not allow `svc` (resolved for `model` under
+        an earlier grant of the same key: one narrowed since)."""
+        if not grant.allows(svc.key):
+            raise _forbidden(model)
+
     def model_id(self, svc: Service, grant: keys_core.Grant) -> str:
         """The id /v1/models shows: the bare name unless the key sees that name twice."""
         same = [s for s in self.router.find(svc.key[1]) if s.openai and grant.allows(s.key)]
         return svc.key[1] if len(same) == 1 else svc.id
+
+
+def _forbidden(model: str) -> oai.OpenAIError:
+    m.REJECTED.labels("forbidden").inc()
+    return oai.OpenAIError(403, f"this API key may not use model {model!r}", "permission_error",
+                           code="model_not_allowed", param="model")
