@@ -74,6 +74,9 @@ def renewal_overdue(written: float | None, now: float, deadline: float = RENEW_D
     return written is None or now - written > deadline
 
 
+RELEASE_ATTEMPTS = 3   # a release that meets this process's own renewal (409) reads the lease again
+
+
 class Leadership:
     def __init__(self, namespace: str, name: str, identity: str):
         self.namespace, self.name, self.identity = namespace, name, identity
@@ -82,19 +85,25 @@ class Leadership:
     def release(self) -> None:
         """Give the lease up if this process still holds it (best effort: it expires anyway)."""
         api = BoundedLeaseApi()
-        try:
-            lease = api.read_namespaced_lease(self.name, self.namespace)
-            if lease.spec.holder_identity != self.identity:
+        for attempt in range(RELEASE_ATTEMPTS):
+            try:
+                lease = api.read_namespaced_lease(self.name, self.namespace)
+                if lease.spec.holder_identity != self.identity:
+                    return
+                # An update (the verb election already holds), guarded by the resourceVersion just read.
+                now = datetime.now(timezone.utc)
+                lease.spec.holder_identity = None
+                lease.spec.lease_duration_seconds = 1
+                lease.spec.renew_time = lease.spec.acquire_time = now
+                api.replace_namespaced_lease(self.name, self.namespace, lease)
+                log.info("released the lease %s/%s", self.namespace, self.name)
                 return
-            # An update (the verb election already holds), guarded by the resourceVersion just read.
-            now = datetime.now(timezone.utc)
-            lease.spec.holder_identity = None
-            lease.spec.lease_duration_seconds = 1
-            lease.spec.renew_time = lease.spec.acquire_time = now
-            api.replace_namespaced_lease(self.name, self.namespace, lease)
-            log.info("released the lease %s/%s", self.namespace, self.name)
-        except ApiException as e:
-            log.warning("could not release the lease %s/%s: %s", self.namespace, self.name, describe_api_error(e))
+            except ApiException as e:
+                if e.status == 409 and attempt + 1 < RELEASE_ATTEMPTS:
+                    continue   # this process's own last renewal came in between: read it again
+                log.warning("could not release the lease %s/%s: %s", self.namespace, self.name,
+                            describe_api_error(e))
+                return
 
 
 def campaign(namespace: str, name: str = "triton-operator") -> tuple[Leadership, threading.Event]:
