@@ -163,8 +163,9 @@ class Gateway:
         return guard.GuardedSite(runner, host, port, self.health_connections)
 
     def _add_health(self, app: web.Application) -> None:
-        for path, handler in zip(HEALTH_PATHS, (self.healthz, self.readyz, self.metrics)):
-            app.router.add_get(path, handler, expect_handler=expect)
+        app.router.add_get("/healthz", self.healthz, expect_handler=expect)
+        app.router.add_get("/readyz", self.readyz, expect_handler=expect)
+        app.router.add_get("/metrics", self.metrics, expect_handler=expect)
 
     def api_runner(self, with_health: bool) -> web.AppRunner:
         """The API port's runner: idle connections closed after idle_timeout_seconds (aiohttp's
@@ -212,9 +213,6 @@ async def expect(request: web.Request) -> None:
         # The answer has not begun (as aiohttp's own handler does): counted as begun, an error
         # answer after it (a wrong key, a bad body) cut the connection instead of being sent.
         request.writer.output_size = 0
-
-
-HEALTH_PATHS = ("/healthz", "/readyz", "/metrics")
 
 
 async def _server_header(_request: web.Request, response: web.StreamResponse) -> None:
