@@ -14,10 +14,11 @@ from openai.types import CreateEmbeddingResponse
 
 from triton_operator.api import InferenceService
 from triton_operator.gateway import embeddings as e
+from triton_operator.gateway import keys as k
 from triton_operator.gateway import openai_schema as oai
 from triton_operator.gateway.routing import service_from
 
-from .gateway_http import Rig, isvc, run, slice_for
+from .gateway_http import KEY_A, Rig, isvc, run, slice_for
 
 
 def req(**body) -> e.EmbeddingsRequest:
@@ -106,4 +107,34 @@ def test_the_route_in_process():
                 "model": "ml/embed", "messages": [{"role": "user", "content": "x"}]})
             assert (reply.status, reply.error["message"]) == (
                 400, "model 'ml/embed' is an embedding model: send it to /v1/embeddings")
+    run(scenario)
+
+
+def test_the_embedding_model_is_reached_through_v1_embeddings_only():
+    """Its v2 inference routes spent none of the key's tokensPerMinute and took any number of
+    inputs: a key with 1,000 tokens a minute sent 20 generate requests of 600 KB each, and one
+    infer of 1,000 inputs. They are refused; its metadata and readiness stay reachable."""
+    async def scenario():
+        async with Rig() as rig:
+            rig.gw.auth.grants = k.parse(f"keys: [{{name: t, key: {KEY_A}, namespaces: [ml], tokensPerMinute: 1000}}]",
+                                         "k")
+            rig.gw.router.set_service(isvc("embed", model={"source": "hf://a/b", "format": "python", "name": "embed"},
+                                           openai={"task": "embeddings"}))
+            rig.gw.router.set_slice(slice_for("embed", rig.upstream.port, "ml"))
+            ns = {"X-Inference-Namespace": "ml"}
+            expected = (404, {"message": "model embed serves embeddings: send its requests to /v1/embeddings",
+                              "type": "invalid_request_error", "param": None, "code": "route_not_allowed"})
+            for path, body in [
+                ("/v2/models/embed/generate", {"text_input": ["x" * 60000] * 10}),
+                ("/v2/models/embed/generate_stream", {"text_input": ["x"]}),
+                ("/v2/models/embed/versions/1/generate", {"text_input": ["x"]}),
+                ("/v2/models/embed/infer", {"inputs": [{"name": "text_input", "datatype": "BYTES", "shape": [1000],
+                                                        "data": ["y"] * 1000}]}),
+            ]:
+                reply = await rig.call("POST", path, body=body, headers=ns)
+                assert (reply.status, reply.error) == expected, path
+            assert rig.upstream.seen == []
+            reply = await rig.call("GET", "/v2/models/embed/ready", headers=ns)
+            assert reply.status == 200
+            assert [s.raw_path for s in rig.upstream.seen] == ["/v2/models/embed/ready"]
     run(scenario)

@@ -11,8 +11,9 @@ import asyncio
 import json
 
 from aiohttp import web
+from multidict import CIMultiDict
 
-from .gateway_http import KEY_A, Rig, isvc, run, slice_for
+from .gateway_http import KEY_A, Rig, isvc, raw_request, run, slice_for
 
 CHAT = {"model": "ml/llama", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -72,19 +73,61 @@ def test_responses_errors_name_the_fields_the_client_sent():
 
 
 def test_nan_and_infinity_are_refused():
+    """Also a number past a double's range, which Python reads as infinity: it was sent on to the
+    model and echoed back in a Response as `Infinity`, which no strict JSON parser reads."""
     async def scenario():
         async with Rig() as rig:
-            expected = refused("the request body is not valid JSON: NaN and Infinity are not JSON numbers", None)
+            expected = refused("the request body is not valid JSON: NaN, Infinity and numbers past a double's "
+                               "range are not JSON numbers", None)
             for route, raw in [
                 ("/v1/chat/completions", b'{"model":"ml/llama","messages":[{"role":"user","content":"hi"}],'
                                          b'"temperature":NaN}'),
                 ("/v1/responses", b'{"model":"ml/llama","input":"hi","tools":[{"type":"function","name":"f",'
                                   b'"parameters":{"a":Infinity}}]}'),
                 ("/v1/completions", b'{"model":"ml/llama","prompt":"x","top_p":-Infinity}'),
+                ("/v1/responses", b'{"model":"ml/llama","input":"hi","tools":[{"type":"function","name":"f",'
+                                  b'"parameters":{"type":"object","properties":{"x":{"maximum":1e400}}}}]}'),
+                ("/v1/chat/completions", b'{"model":"ml/llama","messages":[{"role":"user","content":"hi"}],'
+                                         b'"temperature":-1.5e309}'),
+                ("/v2/models/llama/generate", b'{"text_input":"x","parameters":{"max_tokens":5,"a":1e999}}'),
             ]:
-                reply = await rig.call("POST", route, body=raw)
+                reply = await rig.call("POST", route, body=raw, headers={"X-Inference-Namespace": "ml"})
                 assert (reply.status, reply.error) == expected, route
             assert rig.upstream.seen == []
+            # within range, large and small numbers are read as they are
+            reply = await rig.call("POST", "/v1/chat/completions",
+                                   body=b'{"model":"ml/llama","messages":[{"role":"user","content":"hi"}],'
+                                        b'"temperature":1e-400,"top_p":1.7976931348623157e308}')
+            assert reply.status == 400 and reply.error["param"] == "top_p"
+    run(scenario)
+
+
+def test_a_body_that_is_not_utf8_is_refused_before_it_is_parsed():
+    """RFC 8259 JSON is UTF-8, but Python's json also reads UTF-16 and UTF-32. The size and nesting
+    check reads the body's bytes as UTF-8: in UTF-16 a character's byte (U+2200's 0x22, a quote)
+    hid the brackets after it, so a tool schema nested 900 deep passed the check and reached the
+    model (and on a streamed Response, a RecursionError in the middle of the answer)."""
+    async def scenario():
+        async with Rig() as rig:
+            # a quote byte in U+2200's UTF-16 hides the brackets after it from a scan of the bytes
+            text = ('{"model": "ml/llama", "input": "\u2200", "stream": true, "text": {"format": {"type": "json_schema", '
+                    '"name": "s", "schema": {"x": ' + "[" * 900 + "]" * 900 + '}}}}')
+            for encoding in ("utf-16-le", "utf-16", "utf-32"):
+                reply = await rig.call("POST", "/v1/responses", body=text.encode(encoding))
+                assert (reply.status, reply.error) == refused("the request body is not valid JSON: it must be UTF-8",
+                                                              None), encoding
+            reply = await rig.call("POST", "/v1/responses", body=text.encode())
+            assert (reply.status, reply.error["code"]) == (400, "request_too_complex")
+            chat = json.dumps({"model": "ml/llama", "messages": [{"role": "user", "content": "\u00e9t\u00e9"}]},
+                              ensure_ascii=False)
+            reply = await rig.call("POST", "/v1/chat/completions", body=chat.encode("latin-1"))
+            assert (reply.status, reply.error) == refused("the request body is not valid JSON: it must be UTF-8", None)
+            assert rig.upstream.seen == []
+            # UTF-8, with or without a byte order mark, is read
+            for raw in (chat.encode(), b"\xef\xbb\xbf" + chat.encode()):
+                reply = await rig.call("POST", "/v1/chat/completions", body=raw)
+                assert reply.status == 200
+            assert len(rig.upstream.seen) == 2
     run(scenario)
 
 
@@ -293,4 +336,20 @@ def test_an_error_after_the_answer_began_cuts_the_connection_instead_of_a_second
                                                        "numbers", "type": "upstream_error", "param": None,
                                             "code": "upstream_failed"}}
             assert events[1]["choices"][0]["delta"] == {"content": "ok"}
+    run(scenario)
+
+
+def test_two_authorization_headers_are_refused():
+    """The header may appear once. The gateway read the first of two, so which key a request was
+    served under depended on the order in which the hops before it had added theirs."""
+    async def scenario():
+        async with Rig() as rig:
+            for keys in ([KEY_A, "nope"], ["nope", KEY_A], [KEY_A, KEY_A]):
+                headers = CIMultiDict(("Authorization", f"Bearer {key}") for key in keys)
+                reply = await raw_request(rig.port, "GET", "/v1/models", headers)
+                assert (reply.status, reply.error) == (400, {"message": "send one Authorization header",
+                                                             "type": "invalid_request_error", "param": None,
+                                                             "code": "bad_header"}), keys
+            reply = await raw_request(rig.port, "GET", "/v1/models", CIMultiDict(Authorization=f"Bearer {KEY_A}"))
+            assert reply.status == 200
     run(scenario)

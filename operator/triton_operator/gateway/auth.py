@@ -154,7 +154,13 @@ class Auth:
     def authorize(self, request: web.Request) -> Caller:
         self._keys_usable()
         now = self.clock()
-        presented = keys_core.bearer(request.headers.get("Authorization"))
+        sent = request.headers.getall("Authorization", [])
+        if len(sent) > 1:
+            # The header may appear once (RFC 9110): which one counts would be up to each hop (a
+            # proxy that adds its own, a gateway that reads the first).
+            m.REJECTED.labels("bad_request").inc()
+            raise oai.OpenAIError(400, "send one Authorization header", code="bad_header")
+        presented = keys_core.bearer(sent[0] if sent else None)
         d = keys_core.digest(presented) if presented is not None else None
         grant = self.grants.get(d) if d is not None else None
         if grant is None or d is None:

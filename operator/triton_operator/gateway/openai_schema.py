@@ -11,6 +11,7 @@ accepted; unknown fields are refused as OpenAI's API refuses them.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -346,15 +347,32 @@ def _not_a_number(name: str) -> Any:
     raise _NotANumber(name)
 
 
+def _finite(text: str) -> float:
+    """A JSON number with a fraction or an exponent, as a float: one past a double's range (1e400)
+    would be read as infinity, and echoed back as `Infinity`, which is not JSON."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotANumber(text)
+    return value
+
+
 def parse_json(raw: bytes | bytearray) -> Any:
-    """A request body's JSON, within check_structure's bounds; a 400 for anything else."""
+    """A request body's JSON, within check_structure's bounds; a 400 for anything else. The body
+    must be UTF-8 (RFC 8259; a UTF-8 byte order mark is ignored): Python's json also reads UTF-16
+    and UTF-32, whose bytes check_structure would read as other brackets and quotes (a UTF-16 body
+    nested 900 deep passed it)."""
     check_structure(raw)
     try:
-        return json.loads(raw, parse_constant=_not_a_number)
+        return json.loads(raw.decode("utf-8-sig"), parse_constant=_not_a_number, parse_float=_finite)
     except _NotANumber:
-        raise OpenAIError(400, "the request body is not valid JSON: NaN and Infinity are not JSON numbers") from None
-    except (ValueError, UnicodeDecodeError):
-        raise OpenAIError(400, "the request body is not valid JSON") from None
+        raise OpenAIError(400, "the request body is not valid JSON: NaN, Infinity and numbers past a double's "
+                               "range are not JSON numbers") from None
+    except UnicodeDecodeError:
+        raise OpenAIError(400, "the request body is not valid JSON: it must be UTF-8") from None
+    except ValueError:
+        # No JSON holds a NUL byte (not even inside a string): UTF-16 and UTF-32 text does.
+        raise OpenAIError(400, "the request body is not valid JSON" + (": it must be UTF-8" if b"\0" in raw else "")
+                          ) from None
     except RecursionError:
         raise OpenAIError(400, f"the request body nests JSON deeper than {MAX_JSON_DEPTH} levels",
                           code="request_too_complex") from None

@@ -71,6 +71,10 @@ class PassthroughProxy:
             raise oai.OpenAIError(404, f"model {call.service} {what}: send its requests to /v2/models/"
                                      f"{call.service}/generate or generate_stream, or to the OpenAI routes",
                                 code="route_not_allowed")
+        if call.route in ("/infer", *GENERATE_ROUTES) and embeds(svc):
+            m.REJECTED.labels("not_found").inc()
+            raise oai.OpenAIError(404, f"model {call.service} serves embeddings: send its requests to /v1/embeddings",
+                                code="route_not_allowed")
         try:
             path = call.upstream_path(svc.v2_model)
         except passthrough.PathRefused as e:
@@ -247,6 +251,13 @@ def generates_text(svc: Service) -> bool:
     """Whether /v2/models/<service>/ reaches a model that generates text under the key's limits: an
     LLM's, or the text model a service serves the OpenAI text routes from."""
     return svc.llm or (svc.openai and not svc.embeddings and svc.generate_model == svc.v2_model)
+
+
+def embeds(svc: Service) -> bool:
+    """Whether /v2/models/<service>/ reaches the model a service serves /v1/embeddings from: its
+    inference routes would spend none of the key's tokensPerMinute and take any number of inputs,
+    so that model is reached through /v1/embeddings only."""
+    return svc.embeddings and svc.generate_model == svc.v2_model
 
 
 def check_header_length(request: web.Request, body_length: int, identity: bool) -> None:
