@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import gc
 import signal
+import socket
 from typing import Iterator
 
 import pytest
@@ -18,6 +19,7 @@ from aiohttp import web
 
 from triton_operator.gateway import guard
 from triton_operator.gateway import openai_schema as oai
+from triton_operator.gateway import upstream
 
 from .gateway_http import KEY_A, Rig, closed_within, connect, run, settle
 
@@ -331,4 +333,62 @@ def test_answers_count_in_the_keys_share():
                                   MIB - 1024)   # the key's share nearly used elsewhere
             reply = await rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": "x"})
             assert (reply.status, reply.error["code"]) == (429, "too_many_bytes_in_flight")
+    run(scenario)
+
+
+def _flooding(sent: list[int]):
+    """A replica that streams 4 KiB events for as long as it is read, counting what it sent."""
+    async def answer(request: web.BaseRequest) -> web.StreamResponse:
+        await request.read()
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        event = b'data: {"text_output": "' + b"z" * 4000 + b'"}\n\n'
+        with contextlib.suppress(ConnectionError):
+            while True:
+                await out.write(event)
+                sent[0] += len(event)
+        return out
+    return answer
+
+
+async def _never_reading(port: int, target: str, body: bytes, headers: str = "") -> socket.socket:
+    """A client that sends its request, with a 4 KiB receive buffer, and never reads the answer."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(sock, ("127.0.0.1", port))
+    await loop.sock_sendall(sock, (f"POST {target} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY_A}\r\n{headers}"
+                                   f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+                            + body)
+    return sock
+
+
+@pytest.mark.parametrize("target, body, headers", [
+    ("/v1/chat/completions", b'{"model": "ml/llama", "stream": true, "messages": [{"role": "user", "content": "hi"}]}', ""),
+    ("/v2/models/llama/generate_stream", b'{"text_input": "hi"}', "X-Inference-Namespace: ml\r\n"),
+])
+def test_a_stream_whose_client_stops_reading_holds_a_counted_chunk(target, body, headers):
+    """The replica's answer was read in whatever it had sent meanwhile (half a megabyte at once),
+    and only the event being assembled was counted while the write to the client waited (68 to
+    291 bytes here): 250 such streams of one key took the gateway from 88 to 525 MiB. A read is
+    now at most READ_CHUNK, counted until it is written; once the write has waited the idle
+    timeout, the client is cut and nothing is held."""
+    async def scenario():
+        sent = [0]
+        async with Rig(upstream_idle_timeout_seconds=2.0) as rig:
+            rig.upstream.answer = _flooding(sent)
+            sock = await _never_reading(rig.port, target, body, headers)
+            try:
+                # the replica is held back once the client's and the gateway's buffers are full
+                await settle(lambda: sent[0] > 256 * 1024)
+                before = -1
+                while sent[0] != before:
+                    before = sent[0]
+                    await asyncio.sleep(0.2)
+                used = rig.gw.bodies.used
+                assert 8 * 1024 < used <= len(body) + upstream.READ_CHUNK + 8 * 1024, used
+                await settle(lambda: rig.gw.bodies.used == 0 and not rig.gw.in_flight.by_key, 6)
+            finally:
+                sock.close()
     run(scenario)

@@ -74,6 +74,18 @@ def test_a_compressed_body_may_name_a_header_length_up_to_int32():
     run(scenario)
 
 
+@pytest.mark.parametrize("encoding", ["", " ", "IDENTITY"])
+def test_an_empty_content_encoding_is_identity_and_its_header_length_within_the_body(encoding):
+    """Triton reads an empty Content-Encoding as none; the gateway read it as a compression, and let
+    a header length of INT32_MAX past with a body of 14 bytes."""
+    async def scenario():
+        async with Rig() as rig:
+            bad = await rig.call("POST", INFER, body=BODY, headers={"Content-Encoding": encoding,
+                                                                    "Inference-Header-Content-Length": "2147483647"})
+            assert (bad.status, bad.error["code"]) == (400, "bad_header") and rig.upstream.seen == []
+    run(scenario)
+
+
 FRAMINGS = [
     # (what is sent after the head's first lines, why it is refused)
     ("Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /v2/repository/index HTTP/1.1\r\n\r\n",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
 from aiohttp import web
 from multidict import CIMultiDict
 
@@ -352,4 +353,30 @@ def test_two_authorization_headers_are_refused():
                                                              "code": "bad_header"}), keys
             reply = await raw_request(rig.port, "GET", "/v1/models", CIMultiDict(Authorization=f"Bearer {KEY_A}"))
             assert reply.status == 200
+    run(scenario)
+
+
+@pytest.mark.parametrize("pad, rendered", [(1000, "MARK:hi"), (2 << 20, None)])
+def test_a_replicas_model_config_is_read_within_its_cap(pad, rendered):
+    """The text model's chat template is read from a replica's model config, which was read whole:
+    a config of 200 MB took the gateway 400 MB. One past CONFIG_MAX_BYTES is not read on (the
+    chat is rendered with the default template, and the config asked for again next time)."""
+    async def scenario():
+        config = json.dumps({"parameters": {"chat_template": {"string_value": "MARK:{{ messages[0].content }}"}},
+                             "pad": "x" * pad}).encode()
+
+        async def answer(request: web.BaseRequest) -> web.StreamResponse:
+            if request.path.endswith("/config"):
+                return web.Response(body=config, content_type="application/json")
+            return web.json_response({"text_output": "ok"})
+
+        async with Rig() as rig:
+            rig.gw.router.set_service(isvc("chat", fmt="python", openai={"enabled": True}))
+            rig.gw.router.set_slice(slice_for("chat", rig.upstream.port))
+            rig.upstream.answer = answer
+            reply = await rig.call("POST", "/v1/chat/completions",
+                                   body={"model": "ml/chat", "messages": [{"role": "user", "content": "hi"}]})
+            assert reply.status == 200
+            prompt = json.loads(rig.upstream.seen[-1].body)["text_input"]
+            assert (prompt == rendered) if rendered else not prompt.startswith("MARK"), prompt
     run(scenario)

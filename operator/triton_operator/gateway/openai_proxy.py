@@ -273,9 +273,9 @@ class OpenAIProxy:
         first: float | None = None
         try:
             while chunk := await read_chunk(resp, svc, s.upstream_idle_timeout_seconds):
+                # the chunk, and the events made of it, are held until they are written
                 held.set(base + events.size + len(chunk))
                 for event in events.feed(chunk):
-                    held.set(base + events.size)
                     piece = t.answer_of(event)
                     ex.kv_events(piece.kv_events)
                     if piece.text and first is None:
@@ -288,6 +288,7 @@ class OpenAIProxy:
                         break
                 if stream.stopped:
                     break
+                held.set(base + events.size)
             await ex.to_client(request, out.write(stream.end()))
         except oai.OpenAIError as e:
             span.fail(e)

@@ -79,7 +79,7 @@ class PassthroughProxy:
             path = call.upstream_path(svc.v2_model)
         except passthrough.PathRefused as e:
             raise oai.OpenAIError(e.status, e.message, "upstream_error", code=e.code) from None
-        encoding = request.headers.get("Content-Encoding", "identity").lower()
+        encoding = request.headers.get("Content-Encoding", "").strip().lower() or "identity"   # empty is none
         generate = call.route in GENERATE_ROUTES
         if generate and encoding != "identity":
             m.REJECTED.labels("bad_request").inc()
@@ -193,8 +193,11 @@ class PassthroughProxy:
                     if resp.content_length is not None:
                         out.content_length = resp.content_length
                     await ex.to_client(request, out.prepare(request))
+                    base = held.bytes
                     while chunk := await read_chunk(resp, svc, s.upstream_idle_timeout_seconds):
+                        held.set(base + len(chunk))   # until it is written
                         await ex.to_client(request, out.write(chunk))
+                        held.set(base)
                     await ex.to_client(request, out.write_eof())
                 ex.code = resp.status
                 return out
@@ -223,13 +226,13 @@ class PassthroughProxy:
         last: dict[int, dict[str, Any]] = {}   # each answer's last event, by its index
         try:
             while chunk := await read_chunk(resp, svc, s.upstream_idle_timeout_seconds):
+                held.set(base + events.size + len(chunk))   # until the chunk is written
                 if svc.llm:
-                    held.set(base + events.size + len(chunk))
                     for event in events.feed(chunk):
                         if "error" not in event:
                             last[t.answer_index(event)] = event
-                    held.set(base + events.size)
                 await ex.to_client(request, out.write(chunk))
+                held.set(base + events.size)
         except (oai.OpenAIError, aiohttp.ClientError) as e:
             code = e.code if isinstance(e, oai.OpenAIError) else "upstream_failed"
             await ex.to_client(request, out.write(

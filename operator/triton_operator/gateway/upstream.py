@@ -38,6 +38,9 @@ TEMPLATE_TTL = 600.0  # seconds a chat template read from a model's config is us
 CONNECT_ATTEMPTS = 3  # replicas a request tries when they refuse the connection or do not accept it in time
 PROBE_TIMEOUT_S = 0.5  # kvEvents: how long a request waits for the replicas' engines to say what they hold
 PROBE_MAX_BYTES = 8 << 20   # kvEvents: the largest answer to a probe read (a snapshot of a full index is ~2 MiB)
+READ_CHUNK = 64 * 1024     # the most of a replica's answer read at once (counted until it is written)
+READ_BUFSIZE = 16 * 1024   # a replica's answer waiting to be read: reading pauses past twice this
+CONFIG_MAX_BYTES = 1 << 20  # the largest model config read for its chat template
 
 
 # The status a request whose client left before its answer was whole is counted under (nginx's "client
@@ -107,7 +110,7 @@ class Upstream:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60, resolver=resolver,
                                                ssl=self.tls_context() or True),
-                timeout=timeout, auto_decompress=False)
+                timeout=timeout, auto_decompress=False, read_bufsize=READ_BUFSIZE)
         return self._session
 
     async def close(self) -> None:
@@ -293,10 +296,16 @@ class Upstream:
                                           timeout=aiohttp.ClientTimeout(total=10)) as resp:
                 span.status_code(resp.status)
                 if resp.status == 200:
-                    params = (await resp.json(content_type=None)).get("parameters") or {}
+                    # a replica's config is read within CONFIG_MAX_BYTES (read whole, 200 MB took 400 MB)
+                    raw = bytearray()
+                    while chunk := await resp.content.read(READ_CHUNK):
+                        raw += chunk
+                        if len(raw) > CONFIG_MAX_BYTES:
+                            raise ValueError(f"the model's config is larger than {CONFIG_MAX_BYTES} bytes")
+                    params = json.loads(raw).get("parameters") or {}
                     value = (params.get("chat_template") or {}).get("string_value")
                     template = value if isinstance(value, str) and value.strip() else None
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError) as e:
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError, RecursionError) as e:
             span.fail(e)
             return None  # not cached: the next request asks again
         finally:
@@ -322,10 +331,13 @@ def slo_met(slo: tuple[str, float], code: int, started: float, first: float | No
 
 
 async def read_chunk(resp: aiohttp.ClientResponse, svc: Service, idle: float) -> bytes:
-    """The next bytes of a replica's answer (b"" at its end), within `idle` seconds: a replica that
-    stalls mid-answer ends it with a 502 instead of holding the client for the total timeout."""
+    """The next bytes of a replica's answer (b"" at its end), at most READ_CHUNK, within `idle`
+    seconds: a replica that stalls mid-answer ends it with a 502 instead of holding the client for
+    the total timeout. A chunk is counted as held until it is written to the client; taken whole
+    (whatever the replica had sent meanwhile), a stream whose client stopped reading held half a
+    megabyte and more that nothing counted."""
     try:
-        return await asyncio.wait_for(resp.content.readany(), idle)
+        return await asyncio.wait_for(resp.content.read(READ_CHUNK), idle)
     except asyncio.TimeoutError:
         m.child(m.UPSTREAM_STALLED, *svc.key).inc()
         raise oai.OpenAIError(502, f"model {svc.key[1]}: the replica sent nothing for {idle:g}s mid-answer",
