@@ -227,6 +227,7 @@ def test_a_replica_that_leaves_or_fails_to_connect_is_forgotten():
 
 def test_the_index_is_bounded_and_forgets_a_prompts_last_blocks_first(monkeypatch):
     monkeypatch.setattr(routing, "INDEX_BLOCKS", 40)
+    monkeypatch.setattr(routing, "REQUEST_BLOCKS", 40)
     r = router_with([1, 2])
     address = r.endpoints(KEY)[0]
     one, two = tenant(1, "Q"), tenant(2, "Q")       # 31 blocks each
@@ -235,6 +236,24 @@ def test_the_index_is_bounded_and_forgets_a_prompts_last_blocks_first(monkeypatc
     assert len(r.held[address]) == 40
     assert r.holds(address, two) == len(two.blocks)            # the latest whole
     assert r.holds(address, one) == 9                          # the older keeps its first 40 - 31
+def test_one_request_takes_at_most_a_quarter_of_a_replicas_index(monkeypatch):
+    """One tenant's prompt of twice the index's blocks (within the 1 MiB body) made the gateway
+    forget every other tenant's prompts on that replica; it now indexes its first quarter."""
+    monkeypatch.setattr(routing, "INDEX_BLOCKS", 40)
+    monkeypatch.setattr(routing, "REQUEST_BLOCKS", 10)
+    r = router_with([1, 2])
+    address = r.endpoints(KEY)[0]
+    others = [tenant(i, "Q") for i in (1, 2, 3)]             # 31 blocks each, 10 indexed
+    for other in others:
+        r.release(address, r.acquire(address, other))
+    huge = beginning('["ml","llama","huge"]\n' + "A" * (80 * routing.BLOCK_CHARS))
+    assert len(huge.blocks) > 40
+    r.release(address, r.acquire(address, huge))
+    assert len(r.held[address]) == 40
+    assert r.holds(address, huge) == 10                      # its first quarter
+    assert [r.holds(address, other) for other in others] == [10, 10, 10]   # theirs, kept
+
+
 def test_the_route_sends_a_tenants_requests_to_one_replica():
     hits: list[int] = []
 

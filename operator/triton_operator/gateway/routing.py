@@ -93,6 +93,10 @@ DEFAULT_MAX_BATCH = 64     # spec.engine.maxBatchSize's default (api/serving.py)
 # early costs one prefill, what it remembers that the engine dropped costs one too).
 BLOCK_CHARS = 64
 INDEX_BLOCKS = 4096
+# The most of that index one request takes: its prompt's first blocks, a quarter of it (about 16k
+# tokens). A prompt of 8,192 blocks, one request of one tenant within the 1 MiB body, took all of
+# it and every other tenant's prompts on that replica were forgotten.
+REQUEST_BLOCKS = INDEX_BLOCKS // 4
 # The most block hashes a prompt is named by, the llm model's bound on its prefix_keys (runtime
 # contract.MAX_PREFIX_KEYS, which refuses a request with more: tests/test_gateway_kv_events.py holds
 # the two equal; the gateway runs where the runtime package is not installed, so it cannot import
@@ -616,7 +620,7 @@ class Router:
         self.work[address] = self.work.get(address, 0) + work
         if begins.blocks:
             index = self.held.setdefault(address, OrderedDict())
-            for block in reversed(begins.blocks):   # a prompt's first blocks are forgotten last
+            for block in reversed(begins.blocks[:REQUEST_BLOCKS]):   # a prompt's first blocks are forgotten last
                 index[block] = None
                 index.move_to_end(block)
             while len(index) > INDEX_BLOCKS:
