@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
 import secrets
+import socket
 import statistics
 import subprocess
 import sys
@@ -297,6 +299,8 @@ Answers (after the gateway was stopped, held requests get 503 gateway_stopping):
 
 HOSTILE_CONNECTIONS, HOSTILE_ADDRESSES = 2000, 16
 FAST_MARK = b"answer-at-once"
+FLOOD_MARK = b"stream-as-fast-as-read"   # the stand-in replica streams 4 KB events for as long as it is read
+STALLED = 250                            # streams whose clients never read
 SMALL = "small (the most requests, not bytes)"
 
 
@@ -359,6 +363,8 @@ def hostile(connections: int = HOSTILE_CONNECTIONS) -> tuple[str, dict[str, floa
     async def run() -> None:
         release = [asyncio.Event()]
         seen = 0
+        flood_stop = asyncio.Event()
+        flooded = [0]
 
         async def upstream(request: web.BaseRequest) -> web.StreamResponse:
             nonlocal seen
@@ -366,9 +372,17 @@ def hostile(connections: int = HOSTILE_CONNECTIONS) -> tuple[str, dict[str, floa
             async for chunk in request.content.iter_any():
                 body += chunk
             fast = FAST_MARK in body   # the other key's request is answered at once
-            seen += not fast
             out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await out.prepare(request)
+            if FLOOD_MARK in body:
+                event = (b'data: {"text_output": "' + b"z" * 4000 + b'", "finish_reason": "", "prompt_tokens": 1, '
+                         b'"completion_tokens": 1}\n\n')
+                with contextlib.suppress(ConnectionError):
+                    while not flood_stop.is_set():
+                        await out.write(event)
+                        flooded[0] += len(event)
+                return out
+            seen += not fast
             await out.write(b'data: {"text_output": "a", "finish_reason": "", "prompt_tokens": 1, '
                             b'"completion_tokens": 1}\n\n')
             if not fast:
@@ -380,17 +394,22 @@ def hostile(connections: int = HOSTILE_CONNECTIONS) -> tuple[str, dict[str, floa
         server = await asyncio.get_running_loop().create_server(web.Server(upstream), "127.0.0.1", 0)
         upstream_port = server.sockets[0].getsockname()[1]
         port, health = free_port(), free_port()
-        gateway = subprocess.Popen([sys.executable, __file__, "--serve-gateway-hostile", str(port), str(health),
-                                    str(work / "keys.yaml"), str(upstream_port)],
-                                   stdout=open(work / "gateway.log", "wb"), stderr=subprocess.STDOUT, cwd=ROOT)
-        conns: list[asyncio.StreamWriter] = []
-        try:
+
+        async def start() -> subprocess.Popen[bytes]:
+            process = subprocess.Popen([sys.executable, __file__, "--serve-gateway-hostile", str(port), str(health),
+                                        str(work / "keys.yaml"), str(upstream_port)],
+                                       stdout=open(work / "gateway.log", "ab"), stderr=subprocess.STDOUT, cwd=ROOT)
             for _ in range(600):
                 try:
                     urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=1)
                     break
                 except OSError:
                     await asyncio.sleep(0.1)
+            return process
+
+        gateway = await start()
+        conns: list[asyncio.StreamWriter] = []
+        try:
             idle, _ = _rss_mib(gateway.pid)
             figures["idle"] = idle
 
@@ -411,6 +430,51 @@ def hostile(connections: int = HOSTILE_CONNECTIONS) -> tuple[str, dict[str, floa
                     code = type(e).__name__
                 codes[code] = codes.get(code, 0) + 1
                 return code
+
+            async def stalled_streams() -> None:
+                """STALLED streams of one key whose clients never read (4 KiB receive buffers), from
+                four addresses, against a replica that streams as fast as it is read."""
+                base, _ = _rss_mib(gateway.pid)
+                body = json.dumps({"model": "bench/llm", "stream": True, "max_tokens": 4, "messages": [
+                    {"role": "user", "content": FLOOD_MARK.decode()}]}).encode()
+                head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {hog}\r\n"
+                        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+                loop = asyncio.get_running_loop()
+                sockets = []
+                for i in range(STALLED):
+                    sock = socket.socket()
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                    sock.bind((f"127.0.3.{1 + i % 4}", 0))
+                    sock.setblocking(False)
+                    await loop.sock_connect(sock, ("127.0.0.1", port))
+                    await loop.sock_sendall(sock, head + body)
+                    sockets.append(sock)
+                before = -1
+                deadline = time.monotonic() + 30
+                while flooded[0] != before and time.monotonic() < deadline:   # until every stream is stalled
+                    before = flooded[0]
+                    await asyncio.sleep(1.0)
+                rss, _ = _rss_mib(gateway.pid)
+                with urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=30) as r:
+                    counted = json.load(r)["heldBytes"] / (1 << 20)
+                figures["per stalled stream"] = (rss - base) / STALLED
+                figures["uncounted per stalled stream"] = max(0.0, rss - base - counted) / STALLED
+                lines.append(f"| + key `hog` opens {STALLED} streams whose clients never read, against a replica that "
+                             f"streams as fast as it is read ({flooded[0] / (1 << 20):.0f} MiB sent) | {STALLED} stalled, "
+                             f"{counted:.1f} MiB counted | {rss:.0f} MiB | {figures['per stalled stream'] * 1024:.0f} KiB "
+                             f"per stalled stream, {figures['uncounted per stalled stream'] * 1024:.0f} KiB of it "
+                             f"beyond what is counted |")
+                for sock in sockets:
+                    sock.close()
+                flood_stop.set()
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=30) as r:
+                        if json.load(r)["heldBytes"] == 0:
+                            break
+                    await asyncio.sleep(0.5)
+                after, _ = _rss_mib(gateway.pid)
+                lines.append(f"| clients gone | | {after:.0f} MiB | |")
 
             async def shape(name: str, body: bytes) -> None:
                 before, codes_before = seen, dict(codes)
@@ -487,6 +551,17 @@ def hostile(connections: int = HOSTILE_CONNECTIONS) -> tuple[str, dict[str, floa
             figures["rss"], figures["peak"] = rss, peak
             await session.close()
             figures["codes"] = codes   # type: ignore[assignment]
+            # streams whose clients stop reading, in a gateway of their own (in this one, the memory
+            # the steps above freed would be reused and the figure read low)
+            for w in conns:
+                w.close()
+            conns.clear()
+            gateway.terminate()
+            gateway.wait(30)
+            gateway = await start()
+            lines.append(f"| a new gateway, idle | | {_rss_mib(gateway.pid)[0]:.0f} MiB | |")
+            await stalled_streams()
+            figures["peak"] = max(peak, _rss_mib(gateway.pid)[1])
         finally:
             for w in conns:
                 w.close()
@@ -499,7 +574,7 @@ def hostile(connections: int = HOSTILE_CONNECTIONS) -> tuple[str, dict[str, floa
     limit = 512
     per_conn = figures["per connection"]
     per_counted = max(v for k, v in figures.items() if k.startswith("per counted"))
-    per_request = figures[f"per request {SMALL}"]
+    per_request = max(figures[f"per request {SMALL}"], figures["uncounted per stalled stream"])
     figures["per counted"] = per_counted
     figures["per request"] = per_request
     text = f"""One key's 250 small streaming requests are held open by the stand-in replica (what a request costs beyond
@@ -507,7 +582,9 @@ its bytes); then {HOSTILE_CONNECTIONS} connections from {HOSTILE_ADDRESSES} addr
 lines just under the head limit ({defaults.max_header_bytes} bytes) and never end it; while they stay, one key sends its whole byte
 share ({defaults.body_budget_bytes * defaults.key_share / (1 << 20):.0f} MiB of {defaults.body_budget_bytes >> 20}) of
 each worst-shape body as streaming chat requests, which the stand-in replica holds open; then another key sends a
-request. The gateway runs with the chart's default limits; RSS is read from /proc after each step.
+request; last, in a new gateway, {STALLED} streams of one key whose clients never read (4 KiB receive buffers), against
+a replica that streams 4 KB events as fast as it is read, until every one of them has stalled. The gateway runs with
+the chart's default limits; RSS is read from /proc after each step.
 
 | step | what the gateway holds | gateway RSS | per unit |
 | --- | --- | --- | --- |
@@ -534,7 +611,7 @@ def bound_text(hostile_figures: dict[str, float], held_figures: dict[str, float]
     return f"""
 The bound these figures give, whatever the mix and the number of clients: idle RSS ({hostile_figures['idle']:.0f} MiB)
 + {d.max_connections} connections x ({hostile_figures['per connection']:.0f} KiB + {hostile_figures['per request'] * 1024:.0f}
-KiB for the request each may have in flight) + the byte budget ({budget:.0f} MiB, every key's bytes together) x
+KiB beyond its count for the request each may have in flight, a small one held or a stream stalled) + the byte budget ({budget:.0f} MiB, every key's bytes together) x
 {factor:.2f} (the most RSS per counted MiB measured: a held request's peak above, or a worst shape in flight here,
 parse leftovers included) + 32 MiB for one request's parse at a time (parses run one at a time; the largest body parses
 into about 30 MiB of objects at most) = {bound:.0f} MiB, {'under' if bound < 512 else 'OVER'} the 512 MiB limit.

@@ -26,7 +26,7 @@ class GatewaySettings(BaseModel):
                              "requests and tokens per minute (the chart sets it to gateway.replicaCount).")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="Largest request body accepted.")
     body_budget_bytes: int = Field(
-        160 << 20, ge=1 << 20, description="Request bodies in memory at once (read, held or being sent), all keys; "
+        150 << 20, ge=1 << 20, description="Request bodies in memory at once (read, held or being sent), all keys; "
                                            "past it requests get 503.")
     key_share: float = Field(
         0.25, gt=0, le=1, description="The fraction of the body budget and of each service's hold queue one API key "

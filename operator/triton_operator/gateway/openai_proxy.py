@@ -23,7 +23,8 @@ from .auth import Auth, Caller
 from .holding import Holding
 from .resolution import Resolver
 from .routing import Beginning, Router, Service, ServiceKey, beginning, cursor_slot
-from .upstream import Exchange, Upstream, answer_json, answer_too_large, read_chunk, read_whole, upstream_error
+from .upstream import (Exchange, Upstream, answer_json, answer_too_large, read_chunk, read_whole, unsent,
+                       upstream_error)
 
 
 @dataclass(eq=False)
@@ -273,8 +274,8 @@ class OpenAIProxy:
         first: float | None = None
         try:
             while chunk := await read_chunk(resp, svc, s.upstream_idle_timeout_seconds):
-                # the chunk, and the events made of it, are held until they are written
-                held.set(base + events.size + len(chunk))
+                # the chunk, the events made of it and what the client has not taken yet are held
+                held.set(base + events.size + len(chunk) + unsent(request))
                 for event in events.feed(chunk):
                     piece = t.answer_of(event)
                     ex.kv_events(piece.kv_events)
@@ -283,12 +284,13 @@ class OpenAIProxy:
                         m.TTFT.labels(*svc.key).observe(first - started)
                     data = stream.delta(piece)
                     if data:
+                        held.set(base + events.size + len(chunk) + unsent(request) + len(data))
                         await ex.to_client(request, out.write(data))
                     if stream.stopped:
                         break
                 if stream.stopped:
                     break
-                held.set(base + events.size)
+                held.set(base + events.size + unsent(request))
             await ex.to_client(request, out.write(stream.end()))
         except oai.OpenAIError as e:
             span.fail(e)

@@ -32,7 +32,7 @@ from .admission import Admission, Held
 from .auth import Auth, Caller
 from .resolution import Resolver
 from .routing import Service
-from .upstream import Exchange, Upstream, answer_json, read_chunk, read_whole, upstream_error
+from .upstream import Exchange, Upstream, answer_json, read_chunk, read_whole, unsent, upstream_error
 
 # Request headers passed to a replica on the KServe v2 routes (binary tensors need
 # Inference-Header-Content-Length; a compressed body its Content-Encoding). Accept-Encoding is the
@@ -195,9 +195,9 @@ class PassthroughProxy:
                     await ex.to_client(request, out.prepare(request))
                     base = held.bytes
                     while chunk := await read_chunk(resp, svc, s.upstream_idle_timeout_seconds):
-                        held.set(base + len(chunk))   # until it is written
+                        held.set(base + len(chunk) + unsent(request))   # until it is sent
                         await ex.to_client(request, out.write(chunk))
-                        held.set(base)
+                        held.set(base + unsent(request))
                     await ex.to_client(request, out.write_eof())
                 ex.code = resp.status
                 return out
@@ -226,13 +226,13 @@ class PassthroughProxy:
         last: dict[int, dict[str, Any]] = {}   # each answer's last event, by its index
         try:
             while chunk := await read_chunk(resp, svc, s.upstream_idle_timeout_seconds):
-                held.set(base + events.size + len(chunk))   # until the chunk is written
+                held.set(base + events.size + len(chunk) + unsent(request))   # until the chunk is sent
                 if svc.llm:
                     for event in events.feed(chunk):
                         if "error" not in event:
                             last[t.answer_index(event)] = event
                 await ex.to_client(request, out.write(chunk))
-                held.set(base + events.size)
+                held.set(base + events.size + unsent(request))
         except (oai.OpenAIError, aiohttp.ClientError) as e:
             code = e.code if isinstance(e, oai.OpenAIError) else "upstream_failed"
             await ex.to_client(request, out.write(

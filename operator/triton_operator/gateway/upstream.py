@@ -38,9 +38,10 @@ TEMPLATE_TTL = 600.0  # seconds a chat template read from a model's config is us
 CONNECT_ATTEMPTS = 3  # replicas a request tries when they refuse the connection or do not accept it in time
 PROBE_TIMEOUT_S = 0.5  # kvEvents: how long a request waits for the replicas' engines to say what they hold
 PROBE_MAX_BYTES = 8 << 20   # kvEvents: the largest answer to a probe read (a snapshot of a full index is ~2 MiB)
-READ_CHUNK = 64 * 1024     # the most of a replica's answer read at once (counted until it is written)
-READ_BUFSIZE = 16 * 1024   # a replica's answer waiting to be read: reading pauses past twice this
-CONFIG_MAX_BYTES = 1 << 20  # the largest model config read for its chat template
+READ_CHUNK = 16 * 1024      # the most of a replica's answer read at once (counted until it is written)
+READ_BUFSIZE = 16 * 1024    # a replica's answer waiting to be read: reading pauses past twice this
+CONFIG_MAX_BYTES = 1 << 20   # the largest model config read for its chat template
+UPSTREAM_RCVBUF = 32 * 1024  # a replica socket's receive buffer (the kernel doubles it)
 
 
 # The status a request whose client left before its answer was whole is counted under (nginx's "client
@@ -109,7 +110,7 @@ class Upstream:
             resolver = PinnedResolver(self.settings.resolve) if self.settings.resolve else None
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60, resolver=resolver,
-                                               ssl=self.tls_context() or True),
+                                               ssl=self.tls_context() or True, socket_factory=_upstream_socket),
                 timeout=timeout, auto_decompress=False, read_bufsize=READ_BUFSIZE)
         return self._session
 
@@ -328,6 +329,23 @@ def slo_met(slo: tuple[str, float], code: int, started: float, first: float | No
             return None
         return (ended - first) / (tokens - 1) <= target
     return ended - started <= target
+
+
+def unsent(request: web.BaseRequest) -> int:
+    """Bytes written to the client that its connection has not sent yet (the transport's buffer,
+    which grows while the client does not read): counted with what a stream holds."""
+    transport = request.transport
+    return transport.get_write_buffer_size() if transport is not None else 0
+
+
+def _upstream_socket(info: Any) -> socket.socket:
+    """A socket to a replica, whose receive buffer is UPSTREAM_RCVBUF: what one read takes from
+    it at once (a stream whose client stopped reading keeps that much, uncounted, on top of the
+    chunk it counts) and what the kernel keeps for it besides."""
+    family, kind, proto, _, _ = info
+    sock = socket.socket(family=family, type=kind, proto=proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, UPSTREAM_RCVBUF)
+    return sock
 
 
 async def read_chunk(resp: aiohttp.ClientResponse, svc: Service, idle: float) -> bytes:
