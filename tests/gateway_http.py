@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import secrets
+import socket
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
@@ -129,6 +130,20 @@ class Reply:
     @property
     def error(self) -> dict[str, Any]:
         return self.json()["error"]
+
+
+async def never_reading(port: int, target: str, body: bytes | dict[str, Any], headers: str = "") -> socket.socket:
+    """A client with a tiny receive buffer (4 KiB) that sends its request and reads nothing."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(sock, ("127.0.0.1", port))
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    await loop.sock_sendall(sock, (
+        f"POST {target} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY_A}\r\n{headers}"
+        f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n").encode() + data)
+    return sock
 
 
 async def raw_request(port: int, method: str, target: str, headers: dict[str, str] | None = None,

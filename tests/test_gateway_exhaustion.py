@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import gc
 import signal
-import socket
 from typing import Iterator
 
 import pytest
@@ -21,7 +20,7 @@ from triton_operator.gateway import guard
 from triton_operator.gateway import openai_schema as oai
 from triton_operator.gateway import upstream
 
-from .gateway_http import KEY_A, Rig, closed_within, connect, run, settle
+from .gateway_http import KEY_A, Rig, closed_within, connect, never_reading, run, settle
 
 CHAT = {"model": "ml/llama", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -351,19 +350,6 @@ def _flooding(sent: list[int]):
     return answer
 
 
-async def _never_reading(port: int, target: str, body: bytes, headers: str = "") -> socket.socket:
-    """A client that sends its request, with a 4 KiB receive buffer, and never reads the answer."""
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.setblocking(False)
-    loop = asyncio.get_running_loop()
-    await loop.sock_connect(sock, ("127.0.0.1", port))
-    await loop.sock_sendall(sock, (f"POST {target} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY_A}\r\n{headers}"
-                                   f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
-                            + body)
-    return sock
-
-
 @pytest.mark.parametrize("target, body, headers", [
     ("/v1/chat/completions", b'{"model": "ml/llama", "stream": true, "messages": [{"role": "user", "content": "hi"}]}', ""),
     ("/v2/models/llama/generate_stream", b'{"text_input": "hi"}', "X-Inference-Namespace: ml\r\n"),
@@ -378,7 +364,7 @@ def test_a_stream_whose_client_stops_reading_holds_a_counted_chunk(target, body,
         sent = [0]
         async with Rig(upstream_idle_timeout_seconds=2.0) as rig:
             rig.upstream.answer = _flooding(sent)
-            sock = await _never_reading(rig.port, target, body, headers)
+            sock = await never_reading(rig.port, target, body, headers)
             try:
                 # the replica is held back once the client's and the gateway's buffers are full
                 await settle(lambda: sent[0] > 256 * 1024)

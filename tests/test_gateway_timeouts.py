@@ -13,7 +13,8 @@ import pytest
 from triton_operator.gateway import guard, holding
 from triton_operator.gateway import telemetry as m
 
-from .gateway_http import KEY_A, LogLines, Rig, closed_within, connect, isvc, read_reply, run, settle, slice_for
+from .gateway_http import (KEY_A, LogLines, Rig, closed_within, connect, isvc, never_reading, read_reply, run, settle,
+                           slice_for)
 
 
 def test_headers_that_trickle_are_cut_with_408_at_the_header_timeout():
@@ -312,20 +313,6 @@ def whole(ended: asyncio.Event):
         return web.json_response({"text_output": "x" * (7 << 20), "finish_reason": "stop", "prompt_tokens": 1,
                                   "completion_tokens": 1})
     return answer
-
-
-async def never_reading(port: int, target: str, body: dict, headers: str = "") -> socket.socket:
-    """A client with a tiny receive buffer that sends its request and reads nothing."""
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.setblocking(False)
-    loop = asyncio.get_running_loop()
-    await loop.sock_connect(sock, ("127.0.0.1", port))
-    data = json.dumps(body).encode()
-    await loop.sock_sendall(sock, (
-        f"POST {target} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY_A}\r\n{headers}"
-        f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n").encode() + data)
-    return sock
 
 
 def held(rig: Rig) -> tuple[int, int, int]:
