@@ -368,9 +368,9 @@ def test_a_stream_whose_client_stops_reading_holds_a_counted_chunk(target, body,
             try:
                 # the replica is held back once the client's and the gateway's buffers are full
                 await settle(lambda: sent[0] > 256 * 1024)
-                before = -1
-                while sent[0] != before:
-                    before = sent[0]
+                before, waited = -1, 0
+                while sent[0] != before and waited < 25:   # at most 5 s (the idle cut comes after 2)
+                    before, waited = sent[0], waited + 1
                     await asyncio.sleep(0.2)
                 used = rig.gw.bodies.used
                 # the chunk, the events made of it and what the client's connection has not sent
