@@ -255,11 +255,7 @@ class Upstream:
                                                headers={"Content-Type": "application/json"},
                                                server_hostname=self.tls_name(svc),
                                                timeout=aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S)) as resp:
-                    data = bytearray()
-                    async for chunk in resp.content.iter_chunked(1 << 16):
-                        data += chunk
-                        if len(data) > PROBE_MAX_BYTES:
-                            raise ValueError(f"an answer over {PROBE_MAX_BYTES} bytes")
+                    data = await read_capped(resp, PROBE_MAX_BYTES)
                     if resp.status != 200:
                         raise ValueError(f"HTTP {resp.status}")
                     events = json.loads(data).get("kv_events")
@@ -298,12 +294,7 @@ class Upstream:
                 span.status_code(resp.status)
                 if resp.status == 200:
                     # a replica's config is read within CONFIG_MAX_BYTES (read whole, 200 MB took 400 MB)
-                    raw = bytearray()
-                    while chunk := await resp.content.read(READ_CHUNK):
-                        raw += chunk
-                        if len(raw) > CONFIG_MAX_BYTES:
-                            raise ValueError(f"the model's config is larger than {CONFIG_MAX_BYTES} bytes")
-                    params = json.loads(raw).get("parameters") or {}
+                    params = json.loads(await read_capped(resp, CONFIG_MAX_BYTES)).get("parameters") or {}
                     value = (params.get("chat_template") or {}).get("string_value")
                     template = value if isinstance(value, str) and value.strip() else None
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError, RecursionError) as e:
@@ -329,6 +320,17 @@ def slo_met(slo: tuple[str, float], code: int, started: float, first: float | No
             return None
         return (ended - first) / (tokens - 1) <= target
     return ended - started <= target
+
+
+async def read_capped(resp: aiohttp.ClientResponse, cap: int) -> bytearray:
+    """A replica's whole answer to the gateway's own question (kvEvents, a model's config), or a
+    ValueError past `cap` bytes."""
+    data = bytearray()
+    async for chunk in resp.content.iter_chunked(1 << 16):
+        data += chunk
+        if len(data) > cap:
+            raise ValueError(f"an answer over {cap} bytes")
+    return data
 
 
 def unsent(request: web.BaseRequest) -> int:
