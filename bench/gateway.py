@@ -38,6 +38,7 @@ import time
 import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -199,6 +200,12 @@ def _rss_mib(pid: int) -> tuple[float, float]:
     return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
 
 
+def _readyz(port: int) -> dict[str, Any]:
+    """The gateway's /readyz document (what it holds: requests, bytes, connections)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=30) as r:
+        return json.load(r)
+
+
 def holding(n: int, mib: float, n_keys: int = HOLD_KEYS) -> tuple[str, dict[str, float]]:
     """n requests of `mib` MiB each, all sent at once (spread over HOLD_KEYS keys and
     HOLD_SERVICES services scaled to zero), against a gateway with the chart's default limits:
@@ -252,8 +259,7 @@ def holding(n: int, mib: float, n_keys: int = HOLD_KEYS) -> tuple[str, dict[str,
                 steady = time.monotonic() + 120
                 while time.monotonic() < steady:   # until every request is held or answered
                     await asyncio.sleep(0.5)
-                    with urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=30) as r:
-                        held_seen = json.load(r)["held"]
+                    held_seen = _readyz(health)["held"]
                     if held_seen + sum(codes.values()) >= n:
                         break
                 rss, peak = _rss_mib(gateway.pid)
@@ -455,8 +461,7 @@ def hostile(connections: int = HOSTILE_CONNECTIONS) -> tuple[str, dict[str, floa
                     before = flooded[0]
                     await asyncio.sleep(1.0)
                 rss, _ = _rss_mib(gateway.pid)
-                with urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=30) as r:
-                    counted = json.load(r)["heldBytes"] / (1 << 20)
+                counted = _readyz(health)["heldBytes"] / (1 << 20)
                 figures["per stalled stream"] = (rss - base) / STALLED
                 figures["uncounted per stalled stream"] = max(0.0, rss - base - counted) / STALLED
                 lines.append(f"| + key `hog` opens {STALLED} streams whose clients never read, against a replica that "
@@ -469,9 +474,8 @@ def hostile(connections: int = HOSTILE_CONNECTIONS) -> tuple[str, dict[str, floa
                 flood_stop.set()
                 deadline = time.monotonic() + 30
                 while time.monotonic() < deadline:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=30) as r:
-                        if json.load(r)["heldBytes"] == 0:
-                            break
+                    if _readyz(health)["heldBytes"] == 0:
+                        break
                     await asyncio.sleep(0.5)
                 after, _ = _rss_mib(gateway.pid)
                 lines.append(f"| clients gone | | {after:.0f} MiB | |")
@@ -486,8 +490,7 @@ def hostile(connections: int = HOSTILE_CONNECTIONS) -> tuple[str, dict[str, floa
                     await asyncio.sleep(0.2)
                 await asyncio.sleep(1.0)
                 rss, _ = _rss_mib(gateway.pid)
-                with urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=30) as r:
-                    counted = json.load(r)["heldBytes"] / (1 << 20)
+                counted = _readyz(health)["heldBytes"] / (1 << 20)
                 held = seen - before
                 refusals = {c: n - codes_before.get(c, 0) for c, n in codes.items() if c != "200"}
                 refused = ", ".join(f"{c} x{n}" for c, n in sorted(refusals.items()) if n)
@@ -534,8 +537,7 @@ def hostile(connections: int = HOSTILE_CONNECTIONS) -> tuple[str, dict[str, floa
                     refused += 1
             await asyncio.gather(*(attack(i) for i in range(connections)))
             await asyncio.sleep(2.0)
-            with urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=30) as r:
-                open_now = json.load(r)["connections"]
+            open_now = _readyz(health)["connections"]
             rss_conns, _ = _rss_mib(gateway.pid)
             figures["connections open"] = open_now
             figures["per connection"] = (rss_conns - before_attack) * 1024 / max(1, open_now)
