@@ -379,6 +379,100 @@ def test_an_answer_too_large_to_take_is_charged_what_it_could_have_made():
     run(scenario)
 
 
+def test_an_answer_that_comes_while_the_keys_memory_share_is_full_is_charged():
+    """The answer came while the key's own upload (announced, never sent) held the rest of its
+    share of the gateway's memory: a 429 after the replica did the work, and it was charged
+    nothing, every time. It is charged what the request could have made, as a client that left is."""
+    from aiohttp import web
+
+    from triton_operator.gateway import keys as k
+
+    arrived = asyncio.Event()
+
+    async def answer(request):
+        await request.read()
+        arrived.set()
+        await asyncio.sleep(0.3)
+        return web.json_response({"text_output": "y" * 100_000, "finish_reason": "length", "prompt_tokens": 7,
+                                  "completion_tokens": 2000})
+
+    async def scenario():
+        async with Rig(body_budget_bytes=4 << 20, key_share=0.25) as rig:   # the key's share: 1 MiB
+            rig.gw.auth.grants = k.parse(
+                f"keys: [{{name: t, key: {KEY_A}, namespaces: [ml], tokensPerMinute: 10000}}]", "k")
+            rig.upstream.answer = answer
+            task = asyncio.create_task(rig.call("POST", "/v1/completions",
+                                                body={"model": "llama", "prompt": "x", "max_tokens": 2000}))
+            await asyncio.wait_for(arrived.wait(), 5)
+            used = sum(rig.gw.bodies.by_key.values())
+            reader, writer = await connect(rig.port)
+            writer.write((f"POST /v1/completions HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer {KEY_A}\r\n"
+                          f"Content-Type: application/json\r\nContent-Length: {(1 << 20) - used - 10}\r\n\r\n"
+                          ).encode())
+            await writer.drain()
+            reply = await asyncio.wait_for(task, 5)
+            writer.close()
+            assert (reply.status, reply.error["code"]) == (429, "too_many_bytes_in_flight")
+            (level, _), = rig.gw.auth.token_limiter.buckets.values()
+            assert 10000 - 2000 <= level < 10000 - 1800   # 2,000 taken, less what a second refills
+    run(scenario)
+
+
+def test_a_replicas_token_counts_are_charged_up_to_what_the_request_could_use():
+    """A replica that reports more tokens than the request could have used (2**53 completion tokens
+    for a max_tokens of 5; an embedding count of 10**30 or of 401 digits) locked the key out for
+    ages, or was a 500 (an integer no float holds, in the usage counter). Charged now: at most the
+    request's max_tokens, n times, and a prompt of one token a byte of what was sent plus what a
+    chat template adds; a count past any model's is no count (an embedding request then pays the
+    estimate its reservation took)."""
+    from aiohttp import web
+
+    from triton_operator.gateway import keys as k
+
+    def answering(payload: bytes):
+        async def answer(request):
+            await request.read()
+            return web.Response(body=payload, content_type="application/json")
+        return answer
+
+    async def scenario():
+        async with Rig() as rig:
+            rig.gw.auth.grants = k.parse(
+                f"keys: [{{name: t, key: {KEY_A}, namespaces: [ml], tokensPerMinute: 6000}}]", "k")
+            rig.upstream.answer = answering(json.dumps({"text_output": "x", "finish_reason": "stop",
+                                                        "prompt_tokens": 1, "completion_tokens": 2 ** 53}).encode())
+            reply = await rig.call("POST", "/v1/chat/completions",
+                                   body={"model": "llama", "messages": [{"role": "user", "content": "hi"}],
+                                         "max_tokens": 5})
+            assert reply.status == 200
+            (level, _), = rig.gw.auth.token_limiter.buckets.values()
+            assert level == pytest.approx(6000 - 6, abs=1)
+            rig.upstream.answer = answering(json.dumps({"text_output": "x", "finish_reason": "stop",
+                                                        "prompt_tokens": 2 ** 50, "completion_tokens": 1}).encode())
+            sent = len(json.dumps({"model": "llama", "prompt": "x", "max_tokens": 5}))
+            reply = await rig.call("POST", "/v1/completions", body={"model": "llama", "prompt": "x", "max_tokens": 5})
+            assert reply.status == 200
+            (after, _), = rig.gw.auth.token_limiter.buckets.values()
+            # the prompt bound: the body the replica was sent (re-encoded, about this size) plus 8,192
+            assert 8192 < level - after < 8192 + 4 * sent + 200
+
+        async with Rig() as rig:
+            rig.gw.auth.grants = k.parse(
+                f"keys: [{{name: t, key: {KEY_A}, namespaces: [ml], tokensPerMinute: 1000}}]", "k")
+            rig.gw.router.set_service(isvc("embed", model={"source": "hf://a/b", "format": "python", "name": "embed"},
+                                           openai={"task": "embeddings"}))
+            rig.gw.router.set_slice(slice_for("embed", rig.upstream.port, "ml"))
+            for count in (b"1" + b"0" * 30, b"1" + b"0" * 400, b"[1" + b"0" * 400 + b"]"):
+                rig.gw.auth.token_limiter.buckets.clear()
+                rig.upstream.answer = answering(b'{"embedding":[0.5,0.5],"prompt_tokens":' + count + b"}")
+                reply = await rig.call("POST", "/v1/embeddings", body={"model": "embed", "input": "abcdefghi"},
+                                       headers={"X-Inference-Namespace": "ml"})
+                assert (reply.status, reply.json()["usage"]) == (200, {"prompt_tokens": 0, "total_tokens": 0}), count
+                (level, _), = rig.gw.auth.token_limiter.buckets.values()
+                assert level == pytest.approx(1000 - 3, abs=1), count    # 9 bytes at 4 a token
+    run(scenario)
+
+
 def test_tokens_per_minute_are_reserved_when_requests_start_and_settled_when_they_end():
     """tokensPerMinute was taken only when requests ended, so every request that started while the
     bucket was above zero went through: 50 at once with max_tokens 32768 on a key of 1,000 a

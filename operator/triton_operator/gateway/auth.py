@@ -25,18 +25,28 @@ from .routing import Service
 
 log = logging.getLogger(__name__)
 
+# Errors after a replica did the work that the request's own side caused: its answer was larger
+# than it may take, or its key's share of the gateway's memory was full when the answer came (the
+# key's own other requests filled it: an upload announced and never sent turned any answer into a
+# 429 that cost nothing).
+ABANDONED = ("upstream_answer_too_large", "too_many_bytes_in_flight")
+TEMPLATE_TOKENS = 8192   # tokens a model's chat template may add to a prompt beyond the bytes it was sent
+
 
 @dataclass(eq=False)
 class Caller:
     """An authenticated request's API key: its digest (the tenant's identity in every limit) and
     what it may do; `reserved`, the tokens this request took from the key's tokensPerMinute when it
     started and has not settled yet (Auth.reserve); `reached`, whether the request was sent to a
-    replica (one that never was, held while its service woke, costs nothing)."""
+    replica (one that never was, held while its service woke, costs nothing); `most`, the most
+    prompt and generated tokens the request could have used (Auth.reserve), which bound what is
+    charged whatever its replica reports."""
 
     digest: str
     grant: keys_core.Grant
     reserved: int = 0
     reached: bool = False
+    most: tuple[int, int] | None = None
 
     @property
     def cache_scope(self) -> str:
@@ -190,7 +200,7 @@ class Auth:
 
     # -- what a key used ----------------------------------------------------------------------------
 
-    def reserve(self, caller: Caller, tokens: int) -> None:
+    def reserve(self, caller: Caller, tokens: int, most: tuple[int, int] | None = None) -> None:
         """When a request starts, the most tokens it may generate (its max_tokens, n times) are
         taken from its key's tokensPerMinute; `spend` settles them against what the model counted,
         `settle` returns them when nothing was counted. Taken only when requests ended, any number
@@ -203,12 +213,18 @@ class Auth:
         tokens = max(0, tokens)
         self.token_limiter.spend(caller.digest, caller.grant, tokens, now)
         caller.reserved += tokens
+        caller.most = most
 
     def spend(self, caller: Caller, svc: Service, prompt: int | None, completion: int | None) -> None:
         """Tokens a request used, as the model counted them: usage per key, and the key's
         tokens-per-minute budget (less what it reserved)."""
         if prompt is None or completion is None:
             return
+        if caller.most is not None:
+            # A replica's counts are charged up to what the request could have used (most_tokens):
+            # one that reported 2**53 completion tokens for a max_tokens of 5 locked its key out
+            # for 150,000 years.
+            prompt, completion = min(prompt, caller.most[0]), min(completion, caller.most[1])
         m.child(m.KEY_TOKENS, caller.grant.name, *svc.key, "prompt").inc(prompt)
         m.child(m.KEY_TOKENS, caller.grant.name, *svc.key, "completion").inc(completion)
         m.child(m.OUTPUT_TOKENS, *svc.key).inc(completion)
@@ -218,16 +234,23 @@ class Auth:
     def spend_abandoned(self, caller: Caller, tokens: int, error: BaseException, charged: bool) -> None:
         """A request that ended with `error` before the model's count was charged (`charged`
         False): when its client left after it was sent to a replica, or its answer was too large to
-        take, the replica did the work and the key's tokens-per-minute budget is charged what the
+        take or came while its key's memory share was full (ABANDONED), the replica did the work and the key's tokens-per-minute budget is charged what the
         request could have made (`tokens`: its max_tokens, n times, what it reserved). Uncharged, a
         key whose clients hang up took the replicas' time past its budget. Anything else costs
         nothing (`settle` returns the reservation). The usage counters, which count what the model
         reported, are left alone."""
         if charged or not caller.reached or not (
-                isinstance(error, asyncio.CancelledError) or getattr(error, "code", None) == "upstream_answer_too_large"):
+                isinstance(error, asyncio.CancelledError) or getattr(error, "code", None) in ABANDONED):
             return
         self.token_limiter.spend(caller.digest, caller.grant, max(0, tokens) - caller.reserved, self.clock())
         caller.reserved = 0
+
+    @staticmethod
+    def most_tokens(sent: int, generated: int) -> tuple[int, int]:
+        """The most tokens a request could use: a prompt of at most one token per byte of the `sent`
+        body (a token stands for at least one byte of its text) plus what a chat template adds, and
+        `generated` (its max_tokens, n times)."""
+        return sent + TEMPLATE_TOKENS, max(0, generated)
 
     def settle(self, caller: Caller) -> None:
         """A request over whose tokens nothing was charged (the replica failed or refused it, or

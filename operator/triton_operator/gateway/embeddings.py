@@ -107,8 +107,10 @@ def vectors(answer: Any, count: int) -> tuple[list[list[float]], int | None]:
     rows = [[float(x) for x in flat[i * size:(i + 1) * size]] for i in range(count)]
     tokens = answer.get("prompt_tokens")
     if isinstance(tokens, list):
-        tokens = sum(x for x in tokens if isinstance(x, int) and not isinstance(x, bool)) if tokens else None
-    return rows, tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0 else None
+        # a count per input; one that is no count (negative, or past any model's) makes the sum none
+        counts = [t.token_count(x) for x in tokens]
+        tokens = sum(counts) if counts and None not in counts else None   # type: ignore[arg-type]
+    return rows, t.token_count(tokens)
 
 
 def encoded(vector: list[float], encoding: str) -> list[float] | str:

@@ -89,7 +89,7 @@ class OpenAIProxy:
         payload = held.replace(t.encode(e.generate_body(req)))
         charged = False
         try:
-            self.auth.reserve(caller, e.estimated_tokens(req))
+            self.auth.reserve(caller, e.estimated_tokens(req), self.auth.most_tokens(len(payload), 0))
             async with self.upstream.exchange(svc, caller, "embeddings", "POST",
                                               f"/v2/models/{svc.generate_model}/generate", payload,
                                               {"Content-Type": "application/json", "Accept-Encoding": "identity"},
@@ -102,7 +102,8 @@ class OpenAIProxy:
                 data = await read_whole(resp, svc, held, s.max_answer_bytes, s.upstream_idle_timeout_seconds)
                 rows, tokens = e.vectors(answer_json(data, svc), count)
                 del data
-                self.auth.spend(caller, svc, tokens, 0)
+                # a model that counts nothing pays the estimate its reservation took
+                self.auth.spend(caller, svc, e.estimated_tokens(req) if tokens is None else tokens, 0)
                 charged = True
                 body = t.encode(e.response(req, model_id, rows, tokens), request=False)
                 del rows
@@ -182,7 +183,7 @@ class OpenAIProxy:
             await self.upstream.probe(svc, begins)
         exchange: Exchange | None = None
         try:
-            self.auth.reserve(caller, gen.max_tokens * gen.n)
+            self.auth.reserve(caller, gen.max_tokens * gen.n, self.auth.most_tokens(len(payload), gen.max_tokens * gen.n))
             async with self.upstream.exchange(svc, caller, route, "POST", path, payload,
                                               {"Content-Type": "application/json", "Accept-Encoding": "identity"},
                                               lambda sent: self.auth.account(caller, svc, sent), begins) as ex:

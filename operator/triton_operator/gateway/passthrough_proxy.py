@@ -164,7 +164,8 @@ class PassthroughProxy:
         exchange: Exchange | None = None
         try:
             if generate and svc.llm:
-                self.auth.reserve(caller, _asked_tokens(held.body))
+                asked = _asked_tokens(held.body)
+                self.auth.reserve(caller, asked, self.auth.most_tokens(len(held.body or b""), asked))
             async with self.upstream.exchange(svc, caller, "v2", request.method, path, held.body or None, headers,
                                               lambda sent: self.auth.account(caller, svc, sent)) as ex:
                 exchange = ex

@@ -238,11 +238,11 @@ def answer_of(response: Any) -> Answer:
     reason = _first(response.get("finish_reason"))
     if reason is not None and not isinstance(reason, str):
         raise _unreadable("holds a finish_reason that is not text")
-    return Answer(out, reason or None, _count(response.get("prompt_tokens")),
-                  _count(response.get("completion_tokens")), answer_index(response),
+    return Answer(out, reason or None, token_count(response.get("prompt_tokens")),
+                  token_count(response.get("completion_tokens")), answer_index(response),
                   _calls(_json_list(response.get("tool_calls"), "tool_calls")),
                   _logprobs(_json_list(response.get("logprobs"), "logprobs")),
-                  _count(response.get("cached_tokens")), _str(response.get("kv_events")))
+                  token_count(response.get("cached_tokens")), _str(response.get("kv_events")))
 
 
 def _unreadable(why: str) -> OpenAIError:
@@ -329,7 +329,7 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _count(value: Any) -> int | None:
+def token_count(value: Any) -> int | None:
     """A token count as a replica reports it (None: absent, or no count: negative or past any model's)."""
     value = _int(value)
     return value if value is not None and 0 <= value <= MAX_COUNT else None
