@@ -182,3 +182,44 @@ def test_a_client_that_hangs_up_is_counted_as_499_and_not_against_the_latency_ta
         assert after[1] == before[1]
         assert [r.getMessage() for r in logs.records if r.levelno >= logging.WARNING] == []
     run(scenario)
+
+
+def test_a_responses_stream_counts_the_text_it_repeats_at_its_end():
+    """A /v1/responses stream ends by repeating its whole text (output_text.done, content_part.done,
+    output_item.done, response.completed), so it keeps the text as it comes. That was counted
+    nowhere (a replica's 100 MB answer took the gateway to 1.4 GB with 64 KB counted) and grown by
+    copying (150 MB took 96 s). The text kept now counts against the key's share of the gateway's
+    memory: past it the answer ends with an error event, and the gateway lets go of the text."""
+    piece = "y" * (64 << 10)
+    event = b"data: " + json.dumps({"text_output": piece, "prompt_tokens": 1, "completion_tokens": 1}).encode() + b"\n\n"
+    most = []
+
+    async def answer(request):
+        await request.read()
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        try:
+            for _ in range(48):                                   # 3 MiB of text
+                await out.write(event)
+                most.append(sum(rig.gw.bodies.by_key.values()))
+            await out.write_eof()
+        except ConnectionError:
+            pass
+        return out
+
+    async def scenario():
+        nonlocal rig
+        async with Rig(body_budget_bytes=8 << 20, key_share=0.25) as rig:   # the key's share: 2 MiB
+            rig.upstream.answer = answer
+            reply = await rig.call("POST", "/v1/responses", body={"model": "ml/llama", "input": "hi", "stream": True})
+            assert reply.status == 200
+            sent = [json.loads(block.split(b"\ndata: ", 1)[1]) for block in reply.body.split(b"\n\n")
+                    if b"\ndata: " in block]
+            deltas = [e for e in sent if e["type"] == "response.output_text.delta"]
+            assert 16 < len(deltas) < 32                         # 1 to 2 MiB of it went out
+            assert [e["type"] for e in sent[-2:]] == ["error", "response.failed"]
+            assert sent[-2]["code"] == "too_many_bytes_in_flight"
+            assert max(most) <= 2 << 20
+            await settle(lambda: sum(rig.gw.bodies.by_key.values()) == 0)
+    rig = None
+    run(scenario)

@@ -275,8 +275,9 @@ class OpenAIProxy:
         first: float | None = None
         try:
             while chunk := await read_chunk(resp, svc, s.upstream_idle_timeout_seconds):
-                # the chunk, the events made of it and what the client has not taken yet are held
-                held.set(base + events.size + len(chunk) + unsent(request))
+                # the chunk, the events made of it, what the client has not taken yet and what the
+                # stream keeps for its last events (a Response repeats its text whole) are held
+                held.set(base + stream.retained + events.size + len(chunk) + unsent(request))
                 for event in events.feed(chunk):
                     piece = t.answer_of(event)
                     ex.kv_events(piece.kv_events)
@@ -285,14 +286,16 @@ class OpenAIProxy:
                         m.TTFT.labels(*svc.key).observe(first - started)
                     data = stream.delta(piece)
                     if data:
-                        held.set(base + events.size + len(chunk) + unsent(request) + len(data))
+                        held.set(base + stream.retained + events.size + len(chunk) + unsent(request) + len(data))
                         await ex.to_client(request, out.write(data))
                     if stream.stopped:
                         break
                 if stream.stopped:
                     break
-                held.set(base + events.size + unsent(request))
-            await ex.to_client(request, out.write(stream.end()))
+                held.set(base + stream.retained + events.size + unsent(request))
+            tail = stream.end()
+            held.set(base + stream.retained + len(tail) + unsent(request))
+            await ex.to_client(request, out.write(tail))
         except oai.OpenAIError as e:
             span.fail(e)
             ex.failed = True

@@ -486,6 +486,7 @@ class Stream:
     created: int = 0
     prompt_tokens: int | None = None
     stopped: bool = False
+    retained: int = 0                # what it keeps for its last chunk, counted: nothing (a stop's tail is short)
     _pending: str = ""
     _started: bool = False
     _choices: dict[int, _Choice] = field(default_factory=dict)
