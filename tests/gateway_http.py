@@ -46,7 +46,8 @@ UPSTREAM_MAX_BODY = 64 << 20
 @dataclass
 class Upstream:
     """A loopback HTTP server that records every request and answers as `answer` says (by
-    default: generate -> {"text_output": "hello"}, generate_stream -> two events, infer -> the
+    default: generate -> {"text_output": "hello"}, generate_stream -> two events per answer asked
+    for, the last with its finish reason and counts as the llm model sends them, infer -> the
     body echoed, GET -> a small JSON)."""
 
     seen: list[Seen] = field(default_factory=list)
@@ -81,8 +82,16 @@ async def default_answer(request: web.BaseRequest, body: bytes) -> web.StreamRes
     if path.endswith("/generate_stream"):
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await out.prepare(request)
-        for piece in ("hel", "lo"):
-            await out.write(b"data: " + json.dumps({"text_output": piece}).encode() + b"\n\n")
+        try:
+            asked = json.loads(body)
+            n = asked.get("n") or asked.get("parameters", {}).get("n") or 1
+        except (ValueError, AttributeError):
+            n = 1
+        for index in range(n if isinstance(n, int) and 0 < n <= 16 else 1):
+            for piece, last in (("hel", {}), ("lo", {"finish_reason": "stop", "prompt_tokens": 1,
+                                                    "completion_tokens": 2})):
+                event = {"text_output": piece, "index": index, **last}
+                await out.write(b"data: " + json.dumps(event).encode() + b"\n\n")
         await out.write_eof()
         return out
     if path.endswith("/generate"):

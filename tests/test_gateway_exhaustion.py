@@ -193,15 +193,17 @@ def test_a_body_of_one_unending_string_is_refused_and_health_answered_meanwhile(
         run(scenario)
 
 
-def stream_held_by(gate: asyncio.Event):
-    """A replica that streams one event, then holds its stream open until `gate` is set."""
+def stream_held_by(gate: asyncio.Event, n: int = 1):
+    """A replica that streams one event, then holds its stream open until `gate` is set, and ends
+    its `n` answers."""
     async def answer(request):
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await out.prepare(request)
         await out.write(b'data: {"text_output": "a"}\n\n')
         await gate.wait()
-        await out.write(b'data: {"text_output": "b", "finish_reason": "stop", "prompt_tokens": 1, '
-                        b'"completion_tokens": 2}\n\n')
+        for i in range(n):
+            await out.write(b'data: {"text_output": "b", "finish_reason": "stop", "prompt_tokens": 1, '
+                            b'"completion_tokens": 2, "index": %d}\n\n' % i)
         return out
     return answer
 
@@ -239,7 +241,7 @@ def test_n_answers_gathered_for_one_reply_count_the_request_they_were_sent_for()
     async def scenario():
         gate = asyncio.Event()
         async with Rig() as rig:
-            rig.upstream.answer = stream_held_by(gate)
+            rig.upstream.answer = stream_held_by(gate, n=2)
             body = {"model": "ml/llama", "prompt": "x" * 500_000, "n": 2, "max_tokens": 5}
             call = asyncio.create_task(rig.call("POST", "/v1/completions", body=body))
             await settle(lambda: len(rig.upstream.seen) == 1)

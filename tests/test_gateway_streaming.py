@@ -223,3 +223,54 @@ def test_a_responses_stream_counts_the_text_it_repeats_at_its_end():
             await settle(lambda: sum(rig.gw.bodies.by_key.values()) == 0)
     rig = None
     run(scenario)
+
+
+def test_an_llm_answer_that_ends_without_its_finish_reason_is_a_failure_not_a_stop():
+    """The llm model's last event of an answer always carries its finish reason and counts (the
+    runtime's serving contract). A stream that ended without it was reported complete: finish
+    reason "stop" and [DONE], `response.completed`, or (n = 2, not streamed) a 200 with fewer
+    choices or none. Each is now the replica's failure, and an answer for an index not asked for
+    is dropped rather than charged."""
+    def ev(d):
+        return b"data: " + json.dumps(d).encode() + b"\n\n"
+
+    def streaming(chunks):
+        async def answer(request):
+            await request.read()
+            out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await out.prepare(request)
+            for c in chunks:
+                await out.write(c)
+            await out.write_eof()
+            return out
+        return answer
+
+    chat = {"model": "ml/llama", "messages": [{"role": "user", "content": "hi"}]}
+    cut = [ev({"text_output": "The answer is"}), b'data: {"text_output": " 4']
+    failed = {"message": "the replica's stream ended before answer 0 finished", "type": "upstream_error",
+              "param": None, "code": "upstream_failed"}
+
+    async def scenario():
+        async with Rig() as rig:
+            rig.upstream.answer = streaming(cut)
+            reply = await rig.call("POST", "/v1/chat/completions", body={**chat, "stream": True})
+            sent = events(reply.body)
+            assert sent[-1] == {"error": failed} and "[DONE]" not in sent
+            assert all(c["choices"][0]["finish_reason"] is None for c in sent[:-1])
+            reply = await rig.call("POST", "/v1/responses", body={"model": "ml/llama", "input": "hi", "stream": True})
+            kinds = [block.split(b"\n", 1)[0] for block in reply.body.split(b"\n\n") if block]
+            assert kinds[-2:] == [b"event: error", b"event: response.failed"]
+            assert b"event: response.completed" not in kinds
+            for chunks in (cut, []):
+                rig.upstream.answer = streaming(chunks)
+                reply = await rig.call("POST", "/v1/chat/completions", body={**chat, "n": 2})
+                assert (reply.status, reply.error) == (502, failed)
+            done = {"finish_reason": "stop", "prompt_tokens": 3, "completion_tokens": 1}
+            rig.upstream.answer = streaming([ev({"text_output": "a", "index": 0, **done}),
+                                             ev({"text_output": "b", "index": 1, **done}),
+                                             ev({"text_output": "c", "index": 5, **done})])
+            reply = await rig.call("POST", "/v1/chat/completions", body={**chat, "n": 2})
+            assert reply.status == 200
+            assert [c["message"]["content"] for c in reply.json()["choices"]] == ["a", "b"]
+            assert reply.json()["usage"] == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+    run(scenario)

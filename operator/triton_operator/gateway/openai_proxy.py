@@ -253,6 +253,8 @@ class OpenAIProxy:
         for piece in pieces:
             ex.kv_events(piece.kv_events)
         answers = t.gather(pieces)
+        if gen.llm:
+            answers = t.finished(answers, gen.n)
         counts = t.total_usage(answers)
         self.auth.spend(caller, svc, counts["prompt_tokens"] if counts else None,
                         counts["completion_tokens"] if counts else None)
@@ -269,7 +271,7 @@ class OpenAIProxy:
                                           "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         await ex.to_client(request, out.prepare(request))
         s = self.upstream.settings
-        stream: t.Stream | r.ResponseStream = r.ResponseStream(echoed) if echoed is not None else t.Stream(gen)
+        stream: t.Stream | r.ResponseStream = r.ResponseStream(echoed, llm=gen.llm) if echoed is not None else t.Stream(gen)
         events = t.EventBuffer(s.max_answer_bytes)
         base = held.bytes
         first: float | None = None

@@ -297,6 +297,7 @@ class ResponseStream:
     repeat it whole (the text, and function calls' arguments), for the bytes the request holds."""
 
     echoed: dict[str, Any]
+    llm: bool = False
     id: str = field(default_factory=lambda: _id("resp"))
     created: int = field(default_factory=lambda: int(time.time()))
     prompt_tokens: int | None = None
@@ -392,6 +393,10 @@ class ResponseStream:
         return out
 
     def end(self) -> bytes:
+        if self.llm and not self.stopped:
+            # the llm model's last event carries its finish reason (runtime serving contract)
+            raise oai.OpenAIError(502, "the replica's stream ended before the answer finished", "upstream_error",
+                                  code="upstream_failed")
         out = self._start()
         if not self._output and self._message_id is None:
             out += self._open_message()        # an empty answer is still one (empty) message

@@ -419,6 +419,18 @@ def gather(answers: list[Answer]) -> list[Answer]:
     return [whole[i] for i in sorted(whole)]
 
 
+def finished(answers: list[Answer], n: int) -> list[Answer]:
+    """The llm model's n gathered answers, each ended by its finish reason (its last event always
+    carries one: runtime serving contract); a 502 when one is missing or unfinished (the stream
+    was cut), and an answer for an index not asked for is dropped."""
+    by_index = {a.index: a for a in answers if a.index < n}
+    for i in range(n):
+        if i not in by_index or not by_index[i].finish_reason:
+            raise OpenAIError(502, f"the replica's stream ended before answer {i} finished", "upstream_error",
+                              code="upstream_failed")
+    return [by_index[i] for i in range(n)]
+
+
 def total_usage(answers: list[Answer]) -> dict[str, Any] | None:
     """Usage of n answers to one prompt: the prompt once, every answer's tokens."""
     if not answers or any(a.prompt_tokens is None or a.completion_tokens is None for a in answers):
@@ -570,6 +582,11 @@ class Stream:
             out += self._chunk(self._pending, None)
             self._pending = ""
         for i, c in self._choices.items():
+            if not c.done and self.gen.llm:
+                # the llm model's last event of an answer always carries its finish reason and
+                # counts (runtime serving contract): a stream that ended without it was cut
+                raise OpenAIError(502, f"the replica's stream ended before answer {i} finished", "upstream_error",
+                                  code="upstream_failed")
             if not c.done:
                 c.done = True
                 reason = c.finish_reason or ("length" if c.tokens >= self.gen.max_tokens else "stop")
