@@ -514,3 +514,47 @@ def test_tokens_per_minute_are_reserved_when_requests_start_and_settled_when_the
             (level, _), = rig.gw.auth.token_limiter.buckets.values()
             assert level == pytest.approx(1000 - 10, abs=1)          # reserved, then returned
     run(scenario)
+
+
+def test_a_client_that_pipelines_and_never_reads_holds_a_few_heads_and_its_place_a_while():
+    """Pipelined requests (each answered 401 at once) from a client that reads none of the answers:
+    every head was handed to aiohttp, which queued them all (6,800 parsed requests, 4 MiB, per
+    connection), and once the socket buffers were full aiohttp's write waited for good: the
+    connection was never idle (requests queued), so neither reaped nor timed out, and 20 such
+    clients held a pool of 20 (its health port's 32 too: the kubelet's probes got 503). Now at most
+    guard.PIPELINED heads are with aiohttp (reading pauses), a client that does not read is
+    reapable once the pool is nearly full, and it is cut when a write has waited
+    upstream_idle_timeout_seconds."""
+    import socket
+
+    from triton_operator.gateway import guard
+
+    async def stuck(port: int) -> socket.socket:
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.setblocking(False)
+        loop = asyncio.get_running_loop()
+        await loop.sock_connect(s, ("127.0.0.1", port))
+        piece = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n" * 2000
+        while True:
+            try:
+                await asyncio.wait_for(loop.sock_sendall(s, piece), 1.0)
+            except asyncio.TimeoutError:
+                return s                                         # the gateway stopped reading
+
+    async def scenario():
+        async with Rig(max_connections=10, max_connections_per_address=10, upstream_idle_timeout_seconds=6,
+                       idle_timeout_seconds=60) as rig:
+            clients = await asyncio.gather(*(stuck(rig.port) for _ in range(9)))
+            guards = list(rig.gw.connections.guards.values())
+            assert len(guards) == 9
+            for g in guards:
+                assert g.requests <= guard.PIPELINED + 1 and len(g.inner._messages) <= guard.PIPELINED
+            # the pool is nearly full of them: a client with a key gets in (one is reaped)
+            reply = await rig.call("GET", "/v1/models")
+            assert reply.status == 200
+            # the rest are cut once a write has waited upstream_idle_timeout_seconds
+            await settle(lambda: rig.gw.connections.open == 0, seconds=10)
+            for s in clients:
+                s.close()
+    run(scenario)

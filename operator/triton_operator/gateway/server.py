@@ -82,12 +82,13 @@ class Gateway:
         self.in_flight = limits.InFlight()
         self.connections = guard.Limits(settings.max_connections, settings.header_timeout_seconds,
                                         settings.max_header_bytes, settings.max_connections_per_address,
-                                        self.auth_proxies(settings), clock)
+                                        self.auth_proxies(settings), clock, settings.upstream_idle_timeout_seconds)
         # The probes' and metrics' own port (metrics_port), reachable by Prometheus and the kubelet:
         # a few connections, small heads, the same deadlines (unguarded, 300 connections that never
         # ended a head of 120 lines of 8 KiB took the gateway from 90 MB to 667 MB).
         self.health_connections = guard.Limits(HEALTH_MAX_CONNECTIONS, settings.header_timeout_seconds,
-                                               HEALTH_MAX_HEAD_BYTES, clock=clock)
+                                               HEALTH_MAX_HEAD_BYTES, clock=clock,
+                                               write_timeout=settings.upstream_idle_timeout_seconds)
         wakeups = Wakeups()
         self.auth = Auth(settings, clock, tracing)
         self.admission = Admission(settings, self.bodies, self.in_flight)
