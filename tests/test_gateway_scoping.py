@@ -416,3 +416,33 @@ def test_a_request_whose_key_is_revoked_or_narrowed_while_its_body_arrives_never
                 "invalid_api_key" if status == 401 else "model_not_allowed")
             assert rig.upstream.seen == []
     run(scenario)
+
+
+def test_a_held_request_looks_again_when_a_relist_drops_its_service_or_its_key_file_changes(tmp_path):
+    """Held requests looked again only on a service's or a slice's watch event. A service gone while
+    the watch reconnected (learned from the relist), or a key revoked by the key file, left them
+    held, their places in the hold queue and their bytes taken, until the hold timeout (300 s),
+    then a 503 that said the model may still be starting. They are answered at once now, as a
+    new request would be."""
+    async def scenario():
+        keys = tmp_path / "keys.yaml"
+        keys.write_text(f"keys: [{{name: a, key: {KEY_A}, namespaces: [ml]}}]")
+        async with Rig(hold_timeout_seconds=30, key_files=[str(keys)]) as rig:
+            rig.gw.auth.refresh_keys()
+            cold = isvc("cold", autoscaling={"minReplicas": 0, "maxReplicas": 1})
+            rig.gw.watches._service_event("ADDED", cold)
+            task = asyncio.create_task(rig.call("POST", "/v1/completions", body={"model": "ml/cold", "prompt": "x"}))
+            await settle(lambda: rig.gw.holds.count == 1)
+            rig.gw.watches._services_listed(None)([isvc("llama")])          # ml/cold is gone
+            reply = await asyncio.wait_for(task, 5)
+            assert (reply.status, reply.error["code"]) == (404, "model_not_found")
+
+            rig.gw.watches._service_event("ADDED", cold)
+            task = asyncio.create_task(rig.call("POST", "/v1/completions", body={"model": "ml/cold", "prompt": "x"}))
+            await settle(lambda: rig.gw.holds.count == 1)
+            keys.write_text(f"keys: [{{name: b, key: {KEY_B}, namespaces: [ml]}}]")
+            rig.gw.auth.refresh_keys()                                      # what the reload loop does
+            reply = await asyncio.wait_for(task, 5)
+            assert (reply.status, reply.error["code"]) == (401, "invalid_api_key")
+            assert rig.gw.holds.count == 0 and rig.upstream.seen == []
+    run(scenario)

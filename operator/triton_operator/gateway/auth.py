@@ -82,6 +82,8 @@ class Auth:
         self.token_limiter = keys_core.TokenLimiter(settings.replicas)
         self.failures = keys_core.FailureLimiter(settings.failed_auth_per_minute)
         self.trusted_proxies = tuple(ipaddress.ip_network(c, strict=False) for c in settings.trusted_proxies)
+        # called when the keys change: requests held for a replica look again (Holding checks their key)
+        self.keys_changed: Callable[[], None] = lambda: None
 
     # -- the key files ------------------------------------------------------------------------------
 
@@ -125,6 +127,7 @@ class Auth:
         try:
             if self.load_keys():
                 log.info("API keys loaded: %d key(s)", len(self.grants))
+                self.keys_changed()
         except Exception as e:  # noqa: BLE001 - whatever broke, no key of the files that broke stays valid
             why = (str(e) if isinstance(e, keys_core.KeyFileError) else
                    f"cannot read {e.filename}: {e.strerror}" if isinstance(e, OSError) else
@@ -134,6 +137,7 @@ class Auth:
             self.grants, self.keys_error, self.keys_loaded, self._key_files_stamp = {}, why, True, None
             m.API_KEYS.set(0)
             m.KEY_FILES_VALID.set(0)
+            self.keys_changed()
 
     async def _reload_keys(self) -> None:
         while True:

@@ -91,6 +91,7 @@ class Gateway:
                                                write_timeout=settings.upstream_idle_timeout_seconds)
         wakeups = Wakeups()
         self.auth = Auth(settings, clock, tracing)
+        self.auth.keys_changed = wakeups.wake_all
         self.admission = Admission(settings, self.bodies, self.in_flight)
         self.resolver = Resolver(self.router, tracing)
         self.holding = Holding(settings, self.router, self.holds, wakeups, clock, tracing,

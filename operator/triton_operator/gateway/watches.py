@@ -35,11 +35,16 @@ class Watches:
 
     def _services_listed(self, namespace: str | None) -> Callable[[list[dict[str, Any]]], None]:
         def listed(items: list[dict[str, Any]]) -> None:
-            for key in [k for k in self.router.services if namespace is None or k[0] == namespace]:
+            before = [k for k in self.router.services if namespace is None or k[0] == namespace]
+            for key in before:
                 del self.router.services[key]
             for obj in items:
                 self.router.set_service(obj)
             m.SERVICES.set(len(self.router.services))
+            # held requests look again, as on an event: a service gone while the watch was down
+            # answers them 404 now, not a 503 "still starting" after the whole hold timeout
+            self._wake_up(set(before) | {((o.get("metadata") or {}).get("namespace") or "default",
+                                          (o.get("metadata") or {}).get("name") or "") for o in items})
         return listed
 
     def _service_event(self, kind: str, obj: dict[str, Any]) -> None:
