@@ -366,3 +366,29 @@ def test_a_stream_that_breaks_marks_the_upstream_span_failed():
         assert upstream.status.status_code == StatusCode.ERROR
         assert upstream.attributes["error.type"] == upstream.status.description == "ClientPayloadError"
     run(scenario)
+
+
+def test_a_malformed_tracestate_costs_no_log_line_and_is_not_passed_on(caplog):
+    """OpenTelemetry warned, quoting it, about every client tracestate it discarded (more than 32
+    members, or one malformed): a WARNING a request, of the client's own text, from clients
+    without a key too. Such a tracestate is dropped quietly (as the W3C says) and never reaches
+    Triton; the client's traceparent still is the parent."""
+    import logging
+
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+    async def scenario():
+        rig, exporter = traced_rig()
+        async with rig:
+            with caplog.at_level(logging.DEBUG):
+                for state in (",".join(f"k{i}=v{i}" for i in range(33)), "UPPER=x", "a=", "k=" + "v" * 8000):
+                    assert (await rig.call("GET", "/v1/models", key=None,
+                                           headers={"traceparent": parent, "tracestate": state})).status == 401
+                    reply = await rig.call("POST", "/v2/models/llama/generate", body={"text_input": "x"},
+                                           headers={"traceparent": parent, "tracestate": state,
+                                                    "X-Inference-Namespace": "ml"})
+                    assert reply.status == 200
+                    assert "tracestate" not in {h.lower() for h in rig.upstream.seen[-1].headers}
+            assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+            assert {s.context.trace_id for s in exporter.get_finished_spans()} == {0x4bf92f3577b34da6a3ce929d0e0e4736}
+    run(scenario)
