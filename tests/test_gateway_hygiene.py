@@ -413,3 +413,35 @@ def test_the_health_port_is_guarded_as_the_api_port_is(monkeypatch):
                     await runner.cleanup()
         assert [line for line in logs.lines if KEY_A in line or "Traceback" in line] == []
     run(scenario)
+
+
+def test_metrics_are_rendered_off_the_event_loop_that_answers_the_api(monkeypatch):
+    """A /metrics render ran on the event loop that answers the API (118 ms with 100 services):
+    four clients asking for it in a loop took an API request's median latency from 0.3 ms to
+    226 ms. A render now runs in a thread, one at a time: the API answers while one is under way."""
+    import threading
+
+    from triton_operator.gateway import server
+
+    release = threading.Event()
+    renders = []
+
+    def slow_render() -> bytes:
+        renders.append(threading.current_thread().name)
+        release.wait(5)
+        return b"# rendered\n"
+
+    monkeypatch.setattr(server, "generate_latest", slow_render)
+
+    async def scenario():
+        async with Rig() as rig:
+            scrapes = [asyncio.create_task(rig.call("GET", "/metrics", key=None)) for _ in range(2)]
+            await settle(lambda: len(renders) == 1)
+            reply = await asyncio.wait_for(rig.call("GET", "/v1/models"), 2)
+            assert reply.status == 200
+            assert len(renders) == 1                          # the second scrape waits its turn
+            release.set()
+            replies = await asyncio.wait_for(asyncio.gather(*scrapes), 5)
+            assert [(r.status, r.body) for r in replies] == [(200, b"# rendered\n")] * 2
+            assert len(renders) == 2 and threading.main_thread().name not in renders
+    run(scenario)

@@ -72,6 +72,7 @@ class Gateway:
                  clock: Callable[[], float] = time.monotonic, tracing: tr.Off | tr.On = tr.OFF):
         self.settings = settings
         self.tracing = tracing   # OpenTelemetry spans (tracing.py); off by default
+        self._rendering = asyncio.Lock()   # one /metrics render at a time
         self.api = api
         self.router = Router(port_name=settings.upstream_port_name)
         self.bodies = limits.BodyBudget(settings.body_budget_bytes,
@@ -123,7 +124,12 @@ class Gateway:
         return web.json_response(body, status=200 if self.ready else 503)
 
     async def metrics(self, _request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        """The metrics, rendered off the event loop that answers the API, one render at a time: a
+        render takes 118 ms with 100 services, and four clients asking in a loop took an API
+        request's median latency from 0.3 ms to 226 ms."""
+        async with self._rendering:
+            body = await asyncio.get_running_loop().run_in_executor(None, generate_latest)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     # -- wiring ----------------------------------------------------------------------------------------
 
