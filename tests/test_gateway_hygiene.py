@@ -28,7 +28,6 @@ MALFORMED_HEADS = [
     "GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization : Bearer {key}\r\n\r\n",
     "GET /v1/models HTTP/1.1\r\nHost: x\r\nX-A: a\r\n  folded\r\nAuthorization: Bearer {key}\r\n\r\n",
     "G(T /v1/models HTTP/1.1\r\nAuthorization: Bearer {key}\r\n\r\n",
-    "GET /v1/models HTTP/9.7\r\nAuthorization: Bearer {key}\r\n\r\n",
     "GET /v1/models HTTP/1.1\r\nHost: x\r\nAuth{{orization: Bearer {key}\r\n\r\n",
     "GET /v1/models HTTP/1.1\r\nHost: x\rAuthorization: Bearer {key}\r\n\r\n",
     "POST /v1/completions HTTP/1.1\r\nAuthorization: Bearer {key}\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
@@ -63,6 +62,27 @@ def test_a_malformed_request_is_answered_400_and_its_key_never_logged(head):
             assert KEY_A not in line and KEY_A[3:20] not in line
             assert "Traceback" not in line
         assert all(r.exc_info is None for r in logs.records)
+    run(scenario)
+
+
+@pytest.mark.parametrize("line, status, code", [
+    ("GET /v1/models HTTP/2.0", "505 HTTP Version Not Supported", "http_version_not_supported"),
+    ("GET /v1/models HTTP/9.7", "505 HTTP Version Not Supported", "http_version_not_supported"),
+    ("GET /v1/models", "400 Bad Request", "bad_request"),
+])
+def test_a_request_line_of_another_http_version_is_refused_in_http_1_1(line, status, code):
+    """`HTTP/2.0` and a bare `GET /path` (HTTP/0.9's form) were served, the answer's status line
+    echoing the version asked for in HTTP/1 text. Refused now, counted as malformed, the key never
+    logged."""
+    async def scenario():
+        with LogLines() as logs:
+            async with Rig() as rig:
+                answer = await send_raw(rig.port, f"{line}\r\nAuthorization: Bearer {KEY_A}\r\n\r\n".encode())
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.split(b"\r\n", 1)[0] == b"HTTP/1.1 " + status.encode()
+        assert json.loads(body)["error"]["code"] == code
+        assert any("malformed HTTP request from 127.0.0.1" in line for line in logs.lines)
+        assert all(KEY_A not in line for line in logs.lines)
     run(scenario)
 
 

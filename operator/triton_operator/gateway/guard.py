@@ -83,6 +83,10 @@ REFUSED_ADDRESS = _refusal("503 Service Unavailable", "this client address has i
 TIMED_OUT = _refusal("408 Request Timeout", "the request's headers did not arrive in time", "request_timeout")
 HEADERS_TOO_LARGE = ("the request's headers are too large", "headers_too_large")
 HEAD_TOO_LARGE = _refusal("431 Request Header Fields Too Large", *HEADERS_TOO_LARGE)
+OTHER_VERSION = _refusal("505 HTTP Version Not Supported", "the gateway speaks HTTP/1.1 and HTTP/1.0",
+                         "http_version_not_supported")
+NO_VERSION = _refusal("400 Bad Request", "malformed HTTP request: the request line names no HTTP version",
+                      "bad_request")
 NO_TUNNELS = _refusal("501 Not Implemented", "the gateway does not open tunnels (CONNECT)", "not_implemented")
 MALFORMED = _error("malformed HTTP request", "bad_request")
 
@@ -119,6 +123,20 @@ MALFORMED_LOG_SECONDS = 10.0
 LINGER_SECONDS = 1.0        # a refused connection drops what it still receives this long, then closes
 HEAD_END = re.compile(rb"\r?\n\r?\n")   # the blank line that ends a head (bare LF too: aiohttp refuses it)
 _FRAMING = re.compile(rb"^(content-length|transfer-encoding)[ \t]*:[ \t]*(.*?)[ \t]*$", re.I | re.M)
+
+
+_REQUEST_LINE = re.compile(rb"^[^ \r\n]+ [^ \r\n]+ (HTTP/\d\.\d)\r?$")
+
+
+def version_refusal(head: bytes) -> tuple[bytes, str] | None:
+    """The refusal of a request line that names no HTTP version (HTTP/0.9's form) or one other than
+    1.0 and 1.1; None for any other (aiohttp judges the rest). aiohttp answered `HTTP/2.0` and a
+    bare `GET /path` in HTTP/1 text, their status lines echoing the version asked for."""
+    line = head.split(b"\n", 1)[0]
+    match = _REQUEST_LINE.match(line)
+    if match is None:
+        return (NO_VERSION, "no_version") if line.count(b" ") == 1 and b"HTTP/" not in line else None
+    return None if match[1] in (b"HTTP/1.1", b"HTTP/1.0") else (OTHER_VERSION, "http_version")
 
 
 _EXPECT = re.compile(rb"^expect:[ \t]*(.*?)[ \t]*\r?\n", re.I | re.M)
@@ -388,6 +406,11 @@ class Guard(asyncio.Protocol):
         self._disarm()
         if head.startswith(b"CONNECT "):
             self._refuse(NO_TUNNELS, "connect")
+            return b""
+        refusal = version_refusal(head)
+        if refusal is not None:
+            self.limits.malformed.seen(self.address, refusal[1], 505 if refusal[0] is OTHER_VERSION else 400)
+            self._refuse(*refusal)
             return b""
         head = without_unknown_expectations(head)
         length = body_length(head)

@@ -165,7 +165,8 @@ class Gateway:
     def health_runner(self) -> web.AppRunner:
         s = self.settings
         return web.AppRunner(self.health_app(), access_log=None, shutdown_timeout=1,
-                             keepalive_timeout=s.idle_timeout_seconds, max_headers=MAX_HEADER_LINES)
+                             keepalive_timeout=s.idle_timeout_seconds, max_headers=MAX_HEADER_LINES,
+                             lingering_time=LINGERING_SECONDS)
 
     def health_site(self, runner: web.AppRunner, host: str, port: int) -> web.TCPSite:
         return guard.GuardedSite(runner, host, port, self.health_connections)
