@@ -558,3 +558,55 @@ def test_a_client_that_pipelines_and_never_reads_holds_a_few_heads_and_its_place
             for s in clients:
                 s.close()
     run(scenario)
+
+
+def test_a_text_model_which_counts_no_tokens_is_charged_an_estimate():
+    """A text model's answers carry no token counts, so its requests' reservations were returned
+    and its keys never charged: 30 of 30 requests with 20 KB prompts and 4 KB answers went
+    through on a key of 100 tokens a minute. It is now charged what it was sent and sent back at
+    four bytes a token, on the OpenAI routes (whole and streamed) and on its KServe v2
+    generate routes."""
+    from aiohttp import web
+
+    from triton_operator.gateway import keys as k
+
+    async def whole(request):
+        await request.read()
+        return web.json_response({"text_output": "y" * 4000})
+
+    async def streamed(request):
+        await request.read()
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        for _ in range(4):
+            await out.write(b"data: " + json.dumps({"text_output": "y" * 1000}).encode() + b"\n\n")
+        return out
+
+    chat = {"model": "ml/chat", "max_tokens": 4000, "messages": [{"role": "user", "content": "x" * 20000}]}
+
+    async def scenario():
+        for target, answer, body, generated in (
+                ("/v1/chat/completions", whole, chat, 4000),
+                ("/v1/chat/completions", streamed, {**chat, "stream": True}, 4000),
+                ("/v1/completions", streamed, {"model": "ml/chat", "prompt": "x" * 20000, "max_tokens": 4000,
+                                               "stream": True}, 4000),
+                ("/v2/models/chat/generate", whole, {"text_input": "x" * 20000}, None),
+                ("/v2/models/chat/generate_stream", streamed, {"text_input": "x" * 20000}, None)):
+            async with Rig() as rig:
+                rig.gw.auth.grants = k.parse(
+                    f"keys: [{{name: t, key: {KEY_A}, namespaces: [ml], tokensPerMinute: 100}}]", "k")
+                rig.gw.router.set_service(isvc("chat", fmt="python", openai={
+                    "enabled": True, "chatTemplate": "{{ messages[0]['content'] }}"}))
+                rig.gw.router.set_slice(slice_for("chat", rig.upstream.port))
+                rig.upstream.answer = answer
+                first = await rig.call("POST", target, body=body, headers={"X-Inference-Namespace": "ml"})
+                assert first.status == 200, target
+                (level, _), = rig.gw.auth.token_limiter.buckets.values()
+                sent = len(rig.upstream.seen[0].body)
+                back = generated if generated is not None else (len(b"".join(
+                    b"data: " + json.dumps({"text_output": "y" * 1000}).encode() + b"\n\n" for _ in range(4)))
+                    if answer is streamed else len(json.dumps({"text_output": "y" * 4000})))
+                assert level == pytest.approx(100 - -(-sent // 4) - -(-back // 4), abs=1), target
+                second = await rig.call("POST", target, body=body, headers={"X-Inference-Namespace": "ml"})
+                assert (second.status, second.error["code"]) == (429, "rate_limit_exceeded"), target
+    run(scenario)

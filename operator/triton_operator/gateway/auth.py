@@ -20,6 +20,7 @@ from . import keys as keys_core
 from . import openai_schema as oai
 from . import telemetry as m
 from . import tracing as tr
+from . import translate as t
 from .config import GatewaySettings
 from .routing import Service
 
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 # 429 that cost nothing).
 ABANDONED = ("upstream_answer_too_large", "too_many_bytes_in_flight")
 TEMPLATE_TOKENS = 8192   # tokens a model's chat template may add to a prompt beyond the bytes it was sent
+BYTES_PER_TOKEN = 4      # English text runs about four bytes a token in common tokenizers (estimates)
 
 
 @dataclass(eq=False)
@@ -47,6 +49,7 @@ class Caller:
     reserved: int = 0
     reached: bool = False
     most: tuple[int, int] | None = None
+    sent: int = 0                       # bytes of the request sent to the replica (Auth.reserve)
 
     @property
     def cache_scope(self) -> str:
@@ -204,7 +207,7 @@ class Auth:
 
     # -- what a key used ----------------------------------------------------------------------------
 
-    def reserve(self, caller: Caller, tokens: int, most: tuple[int, int] | None = None) -> None:
+    def reserve(self, caller: Caller, tokens: int, sent: int | None = None, generated: int | None = None) -> None:
         """When a request starts, the most tokens it may generate (its max_tokens, n times) are
         taken from its key's tokensPerMinute; `spend` settles them against what the model counted,
         `settle` returns them when nothing was counted. Taken only when requests ended, any number
@@ -217,7 +220,12 @@ class Auth:
         tokens = max(0, tokens)
         self.token_limiter.spend(caller.digest, caller.grant, tokens, now)
         caller.reserved += tokens
-        caller.most = most
+        # the most it could use: a prompt of one token a byte of the `sent` body (a token stands for
+        # at least one byte of its text) plus what a chat template adds, and `generated` (None: no
+        # bound known, a text model's)
+        caller.most = None if sent is None else (sent + TEMPLATE_TOKENS,
+                                                 t.MAX_COUNT if generated is None else max(0, generated))
+        caller.sent = sent or 0
 
     def spend(self, caller: Caller, svc: Service, prompt: int | None, completion: int | None) -> None:
         """Tokens a request used, as the model counted them: usage per key, and the key's
@@ -249,12 +257,12 @@ class Auth:
         self.token_limiter.spend(caller.digest, caller.grant, max(0, tokens) - caller.reserved, self.clock())
         caller.reserved = 0
 
-    @staticmethod
-    def most_tokens(sent: int, generated: int) -> tuple[int, int]:
-        """The most tokens a request could use: a prompt of at most one token per byte of the `sent`
-        body (a token stands for at least one byte of its text) plus what a chat template adds, and
-        `generated` (its max_tokens, n times)."""
-        return sent + TEMPLATE_TOKENS, max(0, generated)
+    def spend_estimate(self, caller: Caller, svc: Service, generated: int) -> None:
+        """A model that counts no tokens (a text model's answers carry no counts): its prompt and
+        answer are charged at BYTES_PER_TOKEN, the bytes sent to the replica (Auth.reserve) and
+        `generated` characters (or bytes) back. Uncharged, a key of 100 tokens a minute had 30
+        requests of 20 KB prompts and 4 KB answers answered in a minute."""
+        self.spend(caller, svc, -(-caller.sent // BYTES_PER_TOKEN), -(-max(0, generated) // BYTES_PER_TOKEN))
 
     def settle(self, caller: Caller) -> None:
         """A request over whose tokens nothing was charged (the replica failed or refused it, or

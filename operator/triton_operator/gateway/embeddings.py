@@ -20,10 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 
 from . import openai_schema as oai
 from . import translate as t
+from .auth import BYTES_PER_TOKEN
 
 MAX_INPUTS = 256
 MAX_INPUT_CHARS = 65_536
-BYTES_PER_TOKEN = 4   # English text runs about four bytes a token in common tokenizers
 Text = Annotated[str, StringConstraints(min_length=1, max_length=MAX_INPUT_CHARS)]
 
 

@@ -89,7 +89,7 @@ class OpenAIProxy:
         payload = held.replace(t.encode(e.generate_body(req)))
         charged = False
         try:
-            self.auth.reserve(caller, e.estimated_tokens(req), self.auth.most_tokens(len(payload), 0))
+            self.auth.reserve(caller, e.estimated_tokens(req), len(payload), 0)
             async with self.upstream.exchange(svc, caller, "embeddings", "POST",
                                               f"/v2/models/{svc.generate_model}/generate", payload,
                                               {"Content-Type": "application/json", "Accept-Encoding": "identity"},
@@ -183,7 +183,7 @@ class OpenAIProxy:
             await self.upstream.probe(svc, begins)
         exchange: Exchange | None = None
         try:
-            self.auth.reserve(caller, gen.max_tokens * gen.n, self.auth.most_tokens(len(payload), gen.max_tokens * gen.n))
+            self.auth.reserve(caller, gen.max_tokens * gen.n, len(payload), gen.max_tokens * gen.n)
             async with self.upstream.exchange(svc, caller, route, "POST", path, payload,
                                               {"Content-Type": "application/json", "Accept-Encoding": "identity"},
                                               lambda sent: self.auth.account(caller, svc, sent), begins) as ex:
@@ -219,7 +219,10 @@ class OpenAIProxy:
         data = await read_whole(resp, svc, held, s.max_answer_bytes, s.upstream_idle_timeout_seconds)
         whole = t.answer_of(answer_json(data, svc))
         ex.kv_events(whole.kv_events)
-        self.auth.spend(caller, svc, whole.prompt_tokens, whole.completion_tokens)
+        if gen.llm:
+            self.auth.spend(caller, svc, whole.prompt_tokens, whole.completion_tokens)
+        else:
+            self.auth.spend_estimate(caller, svc, len(whole.text))
         ex.charged = True
         body = t.encode(r.response_object(echoed, whole) if echoed is not None else t.completion(gen, whole),
                         request=False)
@@ -256,8 +259,11 @@ class OpenAIProxy:
         if gen.llm:
             answers = t.finished(answers, gen.n)
         counts = t.total_usage(answers)
-        self.auth.spend(caller, svc, counts["prompt_tokens"] if counts else None,
-                        counts["completion_tokens"] if counts else None)
+        if gen.llm:
+            self.auth.spend(caller, svc, counts["prompt_tokens"] if counts else None,
+                            counts["completion_tokens"] if counts else None)
+        else:
+            self.auth.spend_estimate(caller, svc, sum(len(a.text) for a in answers))
         ex.charged = True
         body = t.encode(t.completion(gen, answers), request=False)
         del pieces, answers
@@ -313,6 +319,7 @@ class OpenAIProxy:
                 self.auth.spend(caller, svc, stream.prompt_tokens, stream.tokens)
                 ex.charged = stream.prompt_tokens is not None
             else:
+                self.auth.spend_estimate(caller, svc, stream.chars)
                 ex.charged = True
                 m.child(m.OUTPUT_TOKENS, *svc.key).inc(stream.tokens)
             if first is not None and stream.tokens > 1:

@@ -165,7 +165,11 @@ class PassthroughProxy:
         try:
             if generate and svc.llm:
                 asked = _asked_tokens(held.body)
-                self.auth.reserve(caller, asked, self.auth.most_tokens(len(held.body or b""), asked))
+                self.auth.reserve(caller, asked, len(held.body or b""), asked)
+            elif generate and generates_text(svc):
+                # a text model counts no tokens: what it is sent and sends back is charged at an
+                # estimate (Auth.spend_estimate), while the key's budget is above zero
+                self.auth.reserve(caller, 0, len(held.body or b""))
             async with self.upstream.exchange(svc, caller, "v2", request.method, path, held.body or None, headers,
                                               lambda sent: self.auth.account(caller, svc, sent)) as ex:
                 exchange = ex
@@ -185,6 +189,8 @@ class PassthroughProxy:
                         if isinstance(counts, dict) and "error" not in counts:
                             answer = t.answer_of(counts)
                             self.auth.spend(caller, svc, answer.prompt_tokens, answer.completion_tokens)
+                    elif generate and generates_text(svc):
+                        self.auth.spend_estimate(caller, svc, len(body))
                     ex.charged = True
                     out = web.Response(status=resp.status, body=bytes(body), headers=headers)
                     await ex.to_client(request, out.prepare(request))
@@ -225,8 +231,10 @@ class PassthroughProxy:
         events = t.EventBuffer(s.max_answer_bytes)
         base = held.bytes
         last: dict[int, dict[str, Any]] = {}   # each answer's last event, by its index
+        streamed = 0                            # bytes passed on (a text model is charged an estimate of them)
         try:
             while chunk := await read_chunk(resp, svc, s.upstream_idle_timeout_seconds):
+                streamed += len(chunk)
                 held.set(base + events.size + len(chunk) + unsent(request))   # until the chunk is sent
                 if svc.llm:
                     for event in events.feed(chunk):
@@ -239,6 +247,9 @@ class PassthroughProxy:
             await ex.to_client(request, out.write(
                 b"data: " + t.encode({"error": {"message": "the replica's stream broke", "code": code}}) + b"\n\n"))
         finally:
+            if not svc.llm and generates_text(svc):
+                self.auth.spend_estimate(caller, svc, streamed)
+                ex.charged = True
             if last:
                 try:
                     usage = t.total_usage(t.gather([t.answer_of(event) for event in last.values()]))

@@ -314,6 +314,11 @@ class ResponseStream:
     _calls: list[dict[str, Any]] = field(default_factory=list)
     _output: list[dict[str, Any]] = field(default_factory=list)
 
+    @property
+    def chars(self) -> int:
+        """Characters of the answer (its text and calls' arguments)."""
+        return self.retained
+
     def _event(self, kind: str, **payload: Any) -> bytes:
         data = {"type": kind, "sequence_number": self._seq, **payload}
         self._seq += 1

@@ -482,7 +482,7 @@ class _Choice:
     tokens: int = 0                  # text model: events with text; llm: the model's count
     finish_reason: str | None = None
     done: bool = False
-    offset: int = 0                  # characters sent (completions' text_offset)
+    offset: int = 0                  # characters sent (completions' text_offset; what a text model is charged)
 
 
 @dataclass
@@ -509,6 +509,11 @@ class Stream:
         self._choices = {i: _Choice() for i in range(self.gen.n)}
 
     @property
+    def chars(self) -> int:
+        """Characters of text sent, over every answer."""
+        return sum(c.offset for c in self._choices.values())
+
+    @property
     def tokens(self) -> int:
         """Tokens generated, over every answer."""
         return sum(c.tokens for c in self._choices.values())
@@ -530,7 +535,7 @@ class Stream:
             choice: dict[str, Any] = {"index": index, "delta": delta, "finish_reason": finish, "logprobs": marks}
         else:
             choice = {"index": index, "text": content or "", "finish_reason": finish, "logprobs": marks}
-            self._choices[index].offset += len(content or "")
+        self._choices[index].offset += len(content or "")
         payload = {"id": self.id, "object": self.object, "created": self.created, "model": self.gen.model,
                    "choices": [choice]}
         return _event(payload)
