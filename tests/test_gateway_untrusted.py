@@ -380,3 +380,20 @@ def test_a_replicas_model_config_is_read_within_its_cap(pad, rendered):
             prompt = json.loads(rig.upstream.seen[-1].body)["text_input"]
             assert (prompt == rendered) if rendered else not prompt.startswith("MARK"), prompt
     run(scenario)
+
+
+def test_an_error_repeats_at_most_a_few_hundred_characters_of_what_the_client_sent():
+    """An unknown field named with 3,000 characters was echoed whole in the error's message and
+    its `param`, and so was a Responses tool type of 2,000."""
+    async def scenario():
+        async with Rig() as rig:
+            reply = await rig.call("POST", "/v1/chat/completions", body={**CHAT, "x" * 3000: 1})
+            error = reply.error
+            assert reply.status == 400 and error["code"] == "unsupported_parameter"
+            assert error["param"] == "x" * 200 + "..."
+            assert error["message"] == "x" * 400 + "..."
+            reply = await rig.call("POST", "/v1/responses", body={"model": "ml/llama", "input": "hi",
+                                                                   "tools": [{"type": "y" * 2000}]})
+            assert reply.status == 400 and len(reply.error["message"]) <= 403
+            assert reply.error["message"].startswith("tools.0: only function tools are served here")
+    run(scenario)

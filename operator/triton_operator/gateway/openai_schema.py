@@ -416,5 +416,14 @@ def validation_error(e: ValidationError) -> OpenAIError:
         param, text = message.split(": ", 1)[0], message
     else:
         text = f"{param}: {message}" if param else message
-    return OpenAIError(400, text, param=param,
+    return OpenAIError(400, clipped(text, 2 * ECHO_CHARS), param=None if param is None else clipped(param),
                        code="unsupported_parameter" if message.endswith((GATEWAY_REFUSES, UNRECOGNIZED)) else None)
+
+
+ECHO_CHARS = 200   # of a client's own text (a field's name, a value) an error repeats at most this much
+
+
+def clipped(text: str, most: int = ECHO_CHARS) -> str:
+    """`text`, cut to `most` characters (an unknown field named with 3,000 characters was echoed
+    whole, in the message and in `param`)."""
+    return text if len(text) <= most else text[:most] + "..."
