@@ -397,3 +397,24 @@ def test_an_error_repeats_at_most_a_few_hundred_characters_of_what_the_client_se
             assert reply.status == 400 and len(reply.error["message"]) <= 403
             assert reply.error["message"].startswith("tools.0: only function tools are served here")
     run(scenario)
+
+
+@pytest.mark.parametrize("message, param, text", [
+    ({"role": "assistant", "content": None, "function_call": {"name": "f", "arguments": "{}"}},
+     "messages.1.function_call", "the deprecated function_call of a message is not supported: send tool_calls"),
+    ({"role": "assistant", "content": "x", "audio": {"id": "audio_1"}}, "messages.1.audio",
+     "audio in messages is not supported"),
+])
+def test_a_message_field_the_model_would_never_see_is_refused_not_dropped(message, param, text):
+    """An assistant turn's old-style function_call, or the audio it answered with, was dropped from
+    the history the model read, silently. Refused now, naming it; what an earlier answer carries
+    and means nothing here (refusal, annotations, audio null) is still taken."""
+    async def scenario():
+        async with Rig() as rig:
+            first = {"role": "user", "content": "hi"}
+            reply = await rig.call("POST", "/v1/chat/completions", body={**CHAT, "messages": [first, message]})
+            assert (reply.status, reply.error) == refused(f"{param}: {text}", param)
+            echoed = {"role": "assistant", "content": "x", "audio": None, "refusal": None, "annotations": []}
+            reply = await rig.call("POST", "/v1/chat/completions", body={**CHAT, "messages": [first, echoed]})
+            assert reply.status == 200
+    run(scenario)

@@ -229,6 +229,19 @@ class ChatMessage(BaseModel):
     tool_calls: list[ToolCall] | None = Field(None, max_length=MAX_TOOLS)
     tool_call_id: str | None = Field(None, max_length=256)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _nothing_dropped(cls, value: Any) -> Any:
+        # Fields an earlier answer carries (refusal, annotations) are ignored; these would be lost:
+        # an old-style function call the model made, or audio it answered with.
+        if isinstance(value, dict):
+            if value.get("function_call") is not None:
+                raise ValueError("function_call: the deprecated function_call of a message is not supported: "
+                                 "send tool_calls")
+            if value.get("audio") is not None:
+                raise ValueError("audio: audio in messages is not supported")
+        return value
+
     @model_validator(mode="after")
     def _calls_on_assistant_turns(self) -> ChatMessage:
         if self.tool_calls and self.role != "assistant":
@@ -403,6 +416,9 @@ def parse_body(raw: bytes | bytearray, kind: type[_M]) -> _M:
 _UNION_MEMBER = re.compile(r"^(?:str|int|float|bool|none|constrained-\w+|[a-z-]+\[.*\]|[A-Z][A-Za-z]*)$")
 
 
+_FIELD_NAMED = re.compile(r"^[a-z_]+: ")
+
+
 def validation_error(e: ValidationError) -> OpenAIError:
     """A request model's first validation error as OpenAI's 400, naming the field. Of a union's
     errors on that field (one per member tried), the one that went deepest: the member the value's
@@ -414,6 +430,10 @@ def validation_error(e: ValidationError) -> OpenAIError:
     message = first["msg"].removeprefix("Value error, ")
     if not param and ": " in message:     # a field named by a model validator (_honourable, ...)
         param, text = message.split(": ", 1)[0], message
+    elif param and _FIELD_NAMED.match(message):   # ... of a nested object (ChatMessage._nothing_dropped)
+        name, rest = message.split(": ", 1)
+        param = f"{param}.{name}"
+        text = f"{param}: {rest}"
     else:
         text = f"{param}: {message}" if param else message
     return OpenAIError(400, clipped(text, 2 * ECHO_CHARS), param=None if param is None else clipped(param),
