@@ -88,7 +88,9 @@ def test_a_stream_event_that_is_not_json_ends_the_answer_with_an_error():
             reply = await rig.call("POST", "/v1/chat/completions", body={
                 "model": "ml/llama", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
             got = events(reply.body)
-            assert reply.status == 200 and got[-1]["error"]["message"] == "the model's stream held an event that is not JSON"
+            assert reply.status == 200 and got[-1]["error"] == {
+                "message": "the model's stream held an event that is not JSON", "type": "upstream_error",
+                "param": None, "code": "upstream_failed"}
     run(scenario)
 
 

@@ -664,6 +664,7 @@ def sse_events(buffer: bytearray) -> list[dict[str, Any]]:
         try:
             event = json.loads(data)
         except (ValueError, RecursionError):
-            raise OpenAIError(502, "the model's stream held an event that is not JSON", "upstream_error") from None
+            raise OpenAIError(502, "the model's stream held an event that is not JSON", "upstream_error",
+                              code="upstream_failed") from None
         if isinstance(event, dict):
             events.append(event)
