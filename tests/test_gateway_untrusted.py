@@ -418,3 +418,14 @@ def test_a_message_field_the_model_would_never_see_is_refused_not_dropped(messag
             reply = await rig.call("POST", "/v1/chat/completions", body={**CHAT, "messages": [first, echoed]})
             assert reply.status == 200
     run(scenario)
+
+
+@pytest.mark.parametrize("prompt", [[1, 2, 3], [[1, 2], [3]]])
+def test_a_completion_prompt_of_token_ids_is_refused_as_such(prompt):
+    """A prompt of token ids was refused as "prompt.0: Input should be a valid string"."""
+    async def scenario():
+        async with Rig() as rig:
+            reply = await rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": prompt})
+            assert (reply.status, reply.error) == refused(
+                "prompt: token arrays are not supported: send text (the gateway does not tokenize)", "prompt")
+    run(scenario)

@@ -320,6 +320,15 @@ class CompletionRequest(GenerationRequest):
     def top_logprobs_asked(self) -> int | None:
         return self.logprobs
 
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def _text_not_tokens(cls, value: Any) -> Any:
+        if isinstance(value, list) and value and (
+                all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+                or any(isinstance(v, list) for v in value)):
+            raise ValueError("token arrays are not supported: send text (the gateway does not tokenize)")
+        return value
+
     @field_validator("prompt")
     @classmethod
     def _one_prompt(cls, v: str | list[str]) -> str | list[str]:
