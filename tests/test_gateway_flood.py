@@ -516,15 +516,15 @@ def test_tokens_per_minute_are_reserved_when_requests_start_and_settled_when_the
     run(scenario)
 
 
-def test_a_client_that_pipelines_and_never_reads_holds_a_few_heads_and_its_place_a_while():
+def test_a_client_that_pipelines_and_never_reads_holds_a_few_heads_and_its_place_a_while(monkeypatch):
     """Pipelined requests (each answered 401 at once) from a client that reads none of the answers:
     every head was handed to aiohttp, which queued them all (6,800 parsed requests, 4 MiB, per
     connection), and once the socket buffers were full aiohttp's write waited for good: the
     connection was never idle (requests queued), so neither reaped nor timed out, and 20 such
     clients held a pool of 20 (its health port's 32 too: the kubelet's probes got 503). Now at most
-    guard.PIPELINED heads are with aiohttp (reading pauses), a client that does not read is
-    reapable once the pool is nearly full, and it is cut when a write has waited
-    upstream_idle_timeout_seconds."""
+    guard.PIPELINED heads are with aiohttp (reading pauses), a client that has not read for
+    guard.REAP_STALLED_SECONDS is reapable once the pool is nearly full, and it is cut when a write
+    has waited upstream_idle_timeout_seconds."""
     import socket
 
     from triton_operator.gateway import guard
@@ -541,6 +541,8 @@ def test_a_client_that_pipelines_and_never_reads_holds_a_few_heads_and_its_place
                 await asyncio.wait_for(loop.sock_sendall(s, piece), 1.0)
             except asyncio.TimeoutError:
                 return s                                         # the gateway stopped reading
+
+    monkeypatch.setattr(guard, "REAP_STALLED_SECONDS", 1.0)   # ten by default: not the point here
 
     async def scenario():
         async with Rig(max_connections=10, max_connections_per_address=10, upstream_idle_timeout_seconds=6,
@@ -609,4 +611,64 @@ def test_a_text_model_which_counts_no_tokens_is_charged_an_estimate():
                 assert level == pytest.approx(100 - -(-sent // 4) - -(-back // 4), abs=1), target
                 second = await rig.call("POST", target, body=body, headers={"X-Inference-Namespace": "ml"})
                 assert (second.status, second.error["code"]) == (429, "rate_limit_exceeded"), target
+    run(scenario)
+
+
+def test_a_client_reading_a_large_answer_slowly_is_not_cut_when_the_pool_fills(monkeypatch):
+    """Writing stays paused the whole time a large answer drains to a client that reads it slowly;
+    counted as a client that does not read, such a download was reaped mid-answer (4.87 of 6 MB,
+    under its Content-Length) as soon as the pool neared full. A client counts as not reading
+    only while what waits for it does not shrink."""
+    import socket
+
+    from aiohttp import web
+
+    from triton_operator.gateway import guard
+
+    monkeypatch.setattr(guard, "REAP_STALLED_SECONDS", 0.5)
+    size = 7_000_000   # under max_answer_bytes (8 MiB)
+
+    async def answer(request):
+        body = await request.read()
+        if b"slowly" in body:
+            await asyncio.sleep(4)
+            return web.json_response({"text_output": "ok"})
+        return web.json_response({"text_output": "y" * size, "finish_reason": "length", "prompt_tokens": 1,
+                                  "completion_tokens": 5})
+
+    async def slow_download(port: int) -> int:
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+        s.setblocking(False)
+        loop = asyncio.get_running_loop()
+        await loop.sock_connect(s, ("127.0.0.1", port))
+        data = json.dumps({"model": "ml/llama", "prompt": "x", "max_tokens": 5}).encode()
+        await loop.sock_sendall(s, (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY_A}\r\n"
+                                    f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+                                    f"Connection: close\r\n\r\n").encode() + data)
+        got = 0
+        try:
+            while chunk := await asyncio.wait_for(loop.sock_recv(s, 16384), 10):
+                got += len(chunk)
+                await asyncio.sleep(0.01)                     # about 1.6 MB/s, reading all along
+        finally:
+            s.close()
+        return got
+
+    async def scenario():
+        async with Rig(max_connections=10, upstream_idle_timeout_seconds=30, idle_timeout_seconds=30) as rig:
+            rig.upstream.answer = answer
+            download = asyncio.create_task(slow_download(rig.port))
+            await asyncio.sleep(0.5)
+            busy = [asyncio.create_task(rig.call("POST", "/v1/completions",
+                                                 body={"model": "ml/llama", "prompt": "slowly", "max_tokens": 5}))
+                    for _ in range(8)]
+            await settle(lambda: rig.gw.connections.open == 9)
+            assert rig.gw.connections.stalled                # the download's writes are paused
+            for _ in range(3):                               # the pool is full: each new one tries to reap
+                await asyncio.sleep(0.6)
+                await raw_request(rig.port, "GET", "/v1/models", {"Authorization": f"Bearer {KEY_A}"})
+            got = await asyncio.wait_for(download, 20)
+            assert got > size                                # the whole answer, its head included
+            await asyncio.wait_for(asyncio.gather(*busy), 10)
     run(scenario)

@@ -31,7 +31,7 @@ Each connection's protocol is wrapped (`Guard`); aiohttp's request handler sits 
 - **Pipelining and clients that do not read**: at most PIPELINED heads are with aiohttp unanswered;
   bytes after them wait here with reading paused (aiohttp queues every head it is handed). A
   connection whose client stops reading what it is sent (writing paused) is reapable like an idle
-  one, and is cut once a write has waited `write_timeout`: aiohttp writes some answers after their
+  one once it has not read for REAP_STALLED_SECONDS, and is cut once a write has waited `write_timeout`: aiohttp writes some answers after their
   handler returned, with no deadline. A connection closed with bytes its client never read is
   aborted, not closed (a close waits for them).
 - **Malformed requests** (`GatewayRequestHandler`) are answered `400` with a fixed body; they cost
@@ -47,10 +47,13 @@ request is known.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import ipaddress
 import json
 import logging
 import re
+import struct
+import termios
 import time
 from typing import Any, Awaitable, Callable
 
@@ -119,6 +122,7 @@ def too_large(exc: BaseException | None) -> int | None:
 PIPELINED = 4              # heads a connection may have with aiohttp, unanswered; past it reading pauses
 REAP_AT = 0.9               # reap idle connections once this share of max_connections is open
 REAP_IDLE_SECONDS = 1.0     # a connection idle this long may be reaped to make room
+REAP_STALLED_SECONDS = 10.0  # ... and one whose client has not read what it was sent for this long
 MALFORMED_LOG_SECONDS = 10.0
 LINGER_SECONDS = 1.0        # a refused connection drops what it still receives this long, then closes
 HEAD_END = re.compile(rb"\r?\n\r?\n")   # the blank line that ends a head (bare LF too: aiohttp refuses it)
@@ -179,6 +183,7 @@ class Limits:
         self.guards: dict[Any, "Guard"] = {}   # aiohttp's protocol -> its guard (it has __slots__)
         self.idle: dict["Guard", float] = {}   # reapable connections (idle, or in a head) -> since when, oldest first
         self.reaped: set["Guard"] = set()      # closed by reap(), not yet gone
+        self.stalled: set["Guard"] = set()     # in `idle` because their clients stopped reading
         self.malformed = MalformedLog(clock)
 
     def protocol_factory(self, inner_factory: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
@@ -211,11 +216,19 @@ class Limits:
         return self.open - len(self.reaped)
 
     def reap(self, wanted: int) -> None:
-        """Close up to `wanted` connections idle (or in a head) for REAP_IDLE_SECONDS or more, oldest first."""
+        """Close up to `wanted` connections idle (or in a head) for REAP_IDLE_SECONDS or more, or whose
+        client has not read for REAP_STALLED_SECONDS (a client reading a large answer in bursts is
+        not cut for a pause of a second), oldest first."""
         now = self.clock()
         for guard, since in list(self.idle.items()):
-            if wanted <= 0 or now - since < REAP_IDLE_SECONDS:
+            if wanted <= 0:
                 break
+            if guard in self.stalled and guard.progressed():
+                self.idle.pop(guard, None)           # its client reads: stalled from now, if at all
+                self.idle[guard] = now
+                continue
+            if now - since < (REAP_STALLED_SECONDS if guard in self.stalled else REAP_IDLE_SECONDS):
+                continue
             wanted -= 1
             m.CONNECTIONS_REFUSED.labels("reaped").inc()
             del self.idle[guard]
@@ -236,6 +249,7 @@ class Limits:
             self.by_address.pop(guard.address, None)
         self.idle.pop(guard, None)
         self.reaped.discard(guard)
+        self.stalled.discard(guard)
         m.CONNECTIONS.set(self.open)
 
     @web.middleware
@@ -269,6 +283,7 @@ class Guard(asyncio.Protocol):
         self.refused = False        # answered by the guard itself: what still comes is dropped
         self.stash = b""            # bytes after PIPELINED unanswered heads, kept (reading paused) until one is
         self.stalled: asyncio.TimerHandle | None = None   # the write-stall deadline, while writing is paused
+        self.unsent = [0, 0]        # bytes waiting to be sent when last looked at (by the stall timer, by reap)
 
     # -- the connection ------------------------------------------------------------------------------
 
@@ -318,27 +333,59 @@ class Guard(asyncio.Protocol):
         the probes) have no deadline of their own; a client that pipelined requests and read none
         of their answers held its connection for good."""
         if self.limits.write_timeout is not None and self.stalled is None:
+            self.unsent = [self._buffered()] * 2
             self.stalled = asyncio.get_running_loop().call_later(self.limits.write_timeout, self._write_stalled)
-            # ... and is reapable as an idle one is, from now (a pool full of them makes room)
+            # ... and is reapable, after REAP_STALLED_SECONDS, as an idle one is (a pool full of them
+            # makes room)
             self.limits.idle.pop(self, None)
             self.limits.idle[self] = self.limits.clock()
+            self.limits.stalled.add(self)
         if self.inner is not None:
             self.inner.pause_writing()
 
     def resume_writing(self) -> None:
         if self.stalled is not None:
             self._unstall()
+            self.limits.stalled.discard(self)
             if not self.head:
                 self.limits.idle.pop(self, None)
                 self._idle()
         if self.inner is not None:
             self.inner.resume_writing()
 
+    def _buffered(self) -> int:
+        """Bytes written to the client and not yet taken by it: the transport's buffer, and the
+        kernel's send queue (a large answer's tail sits there, and the kernel takes more only once a
+        third of its buffer is free: the transport's buffer alone stood still for most of a second
+        while a client read at 1.6 MB/s)."""
+        if self.transport is None:
+            return 0
+        queued = 0
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                queued = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0"))[0]
+            except (OSError, ValueError):
+                queued = 0
+        return self.transport.get_write_buffer_size() + queued
+
+    def progressed(self, by: int = 1) -> bool:
+        """Whether the client has read some of what waits to be sent since `by` (0: the stall timer,
+        1: reap) last asked: writing stays paused while a large answer drains to a client that
+        reads it slowly."""
+        now = self._buffered()
+        moved, self.unsent[by] = now < self.unsent[by], now
+        return moved
+
     def _write_stalled(self) -> None:
         self.stalled = None
-        if self.transport is not None and not self.transport.is_closing():
-            m.CONNECTIONS_REFUSED.labels("client_stalled").inc()
-            self.transport.abort()
+        if self.transport is None or self.transport.is_closing():
+            return
+        if self.progressed(0) and self.limits.write_timeout is not None:
+            self.stalled = asyncio.get_running_loop().call_later(self.limits.write_timeout, self._write_stalled)
+            return
+        m.CONNECTIONS_REFUSED.labels("client_stalled").inc()
+        self.transport.abort()
 
     def _unstall(self) -> None:
         if self.stalled is not None:
@@ -389,6 +436,7 @@ class Guard(asyncio.Protocol):
             # Reapable from when its head began: a head that takes a second is no client's
             # (heads come in one packet), so a pool full of slow heads makes room like an idle one.
             self.limits.idle.pop(self, None)
+            self.limits.stalled.discard(self)
             self.limits.idle[self] = self.limits.clock()
             self._disarm()
             self.timer = asyncio.get_running_loop().call_later(self.limits.header_timeout, self._headers_too_slow)
