@@ -69,6 +69,8 @@ def test_a_malformed_request_is_answered_400_and_its_key_never_logged(head):
     ("GET /v1/models HTTP/2.0", "505 HTTP Version Not Supported", "http_version_not_supported"),
     ("GET /v1/models HTTP/9.7", "505 HTTP Version Not Supported", "http_version_not_supported"),
     ("GET /v1/models", "400 Bad Request", "bad_request"),
+    ("GET /HTTP/1.1", "400 Bad Request", "bad_request"),
+    ("GET /v1/models/HTTP/", "400 Bad Request", "bad_request"),
 ])
 def test_a_request_line_of_another_http_version_is_refused_in_http_1_1(line, status, code):
     """`HTTP/2.0` and a bare `GET /path` (HTTP/0.9's form) were served, the answer's status line

@@ -129,17 +129,18 @@ HEAD_END = re.compile(rb"\r?\n\r?\n")   # the blank line that ends a head (bare 
 _FRAMING = re.compile(rb"^(content-length|transfer-encoding)[ \t]*:[ \t]*(.*?)[ \t]*$", re.I | re.M)
 
 
-_REQUEST_LINE = re.compile(rb"^[^ \r\n]+ [^ \r\n]+ (HTTP/\d\.\d)\r?$")
+_REQUEST_LINE = re.compile(rb"^[^ \r\n]+ [^ \r\n]+ (HTTP/\d\.\d)$")
 
 
 def version_refusal(head: bytes) -> tuple[bytes, str] | None:
     """The refusal of a request line that names no HTTP version (HTTP/0.9's form) or one other than
     1.0 and 1.1; None for any other (aiohttp judges the rest). aiohttp answered `HTTP/2.0` and a
     bare `GET /path` in HTTP/1 text, their status lines echoing the version asked for."""
-    line = head.split(b"\n", 1)[0]
+    line = head.split(b"\n", 1)[0].rstrip(b"\r")
     match = _REQUEST_LINE.match(line)
     if match is None:
-        return (NO_VERSION, "no_version") if line.count(b" ") == 1 and b"HTTP/" not in line else None
+        # two parts (a method and a target, whatever the target holds: "GET /HTTP/1.1") is HTTP/0.9's
+        return (NO_VERSION, "no_version") if len(line.split(b" ")) == 2 else None
     return None if match[1] in (b"HTTP/1.1", b"HTTP/1.0") else (OTHER_VERSION, "http_version")
 
 
