@@ -592,8 +592,8 @@ def test_a_text_model_which_counts_no_tokens_is_charged_an_estimate():
                 ("/v1/chat/completions", streamed, {**chat, "stream": True}, 4000),
                 ("/v1/completions", streamed, {"model": "ml/chat", "prompt": "x" * 20000, "max_tokens": 4000,
                                                "stream": True}, 4000),
-                ("/v2/models/chat/generate", whole, {"text_input": "x" * 20000}, None),
-                ("/v2/models/chat/generate_stream", streamed, {"text_input": "x" * 20000}, None)):
+                ("/v2/models/chat/generate", whole, {"text_input": "x" * 20000}, 4000),
+                ("/v2/models/chat/generate_stream", streamed, {"text_input": "x" * 20000}, 4000)):
             async with Rig() as rig:
                 rig.gw.auth.grants = k.parse(
                     f"keys: [{{name: t, key: {KEY_A}, namespaces: [ml], tokensPerMinute: 100}}]", "k")
@@ -605,10 +605,8 @@ def test_a_text_model_which_counts_no_tokens_is_charged_an_estimate():
                 assert first.status == 200, target
                 (level, _), = rig.gw.auth.token_limiter.buckets.values()
                 sent = len(rig.upstream.seen[0].body)
-                back = generated if generated is not None else (len(b"".join(
-                    b"data: " + json.dumps({"text_output": "y" * 1000}).encode() + b"\n\n" for _ in range(4)))
-                    if answer is streamed else len(json.dumps({"text_output": "y" * 4000})))
-                assert level == pytest.approx(100 - -(-sent // 4) - -(-back // 4), abs=1), target
+                # the text it sent back, not the events' framing around it
+                assert level == pytest.approx(100 - -(-sent // 4) - -(-generated // 4), abs=1), target
                 second = await rig.call("POST", target, body=body, headers={"X-Inference-Namespace": "ml"})
                 assert (second.status, second.error["code"]) == (429, "rate_limit_exceeded"), target
     run(scenario)
@@ -671,4 +669,54 @@ def test_a_client_reading_a_large_answer_slowly_is_not_cut_when_the_pool_fills(m
             got = await asyncio.wait_for(download, 20)
             assert got > size                                # the whole answer, its head included
             await asyncio.wait_for(asyncio.gather(*busy), 10)
+    run(scenario)
+
+
+@pytest.mark.parametrize("target, body", [
+    ("/v1/completions", {"model": "llama", "prompt": "x", "max_tokens": 2000, "stream": True}),
+    ("/v1/responses", {"model": "ml/llama", "input": "x", "max_output_tokens": 2000, "stream": True}),
+    ("/v2/models/llama/generate_stream", {"text_input": "x", "max_tokens": 2000}),
+])
+def test_a_stream_ended_by_its_keys_full_memory_share_is_charged(target, body):
+    """A stream whose key's memory share filled (its own upload, announced and never sent) ended
+    with an error event before the model's counts came, and cost nothing: the stream caught the
+    error itself, so the charge for an abandoned request never ran. It keeps what it took."""
+    from aiohttp import web
+
+    from triton_operator.gateway import keys as k
+
+    go = asyncio.Event()
+
+    async def answer(request):
+        await request.read()
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        await out.write(b'data: {"text_output": "a"}\n\n')
+        await go.wait()
+        await out.write(b"data: " + json.dumps({"text_output": "y" * 200_000}).encode() + b"\n\n")
+        await out.write(b'data: {"text_output": "", "finish_reason": "length", "prompt_tokens": 7, '
+                        b'"completion_tokens": 2000}\n\n')
+        return out
+
+    async def scenario():
+        async with Rig(body_budget_bytes=4 << 20, key_share=0.25) as rig:   # the key's share: 1 MiB
+            rig.gw.auth.grants = k.parse(
+                f"keys: [{{name: t, key: {KEY_A}, namespaces: [ml], tokensPerMinute: 10000}}]", "k")
+            rig.upstream.answer = answer
+            task = asyncio.create_task(rig.call("POST", target, body=body, headers={"X-Inference-Namespace": "ml"}))
+            await settle(lambda: len(rig.upstream.seen) == 1)
+            await asyncio.sleep(0.1)
+            used = sum(rig.gw.bodies.by_key.values())
+            reader, writer = await connect(rig.port)
+            writer.write((f"POST /v1/completions HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer {KEY_A}\r\n"
+                          f"Content-Type: application/json\r\nContent-Length: {(1 << 20) - used - 10}\r\n\r\n"
+                          ).encode())
+            await writer.drain()
+            await settle(lambda: sum(rig.gw.bodies.by_key.values()) > (1 << 20) - 100)
+            go.set()
+            reply = await asyncio.wait_for(task, 5)
+            writer.close()
+            assert reply.status == 200 and b"too_many_bytes_in_flight" in reply.body
+            (level, _), = rig.gw.auth.token_limiter.buckets.values()
+            assert 10000 - 2000 <= level < 10000 - 1800   # 2,000 taken, less what a second refills
     run(scenario)

@@ -281,6 +281,7 @@ class OpenAIProxy:
         events = t.EventBuffer(s.max_answer_bytes)
         base = held.bytes
         first: float | None = None
+        ended: oai.OpenAIError | None = None   # the error that ended the answer, when the gateway raised it
         try:
             while chunk := await read_chunk(resp, svc, s.upstream_idle_timeout_seconds):
                 # the chunk, the events made of it, what the client has not taken yet and what the
@@ -307,6 +308,7 @@ class OpenAIProxy:
         except oai.OpenAIError as e:
             span.fail(e)
             ex.failed = True
+            ended = e
             await ex.to_client(request, out.write(stream.error(e)))
         except (aiohttp.ClientError, asyncio.TimeoutError) as e:
             span.fail(e)   # the answer began (200) and broke: the upstream span says so
@@ -318,6 +320,10 @@ class OpenAIProxy:
             if gen.llm:
                 self.auth.spend(caller, svc, stream.prompt_tokens, stream.tokens)
                 ex.charged = stream.prompt_tokens is not None
+                if not ex.charged and ended is not None:
+                    # ended by the request's own side (its memory share full, an event too large)
+                    # before the model's count came: as a client that left, it keeps what it took
+                    self.auth.spend_abandoned(caller, gen.max_tokens * gen.n, ended, False)
             else:
                 self.auth.spend_estimate(caller, svc, stream.chars)
                 ex.charged = True

@@ -190,7 +190,7 @@ class PassthroughProxy:
                             answer = t.answer_of(counts)
                             self.auth.spend(caller, svc, answer.prompt_tokens, answer.completion_tokens)
                     elif generate and generates_text(svc):
-                        self.auth.spend_estimate(caller, svc, len(body))
+                        self.auth.spend_estimate(caller, svc, _text_chars(_json_or_none(body)))
                     ex.charged = True
                     out = web.Response(status=resp.status, body=bytes(body), headers=headers)
                     await ex.to_client(request, out.prepare(request))
@@ -231,23 +231,27 @@ class PassthroughProxy:
         events = t.EventBuffer(s.max_answer_bytes)
         base = held.bytes
         last: dict[int, dict[str, Any]] = {}   # each answer's last event, by its index
-        streamed = 0                            # bytes passed on (a text model is charged an estimate of them)
+        streamed = 0                            # characters of text a text model sent (charged an estimate of)
+        text_model = not svc.llm and generates_text(svc)
+        ended: oai.OpenAIError | None = None    # the error that ended the stream, when the gateway raised it
         try:
             while chunk := await read_chunk(resp, svc, s.upstream_idle_timeout_seconds):
-                streamed += len(chunk)
                 held.set(base + events.size + len(chunk) + unsent(request))   # until the chunk is sent
                 if svc.llm:
                     for event in events.feed(chunk):
                         if "error" not in event:
                             last[t.answer_index(event)] = event
+                elif text_model:
+                    streamed += sum(_text_chars(event) for event in events.feed(chunk))
                 await ex.to_client(request, out.write(chunk))
                 held.set(base + events.size + unsent(request))
         except (oai.OpenAIError, aiohttp.ClientError) as e:
+            ended = e if isinstance(e, oai.OpenAIError) else None
             code = e.code if isinstance(e, oai.OpenAIError) else "upstream_failed"
             await ex.to_client(request, out.write(
                 b"data: " + t.encode({"error": {"message": "the replica's stream broke", "code": code}}) + b"\n\n"))
         finally:
-            if not svc.llm and generates_text(svc):
+            if text_model:
                 self.auth.spend_estimate(caller, svc, streamed)
                 ex.charged = True
             if last:
@@ -258,8 +262,27 @@ class PassthroughProxy:
                 if usage is not None:
                     self.auth.spend(caller, svc, usage["prompt_tokens"], usage["completion_tokens"])
                     ex.charged = True   # total_usage gives counts only when every answer had them
+            if svc.llm and not ex.charged and ended is not None:
+                # ended by the request's own side before the counts came: it keeps what it took
+                self.auth.spend_abandoned(caller, _asked_tokens(held.body), ended, False)
+                ex.charged = True
         await ex.to_client(request, out.write_eof())
         return out
+
+
+def _text_chars(answer: Any) -> int:
+    """Characters of text in a generate answer or stream event (a text model's, charged an estimate of)."""
+    text = answer.get("text_output") if isinstance(answer, dict) else None
+    if isinstance(text, list):
+        return sum(len(x) for x in text if isinstance(x, str))
+    return len(text) if isinstance(text, str) else 0
+
+
+def _json_or_none(body: bytes | bytearray) -> Any:
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        return None
 
 
 def generates_text(svc: Service) -> bool:
