@@ -19,6 +19,7 @@ and so are the built-in tools (web search, file search, computer use, ...), whic
 from __future__ import annotations
 
 import json
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -289,12 +290,18 @@ def response_object(echoed: dict[str, Any], answer: t.Answer, response_id: str |
             "usage": _usage(answer.prompt_tokens, answer.completion_tokens)}
 
 
+def _held(text: str) -> int:
+    """The memory a kept string takes, with its place in a list: a piece of one character takes
+    some 60 bytes, not one (a million one-character deltas were counted 1 MB and took 84 MB)."""
+    return sys.getsizeof(text) + 8
+
+
 @dataclass
 class ResponseStream:
     """generate_stream events -> the Responses event sequence; the same interface as
     translate.Stream (delta per event, end, error, stopped, tokens, prompt_tokens). `echoed` is the
-    request's `echo`. `retained`: the characters of the answer it keeps for its last events, which
-    repeat it whole (the text, and function calls' arguments), for the bytes the request holds."""
+    request's `echo`. `retained`: the memory the answer it keeps for its last events takes (they
+    repeat it whole: the text, and function calls' arguments), for the bytes the request holds."""
 
     echoed: dict[str, Any]
     llm: bool = False
@@ -305,6 +312,7 @@ class ResponseStream:
     stopped: bool = False
     finish_reason: str | None = None
     retained: int = 0
+    _chars: int = 0
     _seq: int = 0
     _started: bool = False
     # the open message's text, in the pieces it came in (a str grown by += on an attribute is copied
@@ -317,7 +325,7 @@ class ResponseStream:
     @property
     def chars(self) -> int:
         """Characters of the answer (its text and calls' arguments)."""
-        return self.retained
+        return self._chars
 
     def _event(self, kind: str, **payload: Any) -> bytes:
         data = {"type": kind, "sequence_number": self._seq, **payload}
@@ -353,6 +361,7 @@ class ResponseStream:
             return b""
         index = len(self._output)
         text = "".join(self._pieces)
+        self.retained += _held(text) - sum(_held(p) for p in self._pieces)   # one string now, not many
         self._pieces = []
         part = {"type": "output_text", "text": text, "annotations": []}
         item = _message(self._message_id, text)
@@ -374,7 +383,8 @@ class ResponseStream:
         if answer.text:
             out += self._open_message()
             self._pieces.append(answer.text)
-            self.retained += len(answer.text)
+            self.retained += _held(answer.text)
+            self._chars += len(answer.text)
             out += self._event("response.output_text.delta", item_id=self._message_id,
                                output_index=len(self._output), content_index=0, delta=answer.text, logprobs=[])
         if answer.tool_calls:
@@ -384,7 +394,8 @@ class ResponseStream:
                 out += self._event("response.output_item.added", output_index=index,
                                    item=_function_call(item_id, call, "in_progress"))
                 arguments = call["function"]["arguments"]
-                self.retained += len(arguments)
+                self.retained += _held(arguments)
+                self._chars += len(arguments)
                 out += self._event("response.function_call_arguments.delta", item_id=item_id, output_index=index,
                                    delta=arguments)
                 out += self._event("response.function_call_arguments.done", item_id=item_id, output_index=index,
