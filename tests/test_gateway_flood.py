@@ -318,8 +318,8 @@ def test_a_client_that_leaves_before_its_answer_is_charged_what_it_could_have_ma
 
     async def scenario():
         # Streams left before their first event (the replica reads the prompt first) and
-        # embeddings were charged nothing too; an embedding request is charged its text at
-        # embeddings.BYTES_PER_TOKEN (9 bytes: 3 tokens).
+        # embeddings were charged nothing too. Each is charged what it could make (nothing more for
+        # an embedding) and its prompt: what was sent to the replica at auth.BYTES_PER_TOKEN.
         chat = {"model": "llama", "messages": [{"role": "user", "content": "x"}], "max_tokens": 30, "stream": True}
         for target, body, charged in (("/v1/completions", {"model": "llama", "prompt": "x", "max_tokens": 50}, 50),
                                       ("/v1/completions", {"model": "llama", "prompt": "x", "max_tokens": 50, "n": 3},
@@ -330,7 +330,7 @@ def test_a_client_that_leaves_before_its_answer_is_charged_what_it_could_have_ma
                                       ("/v1/responses", {"model": "llama", "input": "x", "max_output_tokens": 20,
                                                          "stream": True}, 20),
                                       ("/v2/models/llama/generate_stream", {"text_input": "x", "max_tokens": 45}, 45),
-                                      ("/v1/embeddings", {"model": "embed", "input": ["abcdefghi"]}, 3)):
+                                      ("/v1/embeddings", {"model": "embed", "input": ["abcdefghi"]}, 0)):
             async with Rig() as rig:
                 rig.gw.auth.grants = k.parse(
                     f"keys: [{{name: t, key: {KEY_A}, namespaces: [ml], tokensPerMinute: 600}}]", "k")
@@ -348,7 +348,8 @@ def test_a_client_that_leaves_before_its_answer_is_charged_what_it_could_have_ma
                 writer.transport.abort()                          # gone before the answer
                 await settle(lambda: bool(rig.gw.auth.token_limiter.buckets))
                 (level, _), = rig.gw.auth.token_limiter.buckets.values()
-                assert level == pytest.approx(600 - charged, abs=1), (target, body)
+                prompt = -(-len(rig.upstream.seen[0].body) // 4)   # its prompt, at four bytes a token
+                assert level == pytest.approx(600 - charged - prompt, abs=1), (target, body)
     run(scenario)
 
 
@@ -375,7 +376,8 @@ def test_an_answer_too_large_to_take_is_charged_what_it_could_have_made():
                 reply = await rig.call("POST", target, body=body, headers={"X-Inference-Namespace": "ml"})
                 assert (reply.status, reply.error["code"]) == (502, "upstream_answer_too_large"), target
                 (level, _), = rig.gw.auth.token_limiter.buckets.values()
-                assert level == pytest.approx(600 - charged, abs=1), target
+                prompt = -(-len(rig.upstream.seen[0].body) // 4)
+                assert level == pytest.approx(600 - charged - prompt, abs=1), target
     run(scenario)
 
 
@@ -414,7 +416,8 @@ def test_an_answer_that_comes_while_the_keys_memory_share_is_full_is_charged():
             writer.close()
             assert (reply.status, reply.error["code"]) == (429, "too_many_bytes_in_flight")
             (level, _), = rig.gw.auth.token_limiter.buckets.values()
-            assert 10000 - 2000 <= level < 10000 - 1800   # 2,000 taken, less what a second refills
+            taken = 2000 + -(-len(rig.upstream.seen[0].body) // 4)    # max_tokens and the prompt
+            assert 10000 - taken <= level < 10000 - taken + 200   # less what a second refills
     run(scenario)
 
 
@@ -718,5 +721,46 @@ def test_a_stream_ended_by_its_keys_full_memory_share_is_charged(target, body):
             writer.close()
             assert reply.status == 200 and b"too_many_bytes_in_flight" in reply.body
             (level, _), = rig.gw.auth.token_limiter.buckets.values()
-            assert 10000 - 2000 <= level < 10000 - 1800   # 2,000 taken, less what a second refills
+            taken = 2000 + -(-len(rig.upstream.seen[0].body) // 4)    # max_tokens and the prompt
+            assert 10000 - taken <= level < 10000 - taken + 200   # less what a second refills
+    run(scenario)
+
+
+@pytest.mark.parametrize("model, target, body", [
+    ("llama", "/v1/completions", {"model": "ml/llama", "prompt": "x" * 20000, "max_tokens": 1}),
+    ("chat", "/v1/chat/completions", {"model": "ml/chat", "max_tokens": 1,
+                                      "messages": [{"role": "user", "content": "x" * 20000}]}),
+    ("chat", "/v2/models/chat/generate", {"text_input": "x" * 20000}),
+])
+def test_a_burst_of_long_prompts_gets_in_only_as_far_as_the_budget_covers_them(model, target, body):
+    """Only the tokens a request may generate were taken when it started, its prompt after the
+    fact: 30 prompts of 20 KB sent at once with max_tokens 1 on a key of 100 tokens a minute were
+    all answered (an LLM's and a text model's), and the key was left 150,000 tokens short. The
+    prompt, at four bytes a token, is taken when a request starts too."""
+    from aiohttp import web
+
+    from triton_operator.gateway import keys as k
+
+    gate = asyncio.Event()
+
+    async def answer(request):
+        await request.read()
+        await gate.wait()
+        return web.json_response({"text_output": "y", "finish_reason": "length", "prompt_tokens": 5000,
+                                  "completion_tokens": 1})
+
+    async def scenario():
+        async with Rig() as rig:
+            rig.gw.auth.grants = k.parse(
+                f"keys: [{{name: t, key: {KEY_A}, namespaces: [ml], tokensPerMinute: 100}}]", "k")
+            rig.gw.router.set_service(isvc("chat", fmt="python", openai={
+                "enabled": True, "chatTemplate": "{{ messages[0]['content'] }}"}))
+            rig.gw.router.set_slice(slice_for("chat", rig.upstream.port))
+            rig.upstream.answer = answer
+            burst = [asyncio.create_task(rig.call("POST", target, body=body, headers={"X-Inference-Namespace": "ml"}))
+                     for _ in range(30)]
+            await settle(lambda: len(rig.upstream.seen) == 1 and sum(t.done() for t in burst) == 29)
+            gate.set()
+            replies = [await asyncio.wait_for(t, 5) for t in burst]
+            assert sorted(r.status for r in replies) == [200] + [429] * 29
     run(scenario)

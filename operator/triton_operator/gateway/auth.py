@@ -208,16 +208,18 @@ class Auth:
     # -- what a key used ----------------------------------------------------------------------------
 
     def reserve(self, caller: Caller, tokens: int, sent: int | None = None, generated: int | None = None) -> None:
-        """When a request starts, the most tokens it may generate (its max_tokens, n times) are
-        taken from its key's tokensPerMinute; `spend` settles them against what the model counted,
-        `settle` returns them when nothing was counted. Taken only when requests ended, any number
-        of requests started while the bucket was above zero: 50 at once with max_tokens 32768 on a
-        key of 1,000 a minute all went through, and left it locked out for a day."""
+        """When a request starts, the most tokens it may generate (`tokens`: its max_tokens, n times)
+        and its prompt, estimated at BYTES_PER_TOKEN of the `sent` body, are taken from its key's
+        tokensPerMinute; `spend` settles them against what the model counted, `settle` returns them
+        when nothing was counted. Taken only when requests ended, any number of requests started
+        while the bucket was above zero: 50 at once with max_tokens 32768 on a key of 1,000 a minute
+        all went through, and left it locked out for a day; with the prompt left out, 30 prompts of
+        20 KB at once with max_tokens 1 on a key of 100."""
         now = self.clock()
         # Looked at again here: requests that passed `authorize` together (their bodies read since)
         # all saw the bucket above zero.
         _limited(caller.grant, self.token_limiter.wait(caller.digest, caller.grant, now))
-        tokens = max(0, tokens)
+        tokens = max(0, tokens) + (-(-sent // BYTES_PER_TOKEN) if sent else 0)
         self.token_limiter.spend(caller.digest, caller.grant, tokens, now)
         caller.reserved += tokens
         # the most it could use: a prompt of one token a byte of the `sent` body (a token stands for
@@ -243,18 +245,17 @@ class Auth:
         self.token_limiter.spend(caller.digest, caller.grant, prompt + completion - caller.reserved, self.clock())
         caller.reserved = 0
 
-    def spend_abandoned(self, caller: Caller, tokens: int, error: BaseException, charged: bool) -> None:
+    def spend_abandoned(self, caller: Caller, error: BaseException, charged: bool) -> None:
         """A request that ended with `error` before the model's count was charged (`charged`
         False): when its client left after it was sent to a replica, or its answer was too large to
-        take or came while its key's memory share was full (ABANDONED), the replica did the work and the key's tokens-per-minute budget is charged what the
-        request could have made (`tokens`: its max_tokens, n times, what it reserved). Uncharged, a
-        key whose clients hang up took the replicas' time past its budget. Anything else costs
-        nothing (`settle` returns the reservation). The usage counters, which count what the model
-        reported, are left alone."""
+        take or came while its key's memory share was full (ABANDONED), the replica did the work
+        and the request keeps what it took when it started (Auth.reserve: what it could have made,
+        its prompt included). Uncharged, a key whose clients hang up took the replicas' time past
+        its budget. Anything else costs nothing (`settle` returns the reservation). The usage
+        counters, which count what the model reported, are left alone."""
         if charged or not caller.reached or not (
                 isinstance(error, asyncio.CancelledError) or getattr(error, "code", None) in ABANDONED):
             return
-        self.token_limiter.spend(caller.digest, caller.grant, max(0, tokens) - caller.reserved, self.clock())
         caller.reserved = 0
 
     def spend_estimate(self, caller: Caller, svc: Service, generated: int) -> None:

@@ -89,7 +89,7 @@ class OpenAIProxy:
         payload = held.replace(t.encode(e.generate_body(req)))
         charged = False
         try:
-            self.auth.reserve(caller, e.estimated_tokens(req), len(payload), 0)
+            self.auth.reserve(caller, 0, len(payload), 0)   # its text, at BYTES_PER_TOKEN
             async with self.upstream.exchange(svc, caller, "embeddings", "POST",
                                               f"/v2/models/{svc.generate_model}/generate", payload,
                                               {"Content-Type": "application/json", "Accept-Encoding": "identity"},
@@ -113,7 +113,7 @@ class OpenAIProxy:
         except (asyncio.CancelledError, oai.OpenAIError) as exc:
             # The client left before the model's count came, or the answer was too large to take:
             # the replica read the input all the same, so the key's budget pays an estimate of it.
-            self.auth.spend_abandoned(caller, e.estimated_tokens(req), exc, charged)
+            self.auth.spend_abandoned(caller, exc, charged)
             raise
         finally:
             self.auth.settle(caller)
@@ -204,7 +204,7 @@ class OpenAIProxy:
             # too: the prompt is read first), or the answer was too large to take: the replica did
             # the work, so the key's budget pays what the request could make. A stream that got its
             # first event charges what it received.
-            self.auth.spend_abandoned(caller, gen.max_tokens * gen.n, exc, exchange is not None and exchange.charged)
+            self.auth.spend_abandoned(caller, exc, exchange is not None and exchange.charged)
             raise
         finally:
             self.auth.settle(caller)
@@ -323,7 +323,7 @@ class OpenAIProxy:
                 if not ex.charged and ended is not None:
                     # ended by the request's own side (its memory share full, an event too large)
                     # before the model's count came: as a client that left, it keeps what it took
-                    self.auth.spend_abandoned(caller, gen.max_tokens * gen.n, ended, False)
+                    self.auth.spend_abandoned(caller, ended, False)
             else:
                 self.auth.spend_estimate(caller, svc, stream.chars)
                 ex.charged = True

@@ -212,9 +212,8 @@ class PassthroughProxy:
             # The client left before the model's count came (a stream left before its first event
             # too), or the answer was too large to take: the replica did the work, so the key's
             # budget pays what the request could make. A stream charges what it received.
-            if generate and svc.llm:
-                self.auth.spend_abandoned(caller, _asked_tokens(held.body), e,
-                                          exchange is not None and exchange.charged)
+            if generate and generates_text(svc):
+                self.auth.spend_abandoned(caller, e, exchange is not None and exchange.charged)
             raise
         finally:
             self.auth.settle(caller)
@@ -264,7 +263,7 @@ class PassthroughProxy:
                     ex.charged = True   # total_usage gives counts only when every answer had them
             if svc.llm and not ex.charged and ended is not None:
                 # ended by the request's own side before the counts came: it keeps what it took
-                self.auth.spend_abandoned(caller, _asked_tokens(held.body), ended, False)
+                self.auth.spend_abandoned(caller, ended, False)
                 ex.charged = True
         await ex.to_client(request, out.write_eof())
         return out
