@@ -123,6 +123,7 @@ PIPELINED = 4              # heads a connection may have with aiohttp, unanswere
 REAP_AT = 0.9               # reap idle connections once this share of max_connections is open
 REAP_IDLE_SECONDS = 1.0     # a connection idle this long may be reaped to make room
 REAP_STALLED_SECONDS = 10.0  # ... and one whose client has not read what it was sent for this long
+PROGRESS_BYTES = 16 * 1024  # a client that took less than this since it was last looked at has not read
 MALFORMED_LOG_SECONDS = 10.0
 LINGER_SECONDS = 1.0        # a refused connection drops what it still receives this long, then closes
 HEAD_END = re.compile(rb"\r?\n\r?\n")   # the blank line that ends a head (bare LF too: aiohttp refuses it)
@@ -371,11 +372,12 @@ class Guard(asyncio.Protocol):
         return self.transport.get_write_buffer_size() + queued
 
     def progressed(self, by: int = 1) -> bool:
-        """Whether the client has read some of what waits to be sent since `by` (0: the stall timer,
-        1: reap) last asked: writing stays paused while a large answer drains to a client that
-        reads it slowly."""
+        """Whether the client has read at least PROGRESS_BYTES of what waits to be sent since `by`
+        (0: the stall timer, 1: reap) last asked: writing stays paused while a large answer drains
+        to a client that reads it slowly. Less is no reading: a client that takes a few bytes now
+        and then would otherwise keep its connection, and its place, as long as it liked."""
         now = self._buffered()
-        moved, self.unsent[by] = now < self.unsent[by], now
+        moved, self.unsent[by] = now <= self.unsent[by] - PROGRESS_BYTES, now
         return moved
 
     def _write_stalled(self) -> None:
