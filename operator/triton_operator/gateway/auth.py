@@ -235,7 +235,7 @@ class Auth:
         if prompt is None or completion is None:
             return
         if caller.most is not None:
-            # A replica's counts are charged up to what the request could have used (most_tokens):
+            # A replica's counts are charged up to what the request could have used (Auth.reserve):
             # one that reported 2**53 completion tokens for a max_tokens of 5 locked its key out
             # for 150,000 years.
             prompt, completion = min(prompt, caller.most[0]), min(completion, caller.most[1])

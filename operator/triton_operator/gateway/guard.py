@@ -31,9 +31,9 @@ Each connection's protocol is wrapped (`Guard`); aiohttp's request handler sits 
 - **Pipelining and clients that do not read**: at most PIPELINED heads are with aiohttp unanswered;
   bytes after them wait here with reading paused (aiohttp queues every head it is handed). A
   connection whose client stops reading what it is sent (writing paused) is reapable like an idle
-  one once it has not read for REAP_STALLED_SECONDS, and is cut once a write has waited `write_timeout`: aiohttp writes some answers after their
-  handler returned, with no deadline. A connection closed with bytes its client never read is
-  aborted, not closed (a close waits for them).
+  one once it has not read for REAP_STALLED_SECONDS, and is cut once a write has waited
+  `write_timeout`: aiohttp writes some answers after their handler returned, with no deadline. A
+  connection closed with bytes its client never read is aborted, not closed (a close waits for them).
 - **Malformed requests** (`GatewayRequestHandler`) are answered `400` with a fixed body; they cost
   one log line per `MALFORMED_LOG_SECONDS` at most, naming the client and the kind of error, never
   the request's bytes (aiohttp's own line quotes the head, Authorization header included).
@@ -226,8 +226,7 @@ class Limits:
             if wanted <= 0:
                 break
             if guard in self.stalled and guard.progressed():
-                self.idle.pop(guard, None)           # its client reads: stalled from now, if at all
-                self.idle[guard] = now
+                self.reapable(guard, stalled=True)   # its client reads: stalled from now, if at all
                 continue
             if now - since < (REAP_STALLED_SECONDS if guard in self.stalled else REAP_IDLE_SECONDS):
                 continue
@@ -236,6 +235,15 @@ class Limits:
             del self.idle[guard]
             self.reaped.add(guard)
             guard.close()
+
+    def reapable(self, guard: "Guard", stalled: bool = False) -> None:
+        """`guard` may be reaped from now on: idle or in a head, or (`stalled`) its client not reading."""
+        self.idle.pop(guard, None)      # to the end: `idle` stays oldest first
+        self.idle[guard] = self.clock()
+        if stalled:
+            self.stalled.add(guard)
+        else:
+            self.stalled.discard(guard)
 
     def opened(self, guard: "Guard") -> None:
         self.open += 1
@@ -284,7 +292,7 @@ class Guard(asyncio.Protocol):
         self.unframed = 0           # the number of the head after which nothing is read (0: none yet)
         self.refused = False        # answered by the guard itself: what still comes is dropped
         self.stash = b""            # bytes after PIPELINED unanswered heads, kept (reading paused) until one is
-        self.stalled: asyncio.TimerHandle | None = None   # the write-stall deadline, while writing is paused
+        self.stall_timer: asyncio.TimerHandle | None = None   # the write-stall deadline, while writing is paused
         self.unsent = [0, 0]        # bytes waiting to be sent when last looked at (by the stall timer, by reap)
 
     # -- the connection ------------------------------------------------------------------------------
@@ -334,19 +342,17 @@ class Guard(asyncio.Protocol):
         connection is cut. Answers aiohttp writes after a handler returned (errors, /v1/models,
         the probes) have no deadline of their own; a client that pipelined requests and read none
         of their answers held its connection for good."""
-        if self.limits.write_timeout is not None and self.stalled is None:
+        if self.limits.write_timeout is not None and self.stall_timer is None:
             self.unsent = [self._buffered()] * 2
-            self.stalled = asyncio.get_running_loop().call_later(self.limits.write_timeout, self._write_stalled)
+            self.stall_timer = asyncio.get_running_loop().call_later(self.limits.write_timeout, self._write_stalled)
             # ... and is reapable, after REAP_STALLED_SECONDS, as an idle one is (a pool full of them
             # makes room)
-            self.limits.idle.pop(self, None)
-            self.limits.idle[self] = self.limits.clock()
-            self.limits.stalled.add(self)
+            self.limits.reapable(self, stalled=True)
         if self.inner is not None:
             self.inner.pause_writing()
 
     def resume_writing(self) -> None:
-        if self.stalled is not None:
+        if self.stall_timer is not None:
             self._unstall()
             self.limits.stalled.discard(self)
             if not self.head:
@@ -381,19 +387,20 @@ class Guard(asyncio.Protocol):
         return moved
 
     def _write_stalled(self) -> None:
-        self.stalled = None
+        self.stall_timer = None
         if self.transport is None or self.transport.is_closing():
             return
-        if self.progressed(0) and self.limits.write_timeout is not None:
-            self.stalled = asyncio.get_running_loop().call_later(self.limits.write_timeout, self._write_stalled)
+        if self.progressed(0):
+            assert self.limits.write_timeout is not None   # the timer is armed only with one
+            self.stall_timer = asyncio.get_running_loop().call_later(self.limits.write_timeout, self._write_stalled)
             return
         m.CONNECTIONS_REFUSED.labels("client_stalled").inc()
         self.transport.abort()
 
     def _unstall(self) -> None:
-        if self.stalled is not None:
-            self.stalled.cancel()
-            self.stalled = None
+        if self.stall_timer is not None:
+            self.stall_timer.cancel()
+            self.stall_timer = None
 
     # -- what the client sends -----------------------------------------------------------------------
 
@@ -438,9 +445,7 @@ class Guard(asyncio.Protocol):
                 return b""
             # Reapable from when its head began: a head that takes a second is no client's
             # (heads come in one packet), so a pool full of slow heads makes room like an idle one.
-            self.limits.idle.pop(self, None)
-            self.limits.stalled.discard(self)
-            self.limits.idle[self] = self.limits.clock()
+            self.limits.reapable(self)
             self._disarm()
             self.timer = asyncio.get_running_loop().call_later(self.limits.header_timeout, self._headers_too_slow)
         start = max(0, len(self.head) - 3)   # the blank line may straddle two reads
