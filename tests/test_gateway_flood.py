@@ -17,6 +17,28 @@ from .gateway_http import (KEY_A, KEY_B, LogLines, Reply, Rig, closed_within, co
                            run, settle, slice_for)
 
 
+async def fill_share(rig: Rig, share: int) -> asyncio.StreamWriter:
+    """KEY_A's own upload, announced to fill the rest of its `share` of the gateway's memory and
+    never sent; the caller closes the writer."""
+    used = sum(rig.gw.bodies.by_key.values())
+    _, writer = await connect(rig.port)
+    writer.write((f"POST /v1/completions HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer {KEY_A}\r\n"
+                  f"Content-Type: application/json\r\nContent-Length: {share - used - 10}\r\n\r\n").encode())
+    await writer.drain()
+    return writer
+
+
+def metered_with_text_model(rig: Rig) -> None:
+    """KEY_A alone, at 100 tokens a minute, and `ml/chat`: a text model (python) serving the OpenAI
+    routes, whose answers carry no token counts."""
+    from triton_operator.gateway import keys as k
+
+    rig.gw.auth.grants = k.parse(f"keys: [{{name: t, key: {KEY_A}, namespaces: [ml], tokensPerMinute: 100}}]", "k")
+    rig.gw.router.set_service(isvc("chat", fmt="python", openai={
+        "enabled": True, "chatTemplate": "{{ messages[0]['content'] }}"}))
+    rig.gw.router.set_slice(slice_for("chat", rig.upstream.port))
+
+
 def test_one_address_gets_its_share_of_connections_and_no_more():
     """532 idle connections from one address used to take all 512 places for 60 s."""
     async def scenario():
@@ -406,12 +428,7 @@ def test_an_answer_that_comes_while_the_keys_memory_share_is_full_is_charged():
             task = asyncio.create_task(rig.call("POST", "/v1/completions",
                                                 body={"model": "llama", "prompt": "x", "max_tokens": 2000}))
             await asyncio.wait_for(arrived.wait(), 5)
-            used = sum(rig.gw.bodies.by_key.values())
-            reader, writer = await connect(rig.port)
-            writer.write((f"POST /v1/completions HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer {KEY_A}\r\n"
-                          f"Content-Type: application/json\r\nContent-Length: {(1 << 20) - used - 10}\r\n\r\n"
-                          ).encode())
-            await writer.drain()
+            writer = await fill_share(rig, 1 << 20)
             reply = await asyncio.wait_for(task, 5)
             writer.close()
             assert (reply.status, reply.error["code"]) == (429, "too_many_bytes_in_flight")
@@ -575,8 +592,6 @@ def test_a_text_model_which_counts_no_tokens_is_charged_an_estimate():
     generate routes."""
     from aiohttp import web
 
-    from triton_operator.gateway import keys as k
-
     async def whole(request):
         await request.read()
         return web.json_response({"text_output": "y" * 4000})
@@ -600,11 +615,7 @@ def test_a_text_model_which_counts_no_tokens_is_charged_an_estimate():
                 ("/v2/models/chat/generate", whole, {"text_input": "x" * 20000}, 4000),
                 ("/v2/models/chat/generate_stream", streamed, {"text_input": "x" * 20000}, 4000)):
             async with Rig() as rig:
-                rig.gw.auth.grants = k.parse(
-                    f"keys: [{{name: t, key: {KEY_A}, namespaces: [ml], tokensPerMinute: 100}}]", "k")
-                rig.gw.router.set_service(isvc("chat", fmt="python", openai={
-                    "enabled": True, "chatTemplate": "{{ messages[0]['content'] }}"}))
-                rig.gw.router.set_slice(slice_for("chat", rig.upstream.port))
+                metered_with_text_model(rig)
                 rig.upstream.answer = answer
                 first = await rig.call("POST", target, body=body, headers={"X-Inference-Namespace": "ml"})
                 assert first.status == 200, target
@@ -711,12 +722,7 @@ def test_a_stream_ended_by_its_keys_full_memory_share_is_charged(target, body):
             task = asyncio.create_task(rig.call("POST", target, body=body, headers={"X-Inference-Namespace": "ml"}))
             await settle(lambda: len(rig.upstream.seen) == 1)
             await asyncio.sleep(0.1)
-            used = sum(rig.gw.bodies.by_key.values())
-            reader, writer = await connect(rig.port)
-            writer.write((f"POST /v1/completions HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer {KEY_A}\r\n"
-                          f"Content-Type: application/json\r\nContent-Length: {(1 << 20) - used - 10}\r\n\r\n"
-                          ).encode())
-            await writer.drain()
+            writer = await fill_share(rig, 1 << 20)
             await settle(lambda: sum(rig.gw.bodies.by_key.values()) > (1 << 20) - 100)
             go.set()
             reply = await asyncio.wait_for(task, 5)
@@ -741,8 +747,6 @@ def test_a_burst_of_long_prompts_gets_in_only_as_far_as_the_budget_covers_them(m
     prompt, at four bytes a token, is taken when a request starts too."""
     from aiohttp import web
 
-    from triton_operator.gateway import keys as k
-
     gate = asyncio.Event()
 
     async def answer(request):
@@ -753,11 +757,7 @@ def test_a_burst_of_long_prompts_gets_in_only_as_far_as_the_budget_covers_them(m
 
     async def scenario():
         async with Rig() as rig:
-            rig.gw.auth.grants = k.parse(
-                f"keys: [{{name: t, key: {KEY_A}, namespaces: [ml], tokensPerMinute: 100}}]", "k")
-            rig.gw.router.set_service(isvc("chat", fmt="python", openai={
-                "enabled": True, "chatTemplate": "{{ messages[0]['content'] }}"}))
-            rig.gw.router.set_slice(slice_for("chat", rig.upstream.port))
+            metered_with_text_model(rig)
             rig.upstream.answer = answer
             burst = [asyncio.create_task(rig.call("POST", target, body=body, headers={"X-Inference-Namespace": "ml"}))
                      for _ in range(30)]
