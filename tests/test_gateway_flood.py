@@ -628,6 +628,46 @@ def test_a_text_model_which_counts_no_tokens_is_charged_an_estimate():
     run(scenario)
 
 
+def test_a_text_model_stream_cut_at_the_clients_stop_is_charged_what_the_replica_generated():
+    """A streamed answer of a text model cut at a stop sequence the client chose was charged the
+    characters sent to the client, none when the stop matched its first character: a key paid its
+    prompt alone for a 1,000-character event (and whatever the replica went on generating), where
+    the same request answered whole is charged all the text the replica sent. The event that held
+    the stop is charged whole."""
+    from aiohttp import web
+
+    from triton_operator.gateway import keys as k
+
+    async def streamed(request):
+        await request.read()
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        for _ in range(4):
+            await out.write(b"data: " + json.dumps({"text_output": "y" * 1000}).encode() + b"\n\n")
+            await asyncio.sleep(0.05)
+        return out
+
+    async def scenario():
+        async with Rig() as rig:
+            metered_with_text_model(rig)
+            rig.gw.auth.grants = k.parse(
+                f"keys: [{{name: t, key: {KEY_A}, namespaces: [ml], tokensPerMinute: 100000}}]", "k")
+            rig.gw.auth.clock = lambda: 1000.0   # nothing refills while it runs
+            rig.upstream.answer = streamed
+            body = {"model": "ml/chat", "max_tokens": 4000, "stop": ["y"], "stream": True,
+                    "messages": [{"role": "user", "content": "x" * 400}]}
+            rep = await rig.call("POST", "/v1/chat/completions", body=body, headers={"X-Inference-Namespace": "ml"})
+            assert rep.status == 200
+            events = [json.loads(line[6:]) for line in rep.body.split(b"\n") if line.startswith(b"data: {")]
+            choices = [e["choices"][0] for e in events]
+            assert "".join(c["delta"].get("content") or "" for c in choices) == ""
+            assert [c["finish_reason"] for c in choices if c["finish_reason"]] == ["stop"]
+            (level, _), = rig.gw.auth.token_limiter.buckets.values()
+            sent = len(rig.upstream.seen[0].body)
+            assert 100000 - level == pytest.approx(-(-sent // 4) + 1000 // 4, abs=1)
+    run(scenario)
+
+
 def test_a_client_reading_a_large_answer_slowly_is_not_cut_when_the_pool_fills(monkeypatch):
     """Writing stays paused the whole time a large answer drains to a client that reads it slowly;
     counted as a client that does not read, such a download was reaped mid-answer (4.87 of 6 MB,

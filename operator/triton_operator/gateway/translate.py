@@ -502,6 +502,7 @@ class Stream:
     _pending: str = ""
     _started: bool = False
     _choices: dict[int, _Choice] = field(default_factory=dict)
+    _generated: int = 0              # text model: characters the replica sent, a stop's cut included
 
     def __post_init__(self) -> None:
         self.id, obj, self.created = _ids(self.gen)
@@ -510,8 +511,10 @@ class Stream:
 
     @property
     def chars(self) -> int:
-        """Characters of text sent, over every answer."""
-        return sum(c.offset for c in self._choices.values())
+        """Characters of text generated, over every answer: what a text model is charged. For a
+        text model, what the replica sent, with what a stop sequence cut from it (the replica
+        generated it, and a whole answer is charged so too); else what was sent to the client."""
+        return max(self._generated, sum(c.offset for c in self._choices.values()))
 
     @property
     def tokens(self) -> int:
@@ -569,6 +572,7 @@ class Stream:
         if not answer.text:
             return out
         c.tokens += 1
+        self._generated += len(answer.text)
         text = self._pending + answer.text
         cut, hit = cut_at_stop(text, self.gen.stops)
         if hit:
