@@ -35,8 +35,8 @@ MALFORMED_HEADS = [
 ]
 
 
-async def send_raw(port: int, data: bytes) -> bytes:
-    reader, writer = await connect(port)
+async def send_raw(port: int, data: bytes, source: str = "127.0.0.1") -> bytes:
+    reader, writer = await connect(port, source)
     writer.write(data)
     await writer.drain()
     try:
@@ -383,6 +383,54 @@ def test_100_continue_is_answered_before_the_body_and_an_error_after_it_in_full(
                     assert (reply.status, reply.json()["error"]["code"]) == (status, code)
                 writer.close()
         assert [line for line in logs.lines if "answer began" in line] == []
+    run(scenario)
+
+
+def test_one_address_keeping_the_health_port_busy_leaves_room_for_the_probes():
+    """One address held all 32 of the health port's connections busy, each asking /healthz every
+    half second, so none was ever idle long enough to be reaped: every kubelet probe from another
+    address got 503 (a restart loop and a pod out of its endpoints). Each address now has at most
+    HEALTH_MAX_PER_ADDRESS of them."""
+    async def scenario():
+        async with Rig() as rig:
+            runner = rig.gw.health_runner()
+            await runner.setup()
+            await rig.gw.health_site(runner, "127.0.0.1", 0).start()
+            port = runner.addresses[0][1]
+            stop = asyncio.Event()
+            answered: list[int] = []
+
+            async def busy(reader, writer):
+                while not stop.is_set():
+                    writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                    await writer.drain()
+                    answered.append((await read_reply(reader)).status)
+                    await asyncio.sleep(0.2)
+
+            try:
+                held = [await connect(port, "127.0.0.7") for _ in range(server.HEALTH_MAX_CONNECTIONS)]
+                tasks = []
+                for reader, writer in held:
+                    writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                    await writer.drain()
+                    reply = await asyncio.wait_for(read_reply(reader), 5)
+                    if reply.status == 200:
+                        tasks.append(asyncio.create_task(busy(reader, writer)))
+                    else:
+                        assert (reply.status, reply.error["code"]) == (503, "too_many_connections_from_address")
+                assert len(tasks) == server.HEALTH_MAX_PER_ADDRESS
+                await asyncio.sleep(1.5)   # past REAP_IDLE_SECONDS: none of them was idle that long
+                for _ in range(3):   # the kubelet: a connection a probe, from its node's address
+                    answer = await send_raw(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                                            source="127.0.0.99")
+                    assert answer.startswith(b"HTTP/1.1 200 "), answer[:100]
+                stop.set()
+                await asyncio.gather(*tasks)
+                assert answered and set(answered) == {200}
+                for _, writer in held:
+                    writer.close()
+            finally:
+                await runner.cleanup()
     run(scenario)
 
 

@@ -46,6 +46,7 @@ SERVER_HEADER = guard.SERVER_HEADER
 MAX_HEADER_LINES = 64   # OpenAI and Triton clients send about ten
 HEALTH_MAX_CONNECTIONS = 32    # the health and metrics port: the kubelet's probes and a few scrapers
 HEALTH_MAX_HEAD_BYTES = 8192   # their requests' heads are a few hundred bytes
+HEALTH_MAX_PER_ADDRESS = 8     # ... from one address (the kubelet's probes come from its node, each scraper from its pod)
 # A body's bytes that arrive before its handler reads them wait in aiohttp's reader, up to twice
 # this (then the socket is paused) plus one read from the socket (up to 256 KiB): per connection,
 # uncounted. 16 KiB instead of aiohttp's 64 KiB keeps that small on a full pool.
@@ -86,9 +87,11 @@ class Gateway:
                                         self.auth_proxies(settings), clock, settings.upstream_idle_timeout_seconds)
         # The probes' and metrics' own port (metrics_port), reachable by Prometheus and the kubelet:
         # a few connections, small heads, the same deadlines (unguarded, 300 connections that never
-        # ended a head of 120 lines of 8 KiB took the gateway from 90 MB to 667 MB).
+        # ended a head of 120 lines of 8 KiB took the gateway from 90 MB to 667 MB), and a few from
+        # each address (one address kept all 32 busy with a probe each every half second, never idle
+        # long enough to be reaped, and the kubelet's probes got 503).
         self.health_connections = guard.Limits(HEALTH_MAX_CONNECTIONS, settings.header_timeout_seconds,
-                                               HEALTH_MAX_HEAD_BYTES, clock=clock,
+                                               HEALTH_MAX_HEAD_BYTES, HEALTH_MAX_PER_ADDRESS, clock=clock,
                                                write_timeout=settings.upstream_idle_timeout_seconds)
         wakeups = Wakeups()
         self.auth = Auth(settings, clock, tracing)
