@@ -68,7 +68,8 @@ class OpenAIProxy:
             raise oai.OpenAIError(415, "compressed request bodies are not accepted on the OpenAI routes",
                                 code="unsupported_content_encoding")
         async with self.admission.admitted(request, caller) as held:
-            self.auth.recheck(caller)
+            assert held.body is not None
+            self.auth.recheck(caller, len(held.body))
             if route == "embeddings":
                 return await self._embeddings_admitted(request, caller, held)
             return await self._openai_admitted(request, caller, held, kind, route)

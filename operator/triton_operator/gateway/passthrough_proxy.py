@@ -86,9 +86,11 @@ class PassthroughProxy:
             raise oai.OpenAIError(415, "compressed request bodies are not accepted on the generate routes",
                                 code="unsupported_content_encoding")
         async with self.admission.admitted(request, caller) as held:
-            self.auth.recheck(caller)   # the body took a while: the key may be revoked, or its grant changed
-            self.resolver.check(svc, call.service, caller.grant)
             assert held.body is not None
+            # the body took a while: the key may be revoked, or its grant changed; a generate
+            # route's body is parsed, and counts by its size
+            self.auth.recheck(caller, len(held.body) if generate else 0)
+            self.resolver.check(svc, call.service, caller.grant)
             check_header_length(request, len(held.body), encoding == "identity")
             if generate:
                 held.replace(self._capped(held.body, svc, caller, call.route))
