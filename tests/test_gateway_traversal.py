@@ -79,6 +79,10 @@ HOSTILE = [
     ("POST", "/v2/models/llama/versions/x1/infer", 400, BAD_PATH, VERSION),
     ("GET", "/v2/models/llama/versions", 400, BAD_PATH, VERSION),
     ("POST", "/v2/models/llama/versions/1234567890123456789/infer", 400, BAD_PATH, VERSION),
+    # in absolute form, the path as sent: nothing resolved before it is checked
+    ("POST", "http://gateway.example/v2/models/x/../llama/infer", 400, BAD_PATH, DOTS),
+    ("POST", "http://gateway.example/v2/models/%6clama/infer", 400, BAD_PATH, PERCENT),
+    ("GET", "http://gateway.example/v2/logging", 404, "not_found", NOT_V2_MODELS),
 ]
 
 
@@ -136,6 +140,9 @@ ALLOWED = [
     ("POST", "/v2/models/resnet/infer", "/v2/models/resnet/infer"),
     ("POST", "/v2/models/resnet/versions/3/infer", "/v2/models/resnet/versions/3/infer"),
     ("POST", "/v2/models/resnet/generate", "/v2/models/resnet/generate"),
+    # the absolute form a server must accept (RFC 9112 3.2.2): its path (the OpenAI routes took it)
+    ("GET", "http://gateway.example/v2/models/llama", "/v2/models/llm"),
+    ("POST", "http://gateway.example:8080/v2/models/resnet/infer", "/v2/models/resnet/infer"),
 ]
 
 

@@ -85,8 +85,16 @@ class V2Call:
         return path
 
 
+ABSOLUTE_FORM = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*")   # scheme://authority of an absolute-form target
+
+
 def check(raw_path: str, method: str) -> V2Call:
-    """The v2 call `raw_path` (request.raw_path: path and query as sent) asks for, or PathRefused."""
+    """The v2 call `raw_path` (request.raw_path: path and query as sent) asks for, or PathRefused.
+    A target in absolute form (`http://host/v2/...`, which a server must accept, RFC 9112 3.2.2)
+    is checked as the path it holds, as sent: no dot segment or escape is resolved first."""
+    absolute = ABSOLUTE_FORM.match(raw_path)
+    if absolute:
+        raw_path = raw_path[absolute.end():]
     path, question, query = raw_path.partition("?")
     if question:
         raise PathRefused(400, "query strings are not accepted on the /v2 routes", "bad_path")
