@@ -33,7 +33,8 @@ log = logging.getLogger(__name__)
 ABANDONED = ("upstream_answer_too_large", "too_many_bytes_in_flight")
 TEMPLATE_TOKENS = 8192   # tokens a model's chat template may add to a prompt beyond the bytes it was sent
 BYTES_PER_TOKEN = 4      # English text runs about four bytes a token in common tokenizers (estimates)
-REQUEST_BYTES = 64 * 1024  # a body the gateway parses counts as a request of requestsPerMinute per this many bytes begun
+REQUEST_BYTES = 64 * 1024  # a body the gateway parses counts as a request of requestsPerMinute per this many bytes begun,
+REQUEST_CONTAINERS = 256   # ... or per this many JSON objects and arrays begun, whichever is more
 
 
 @dataclass(eq=False)
@@ -55,6 +56,17 @@ class Caller:
     @property
     def cache_scope(self) -> str:
         return cache_scope(self.grant.name)
+
+
+def request_units(body: bytes | bytearray) -> int:
+    """How many requests of requestsPerMinute a body the gateway parses counts as: one per
+    REQUEST_BYTES begun or per REQUEST_CONTAINERS JSON objects and arrays begun, whichever is more
+    (a 400 for a body past openai_schema.check_structure's bounds). Parsing and validating takes
+    the event loop about a millisecond per 256 objects: a key sending 278 KB Responses bodies of
+    4,096 input items at 600 a minute held every other key's requests behind them (a light
+    request's median went from 2 ms to 250 ms), and 2,180 tiny items fit in 64 KiB."""
+    containers = oai.check_structure(body)
+    return max(1, -(-len(body) // REQUEST_BYTES), -(-containers // REQUEST_CONTAINERS))
 
 
 def _limited(grant: keys_core.Grant, wait: float) -> None:
@@ -157,25 +169,23 @@ class Auth:
                                 "service_unavailable", code="keys_unavailable",
                                 retry_after=self.settings.key_reload_seconds)
 
-    def recheck(self, caller: Caller, parsed_bytes: int = 0) -> None:
+    def recheck(self, caller: Caller, units: int = 1) -> None:
         """Once a request's body has arrived (up to body_timeout_seconds after its key was
         checked): 401 when the key was revoked meanwhile; otherwise the caller holds the key's
         grant as it is now, and what it may use is judged on that (a key revoked while its body was
         on its way reached the model).
 
-        A body the gateway parses (`parsed_bytes`: the OpenAI routes, the generate routes) counts
-        as one request of requestsPerMinute per REQUEST_BYTES begun: parsing and validating one of
-        hundreds of kilobytes (thousands of messages or input items) takes tens of milliseconds of
-        the event loop, and a key sending 278 KB Responses bodies at 600 a minute held every
-        other key's requests behind them (a light request's median went from 2 ms to 250 ms)."""
+        A body the gateway parses counts as `units` requests of requestsPerMinute (request_units),
+        the rest of them taken now, before it is parsed (429 when the key's bucket does not hold
+        them, at most a full bucket's worth: any body can pass on one)."""
         self._keys_usable()
         grant = self.grants.get(caller.digest)
         if grant is None:
             m.REJECTED.labels("unauthorized").inc()
             raise oai.OpenAIError(401, "invalid API key", code="invalid_api_key")
         caller.grant = grant
-        if parsed_bytes > REQUEST_BYTES:
-            self.limiter.charge(caller.digest, grant, -(-parsed_bytes // REQUEST_BYTES) - 1, self.clock())
+        if units > 1:
+            _limited(grant, self.limiter.charge(caller.digest, grant, units - 1, self.clock()))
 
     def authorize(self, request: web.Request) -> Caller:
         self._keys_usable()

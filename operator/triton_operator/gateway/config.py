@@ -53,7 +53,7 @@ class GatewaySettings(BaseModel):
         60.0, gt=0, description="An idle keep-alive connection (or one that sends nothing) is closed after this.")
     failed_auth_per_minute: float = Field(
         30.0, gt=0, description="Failed API key attempts one client address may make a minute (bursts of a third "
-                                "of it); past it that address gets 429 until its budget refills.")
+                                "of it); past it that address gets 429, its connection closed after it, until its budget refills.")
     trusted_proxies: list[str] = Field(
         default_factory=list, description="CIDRs of proxies in front of the gateway (an ingress): from those, the "
                                           "client address is the last X-Forwarded-For entry outside them.")

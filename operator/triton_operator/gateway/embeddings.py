@@ -64,8 +64,8 @@ class EmbeddingsRequest(BaseModel):
         return [self.input] if isinstance(self.input, str) else list(self.input)
 
 
-def parse(raw: bytes | bytearray) -> EmbeddingsRequest:
-    return oai.parse_body(raw, EmbeddingsRequest)
+def parse(raw: bytes | bytearray, checked: bool = False) -> EmbeddingsRequest:
+    return oai.parse_body(raw, EmbeddingsRequest, checked)
 
 
 def estimated_tokens(req: EmbeddingsRequest) -> int:

@@ -172,8 +172,10 @@ class Limits:
 
     def __init__(self, max_connections: int, header_timeout: float, max_head_bytes: int = 32768,
                  per_address: int | None = None, trusted_proxies: tuple[Any, ...] = (),
-                 clock: Callable[[], float] = time.monotonic, write_timeout: float | None = None):
+                 clock: Callable[[], float] = time.monotonic, write_timeout: float | None = None,
+                 reap_idle_seconds: float | None = None):
         self.max_connections = max_connections
+        self.reap_idle_seconds = reap_idle_seconds   # None: REAP_IDLE_SECONDS
         self.header_timeout = header_timeout
         self.write_timeout = write_timeout
         self.max_head_bytes = max_head_bytes
@@ -218,17 +220,19 @@ class Limits:
         return self.open - len(self.reaped)
 
     def reap(self, wanted: int) -> None:
-        """Close up to `wanted` connections idle (or in a head) for REAP_IDLE_SECONDS or more, or whose
+        """Close up to `wanted` connections idle (or in a head) for REAP_IDLE_SECONDS (or the
+        Limits' own reap_idle_seconds) or more, or whose
         client has not read for REAP_STALLED_SECONDS (a client reading a large answer in bursts is
         not cut for a pause of a second), oldest first."""
         now = self.clock()
+        idle_s = REAP_IDLE_SECONDS if self.reap_idle_seconds is None else self.reap_idle_seconds
         for guard, since in list(self.idle.items()):
             if wanted <= 0:
                 break
             if guard in self.stalled and guard.progressed():
                 self.reapable(guard, stalled=True)   # its client reads: stalled from now, if at all
                 continue
-            if now - since < (REAP_STALLED_SECONDS if guard in self.stalled else REAP_IDLE_SECONDS):
+            if now - since < (REAP_STALLED_SECONDS if guard in self.stalled else idle_s):
                 continue
             wanted -= 1
             m.CONNECTIONS_REFUSED.labels("reaped").inc()

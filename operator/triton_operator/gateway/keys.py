@@ -226,15 +226,15 @@ class RateLimiter:
             return 0.0
         return _take(self.buckets, key_digest, per_minute, max(5.0, per_minute / 10.0), 1.0, now)
 
-    def charge(self, key_digest: str, grant: Grant, cost: float, now: float) -> None:
-        """Take `cost` more requests' worth from the key's bucket, below zero if need be: its next
-        requests wait until it has refilled."""
+    def charge(self, key_digest: str, grant: Grant, cost: float, now: float) -> float:
+        """Take `cost` more requests' worth for a request `take` let in (at most what a full bucket
+        holds past that request, so that any request can pass): 0 when taken; else the seconds
+        until the bucket holds it, nothing taken."""
         per_minute = (grant.requests_per_minute or self.default_per_minute) / self.replicas
         if cost <= 0 or per_minute <= 0 or math.isinf(per_minute):
-            return
+            return 0.0
         burst = max(5.0, per_minute / 10.0)
-        tokens, stamp = self.buckets.get(key_digest, (burst, now))
-        self.buckets[key_digest] = (min(burst, tokens + (now - stamp) * per_minute / 60.0) - cost, now)
+        return _take(self.buckets, key_digest, per_minute, burst, min(cost, burst - 1.0), now)
 
     def forget(self, keep: Iterable[str]) -> None:
         """Drop the buckets of keys no longer listed."""

@@ -19,7 +19,7 @@ from . import responses as r
 from . import telemetry as m
 from . import translate as t
 from .admission import Admission, Held
-from .auth import Auth, Caller
+from .auth import Auth, Caller, request_units
 from .holding import Holding
 from .resolution import Resolver
 from .routing import Beginning, Router, Service, ServiceKey, beginning, cursor_slot
@@ -69,14 +69,14 @@ class OpenAIProxy:
                                 code="unsupported_content_encoding")
         async with self.admission.admitted(request, caller) as held:
             assert held.body is not None
-            self.auth.recheck(caller, len(held.body))
+            self.auth.recheck(caller, request_units(held.body))   # the body's structure checked, once
             if route == "embeddings":
                 return await self._embeddings_admitted(request, caller, held)
             return await self._openai_admitted(request, caller, held, kind, route)
 
     async def _embeddings_admitted(self, request: web.Request, caller: Caller, held: Held) -> web.StreamResponse:
         assert held.body is not None
-        req = e.parse(held.body)
+        req = e.parse(held.body, checked=True)
         svc = self.resolver.resolve(req.model, caller.grant)
         if not svc.embeddings:
             m.REJECTED.labels("bad_request").inc()
@@ -85,7 +85,7 @@ class OpenAIProxy:
         if not self.router.endpoints(svc.key):
             del req
             await self.holding.endpoint(svc, caller)
-            req = e.parse(held.body)
+            req = e.parse(held.body, checked=True)
         count, model_id = len(req.texts()), self.resolver.model_id(svc, caller.grant)
         payload = held.replace(t.encode(e.generate_body(req)))
         charged = False
@@ -129,9 +129,9 @@ class OpenAIProxy:
             # repeats (the parsed request, input items and all, held across the exchange kept some
             # 65 times the bytes its key was counted for).
             if route == "responses":
-                original = r.parse(body)
+                original = r.parse(body, checked=True)
                 return r.to_chat(original), r.echo(original)
-            return oai.parse_body(body, kind), None
+            return oai.parse_body(body, kind, checked=True), None
 
         req, echoed = parse()
         svc = self.resolver.resolve(req.model, caller.grant)

@@ -340,12 +340,14 @@ class CompletionRequest(GenerationRequest):
         return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
 
 
-def check_structure(raw: bytes | bytearray) -> None:
+def check_structure(raw: bytes | bytearray) -> int:
     """Refuse, before parsing, JSON with more than MAX_JSON_CONTAINERS objects and arrays or nested
-    deeper than MAX_JSON_DEPTH. Brackets inside strings are not counted: the strings are cut out
-    first, which only runs when the plain count of brackets is already high (a prompt of code)."""
-    if raw.count(b"{") + raw.count(b"[") <= MAX_JSON_DEPTH:
-        return
+    deeper than MAX_JSON_DEPTH; else how many it holds (at most MAX_JSON_DEPTH: an upper bound).
+    Brackets inside strings are not counted: the strings are cut out first, which only runs when
+    the plain count of brackets is already high (a prompt of code)."""
+    plain = raw.count(b"{") + raw.count(b"[")
+    if plain <= MAX_JSON_DEPTH:
+        return plain
     structure = _JSON_STRING.sub(b"", raw).translate(None, _NOT_STRUCTURE)
     if len(structure) > 2 * MAX_JSON_CONTAINERS:
         raise OpenAIError(400, f"the request body has more than {MAX_JSON_CONTAINERS} JSON objects and arrays",
@@ -356,6 +358,7 @@ def check_structure(raw: bytes | bytearray) -> None:
         if depth > MAX_JSON_DEPTH:
             raise OpenAIError(400, f"the request body nests JSON deeper than {MAX_JSON_DEPTH} levels",
                               code="request_too_complex")
+    return len(structure) // 2
 
 
 class _NotANumber(ValueError):
@@ -378,12 +381,13 @@ def _finite(text: str) -> float:
     return value
 
 
-def parse_json(raw: bytes | bytearray) -> Any:
-    """A request body's JSON, within check_structure's bounds; a 400 for anything else. The body
-    must be UTF-8 (RFC 8259; a UTF-8 byte order mark is ignored): Python's json also reads UTF-16
-    and UTF-32, whose bytes check_structure would read as other brackets and quotes (a UTF-16 body
-    nested 900 deep passed it)."""
-    check_structure(raw)
+def parse_json(raw: bytes | bytearray, checked: bool = False) -> Any:
+    """A request body's JSON, within check_structure's bounds (`checked`: already looked at); a 400
+    for anything else. The body must be UTF-8 (RFC 8259; a UTF-8 byte order mark is ignored):
+    Python's json also reads UTF-16 and UTF-32, whose bytes check_structure would read as other
+    brackets and quotes (a UTF-16 body nested 900 deep passed it)."""
+    if not checked:
+        check_structure(raw)
     try:
         return json.loads(raw.decode("utf-8-sig"), parse_constant=_not_a_number, parse_float=_finite)
     except _NotANumber:
@@ -403,11 +407,11 @@ def parse_json(raw: bytes | bytearray) -> Any:
 _M = TypeVar("_M", bound=BaseModel)
 
 
-def parse_body(raw: bytes | bytearray, kind: type[_M]) -> _M:
+def parse_body(raw: bytes | bytearray, kind: type[_M], checked: bool = False) -> _M:
     """A request body as `kind` (a request model of this gateway): a 400 naming the field for
     anything it is not. Strictly typed, as OpenAI's API is: `"max_tokens": "7"` or `true`, or
     `"stream": "yes"`, is refused, not read as 7, 1 or true (an integer is still a number)."""
-    data = parse_json(raw)
+    data = parse_json(raw, checked)
     if not isinstance(data, dict):
         raise OpenAIError(400, "the request body must be a JSON object")
     try:

@@ -29,7 +29,7 @@ from . import passthrough
 from . import telemetry as m
 from . import translate as t
 from .admission import Admission, Held
-from .auth import Auth, Caller
+from .auth import Auth, Caller, request_units
 from .resolution import Resolver
 from .routing import Service
 from .upstream import Exchange, Upstream, answer_json, read_chunk, read_whole, unsent, upstream_error
@@ -88,8 +88,8 @@ class PassthroughProxy:
         async with self.admission.admitted(request, caller) as held:
             assert held.body is not None
             # the body took a while: the key may be revoked, or its grant changed; a generate
-            # route's body is parsed, and counts by its size
-            self.auth.recheck(caller, len(held.body) if generate else 0)
+            # route's body is parsed, and counts by its size (its structure checked here, once)
+            self.auth.recheck(caller, request_units(held.body) if generate else 1)
             self.resolver.check(svc, call.service, caller.grant)
             check_header_length(request, len(held.body), encoding == "identity")
             if generate:
@@ -102,7 +102,7 @@ class PassthroughProxy:
         names none gets the service's default, capped (the model's own default may be larger).
         `n` is held to what the key is charged for (one whole number, 1 to MAX_N), and an LLM's
         /generate may not ask the model to stream."""
-        data = oai.parse_json(raw)
+        data = oai.parse_json(raw, checked=True)   # request_units checked its structure
         if not isinstance(data, dict):
             m.REJECTED.labels("bad_request").inc()
             raise oai.OpenAIError(400, "the request body must be a JSON object")

@@ -165,11 +165,11 @@ class ResponsesRequest(BaseModel):
         return self
 
 
-def parse(raw: bytes | bytearray) -> ResponsesRequest:
+def parse(raw: bytes | bytearray, checked: bool = False) -> ResponsesRequest:
     """The request, refused (400) when what its answer repeats (metadata, the format's name and
     schema) holds text that cannot be UTF-8: found once the model has answered, it was a 502 blamed
     on the replica, after the tokens were spent."""
-    req = oai.parse_body(raw, ResponsesRequest)
+    req = oai.parse_body(raw, ResponsesRequest, checked)
     t.encode(echo(req))
     return req
 

@@ -46,7 +46,6 @@ SERVER_HEADER = guard.SERVER_HEADER
 MAX_HEADER_LINES = 64   # OpenAI and Triton clients send about ten
 HEALTH_MAX_CONNECTIONS = 32    # the health and metrics port: the kubelet's probes and a few scrapers
 HEALTH_MAX_HEAD_BYTES = 8192   # their requests' heads are a few hundred bytes
-FAILED_ATTEMPT_DELAY_S = 1.0  # an address past its failed key attempts waits this long for each answer
 HEALTH_MAX_PER_ADDRESS = 8     # ... from one address (the kubelet's probes come from its node, each scraper from its pod)
 # A body's bytes that arrive before its handler reads them wait in aiohttp's reader, up to twice
 # this (then the socket is paused) plus one read from the socket (up to 256 KiB): per connection,
@@ -88,12 +87,15 @@ class Gateway:
                                         self.auth_proxies(settings), clock, settings.upstream_idle_timeout_seconds)
         # The probes' and metrics' own port (metrics_port), reachable by Prometheus and the kubelet:
         # a few connections, small heads, the same deadlines (unguarded, 300 connections that never
-        # ended a head of 120 lines of 8 KiB took the gateway from 90 MB to 667 MB), and a few from
-        # each address (one address kept all 32 busy with a probe each every half second, never idle
-        # long enough to be reaped, and the kubelet's probes got 503).
+        # ended a head of 120 lines of 8 KiB took the gateway from 90 MB to 667 MB), a few from each
+        # address, and, when they are nearly all taken, any idle one reaped for a new one: its
+        # answers take microseconds, so a connection is idle between requests nearly all the time
+        # (32 connections, from one address or four, each asking /healthz every half second, were
+        # never idle the second the API port waits for, and the kubelet's probes got 503).
         self.health_connections = guard.Limits(HEALTH_MAX_CONNECTIONS, settings.header_timeout_seconds,
                                                HEALTH_MAX_HEAD_BYTES, HEALTH_MAX_PER_ADDRESS, clock=clock,
-                                               write_timeout=settings.upstream_idle_timeout_seconds)
+                                               write_timeout=settings.upstream_idle_timeout_seconds,
+                                               reap_idle_seconds=0.0)
         wakeups = Wakeups()
         self.auth = Auth(settings, clock, tracing)
         self.auth.keys_changed = wakeups.wake_all
@@ -240,12 +242,11 @@ async def errors(request: web.Request, handler: Callable[[web.Request], Awaitabl
     except oai.OpenAIError as e:
         _begun(request, e)
         if e.code == "too_many_failed_attempts":
-            # An address past its failed key attempts waits for its answer, and its connection
-            # closes after it (the requests pipelined behind it are not answered): at most one
-            # answer a second on each of its connections. Answered at once, one address without a
-            # key drew 8,700 answers a second over 32 connections, pipelining, the gateway's whole
-            # CPU, and a keyed client's median went from 2 to 30 ms.
-            await asyncio.sleep(FAILED_ATTEMPT_DELAY_S)
+            # An address past its failed key attempts has its connection closed after the answer
+            # (the requests pipelined behind it are not answered): kept open, one address without
+            # a key drew 8,700 answers a second over 32 connections, pipelining, the gateway's
+            # whole CPU, and a keyed client's median went from 2 to 30 ms. The answer is not
+            # delayed: a delayed one holds its connection's place in the pool, never reaped.
             refused = _error_response(e)
             refused.force_close()
             return refused
