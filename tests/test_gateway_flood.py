@@ -695,39 +695,48 @@ def test_a_body_the_gateway_parses_counts_against_requests_per_minute_by_its_siz
     """Parsing a body of hundreds of kilobytes or thousands of JSON objects takes tens of
     milliseconds of the event loop: one key sending 278 KB Responses bodies of 4,096 input items at
     its 600 requests a minute held every other key's light requests behind them (their median went
-    from 2 ms to 250 ms). A parsed body now counts as one request per 64 KiB or per 256 objects and
-    arrays begun, whichever is more, taken before it is parsed (at most a full bucket's worth, so
-    that any body can pass); a small one counts as one, as before."""
+    from 2 ms to 250 ms). A parsed body now counts as one request per 64 KiB or per 1,024 objects
+    and arrays begun, whichever is more, taken before it is parsed (at most a full bucket's worth,
+    so that any body can pass); refused, it costs nothing and its Retry-After is when it passes (a
+    first version kept the request `take` took, and a client that waited the Retry-After arrived
+    one short every time); a small body counts as one, as before."""
     from triton_operator.gateway import auth
     from triton_operator.gateway import keys as k
+
+    clock = [1000.0]
 
     def rig() -> Rig:
         rig = Rig()
         rig.gw.auth.grants = k.parse(f"keys: [{{name: t, key: {KEY_A}, namespaces: [ml], requestsPerMinute: 60}}]",
-                                     "k")   # 60 a minute: bursts of 6
-        rig.gw.auth.clock = lambda: 1000.0   # nothing refills while it runs
+                                     "k")   # 60 a minute: one a second, bursts of 6
+        rig.gw.auth.clock = lambda: clock[0]
         return rig
 
     big = {"model": "ml/llama", "max_tokens": 1,
-           "messages": [{"role": "user", "content": "x" * (3 * auth.REQUEST_BYTES + 1000)}]}   # 4 requests' worth
-    many = {"model": "ml/llama", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}] * 2000}
+           "messages": [{"role": "user", "content": "x" * (3 * auth.REQUEST_BYTES + 1000)}]}
+    many = {"model": "ml/llama", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}] * 4096}
     small = {"model": "ml/llama", "max_tokens": 1, "messages": [{"role": "user", "content": "x" * 60000}]}
-    assert [auth.request_units(json.dumps(b).encode()) for b in (big, many, small)] == [4, 8, 1]
+    assert [auth.request_units(json.dumps(b).encode()) for b in (big, many, small)] == [4, 5, 1]
 
-    async def statuses(body: dict, n: int) -> list[tuple[int, str | None]]:
-        async with rig() as r:
-            out = []
-            for _ in range(n):
-                reply = await r.call("POST", "/v1/chat/completions", body=body)
-                out.append((reply.status, reply.error["code"] if reply.status != 200 else None))
-            assert len(r.upstream.seen) == sum(1 for status, _ in out if status == 200)   # refused before the replica
-            return out
+    async def send(r: Rig, body: dict) -> tuple[int, str | None, str | None]:
+        reply = await r.call("POST", "/v1/chat/completions", body=body)
+        if reply.status == 200:
+            return 200, None, None
+        return reply.status, reply.error["code"], reply.headers.get("retry-after")
 
     async def scenario():
-        limited = (429, "rate_limit_exceeded")
-        assert await statuses(big, 3) == [(200, None), limited, limited]    # 6 - 1 - 3 = 2; 2 - 1 < 3
-        assert await statuses(many, 2) == [(200, None), limited]            # 8, at most the 5 a full bucket holds
-        assert await statuses(small, 7) == [(200, None)] * 6 + [limited]
+        async with rig() as r:
+            assert await send(r, big) == (200, None, None)                          # 6 - 1 - 3 = 2
+            assert await send(r, big) == (429, "rate_limit_exceeded", "2")          # 2 - 1 < 3: given back
+            clock[0] += 2
+            assert await send(r, big) == (200, None, None)                          # 4 - 1 - 3 = 0
+            assert len(r.upstream.seen) == 2   # the refused one never reached the replica
+        async with rig() as r:
+            assert await send(r, many) == (200, None, None)                         # 6 - 1 - 4 = 1
+            assert await send(r, many) == (429, "rate_limit_exceeded", "4")
+        async with rig() as r:
+            assert [await send(r, small) for _ in range(7)] == [(200, None, None)] * 6 + [
+                (429, "rate_limit_exceeded", "1")]
     run(scenario)
 
 

@@ -34,7 +34,7 @@ ABANDONED = ("upstream_answer_too_large", "too_many_bytes_in_flight")
 TEMPLATE_TOKENS = 8192   # tokens a model's chat template may add to a prompt beyond the bytes it was sent
 BYTES_PER_TOKEN = 4      # English text runs about four bytes a token in common tokenizers (estimates)
 REQUEST_BYTES = 64 * 1024  # a body the gateway parses counts as a request of requestsPerMinute per this many bytes begun,
-REQUEST_CONTAINERS = 256   # ... or per this many JSON objects and arrays begun, whichever is more
+REQUEST_CONTAINERS = 1024  # ... or per this many JSON objects and arrays begun, whichever is more
 
 
 @dataclass(eq=False)
@@ -62,9 +62,10 @@ def request_units(body: bytes | bytearray) -> int:
     """How many requests of requestsPerMinute a body the gateway parses counts as: one per
     REQUEST_BYTES begun or per REQUEST_CONTAINERS JSON objects and arrays begun, whichever is more
     (a 400 for a body past openai_schema.check_structure's bounds). Parsing and validating takes
-    the event loop about a millisecond per 256 objects: a key sending 278 KB Responses bodies of
-    4,096 input items at 600 a minute held every other key's requests behind them (a light
-    request's median went from 2 ms to 250 ms), and 2,180 tiny items fit in 64 KiB."""
+    the event loop up to 2 ms per 1,024 objects (messages and input items; a tool's schema far
+    less): a key sending 278 KB Responses bodies of 4,096 input items at 600 a minute held every
+    other key's requests behind them (a light request's median went from 2 ms to 250 ms), and 2,180
+    tiny items fit in 64 KiB. A long agent turn (100 messages, 15 tools) counts as one."""
     containers = oai.check_structure(body)
     return max(1, -(-len(body) // REQUEST_BYTES), -(-containers // REQUEST_CONTAINERS))
 

@@ -20,7 +20,8 @@ class GatewaySettings(BaseModel):
     namespaces: list[str] = Field(default_factory=list, description="Namespaces to serve; empty: all.")
     key_files: list[str] = Field(default_factory=list, description="API key lists (YAML), e.g. mounted Secrets.")
     key_reload_seconds: float = Field(10.0, gt=0, description="How often key files are re-read.")
-    requests_per_minute: float = Field(600.0, gt=0, description="Default per-key rate limit.")
+    requests_per_minute: float = Field(600.0, gt=0, description="Default per-key rate limit (a body the gateway "
+                                       "parses counts as one request per 64 KiB or 1,024 JSON objects and arrays).")
     replicas: int = Field(
         1, ge=1, description="Gateway replicas sharing the per-key limits: each enforces 1/replicas of a key's "
                              "requests and tokens per minute (the chart sets it to gateway.replicaCount).")

@@ -173,9 +173,10 @@ class Limits:
     def __init__(self, max_connections: int, header_timeout: float, max_head_bytes: int = 32768,
                  per_address: int | None = None, trusted_proxies: tuple[Any, ...] = (),
                  clock: Callable[[], float] = time.monotonic, write_timeout: float | None = None,
-                 reap_idle_seconds: float | None = None):
+                 reap_idle_seconds: float | None = None, evict: bool = False):
         self.max_connections = max_connections
         self.reap_idle_seconds = reap_idle_seconds   # None: REAP_IDLE_SECONDS
+        self.evict = evict   # full: a new connection closes the oldest of the address holding the most
         self.header_timeout = header_timeout
         self.write_timeout = write_timeout
         self.max_head_bytes = max_head_bytes
@@ -210,10 +211,33 @@ class Limits:
         if self.capped(address) and self.by_address.get(address, 0) >= self.per_address:
             m.CONNECTIONS_REFUSED.labels("per_address").inc()
             return REFUSED_ADDRESS
+        if self.staying() >= self.max_connections and self.evict:
+            self._evict_for(address)
         if self.staying() >= self.max_connections:
             m.CONNECTIONS_REFUSED.labels("too_many").inc()
             return REFUSED
         return None
+
+    def _evict_for(self, address: str) -> None:
+        """Close the oldest connection of the address holding the most, when it holds more than
+        one and more than `address` would: connections kept busy (pipelined requests, a body
+        announced and never sent) are never idle, and four addresses of eight each kept the
+        kubelet's probes out of the health port. Its connections are few (a scan is cheap)."""
+        counts: dict[str, int] = {}
+        for g in self.guards.values():
+            if g not in self.reaped:
+                counts[g.address] = counts.get(g.address, 0) + 1
+        if not counts:
+            return
+        most = max(counts, key=counts.__getitem__)
+        if counts[most] < 2 or counts[most] <= counts.get(address, 0) + 1:
+            return
+        oldest = next(g for g in self.guards.values() if g.address == most and g not in self.reaped)
+        m.CONNECTIONS_REFUSED.labels("reaped").inc()
+        self.idle.pop(oldest, None)
+        self.reaped.add(oldest)
+        if oldest.transport is not None:
+            oldest.transport.abort()
 
     def staying(self) -> int:
         """Open connections, less those reaped and closing."""
@@ -234,6 +258,8 @@ class Limits:
                 continue
             if now - since < (REAP_STALLED_SECONDS if guard in self.stalled else idle_s):
                 continue
+            if guard not in self.stalled and guard._buffered() > 0:
+                continue   # its answer is still going out: not idle (a scrape was cut mid-answer)
             wanted -= 1
             m.CONNECTIONS_REFUSED.labels("reaped").inc()
             del self.idle[guard]

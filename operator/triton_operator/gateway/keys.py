@@ -228,13 +228,20 @@ class RateLimiter:
 
     def charge(self, key_digest: str, grant: Grant, cost: float, now: float) -> float:
         """Take `cost` more requests' worth for a request `take` let in (at most what a full bucket
-        holds past that request, so that any request can pass): 0 when taken; else the seconds
-        until the bucket holds it, nothing taken."""
+        holds past that request, so that any request can pass): 0 when taken; else the request is
+        refused, the one `take` took is given back, and the seconds until the bucket holds the
+        whole request are returned (a client that waits them and sends it again gets in: without
+        the refund each retry arrived one short, every time)."""
         per_minute = (grant.requests_per_minute or self.default_per_minute) / self.replicas
         if cost <= 0 or per_minute <= 0 or math.isinf(per_minute):
             return 0.0
         burst = max(5.0, per_minute / 10.0)
-        return _take(self.buckets, key_digest, per_minute, burst, min(cost, burst - 1.0), now)
+        cost = min(cost, burst - 1.0)
+        if _take(self.buckets, key_digest, per_minute, burst, cost, now) == 0.0:
+            return 0.0
+        tokens = min(burst, self.buckets[key_digest][0] + 1.0)
+        self.buckets[key_digest] = (tokens, now)
+        return (cost + 1.0 - tokens) / (per_minute / 60.0)
 
     def forget(self, keep: Iterable[str]) -> None:
         """Drop the buckets of keys no longer listed."""

@@ -88,14 +88,16 @@ class Gateway:
         # The probes' and metrics' own port (metrics_port), reachable by Prometheus and the kubelet:
         # a few connections, small heads, the same deadlines (unguarded, 300 connections that never
         # ended a head of 120 lines of 8 KiB took the gateway from 90 MB to 667 MB), a few from each
-        # address, and, when they are nearly all taken, any idle one reaped for a new one: its
-        # answers take microseconds, so a connection is idle between requests nearly all the time
-        # (32 connections, from one address or four, each asking /healthz every half second, were
-        # never idle the second the API port waits for, and the kubelet's probes got 503).
+        # address, and, when they are nearly all taken, any idle one reaped for a new one (its
+        # answers take microseconds, so a connection is idle between requests nearly all the time:
+        # 32 connections, from one address or four, each asking /healthz every half second, were
+        # never idle the second the API port waits for, and the kubelet's probes got 503), and when
+        # all are, the oldest of the address holding the most closed for it (a connection kept busy,
+        # pipelining or with a body announced and never sent, is never idle).
         self.health_connections = guard.Limits(HEALTH_MAX_CONNECTIONS, settings.header_timeout_seconds,
                                                HEALTH_MAX_HEAD_BYTES, HEALTH_MAX_PER_ADDRESS, clock=clock,
                                                write_timeout=settings.upstream_idle_timeout_seconds,
-                                               reap_idle_seconds=0.0)
+                                               reap_idle_seconds=0.0, evict=True)
         wakeups = Wakeups()
         self.auth = Auth(settings, clock, tracing)
         self.auth.keys_changed = wakeups.wake_all
