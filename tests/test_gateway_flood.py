@@ -697,9 +697,9 @@ def test_a_body_the_gateway_parses_counts_against_requests_per_minute_by_its_siz
     its 600 requests a minute held every other key's light requests behind them (their median went
     from 2 ms to 250 ms). A parsed body now counts as one request per 64 KiB or per 1,024 objects
     and arrays begun, whichever is more, taken before it is parsed (at most a full bucket's worth,
-    so that any body can pass); refused, it costs nothing and its Retry-After is when it passes (a
-    first version kept the request `take` took, and a client that waited the Retry-After arrived
-    one short every time); a small body counts as one, as before."""
+    so that any body can pass); refused, it counts as one request and its Retry-After is when it
+    passes (a first version said when the rest would, and a client that waited it arrived one short
+    every time); a small body counts as one, as before."""
     from triton_operator.gateway import auth
     from triton_operator.gateway import keys as k
 
@@ -727,13 +727,14 @@ def test_a_body_the_gateway_parses_counts_against_requests_per_minute_by_its_siz
     async def scenario():
         async with rig() as r:
             assert await send(r, big) == (200, None, None)                          # 6 - 1 - 3 = 2
-            assert await send(r, big) == (429, "rate_limit_exceeded", "2")          # 2 - 1 < 3: given back
-            clock[0] += 2
+            assert await send(r, big) == (429, "rate_limit_exceeded", "3")          # 2 - 1 < 3: 1 + 3 more
+            clock[0] += 3
             assert await send(r, big) == (200, None, None)                          # 4 - 1 - 3 = 0
             assert len(r.upstream.seen) == 2   # the refused one never reached the replica
         async with rig() as r:
             assert await send(r, many) == (200, None, None)                         # 6 - 1 - 4 = 1
-            assert await send(r, many) == (429, "rate_limit_exceeded", "4")
+            assert await send(r, many) == (429, "rate_limit_exceeded", "5")         # 1 - 1 < 4: 1 + 4 more
+            assert (await r.call("POST", "/v1/chat/completions", body=small)).status == 429   # at once: by take
         async with rig() as r:
             assert [await send(r, small) for _ in range(7)] == [(200, None, None)] * 6 + [
                 (429, "rate_limit_exceeded", "1")]

@@ -229,9 +229,10 @@ class RateLimiter:
     def charge(self, key_digest: str, grant: Grant, cost: float, now: float) -> float:
         """Take `cost` more requests' worth for a request `take` let in (at most what a full bucket
         holds past that request, so that any request can pass): 0 when taken; else the request is
-        refused, the one `take` took is given back, and the seconds until the bucket holds the
-        whole request are returned (a client that waits them and sends it again gets in: without
-        the refund each retry arrived one short, every time)."""
+        refused, the one `take` took stays taken (a client that sends it again at once is refused
+        by `take`, before its body is read), and the seconds until the bucket holds the whole
+        request, that one included, are returned: a client that waits them and sends it again gets
+        in (counted without it, each retry arrived one short, every time)."""
         per_minute = (grant.requests_per_minute or self.default_per_minute) / self.replicas
         if cost <= 0 or per_minute <= 0 or math.isinf(per_minute):
             return 0.0
@@ -239,9 +240,7 @@ class RateLimiter:
         cost = min(cost, burst - 1.0)
         if _take(self.buckets, key_digest, per_minute, burst, cost, now) == 0.0:
             return 0.0
-        tokens = min(burst, self.buckets[key_digest][0] + 1.0)
-        self.buckets[key_digest] = (tokens, now)
-        return (cost + 1.0 - tokens) / (per_minute / 60.0)
+        return (cost + 1.0 - self.buckets[key_digest][0]) / (per_minute / 60.0)
 
     def forget(self, keep: Iterable[str]) -> None:
         """Drop the buckets of keys no longer listed."""
