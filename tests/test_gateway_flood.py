@@ -607,6 +607,19 @@ def test_a_client_that_pipelines_and_never_reads_holds_a_few_heads_and_its_place
     run(scenario)
 
 
+async def text_events(request, pause: float = 0.0):
+    """A text model's replica streaming four events of 1,000 characters ("y"), `pause` apart."""
+    from aiohttp import web
+
+    await request.read()
+    out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await out.prepare(request)
+    for _ in range(4):
+        await out.write(b"data: " + json.dumps({"text_output": "y" * 1000}).encode() + b"\n\n")
+        await asyncio.sleep(pause)
+    return out
+
+
 def test_a_text_model_which_counts_no_tokens_is_charged_an_estimate():
     """A text model's answers carry no token counts, so its requests' reservations were returned
     and its keys never charged: 30 of 30 requests with 20 KB prompts and 4 KB answers went
@@ -619,14 +632,7 @@ def test_a_text_model_which_counts_no_tokens_is_charged_an_estimate():
         await request.read()
         return web.json_response({"text_output": "y" * 4000})
 
-    async def streamed(request):
-        await request.read()
-        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await out.prepare(request)
-        for _ in range(4):
-            await out.write(b"data: " + json.dumps({"text_output": "y" * 1000}).encode() + b"\n\n")
-        return out
-
+    streamed = text_events
     chat = {"model": "ml/chat", "max_tokens": 4000, "messages": [{"role": "user", "content": "x" * 20000}]}
 
     async def scenario():
@@ -657,18 +663,10 @@ def test_a_text_model_stream_cut_at_the_clients_stop_is_charged_what_the_replica
     prompt alone for a 1,000-character event (and whatever the replica went on generating), where
     the same request answered whole is charged all the text the replica sent. The event that held
     the stop is charged whole."""
-    from aiohttp import web
-
     from triton_operator.gateway import keys as k
 
     async def streamed(request):
-        await request.read()
-        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await out.prepare(request)
-        for _ in range(4):
-            await out.write(b"data: " + json.dumps({"text_output": "y" * 1000}).encode() + b"\n\n")
-            await asyncio.sleep(0.05)
-        return out
+        return await text_events(request, pause=0.05)
 
     async def scenario():
         async with Rig() as rig:

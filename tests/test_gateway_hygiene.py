@@ -35,6 +35,14 @@ MALFORMED_HEADS = [
 ]
 
 
+async def health_port(rig: Rig) -> tuple[web.AppRunner, int]:
+    """The gateway's health and metrics site started on 127.0.0.1: its runner and port."""
+    runner = rig.gw.health_runner()
+    await runner.setup()
+    await rig.gw.health_site(runner, "127.0.0.1", 0).start()
+    return runner, runner.addresses[0][1]
+
+
 async def send_raw(port: int, data: bytes, source: str = "127.0.0.1") -> bytes:
     reader, writer = await connect(port, source)
     writer.write(data)
@@ -395,10 +403,7 @@ def test_clients_keeping_the_health_port_busy_leave_room_for_the_probes():
     do not keep a probe out either."""
     async def scenario():
         async with Rig() as rig:
-            runner = rig.gw.health_runner()
-            await runner.setup()
-            await rig.gw.health_site(runner, "127.0.0.1", 0).start()
-            port = runner.addresses[0][1]
+            runner, port = await health_port(rig)
             stop = asyncio.Event()
             answered: list[int] = []
 
@@ -446,10 +451,7 @@ def test_clients_that_keep_their_health_connections_busy_are_closed_for_a_probe(
     full a new connection now closes the oldest of the address holding the most."""
     async def scenario():
         async with Rig() as rig:
-            runner = rig.gw.health_runner()
-            await runner.setup()
-            await rig.gw.health_site(runner, "127.0.0.1", 0).start()
-            port = runner.addresses[0][1]
+            runner, port = await health_port(rig)
             stop = asyncio.Event()
             request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
 
@@ -524,10 +526,7 @@ def test_the_health_port_is_guarded_as_the_api_port_is(monkeypatch):
     async def scenario():
         with LogLines() as logs:
             async with Rig(header_timeout_seconds=0.5) as rig:
-                runner = rig.gw.health_runner()
-                await runner.setup()
-                await rig.gw.health_site(runner, "127.0.0.1", 0).start()
-                port = runner.addresses[0][1]
+                runner, port = await health_port(rig)
                 try:
                     for line, status, code in (("GET /nope", 404, "not_found"),
                                                ("POST /healthz", 405, "method_not_allowed"), ("GET /healthz", 200, None)):
