@@ -233,9 +233,7 @@ class Limits:
         if counts[most] < 2 or counts[most] <= counts.get(address, 0) + 1:
             return
         oldest = next(g for g in self.guards.values() if g.address == most and g not in self.reaped)
-        m.CONNECTIONS_REFUSED.labels("reaped").inc()
-        self.idle.pop(oldest, None)
-        self.reaped.add(oldest)
+        self._reaped(oldest)
         if oldest.transport is not None:
             oldest.transport.abort()
 
@@ -245,9 +243,9 @@ class Limits:
 
     def reap(self, wanted: int) -> None:
         """Close up to `wanted` connections idle (or in a head) for REAP_IDLE_SECONDS (or the
-        Limits' own reap_idle_seconds) or more, or whose
-        client has not read for REAP_STALLED_SECONDS (a client reading a large answer in bursts is
-        not cut for a pause of a second), oldest first."""
+        Limits' own reap_idle_seconds) or more, or whose client has not read for
+        REAP_STALLED_SECONDS (a client reading a large answer in bursts is not cut for a pause of a
+        second), oldest first."""
         now = self.clock()
         idle_s = REAP_IDLE_SECONDS if self.reap_idle_seconds is None else self.reap_idle_seconds
         for guard, since in list(self.idle.items()):
@@ -261,10 +259,14 @@ class Limits:
             if guard not in self.stalled and guard._buffered() > 0:
                 continue   # its answer is still going out: not idle (a scrape was cut mid-answer)
             wanted -= 1
-            m.CONNECTIONS_REFUSED.labels("reaped").inc()
-            del self.idle[guard]
-            self.reaped.add(guard)
+            self._reaped(guard)
             guard.close()
+
+    def _reaped(self, guard: "Guard") -> None:
+        """Count `guard` as reaped (closed to make room, not yet gone)."""
+        m.CONNECTIONS_REFUSED.labels("reaped").inc()
+        self.idle.pop(guard, None)
+        self.reaped.add(guard)
 
     def reapable(self, guard: "Guard", stalled: bool = False) -> None:
         """`guard` may be reaped from now on: idle or in a head, or (`stalled`) its client not reading."""

@@ -243,16 +243,15 @@ async def errors(request: web.Request, handler: Callable[[web.Request], Awaitabl
         return await handler(request)
     except oai.OpenAIError as e:
         _begun(request, e)
+        answer = _error_response(e)
         if e.code == "too_many_failed_attempts":
             # An address past its failed key attempts has its connection closed after the answer
             # (the requests pipelined behind it are not answered): kept open, one address without
             # a key drew 8,700 answers a second over 32 connections, pipelining, the gateway's
             # whole CPU, and a keyed client's median went from 2 to 30 ms. The answer is not
             # delayed: a delayed one holds its connection's place in the pool, never reaped.
-            refused = _error_response(e)
-            refused.force_close()
-            return refused
-        return _error_response(e)
+            answer.force_close()
+        return answer
     except web.HTTPRequestEntityTooLarge as e:
         m.REJECTED.labels("too_large").inc()
         return _error_response(oai.OpenAIError(413, e.text or "request body too large", code="request_too_large"))
