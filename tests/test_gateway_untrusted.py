@@ -429,3 +429,40 @@ def test_a_completion_prompt_of_token_ids_is_refused_as_such(prompt):
             assert (reply.status, reply.error) == refused(
                 "prompt: token arrays are not supported: send text (the gateway does not tokenize)", "prompt")
     run(scenario)
+
+
+def test_a_replicas_redirect_is_never_followed():
+    """aiohttp follows redirects unless told not to: a replica answering 307 had the tenant's
+    request, prompt and key-scoped cache salt included, sent to the host its Location named, and a
+    302 had that host's answer (here an internal service's) passed back as the model's, on the
+    /v2 routes and the OpenAI ones. A redirect, like an interim 101, is now a 502 and goes nowhere."""
+    async def scenario():
+        seen: list[str] = []
+
+        async def internal(request: web.Request) -> web.Response:
+            seen.append(request.path)
+            return web.json_response({"text_output": "internal-only", "secret": "internal-only"})
+
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", internal)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        there = f"http://127.0.0.1:{runner.addresses[0][1]}/v2/repository/index"
+        try:
+            async with Rig() as rig:
+                for status in (302, 307, 308):
+                    async def redirect(request: web.Request, status: int = status) -> web.Response:
+                        await request.read()
+                        return web.Response(status=status, headers={"Location": there})
+
+                    rig.upstream.answer = redirect
+                    for route, body in (("/v2/models/resnet/infer", {"inputs": []}),
+                                        ("/v1/completions", {"model": "ml/llama", "prompt": "tenant prompt"})):
+                        reply = await rig.call("POST", route, body=body)
+                        assert (reply.status, reply.error["code"]) == (502, "upstream_failed"), (status, route)
+                        assert b"internal-only" not in reply.body
+                assert seen == []
+        finally:
+            await runner.cleanup()
+    run(scenario)

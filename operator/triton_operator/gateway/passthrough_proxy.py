@@ -176,9 +176,10 @@ class PassthroughProxy:
                                               lambda sent: self.auth.account(caller, svc, sent)) as ex:
                 exchange = ex
                 resp = ex.resp
-                if resp.status >= 400:
+                if not 200 <= resp.status < 300:
                     # Triton's own error text stays here (it named internal shared-memory regions in
-                    # CVE-2025-23319's chain); the client gets a fixed one.
+                    # CVE-2025-23319's chain); the client gets a fixed one. A redirect or an interim
+                    # status (101) is no answer either: a 502.
                     raise await upstream_error(resp, svc)
                 headers = {h: resp.headers[h] for h in V2_RESPONSE_HEADERS if h in resp.headers}
                 if path.endswith("/generate_stream"):

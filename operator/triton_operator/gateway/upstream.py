@@ -210,8 +210,11 @@ class Upstream:
                 if begins is not None and begins.precise and has_cursor_slot(body):
                     self.router.write_cursor(body, address)
                 caller.reached = True
+                # A replica's redirect is never followed (aiohttp follows ten by default): it sent
+                # the tenant's request, prompt and all, to whatever host the Location named and
+                # passed that host's answer back as the model's.
                 resp = await self.session().request(method, target, data=body, headers=headers,
-                                                    server_hostname=self.tls_name(svc))
+                                                    server_hostname=self.tls_name(svc), allow_redirects=False)
                 span.status_code(resp.status)
                 return address, resp, sent, span, work
             except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
@@ -253,7 +256,7 @@ class Upstream:
             try:
                 async with self.session().post(yarl.URL(url(address, self.scheme) + path, encoded=True), data=body,
                                                headers={"Content-Type": "application/json"},
-                                               server_hostname=self.tls_name(svc),
+                                               server_hostname=self.tls_name(svc), allow_redirects=False,
                                                timeout=aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S)) as resp:
                     data = await read_capped(resp, PROBE_MAX_BYTES)
                     if resp.status != 200:
@@ -289,7 +292,7 @@ class Upstream:
         span = self.tracing.upstream("GET", address[0], address[1], path, headers)
         try:
             async with self.session().get(yarl.URL(f"{url(address, self.scheme)}{path}", encoded=True),
-                                          headers=headers, server_hostname=self.tls_name(svc),
+                                          headers=headers, server_hostname=self.tls_name(svc), allow_redirects=False,
                                           timeout=aiohttp.ClientTimeout(total=10)) as resp:
                 span.status_code(resp.status)
                 if resp.status == 200:
