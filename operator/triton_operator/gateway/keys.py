@@ -134,8 +134,11 @@ def _positive(entry: dict[str, Any], field_name: str, where: str, integer: bool 
     if value is None:
         return None
     kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or value <= 0:
-        raise KeyFileError(f"{where}: {field_name} must be a positive {'integer' if integer else 'number'}")
+    # NaN compares false with everything (a `.nan` limit let every request through, as none), and
+    # `.inf` is no limit either: leave the field out for that.
+    if isinstance(value, bool) or not isinstance(value, kinds) or (
+            isinstance(value, float) and not math.isfinite(value)) or value <= 0:
+        raise KeyFileError(f"{where}: {field_name} must be a positive {'integer' if integer else 'finite number'}")
     return value
 
 
