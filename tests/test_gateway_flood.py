@@ -689,6 +689,105 @@ def test_a_text_model_stream_cut_at_the_clients_stop_is_charged_what_the_replica
     run(scenario)
 
 
+def replica_writing(*chunks: bytes):
+    """A replica's stream of these raw chunks, as they are."""
+    from aiohttp import web
+
+    async def answer(request):
+        await request.read()
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        for chunk in chunks:
+            await out.write(chunk)
+        return out
+    return answer
+
+
+def test_a_text_models_stream_is_read_whatever_its_framing_and_split_characters():
+    """What a text model's replica streams reaches the client whole: events framed by CRLF (the
+    event stream format allows CRLF, LF or CR) came out as an empty answer with finish reason
+    "stop", and a last event whose blank line never came lost its words, both with no error; a
+    character split over two events (its UTF-8 bytes, or the two halves of a surrogate pair) is
+    U+FFFD where it was a 502 for the whole stream, or "?"; an unreadable event is a 502 after the
+    events before it, which were dropped with it. A streamed /v1/responses request to a text
+    model was always refused, for a stream_options the client never sent."""
+    chat = {"model": "ml/chat", "stream": True, "messages": [{"role": "user", "content": "x"}]}
+
+    def text_of(body: bytes) -> tuple[str, list]:
+        events = [json.loads(line[6:]) for line in body.split(b"\n") if line.startswith(b"data: {")]
+        text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e.get("choices"))
+        return text, [e["error"]["message"] for e in events if "error" in e]
+
+    async def scenario():
+        async with Rig() as rig:
+            metered_with_text_model(rig)
+            rig.gw.auth.grants = k.parse(f"keys: [{{name: t, key: {KEY_A}, namespaces: [ml]}}]", "k")
+            for chunks, text, errors in (
+                    ((b'data: {"text_output": "Hello"}\r\n\r\ndata: {"text_output": " world"}\r\n\r\n',),
+                     "Hello world", []),
+                    ((b'data: {"text_output": "Hello"}\r', b'\n\r\ndata: {"text_output": " world"}\r\r'),
+                     "Hello world", []),
+                    ((b'data: {"text_output": "Hello"}\n\ndata: {"text_output": " world"}',), "Hello world", []),
+                    ((b'data: {"text_output": "ok \xe4\xb8"}\n\n', b'data: {"text_output": "\xad!"}\n\n'),
+                     "ok \ufffd\ufffd!", []),
+                    ((b'data: {"text_output": "x\\ud83d"}\n\ndata: {"text_output": "\\ude00y"}\n\n',),
+                     "x\ufffd\ufffdy", []),
+                    ((b'data: {"text_output": "ok"}\n\ndata: <html>\n\n',), "ok",
+                     ["the model's stream held an event that is not JSON"]),
+                    ((b'data: {"text_output": "ok"}\n\ndata: {"text_out',), "ok",
+                     ["the replica's stream ended inside an event"])):
+                rig.upstream.answer = replica_writing(*chunks)
+                reply = await rig.call("POST", "/v1/chat/completions", body=chat)
+                assert reply.status == 200, chunks
+                assert text_of(reply.body) == (text, errors), chunks
+            rig.upstream.answer = replica_writing(b'data: {"text_output": "Hel"}\n\ndata: {"text_output": "lo"}\n\n')
+            reply = await rig.call("POST", "/v1/responses", body={"model": "ml/chat", "input": "x", "stream": True})
+            assert reply.status == 200
+            kinds = [block.split(b"\n", 1)[0] for block in reply.body.split(b"\n\n") if block]
+            assert kinds[-1] == b"event: response.completed"
+            done = json.loads(reply.body.rsplit(b"data: ", 1)[1])
+            assert done["response"]["output"][0]["content"][0]["text"] == "Hello"
+    from triton_operator.gateway import keys as k
+    run(scenario)
+
+
+def test_a_text_model_is_charged_the_bytes_of_its_answer_not_its_characters():
+    """A text model's answer is charged at four bytes a token (docs/gateway.md), but it was counted
+    in characters: 1,200 CJK characters (3,600 bytes) cost what 1,200 ASCII ones do, emoji a
+    quarter of their bytes; whole, streamed and on the generate route alike."""
+    from aiohttp import web
+
+    from triton_operator.gateway import keys as k
+
+    text = "\u4e00" * 1200   # three bytes each
+
+    async def whole(request):
+        await request.read()
+        return web.json_response({"text_output": text})
+
+    streamed = replica_writing(*(b"data: " + json.dumps({"text_output": text[i:i + 100]}).encode() + b"\n\n"
+                                 for i in range(0, 1200, 100)))
+    body = {"model": "ml/chat", "max_tokens": 4000, "messages": [{"role": "user", "content": "x"}]}
+
+    async def scenario():
+        for target, answer, sent in (("/v1/chat/completions", whole, body),
+                                     ("/v1/chat/completions", streamed, {**body, "stream": True}),
+                                     ("/v2/models/chat/generate", whole, {"text_input": "x"}),
+                                     ("/v2/models/chat/generate_stream", streamed, {"text_input": "x"})):
+            async with Rig() as rig:
+                metered_with_text_model(rig)
+                rig.gw.auth.grants = k.parse(
+                    f"keys: [{{name: t, key: {KEY_A}, namespaces: [ml], tokensPerMinute: 100000}}]", "k")
+                rig.gw.auth.clock = lambda: 1000.0   # nothing refills while it runs
+                rig.upstream.answer = answer
+                reply = await rig.call("POST", target, body=sent, headers={"X-Inference-Namespace": "ml"})
+                assert reply.status == 200, target
+                (level, _), = rig.gw.auth.token_limiter.buckets.values()
+                prompt = -(-len(rig.upstream.seen[0].body) // 4)
+                assert 100000 - level == pytest.approx(prompt + 3600 // 4, abs=1), target
+    run(scenario)
+
+
 def test_a_body_the_gateway_parses_counts_against_requests_per_minute_by_its_size():
     """Parsing a body of hundreds of kilobytes or thousands of JSON objects takes tens of
     milliseconds of the event loop: one key sending 278 KB Responses bodies of 4,096 input items at

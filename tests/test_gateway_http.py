@@ -102,6 +102,9 @@ def test_every_refusal_has_its_exact_answer():
                        param="messages")),
                 (await rig.call("POST", "/v1/chat/completions", body={**CHAT, "max_tokens": 40000}),
                  error(400, "max_tokens: at most 32768 for this API key", "max_tokens_too_large", param="max_tokens")),
+                (await rig.call("POST", "/v1/chat/completions", body={**CHAT, "max_completion_tokens": 40000}),
+                 error(400, "max_completion_tokens: at most 32768 for this API key", "max_tokens_too_large",
+                       param="max_completion_tokens")),
                 (await rig.call("POST", "/v1/chat/completions", body={**CHAT, "n": 17}),
                  error(400, "n: Input should be less than or equal to 16", None, param="n")),
                 (await rig.call("POST", "/v1/completions", body=b"x", headers={"Content-Encoding": "gzip"}),
@@ -111,6 +114,9 @@ def test_every_refusal_has_its_exact_answer():
             ]
             for reply, (status, body) in cases:
                 assert (reply.status, reply.error) == (status, body)
+            # an empty Content-Encoding names no coding, as on the /v2 routes
+            assert (await rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": "x"},
+                                   headers={"Content-Encoding": ""})).status == 200
             assert (await rig.call("GET", "/v1/models", key=None)).headers.get("www-authenticate") is None
     run(scenario)
 

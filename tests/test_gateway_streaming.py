@@ -251,22 +251,23 @@ def test_an_llm_answer_that_ends_without_its_finish_reason_is_a_failure_not_a_st
     cut = [ev({"text_output": "The answer is"}), b'data: {"text_output": " 4']
     failed = {"message": "the replica's stream ended before answer 0 finished", "type": "upstream_error",
               "param": None, "code": "upstream_failed"}
+    inside = {**failed, "message": "the replica's stream ended inside an event"}
 
     async def scenario():
         async with Rig() as rig:
             rig.upstream.answer = streaming(cut)
             reply = await rig.call("POST", "/v1/chat/completions", body={**chat, "stream": True})
             sent = events(reply.body)
-            assert sent[-1] == {"error": failed} and "[DONE]" not in sent
+            assert sent[-1] == {"error": inside} and "[DONE]" not in sent
             assert all(c["choices"][0]["finish_reason"] is None for c in sent[:-1])
             reply = await rig.call("POST", "/v1/responses", body={"model": "ml/llama", "input": "hi", "stream": True})
             kinds = [block.split(b"\n", 1)[0] for block in reply.body.split(b"\n\n") if block]
             assert kinds[-2:] == [b"event: error", b"event: response.failed"]
             assert b"event: response.completed" not in kinds
-            for chunks in (cut, []):
+            for chunks, why in ((cut, inside), (cut[:1], failed), ([], failed)):
                 rig.upstream.answer = streaming(chunks)
                 reply = await rig.call("POST", "/v1/chat/completions", body={**chat, "n": 2})
-                assert (reply.status, reply.error) == (502, failed)
+                assert (reply.status, reply.error) == (502, why)
             done = {"finish_reason": "stop", "prompt_tokens": 3, "completion_tokens": 1}
             rig.upstream.answer = streaming([ev({"text_output": "a", "index": 0, **done}),
                                              ev({"text_output": "b", "index": 1, **done}),

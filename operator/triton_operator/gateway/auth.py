@@ -281,7 +281,7 @@ class Auth:
     def spend_estimate(self, caller: Caller, svc: Service, generated: int) -> None:
         """A model that counts no tokens (a text model's answers carry no counts): its prompt and
         answer are charged at BYTES_PER_TOKEN, the bytes sent to the replica (Auth.reserve) and
-        `generated` characters (or bytes) back. Uncharged, a key of 100 tokens a minute had 30
+        `generated` bytes of text back. Uncharged, a key of 100 tokens a minute had 30
         requests of 20 KB prompts and 4 KB answers answered in a minute."""
         self.spend(caller, svc, -(-caller.sent // BYTES_PER_TOKEN), -(-max(0, generated) // BYTES_PER_TOKEN))
 

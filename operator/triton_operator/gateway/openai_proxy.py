@@ -63,7 +63,7 @@ class OpenAIProxy:
 
     async def _openai(self, request: web.Request, kind: type[oai.GenerationRequest], route: str) -> web.StreamResponse:
         caller = self.auth.authorize(request)
-        if request.headers.get("Content-Encoding", "identity").lower() != "identity":
+        if (request.headers.get("Content-Encoding", "").strip().lower() or "identity") != "identity":   # empty is none
             m.REJECTED.labels("bad_request").inc()
             raise oai.OpenAIError(415, "compressed request bodies are not accepted on the OpenAI routes",
                                 code="unsupported_content_encoding")
@@ -143,7 +143,8 @@ class OpenAIProxy:
         asked = t.max_tokens_asked(req)
         if asked is not None and asked > cap:
             m.REJECTED.labels("bad_request").inc()
-            field = "max_output_tokens" if echoed is not None else "max_tokens"
+            field = "max_output_tokens" if echoed is not None else (
+                "max_completion_tokens" if getattr(req, "max_completion_tokens", None) is not None else "max_tokens")
             raise oai.OpenAIError(400, f"{field}: at most {cap} for this API key", param=field,
                                 code="max_tokens_too_large")
         chat = isinstance(req, oai.ChatRequest)
@@ -223,7 +224,7 @@ class OpenAIProxy:
         if gen.llm:
             self.auth.spend(caller, svc, whole.prompt_tokens, whole.completion_tokens)
         else:
-            self.auth.spend_estimate(caller, svc, len(whole.text))
+            self.auth.spend_estimate(caller, svc, t.utf8_len(whole.text))
         ex.charged = True
         body = t.encode(r.response_object(echoed, whole) if echoed is not None else t.completion(gen, whole),
                         request=False)
@@ -254,6 +255,7 @@ class OpenAIProxy:
                 raise answer_too_large(svc, s.max_answer_bytes)
             held.set(base + size)
             pieces += [t.answer_of(event) for event in events.feed(chunk)]
+        pieces += [t.answer_of(event) for event in events.end()]
         for piece in pieces:
             ex.kv_events(piece.kv_events)
         answers = t.gather(pieces)
@@ -264,7 +266,7 @@ class OpenAIProxy:
             self.auth.spend(caller, svc, counts["prompt_tokens"] if counts else None,
                             counts["completion_tokens"] if counts else None)
         else:
-            self.auth.spend_estimate(caller, svc, sum(len(a.text) for a in answers))
+            self.auth.spend_estimate(caller, svc, sum(t.utf8_len(a.text) for a in answers))
         ex.charged = True
         body = t.encode(t.completion(gen, answers), request=False)
         del pieces, answers
@@ -283,26 +285,32 @@ class OpenAIProxy:
         base = held.bytes
         first: float | None = None
         ended: oai.OpenAIError | None = None   # the error that ended the answer, when the gateway raised it
+        async def forward(batch: list[dict[str, Any]], size: int) -> None:
+            nonlocal first
+            for event in batch:
+                piece = t.answer_of(event)
+                ex.kv_events(piece.kv_events)
+                if piece.text and first is None:
+                    first = self.clock()
+                    m.TTFT.labels(*svc.key).observe(first - started)
+                data = stream.delta(piece)
+                if data:
+                    held.set(base + stream.retained + events.size + size + unsent(request) + len(data))
+                    await ex.to_client(request, out.write(data))
+                if stream.stopped:
+                    return
+
         try:
             while chunk := await read_chunk(resp, svc, s.upstream_idle_timeout_seconds):
                 # the chunk, the events made of it, what the client has not taken yet and what the
                 # stream keeps for its last events (a Response repeats its text whole) are held
                 held.set(base + stream.retained + events.size + len(chunk) + unsent(request))
-                for event in events.feed(chunk):
-                    piece = t.answer_of(event)
-                    ex.kv_events(piece.kv_events)
-                    if piece.text and first is None:
-                        first = self.clock()
-                        m.TTFT.labels(*svc.key).observe(first - started)
-                    data = stream.delta(piece)
-                    if data:
-                        held.set(base + stream.retained + events.size + len(chunk) + unsent(request) + len(data))
-                        await ex.to_client(request, out.write(data))
-                    if stream.stopped:
-                        break
+                await forward(events.feed(chunk), len(chunk))
                 if stream.stopped:
                     break
                 held.set(base + stream.retained + events.size + unsent(request))
+            else:
+                await forward(events.end(), 0)
             tail = stream.end()
             held.set(base + stream.retained + len(tail) + unsent(request))
             await ex.to_client(request, out.write(tail))
@@ -326,7 +334,7 @@ class OpenAIProxy:
                     # before the model's count came: as a client that left, it keeps what it took
                     self.auth.spend_abandoned(caller, ended, False)
             else:
-                self.auth.spend_estimate(caller, svc, stream.chars)
+                self.auth.spend_estimate(caller, svc, stream.generated_bytes)
                 ex.charged = True
                 m.child(m.OUTPUT_TOKENS, *svc.key).inc(stream.tokens)
             if first is not None and stream.tokens > 1:

@@ -193,7 +193,7 @@ class PassthroughProxy:
                             answer = t.answer_of(counts)
                             self.auth.spend(caller, svc, answer.prompt_tokens, answer.completion_tokens)
                     elif generate and generates_text(svc):
-                        self.auth.spend_estimate(caller, svc, _text_chars(_json_or_none(body)))
+                        self.auth.spend_estimate(caller, svc, _text_bytes(_json_or_none(body)))
                     ex.charged = True
                     out = web.Response(status=resp.status, body=bytes(body), headers=headers)
                     await ex.to_client(request, out.prepare(request))
@@ -233,20 +233,25 @@ class PassthroughProxy:
         events = t.EventBuffer(s.max_answer_bytes)
         base = held.bytes
         last: dict[int, dict[str, Any]] = {}   # each answer's last event, by its index
-        streamed = 0                            # characters of text a text model sent (charged an estimate of)
+        streamed = 0                            # bytes of text a text model sent (charged an estimate of)
         text_model = not svc.llm and generates_text(svc)
         ended: oai.OpenAIError | None = None    # the error that ended the stream, when the gateway raised it
+
+        def count(batch: list[dict[str, Any]]) -> int:
+            """Each answer's last event kept (an llm model's counts), or a text model's text bytes."""
+            if svc.llm:
+                for event in batch:
+                    if "error" not in event:
+                        last[t.answer_index(event)] = event
+            return sum(_text_bytes(event) for event in batch) if text_model else 0
+
         try:
             while chunk := await read_chunk(resp, svc, s.upstream_idle_timeout_seconds):
                 held.set(base + events.size + len(chunk) + unsent(request))   # until the chunk is sent
-                if svc.llm:
-                    for event in events.feed(chunk):
-                        if "error" not in event:
-                            last[t.answer_index(event)] = event
-                elif text_model:
-                    streamed += sum(_text_chars(event) for event in events.feed(chunk))
+                streamed += count(events.feed(chunk))
                 await ex.to_client(request, out.write(chunk))
                 held.set(base + events.size + unsent(request))
+            streamed += count(events.end())
         except (oai.OpenAIError, aiohttp.ClientError) as e:
             ended = e if isinstance(e, oai.OpenAIError) else None
             code = e.code if isinstance(e, oai.OpenAIError) else "upstream_failed"
@@ -272,12 +277,12 @@ class PassthroughProxy:
         return out
 
 
-def _text_chars(answer: Any) -> int:
-    """Characters of text in a generate answer or stream event (a text model's, charged an estimate of)."""
+def _text_bytes(answer: Any) -> int:
+    """Bytes (UTF-8) of text in a generate answer or stream event (a text model's, charged an estimate of)."""
     text = answer.get("text_output") if isinstance(answer, dict) else None
     if isinstance(text, list):
-        return sum(len(x) for x in text if isinstance(x, str))
-    return len(text) if isinstance(text, str) else 0
+        return sum(t.utf8_len(x) for x in text if isinstance(x, str))
+    return t.utf8_len(text) if isinstance(text, str) else 0
 
 
 def _json_or_none(body: bytes | bytearray) -> Any:

@@ -212,8 +212,6 @@ def to_chat(req: ResponsesRequest) -> oai.ChatRequest:
     elif fmt is not None and fmt.type == "json_schema":
         body["response_format"] = {"type": "json_schema", "json_schema": {"name": fmt.name or "answer",
                                                                           "schema": fmt.schema_}}
-    if req.stream:
-        body["stream_options"] = {"include_usage": True}
     try:
         return oai.ChatRequest.model_validate(body)
     except ValidationError as e:
@@ -312,7 +310,7 @@ class ResponseStream:
     stopped: bool = False
     finish_reason: str | None = None
     retained: int = 0
-    _chars: int = 0
+    _generated: int = 0
     _seq: int = 0
     _started: bool = False
     # the open message's text, in the pieces it came in (a str grown by += on an attribute is copied
@@ -323,9 +321,9 @@ class ResponseStream:
     _output: list[dict[str, Any]] = field(default_factory=list)
 
     @property
-    def chars(self) -> int:
-        """Characters of the answer (its text and calls' arguments)."""
-        return self._chars
+    def generated_bytes(self) -> int:
+        """Bytes (UTF-8) of the answer, its text and calls' arguments: what a text model is charged."""
+        return self._generated
 
     def _event(self, kind: str, **payload: Any) -> bytes:
         data = {"type": kind, "sequence_number": self._seq, **payload}
@@ -384,7 +382,7 @@ class ResponseStream:
             out += self._open_message()
             self._pieces.append(answer.text)
             self.retained += _held(answer.text)
-            self._chars += len(answer.text)
+            self._generated += t.utf8_len(answer.text)
             out += self._event("response.output_text.delta", item_id=self._message_id,
                                output_index=len(self._output), content_index=0, delta=answer.text, logprobs=[])
         if answer.tool_calls:
@@ -395,7 +393,7 @@ class ResponseStream:
                                    item=_function_call(item_id, call, "in_progress"))
                 arguments = call["function"]["arguments"]
                 self.retained += _held(arguments)
-                self._chars += len(arguments)
+                self._generated += t.utf8_len(arguments)
                 out += self._event("response.function_call_arguments.delta", item_id=item_id, output_index=index,
                                    delta=arguments)
                 out += self._event("response.function_call_arguments.done", item_id=item_id, output_index=index,

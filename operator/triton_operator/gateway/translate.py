@@ -502,7 +502,7 @@ class Stream:
     _pending: str = ""
     _started: bool = False
     _choices: dict[int, _Choice] = field(default_factory=dict)
-    _generated: int = 0              # text model: characters the replica sent, a stop's cut included
+    _generated: int = 0              # text model: bytes of text the replica sent, a stop's cut included
 
     def __post_init__(self) -> None:
         self.id, obj, self.created = _ids(self.gen)
@@ -510,11 +510,11 @@ class Stream:
         self._choices = {i: _Choice() for i in range(self.gen.n)}
 
     @property
-    def chars(self) -> int:
-        """Characters of text generated, over every answer: what a text model is charged. For a
-        text model, what the replica sent, with what a stop sequence cut from it (the replica
-        generated it, and a whole answer is charged so too); else what was sent to the client."""
-        return max(self._generated, sum(c.offset for c in self._choices.values()))
+    def generated_bytes(self) -> int:
+        """Bytes (UTF-8) of text a text model generated, over every answer: what it is charged.
+        What the replica sent, with what a stop sequence cut from it (the replica generated it, and
+        a whole answer is charged so too)."""
+        return self._generated
 
     @property
     def tokens(self) -> int:
@@ -572,7 +572,7 @@ class Stream:
         if not answer.text:
             return out
         c.tokens += 1
-        self._generated += len(answer.text)
+        self._generated += utf8_len(answer.text)
         text = self._pending + answer.text
         cut, hit = cut_at_stop(text, self.gen.stops)
         if hit:
@@ -615,9 +615,21 @@ class Stream:
 
 
 def _event(payload: dict[str, Any]) -> bytes:
-    # a model's text with a lone surrogate escape cannot be UTF-8: it becomes U+FFFD, never a broken stream
-    return b"data: " + json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "replace") \
-        + b"\n\n"
+    return b"data: " + utf8(json.dumps(payload, separators=(",", ":"), ensure_ascii=False)) + b"\n\n"
+
+
+def utf8(text: str) -> bytes:
+    """`text` in UTF-8, a lone surrogate (half of a character a replica split over two events)
+    becoming U+FFFD, never a broken stream (encode's "replace" wrote "?")."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode("utf-8")
+
+
+def utf8_len(text: str) -> int:
+    """Bytes of `text` in UTF-8: what a text model's answer is charged by (four to a token)."""
+    return len(text) if text.isascii() else len(utf8(text))
 
 
 def _held(text: str, stops: tuple[str, ...]) -> int:
@@ -633,7 +645,9 @@ def _held(text: str, stops: tuple[str, ...]) -> int:
 
 class EventBuffer:
     """A replica's server-sent events as they arrive: whole events out, at most `cap` bytes of a
-    partial one held (a larger event ends the answer with a 502)."""
+    partial one held (a larger event ends the answer with a 502). Lines may end in CRLF, LF or CR
+    (the event stream format allows all three: events framed by CRLF were never split, and a text
+    model's answer came out empty)."""
 
     def __init__(self, cap: int):
         self.cap = cap
@@ -645,30 +659,60 @@ class EventBuffer:
 
     def feed(self, chunk: bytes) -> list[dict[str, Any]]:
         self.buffer += chunk
+        if b"\r" in chunk:
+            # a CR that ends the buffer may begin a CRLF: it waits for the next chunk
+            tail = self.buffer.endswith(b"\r")
+            self.buffer = bytearray(bytes(self.buffer[:-1] if tail else self.buffer)
+                                    .replace(b"\r\n", b"\n").replace(b"\r", b"\n")) + (b"\r" if tail else b"")
         events = sse_events(self.buffer)
         if len(self.buffer) > self.cap:
             raise OpenAIError(502, f"the model's stream held an event larger than the gateway takes ({self.cap} "
                                    f"bytes)", "upstream_error", code="upstream_answer_too_large")
         return events
 
+    def end(self) -> list[dict[str, Any]]:
+        """The events left when the stream has ended: a last event whose closing blank line never
+        came is read as one (dropped, a text model's answer lost its last words with no error),
+        and one that cannot be read is a 502, as any other."""
+        if self.buffer.endswith(b"\r"):
+            self.buffer[-1:] = b"\n"
+        if not self.buffer.strip():
+            return []
+        whole = b"\n\n" in self.buffer   # an unreadable event left whole for this call to refuse
+        self.buffer += b"\n\n"
+        try:
+            return sse_events(self.buffer)
+        except OpenAIError:
+            if whole:
+                raise
+            raise OpenAIError(502, "the replica's stream ended inside an event", "upstream_error",
+                              code="upstream_failed") from None
+        finally:
+            self.buffer.clear()
+
 
 def sse_events(buffer: bytearray) -> list[dict[str, Any]]:
-    """Complete `data:` events parsed out of `buffer` (consumed from it); the rest stays."""
+    """Complete `data:` events parsed out of `buffer` (consumed from it); the rest stays. An event
+    that is not JSON is a 502, once the events before it are out (they were answered)."""
     events: list[dict[str, Any]] = []
     while True:
         end = buffer.find(b"\n\n")
         if end < 0:
             return events
         block = bytes(buffer[:end])
-        del buffer[:end + 2]
-        data = b"\n".join(line[5:].lstrip(b" ") for line in block.replace(b"\r", b"").split(b"\n")
-                          if line.startswith(b"data:"))
+        data = b"\n".join(line[5:].lstrip(b" ") for line in block.split(b"\n") if line.startswith(b"data:"))
         if not data:
+            del buffer[:end + 2]
             continue
         try:
-            event = json.loads(data)
+            # a character a replica split over two events is two halves that are not UTF-8: each
+            # becomes U+FFFD, where the whole stream was a 502
+            event = json.loads(data.decode("utf-8", "replace"))
         except (ValueError, RecursionError):
+            if events:
+                return events   # the bad event stays, for the next call to refuse
             raise OpenAIError(502, "the model's stream held an event that is not JSON", "upstream_error",
                               code="upstream_failed") from None
+        del buffer[:end + 2]
         if isinstance(event, dict):
             events.append(event)
