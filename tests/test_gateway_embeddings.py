@@ -27,6 +27,7 @@ def req(**body) -> e.EmbeddingsRequest:
 
 def test_a_string_or_a_list_of_strings_is_one_batch_for_the_model():
     assert e.generate_body(req(input="hi")) == {"text_input": ["hi"]}
+    assert req(input="hi", encoding_format=None).encoding_format == "float"   # OpenAI's null: its default
     assert e.generate_body(req(input=["a", "b"])) == {"text_input": ["a", "b"]}
 
 

@@ -45,6 +45,12 @@ def test_fields_of_the_wrong_json_type_are_refused_not_coerced():
             assert rig.upstream.seen == []   # none reached a replica
             # An integer is still a number.
             assert (await rig.call("POST", "/v1/chat/completions", body={**CHAT, "temperature": 1})).status == 200
+            # null is the default where OpenAI's API takes it so (its SDKs send it): it was a 400
+            for route, body in (("/v1/chat/completions", {**CHAT, "n": None, "stream": None}),
+                                ("/v1/completions", {"model": "ml/llama", "prompt": "x", "n": None, "stream": None}),
+                                ("/v1/responses", {"model": "ml/llama", "input": "hi", "stream": None})):
+                reply = await rig.call("POST", route, body=body)
+                assert reply.status == 200 and reply.headers["content-type"].startswith("application/json"), route
             for tools in (5, True, {"a": 1}):
                 reply = await rig.call("POST", "/v1/responses", body={"model": "ml/llama", "input": "hi", "tools": tools})
                 assert (reply.status, reply.error) == refused("tools: Input should be a valid list", "tools")

@@ -36,6 +36,11 @@ class EmbeddingsRequest(BaseModel):
     dimensions: int | None = Field(None, ge=1)
     user: str | None = Field(None, max_length=512)
 
+    @field_validator("encoding_format", mode="before")
+    @classmethod
+    def _null_is_float(cls, value: Any) -> Any:
+        return "float" if value is None else value   # OpenAI's API takes null as its default
+
     @field_validator("input", mode="before")
     @classmethod
     def _texts(cls, value: Any) -> Any:

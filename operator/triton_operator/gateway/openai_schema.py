@@ -15,8 +15,8 @@ import math
 import re
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import (BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator,
-                      model_validator)
+from pydantic import (BaseModel, ConfigDict, Field, StringConstraints, ValidationError, ValidationInfo,
+                      field_validator, model_validator)
 
 MAX_STOP_LENGTH = 256
 
@@ -194,6 +194,12 @@ class GenerationRequest(BaseModel):
     def top_logprobs_asked(self) -> int | None:
         """How many alternatives to report per token (None: no log probabilities)."""
         return None
+
+    @field_validator("n", "stream", mode="before")
+    @classmethod
+    def _null_is_default(cls, v: Any, info: ValidationInfo) -> Any:
+        # OpenAI's API takes null for these as their default (its SDKs send it)
+        return cls.model_fields[info.field_name].default if v is None else v  # type: ignore[index]
 
     @field_validator("stop")
     @classmethod

@@ -150,6 +150,8 @@ class ResponsesRequest(BaseModel):
             for i, tool in enumerate(tools):
                 if isinstance(tool, dict) and tool.get("type") != "function":
                     raise ValueError(f"tools.{i}: only function tools are served here, not {tool.get('type')!r}")
+        if isinstance(data, dict) and "stream" in data and data["stream"] is None:
+            data = {k: v for k, v in data.items() if k != "stream"}   # OpenAI's API takes null as false
         return data
 
     @model_validator(mode="after")
