@@ -115,6 +115,26 @@ def test_a_connect_request_is_refused_and_nothing_after_it_is_read(target):
     run(scenario)
 
 
+@pytest.mark.parametrize("coding", ["gzip, chunked", "deflate,chunked", "gzip, identity, Chunked"])
+def test_a_transfer_coding_other_than_chunked_is_refused(coding):
+    """aiohttp framed `Transfer-Encoding: gzip, chunked` as chunked and dropped the gzip: the
+    replica got the compressed bytes with nothing saying so (and /v2's
+    Inference-Header-Content-Length was checked against them). A coding the gateway does not
+    implement, before chunked, is a 501 (RFC 9112), before anything reaches a replica (chunked not
+    last, or an unknown coding alone, stays a 400: tests/test_gateway_smuggling.py)."""
+    async def scenario():
+        async with Rig() as rig:
+            reader, writer = await connect(rig.port)
+            writer.write(f"POST /v2/models/resnet/infer HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY_A}\r\n"
+                         f"Transfer-Encoding: {coding}\r\n\r\n2\r\n{{}}\r\n0\r\n\r\n".encode())
+            await writer.drain()
+            answer = await asyncio.wait_for(reader.read(), 5)
+            writer.close()
+            assert answer == guard.OTHER_CODING
+            assert rig.upstream.seen == []
+    run(scenario)
+
+
 def test_a_chunked_request_pipelined_behind_another_is_answered_too():
     """A chunked head makes the connection end after its request; the guard closed it when the
     first request pipelined before it finished, and the chunked one was never answered."""

@@ -91,6 +91,8 @@ OTHER_VERSION = _refusal("505 HTTP Version Not Supported", "the gateway speaks H
 NO_VERSION = _refusal("400 Bad Request", "malformed HTTP request: the request line names no HTTP version",
                       "bad_request")
 NO_TUNNELS = _refusal("501 Not Implemented", "the gateway does not open tunnels (CONNECT)", "not_implemented")
+OTHER_CODING = _refusal("501 Not Implemented", "the gateway takes no transfer coding but chunked",
+                        "unsupported_transfer_encoding")
 MALFORMED = _error("malformed HTTP request", "bad_request")
 
 TOO_LARGE = {   # a request line or header that aiohttp's parser refused for its size (RFC 6585, RFC 9110)
@@ -151,6 +153,19 @@ _EXPECT = re.compile(rb"^expect:[ \t]*(.*?)[ \t]*\r?\n", re.I | re.M)
 def without_unknown_expectations(head: bytes) -> bytes:
     """The head without its `Expect` lines whose value is not `100-continue` (see the module)."""
     return _EXPECT.sub(lambda line: line[0] if line[1].lower() == b"100-continue" else b"", head)
+
+
+def other_coding(head: bytes) -> bool:
+    """Whether the Transfer-Encoding names a coding before chunked (RFC 9112 6.1: 501, a coding the
+    gateway does not implement). aiohttp framed `gzip, chunked` as chunked and dropped the gzip:
+    the replica was sent the compressed bytes with nothing saying so. Chunked not last, several
+    lines, or an unknown coding alone: aiohttp's 400 (the body's length cannot be known)."""
+    codings = [value for name, value in _FRAMING.findall(head.replace(b"\r\n", b"\n"))
+               if name.lower() == b"transfer-encoding"]
+    if len(codings) != 1:
+        return False
+    listed = [c.strip().lower() for c in codings[0].split(b",")]
+    return len(listed) > 1 and listed[-1] == b"chunked"
 
 
 def body_length(head: bytes) -> int | None:
@@ -499,6 +514,10 @@ class Guard(asyncio.Protocol):
         if refusal is not None:
             self.limits.malformed.seen(self.address, refusal[1], 505 if refusal[0] is OTHER_VERSION else 400)
             self._refuse(*refusal)
+            return b""
+        if other_coding(head):
+            self.limits.malformed.seen(self.address, "transfer_coding", 501)
+            self._refuse(OTHER_CODING, "transfer_coding")
             return b""
         head = without_unknown_expectations(head)
         length = body_length(head)
