@@ -60,6 +60,8 @@ keys:
      "requestsPerMinute must be a positive finite number"),
     (f"keys: [{{name: a, key: {KEY_A}, namespaces: [ml], tokensPerMinute: .inf}}]",
      "tokensPerMinute must be a positive finite number"),
+    (f"keys: [{{name: a, key: {KEY_A}, namespaces: [ml], requestsPerMinute: {'9' * 401}}}]",
+     "requestsPerMinute must be a positive finite number"),   # every request overflowed the limiter
     (f"keys: [{{name: a, key: {KEY_A}, namespaces: [ml], typo: 1}}]", "unknown field(s) typo"),
     (f"keys: [{{name: a, key: {KEY_A}, namespaces: [ml]}}, {{name: b, key: {KEY_A}, namespaces: [x]}}]",
      "listed twice"),
@@ -276,6 +278,7 @@ def test_an_llm_stream_takes_finish_reason_and_usage_from_the_model():
     assert events[-2]["choices"][0]["finish_reason"] == "stop"
     assert events[-1] == {**events[-1], "choices": [], "usage": {"prompt_tokens": 42, "completion_tokens": 3,
                                                                  "total_tokens": 45}}
+    assert all(e["usage"] is None for e in events[:-1])   # as OpenAI: the others' usage is null
     s = t.Stream(t.Generate({}, True, 2, (), "m", chat=False, llm=True))   # usage only when asked
     events = _events(s.delta(A("a b", finish_reason="length", completion_tokens=2, prompt_tokens=1)) + s.end())
     assert events[-1]["choices"][0]["finish_reason"] == "length" and "usage" not in events[-1]

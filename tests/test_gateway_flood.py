@@ -690,14 +690,17 @@ def test_a_text_model_stream_cut_at_the_clients_stop_is_charged_what_the_replica
 
 
 def replica_writing(*chunks: bytes):
-    """A replica's stream of these raw chunks, as they are."""
+    """A replica's stream of these raw chunks, as they are, 20 ms apart (so that the gateway reads
+    them as they were cut)."""
     from aiohttp import web
 
     async def answer(request):
         await request.read()
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await out.prepare(request)
-        for chunk in chunks:
+        for i, chunk in enumerate(chunks):
+            if i:
+                await asyncio.sleep(0.02)
             await out.write(chunk)
         return out
     return answer
@@ -727,6 +730,10 @@ def test_a_text_models_stream_is_read_whatever_its_framing_and_split_characters(
                      "Hello world", []),
                     ((b'data: {"text_output": "Hello"}\r', b'\n\r\ndata: {"text_output": " world"}\r\r'),
                      "Hello world", []),
+                    # a CR ending a chunk, and the last event's blank line never sent
+                    ((b'data: {"text_output": "Hello"}\r\r', b'data: {"text_output": " world"}'), "Hello world", []),
+                    ((b'data: {"text_output": "Hello"}\r\n\r', b'\ndata: {"text_output": " world"}'),
+                     "Hello world", []),
                     ((b'data: {"text_output": "Hello"}\n\ndata: {"text_output": " world"}',), "Hello world", []),
                     ((b'data: {"text_output": "ok \xe4\xb8"}\n\n', b'data: {"text_output": "\xad!"}\n\n'),
                      "ok \ufffd\ufffd!", []),
@@ -748,6 +755,56 @@ def test_a_text_models_stream_is_read_whatever_its_framing_and_split_characters(
             done = json.loads(reply.body.rsplit(b"data: ", 1)[1])
             assert done["response"]["output"][0]["content"][0]["text"] == "Hello"
     from triton_operator.gateway import keys as k
+    run(scenario)
+
+
+def test_events_framed_by_cr_are_read_as_they_arrive():
+    """A CR ends a line at once: each CR-framed event waited for the next chunk (a second late,
+    with a second between events), and a LF after a CR that ended the last chunk ends nothing."""
+    from triton_operator.gateway import translate as t
+
+    events = t.EventBuffer(1 << 20)
+    assert events.feed(b'data: {"a": 1}\r\r') == [{"a": 1}]
+    assert events.feed(b'\ndata: {"a": 2}\r') == []
+    assert events.feed(b'\n\r\n') == [{"a": 2}]
+    assert events.feed(b'data: {"a": 3}\n') == [] and events.end() == [{"a": 3}] and events.size == 0
+
+
+def test_a_character_split_over_two_events_is_whole_in_gathered_answers_and_responses():
+    """n answers are gathered from the llm model's stream: a character it split over two events
+    (the two halves of a surrogate pair) was joined and then refused, a 502; it is the character.
+    A lone half in a Responses stream is U+FFFD (it was "?")."""
+    done = {"finish_reason": "stop", "prompt_tokens": 1, "completion_tokens": 1}
+    gathered = replica_writing(b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in (
+        {"text_output": "a\ud83d", "index": 0, "prompt_tokens": 1, "completion_tokens": 1},
+        {"text_output": "\ude00", "index": 0, **done}, {"text_output": "b", "index": 1, **done})))
+    lone = replica_writing(b'data: {"text_output": "x\\ud83d", "prompt_tokens": 1, "completion_tokens": 1, '
+                           b'"finish_reason": "stop"}\n\n')
+
+    async def scenario():
+        async with Rig() as rig:
+            rig.upstream.answer = gathered
+            reply = await rig.call("POST", "/v1/chat/completions", body={
+                "model": "ml/llama", "n": 2, "messages": [{"role": "user", "content": "x"}]})
+            assert reply.status == 200
+            assert [c["message"]["content"] for c in reply.json()["choices"]] == ["a\U0001F600", "b"]
+            rig.upstream.answer = lone
+            reply = await rig.call("POST", "/v1/responses", body={"model": "ml/llama", "input": "x", "stream": True})
+            assert reply.status == 200 and "x\ufffd".encode() in reply.body and b"x?" not in reply.body
+    run(scenario)
+
+
+def test_the_generate_stream_of_a_model_that_counts_nothing_passes_as_sent():
+    """/v2's generate_stream reads the events of an llm or text model, for their counts; another
+    model's stream passes untouched (a version that read them all cut a large event with an error
+    and put error events into streams that were not JSON)."""
+    async def scenario():
+        async with Rig() as rig:
+            sent = b"data: ping\n\n" + b"data: " + b"x" * 200_000 + b"\n\n" + b"data: {\"cut"
+            rig.upstream.answer = replica_writing(sent)
+            reply = await rig.call("POST", "/v2/models/resnet/generate_stream", body={"inputs": []},
+                                   headers={"X-Inference-Namespace": "ml"})
+            assert (reply.status, reply.body) == (200, sent)
     run(scenario)
 
 

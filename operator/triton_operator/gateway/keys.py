@@ -134,12 +134,20 @@ def _positive(entry: dict[str, Any], field_name: str, where: str, integer: bool 
     if value is None:
         return None
     kinds = (int,) if integer else (int, float)
-    # NaN compares false with everything (a `.nan` limit let every request through, as none), and
-    # `.inf` is no limit either: leave the field out for that.
-    if isinstance(value, bool) or not isinstance(value, kinds) or (
-            isinstance(value, float) and not math.isfinite(value)) or value <= 0:
+    # NaN compares false with everything (a `.nan` limit let every request through, as none);
+    # `.inf` is no limit either (leave the field out for that), nor an integer past a float's range.
+    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(_as_float(value)) or value <= 0:
         raise KeyFileError(f"{where}: {field_name} must be a positive {'integer' if integer else 'finite number'}")
     return value
+
+
+def _as_float(value: float | int) -> float:
+    """`value` as the float the limiters compute with; inf for an integer past a float's range (a
+    401-digit requestsPerMinute overflowed on every request)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
 
 
 MIN_KEY_LENGTH = 32

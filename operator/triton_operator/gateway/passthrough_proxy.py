@@ -245,13 +245,20 @@ class PassthroughProxy:
                         last[t.answer_index(event)] = event
             return sum(_text_bytes(event) for event in batch) if text_model else 0
 
+        parsed = svc.llm or text_model   # another model's stream passes as it is, never parsed
+
         try:
             while chunk := await read_chunk(resp, svc, s.upstream_idle_timeout_seconds):
                 held.set(base + events.size + len(chunk) + unsent(request))   # until the chunk is sent
-                streamed += count(events.feed(chunk))
+                if parsed:
+                    streamed += count(events.feed(chunk))
                 await ex.to_client(request, out.write(chunk))
                 held.set(base + events.size + unsent(request))
-            streamed += count(events.end())
+            if parsed:
+                try:
+                    streamed += count(events.end())
+                except oai.OpenAIError:
+                    pass   # a cut last event reached the client as the replica sent it: nothing more to count
         except (oai.OpenAIError, aiohttp.ClientError) as e:
             ended = e if isinstance(e, oai.OpenAIError) else None
             code = e.code if isinstance(e, oai.OpenAIError) else "upstream_failed"

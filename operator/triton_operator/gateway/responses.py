@@ -330,8 +330,8 @@ class ResponseStream:
     def _event(self, kind: str, **payload: Any) -> bytes:
         data = {"type": kind, "sequence_number": self._seq, **payload}
         self._seq += 1
-        return (f"event: {kind}\ndata: ".encode() + json.dumps(data, separators=(",", ":"), ensure_ascii=False)
-                .encode("utf-8", "replace") + b"\n\n")
+        return f"event: {kind}\ndata: ".encode() + t.utf8(json.dumps(data, separators=(",", ":"),
+                                                                   ensure_ascii=False)) + b"\n\n"
 
     def _snapshot(self, status: str, output: list[dict[str, Any]], incomplete: dict[str, Any] | None = None,
                   usage: dict[str, Any] | None = None) -> dict[str, Any]:

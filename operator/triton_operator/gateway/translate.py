@@ -192,15 +192,17 @@ def to_generate(req: GenerationRequest, default_max_tokens: int, llm: bool, prom
 
 def encode(payload: Any, request: bool = True) -> bytes:
     """JSON as sent to a replica (`request`) or a client: compact, UTF-8. Text with a lone UTF-16
-    surrogate (JSON can escape one, UTF-8 cannot carry it) is a 400 in a request, a 502 in an answer."""
+    surrogate (JSON can escape one, UTF-8 cannot carry it) is a 400 in a request; in an answer it
+    is U+FFFD, as in a stream (and a pair a replica split over two events, gathered, is its
+    character: it was a 502)."""
+    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+    if not request:
+        return utf8(text)
     try:
-        return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+        return text.encode()
     except UnicodeEncodeError:
-        if request:
-            raise OpenAIError(400, "the request holds text that is not valid Unicode (a lone surrogate escape)",
-                              code="invalid_text") from None
-        raise OpenAIError(502, "the model's answer holds text that is not valid Unicode", "upstream_error",
-                          code="upstream_failed") from None
+        raise OpenAIError(400, "the request holds text that is not valid Unicode (a lone surrogate escape)",
+                          code="invalid_text") from None
 
 
 @dataclass
@@ -541,6 +543,8 @@ class Stream:
         self._choices[index].offset += len(content or "")
         payload = {"id": self.id, "object": self.object, "created": self.created, "model": self.gen.model,
                    "choices": [choice]}
+        if self.gen.include_usage:
+            payload["usage"] = None   # as OpenAI sends it: every chunk but the last has a usage of null
         return _event(payload)
 
     def _start(self) -> bytes:
@@ -652,19 +656,25 @@ class EventBuffer:
     def __init__(self, cap: int):
         self.cap = cap
         self.buffer = bytearray()
+        self._after_cr = False   # the last chunk ended in CR: a LF beginning the next ends no line
 
     @property
     def size(self) -> int:
         return len(self.buffer)
 
     def feed(self, chunk: bytes) -> list[dict[str, Any]]:
-        self.buffer += chunk
+        if self._after_cr and chunk[:1] == b"\n":
+            chunk = chunk[1:]
         if b"\r" in chunk:
-            # a CR that ends the buffer may begin a CRLF: it waits for the next chunk
-            tail = self.buffer.endswith(b"\r")
-            self.buffer = bytearray(bytes(self.buffer[:-1] if tail else self.buffer)
-                                    .replace(b"\r\n", b"\n").replace(b"\r", b"\n")) + (b"\r" if tail else b"")
-        events = sse_events(self.buffer)
+            # a CR ends its line at once (a CR-framed event waited for the next chunk), and only
+            # the new chunk is rewritten, never what the buffer holds
+            self._after_cr = chunk.endswith(b"\r")
+            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        else:
+            self._after_cr = False
+        start = max(0, len(self.buffer) - 1)   # a blank line may begin at the buffer's last byte
+        self.buffer += chunk
+        events = sse_events(self.buffer, start)
         if len(self.buffer) > self.cap:
             raise OpenAIError(502, f"the model's stream held an event larger than the gateway takes ({self.cap} "
                                    f"bytes)", "upstream_error", code="upstream_answer_too_large")
@@ -674,8 +684,6 @@ class EventBuffer:
         """The events left when the stream has ended: a last event whose closing blank line never
         came is read as one (dropped, a text model's answer lost its last words with no error),
         and one that cannot be read is a 502, as any other."""
-        if self.buffer.endswith(b"\r"):
-            self.buffer[-1:] = b"\n"
         if not self.buffer.strip():
             return []
         whole = b"\n\n" in self.buffer   # an unreadable event left whole for this call to refuse
@@ -691,12 +699,14 @@ class EventBuffer:
             self.buffer.clear()
 
 
-def sse_events(buffer: bytearray) -> list[dict[str, Any]]:
-    """Complete `data:` events parsed out of `buffer` (consumed from it); the rest stays. An event
-    that is not JSON is a 502, once the events before it are out (they were answered)."""
+def sse_events(buffer: bytearray, start: int = 0) -> list[dict[str, Any]]:
+    """Complete `data:` events parsed out of `buffer` (consumed from it; no blank line ends before
+    `start`); the rest stays. An event that is not JSON is a 502, once the events before it are out
+    (they were answered)."""
     events: list[dict[str, Any]] = []
     while True:
-        end = buffer.find(b"\n\n")
+        end = buffer.find(b"\n\n", start)
+        start = 0
         if end < 0:
             return events
         block = bytes(buffer[:end])
