@@ -60,6 +60,11 @@ def test_a_replica_that_stalls_mid_stream_ends_the_answer_at_the_idle_timeout():
             assert got[0] == {"text_output": "he"}
             assert got[-1] == {"error": {"message": "the replica's stream broke", "code": "upstream_stalled"}}
             assert m.UPSTREAM_STALLED.labels("ml", "llama")._value.get() == before + 2
+            # stalled inside an event: the error comes after a blank line, not glued to the open line
+            rig.upstream.answer = stalls_after(b'data: {"text_output": "he"}\n\ndata: {"text_out')
+            reply = await rig.call("POST", "/v2/models/llama/generate_stream", body={"text_input": "x"}, headers=NS)
+            assert reply.body.endswith(b'data: {"text_out\n\ndata: {"error":{"message":"the replica\'s stream broke",'
+                                       b'"code":"upstream_stalled"}}\n\n')
             assert rig.gw.bodies.used == 0 and rig.gw.in_flight.by_key == {}
     run(scenario)
 

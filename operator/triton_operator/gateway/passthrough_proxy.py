@@ -246,6 +246,7 @@ class PassthroughProxy:
             return sum(_text_bytes(event) for event in batch) if text_model else 0
 
         parsed = svc.llm or text_model   # another model's stream passes as it is, never parsed
+        tail = b""                       # how the last chunk sent ended
 
         try:
             while chunk := await read_chunk(resp, svc, s.upstream_idle_timeout_seconds):
@@ -253,6 +254,7 @@ class PassthroughProxy:
                 if parsed:
                     streamed += count(events.feed(chunk))
                 await ex.to_client(request, out.write(chunk))
+                tail = chunk[-4:]
                 held.set(base + events.size + unsent(request))
             if parsed:
                 try:
@@ -262,8 +264,10 @@ class PassthroughProxy:
         except (oai.OpenAIError, aiohttp.ClientError) as e:
             ended = e if isinstance(e, oai.OpenAIError) else None
             code = e.code if isinstance(e, oai.OpenAIError) else "upstream_failed"
+            # after an event cut short, a blank line first: glued to its open line the error was unreadable
+            cut = b"" if not tail or tail.endswith((b"\n\n", b"\r\n\r\n", b"\r\r")) else b"\n\n"
             await ex.to_client(request, out.write(
-                b"data: " + t.encode({"error": {"message": "the replica's stream broke", "code": code}}) + b"\n\n"))
+                cut + b"data: " + t.encode({"error": {"message": "the replica's stream broke", "code": code}}) + b"\n\n"))
         finally:
             if text_model:
                 self.auth.spend_estimate(caller, svc, streamed)
