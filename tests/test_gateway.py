@@ -306,9 +306,9 @@ def test_model_errors_pass_on_only_the_llm_models_own_words():
 
 def test_sse_parsing_keeps_partial_events():
     buf = bytearray(b'data: {"text_output": " a"}\n\ndata: {"text_')
-    assert t.sse_events(buf) == [{"text_output": " a"}]
+    assert t.sse_events(buf) == ([{"text_output": " a"}], False)
     buf += b'output": " b"}\n\n'
-    assert t.sse_events(buf) == [{"text_output": " b"}] and not buf
+    assert t.sse_events(buf) == ([{"text_output": " b"}], False) and not buf
     with pytest.raises(oai.OpenAIError) as e:
         t.answer_of({"error": "boom"})
     assert e.value.status == 502

@@ -768,6 +768,25 @@ def test_events_framed_by_cr_are_read_as_they_arrive():
     assert events.feed(b'\ndata: {"a": 2}\r') == []
     assert events.feed(b'\n\r\n') == [{"a": 2}]
     assert events.feed(b'data: {"a": 3}\n') == [] and events.end() == [{"a": 3}] and events.size == 0
+    # an empty read between a CR and its LF changes nothing
+    events = t.EventBuffer(1 << 20)
+    assert events.feed(b'data: {"a":\r') == [] and events.feed(b"") == []
+    assert events.feed(b'\ndata: 1}\r\n\r\n') == [{"a": 1}]
+
+
+def test_an_unreadable_event_after_good_ones_is_refused_at_the_next_read():
+    """The events before an unreadable one are answered, and the next read refuses it, whatever
+    comes after it (the search for the next blank line began past it: the next chunk's partial
+    event waited, and `data: {"x":` then `data: 1}` was read as one event)."""
+    from triton_operator.gateway import openai_schema as oai
+    from triton_operator.gateway import translate as t
+
+    for after in (b'data: {"x":', b'data: 1}\n\n', b""):
+        events = t.EventBuffer(1 << 20)
+        assert events.feed(b'data: {"a": 1}\n\ndata: {"x":\n\n') == [{"a": 1}]
+        with pytest.raises(oai.OpenAIError) as e:
+            events.feed(after) if after else events.end(cut_ok=True)
+        assert e.value.message == "the model's stream held an event that is not JSON"
 
 
 def test_a_character_split_over_two_events_is_whole_in_gathered_answers_and_responses():
@@ -791,6 +810,15 @@ def test_a_character_split_over_two_events_is_whole_in_gathered_answers_and_resp
             rig.upstream.answer = lone
             reply = await rig.call("POST", "/v1/responses", body={"model": "ml/llama", "input": "x", "stream": True})
             assert reply.status == 200 and "x\ufffd".encode() in reply.body and b"x?" not in reply.body
+            # a pair split over two events: the deltas and the done events tell the same text
+            rig.upstream.answer = replica_writing(b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in (
+                {"text_output": "a\ud83d", "prompt_tokens": 1, "completion_tokens": 1},
+                {"text_output": "\ude00b", **done})))
+            reply = await rig.call("POST", "/v1/responses", body={"model": "ml/llama", "input": "x", "stream": True})
+            sent = [json.loads(line[6:]) for line in reply.body.split(b"\n") if line.startswith(b"data: ")]
+            deltas = "".join(e["delta"] for e in sent if e["type"] == "response.output_text.delta")
+            (done_text,) = [e["text"] for e in sent if e["type"] == "response.output_text.done"]
+            assert deltas == done_text == "a\ufffd\ufffdb"
     run(scenario)
 
 
@@ -805,6 +833,13 @@ def test_the_generate_stream_of_a_model_that_counts_nothing_passes_as_sent():
             reply = await rig.call("POST", "/v2/models/resnet/generate_stream", body={"inputs": []},
                                    headers={"X-Inference-Namespace": "ml"})
             assert (reply.status, reply.body) == (200, sent)
+            # an llm model's stream is read for its counts: an unreadable last event ends it with an
+            # error event, as one in the middle does; one cut short passes as it was sent
+            for last, error in ((b'data: <html>\n\n', True), (b'data: {"text_out', False)):
+                rig.upstream.answer = replica_writing(b'data: {"text_output": "a"}\n\n' + last)
+                reply = await rig.call("POST", "/v2/models/llama/generate_stream", body={"text_input": "x"},
+                                       headers={"X-Inference-Namespace": "ml"})
+                assert reply.status == 200 and (b'"error"' in reply.body) == error, last
     run(scenario)
 
 

@@ -135,6 +135,26 @@ def test_a_transfer_coding_other_than_chunked_is_refused(coding):
     run(scenario)
 
 
+@pytest.mark.parametrize("line, status", [
+    ("Transfer-Encoding: , chunked", 200),                        # an empty element counts for nothing
+    ("Transfer-Encoding: chunked, chunked", 400),                 # chunked twice
+    ("Transfer-Encoding : gzip, chunked", 400),                   # a space before the colon
+    ("Transfer-Encoding: gzip, chunked\r\nContent-Length: 5", 400),  # both framings
+])
+def test_framings_aiohttp_judges_are_left_to_it(line, status):
+    async def scenario():
+        async with Rig() as rig:
+            reader, writer = await connect(rig.port)
+            writer.write(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY_A}\r\n"
+                         f"Content-Type: application/json\r\n{line}\r\n\r\n".encode()
+                         + b'35\r\n{"model": "ml/llama", "prompt": "x", "max_tokens": 1}\r\n0\r\n\r\n')
+            await writer.drain()
+            reply = await asyncio.wait_for(read_reply(reader), 5)
+            writer.close()
+            assert reply.status == status
+    run(scenario)
+
+
 def test_a_chunked_request_pipelined_behind_another_is_answered_too():
     """A chunked head makes the connection end after its request; the guard closed it when the
     first request pipelined before it finished, and the chunked one was never answered."""

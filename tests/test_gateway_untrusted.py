@@ -82,7 +82,8 @@ def test_responses_errors_name_the_fields_the_client_sent():
 def test_nan_and_infinity_are_refused():
     """Also a number past a double's range, which Python reads as infinity: it was sent on to the
     model and echoed back in a Response as `Infinity`, which no strict JSON parser reads; and an
-    integer past it, which the generate routes passed on to a replica that reads doubles."""
+    integer past it in a generate request's settings, which was passed on to a replica that reads
+    doubles."""
     async def scenario():
         async with Rig() as rig:
             expected = refused("the request body is not valid JSON: NaN, Infinity and numbers past a double's "
@@ -98,12 +99,16 @@ def test_nan_and_infinity_are_refused():
                 ("/v1/chat/completions", b'{"model":"ml/llama","messages":[{"role":"user","content":"hi"}],'
                                          b'"temperature":-1.5e309}'),
                 ("/v2/models/llama/generate", b'{"text_input":"x","parameters":{"max_tokens":5,"a":1e999}}'),
-                # an integer past a double's range too: the generate routes passed 4,000 digits on
-                ("/v2/models/llama/generate", b'{"text_input":"x","temperature":' + b"9" * 4000 + b"}"),
-                ("/v2/models/llama/generate_stream", b'{"text_input":"x","seed":-' + b"1" * 400 + b"}"),
             ]:
                 reply = await rig.call("POST", route, body=raw, headers={"X-Inference-Namespace": "ml"})
                 assert (reply.status, reply.error) == expected, route
+            # an integer past a double's range in a generate request's settings too (4,000 digits were passed on)
+            for route, raw, name in (
+                    ("/v2/models/llama/generate", b'{"text_input":"x","temperature":' + b"9" * 4000 + b"}", "temperature"),
+                    ("/v2/models/llama/generate_stream", b'{"text_input":"x","parameters":{"seed":-' + b"1" * 400
+                     + b"}}", "parameters.seed")):
+                reply = await rig.call("POST", route, body=raw, headers={"X-Inference-Namespace": "ml"})
+                assert (reply.status, reply.error) == refused(f"{name}: a number past a double's range", name), route
             assert rig.upstream.seen == []
             # within range, large and small numbers are read as they are
             reply = await rig.call("POST", "/v1/chat/completions",

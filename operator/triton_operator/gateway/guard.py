@@ -130,6 +130,7 @@ MALFORMED_LOG_SECONDS = 10.0
 LINGER_SECONDS = 1.0        # a refused connection drops what it still receives this long, then closes
 HEAD_END = re.compile(rb"\r?\n\r?\n")   # the blank line that ends a head (bare LF too: aiohttp refuses it)
 _FRAMING = re.compile(rb"^(content-length|transfer-encoding)[ \t]*:[ \t]*(.*?)[ \t]*$", re.I | re.M)
+_CODINGS = re.compile(rb"^transfer-encoding:[ \t]*(.*?)[ \t]*$", re.I | re.M)
 
 
 _REQUEST_LINE = re.compile(rb"^[^ \r\n]+ [^ \r\n]+ (HTTP/\d\.\d)$")
@@ -160,12 +161,12 @@ def other_coding(head: bytes) -> bool:
     gateway does not implement). aiohttp framed `gzip, chunked` as chunked and dropped the gzip:
     the replica was sent the compressed bytes with nothing saying so. Chunked not last, several
     lines, or an unknown coding alone: aiohttp's 400 (the body's length cannot be known)."""
-    codings = [value for name, value in _FRAMING.findall(head.replace(b"\r\n", b"\n"))
-               if name.lower() == b"transfer-encoding"]
-    if len(codings) != 1:
-        return False
-    listed = [c.strip().lower() for c in codings[0].split(b",")]
-    return len(listed) > 1 and listed[-1] == b"chunked"
+    lines = head.replace(b"\r\n", b"\n")
+    codings = _CODINGS.findall(lines)
+    if len(codings) != 1 or any(name.lower() != b"transfer-encoding" for name, _ in _FRAMING.findall(lines)):
+        return False   # several lines, a Content-Length beside it, a space before the colon: aiohttp's 400
+    listed = [c for c in (c.strip().lower() for c in codings[0].split(b",")) if c]   # empty elements count for nothing
+    return len(listed) > 1 and listed[-1] == b"chunked" and b"chunked" not in listed[:-1]
 
 
 def body_length(head: bytes) -> int | None:

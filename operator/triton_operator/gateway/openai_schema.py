@@ -387,18 +387,6 @@ def _finite(text: str) -> float:
     return value
 
 
-def _integer(text: str) -> int:
-    """A JSON integer, refused past a double's range as `_finite` refuses 1e400: a replica's JSON
-    reader (Triton's) takes numbers as doubles, and the generate routes pass fields on as sent."""
-    value = int(text)
-    if len(text) > 308:
-        try:
-            float(value)
-        except OverflowError:
-            raise _NotANumber(text) from None
-    return value
-
-
 def parse_json(raw: bytes | bytearray, checked: bool = False) -> Any:
     """A request body's JSON, within check_structure's bounds (`checked`: already looked at); a 400
     for anything else. The body must be UTF-8 (RFC 8259; a UTF-8 byte order mark is ignored):
@@ -407,8 +395,7 @@ def parse_json(raw: bytes | bytearray, checked: bool = False) -> Any:
     if not checked:
         check_structure(raw)
     try:
-        return json.loads(raw.decode("utf-8-sig"), parse_constant=_not_a_number, parse_float=_finite,
-                          parse_int=_integer)
+        return json.loads(raw.decode("utf-8-sig"), parse_constant=_not_a_number, parse_float=_finite)
     except _NotANumber:
         raise OpenAIError(400, "the request body is not valid JSON: NaN, Infinity and numbers past a double's "
                                "range are not JSON numbers") from None

@@ -112,6 +112,15 @@ class PassthroughProxy:
                 m.REJECTED.labels("bad_request").inc()
                 raise oai.OpenAIError(400, "parameters must be a JSON object", param="parameters")
             scopes.append((data["parameters"], "parameters."))
+        for scope, prefix in scopes:
+            # An integer past a double's range, refused as 1e400 is (parse_json): the replica's JSON
+            # reader takes numbers as doubles, and a 4,000-digit temperature or seed was passed on.
+            # The settings only: a token-id list is the model's input (a parse hook on every integer
+            # tripled the parse of a 1 MiB list, on the event loop).
+            for name, value in scope.items():
+                if isinstance(value, int) and value.bit_length() > 1024:
+                    m.REJECTED.labels("bad_request").inc()
+                    raise oai.OpenAIError(400, f"{prefix}{name}: a number past a double's range", param=prefix + name)
         reserved = sorted(prefix + name for scope, prefix in scopes for name in ROUTER_INPUTS & scope.keys())
         if reserved:
             # The router's own inputs (kvEvents routing) and the cache scope: a client that set them
@@ -257,10 +266,8 @@ class PassthroughProxy:
                 tail = chunk[-4:]
                 held.set(base + events.size + unsent(request))
             if parsed:
-                try:
-                    streamed += count(events.end())
-                except oai.OpenAIError:
-                    pass   # a cut last event reached the client as the replica sent it: nothing more to count
+                # a cut last event reached the client as the replica sent it: nothing more to count
+                streamed += count(events.end(cut_ok=True))
         except (oai.OpenAIError, aiohttp.ClientError) as e:
             ended = e if isinstance(e, oai.OpenAIError) else None
             code = e.code if isinstance(e, oai.OpenAIError) else "upstream_failed"

@@ -382,11 +382,14 @@ class ResponseStream:
         self.prompt_tokens = answer.prompt_tokens if answer.prompt_tokens is not None else self.prompt_tokens
         if answer.text:
             out += self._open_message()
-            self._pieces.append(answer.text)
-            self.retained += _held(answer.text)
-            self._generated += t.utf8_len(answer.text)
+            # as its delta shows it: half a character (a pair split over two events) is U+FFFD in
+            # the text the done events repeat too, never the character there and two U+FFFD here
+            text = t.scrub(answer.text)
+            self._pieces.append(text)
+            self.retained += _held(text)
+            self._generated += t.utf8_len(text)
             out += self._event("response.output_text.delta", item_id=self._message_id,
-                               output_index=len(self._output), content_index=0, delta=answer.text, logprobs=[])
+                               output_index=len(self._output), content_index=0, delta=text, logprobs=[])
         if answer.tool_calls:
             out += self._close_message()
             for call in t.tool_calls(answer.tool_calls):

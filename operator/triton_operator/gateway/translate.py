@@ -631,6 +631,15 @@ def utf8(text: str) -> bytes:
         return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode("utf-8")
 
 
+def scrub(text: str) -> str:
+    """`text` with each lone surrogate (half a character) as U+FFFD: what utf8() writes of it."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 def utf8_len(text: str) -> int:
     """Bytes of `text` in UTF-8: what a text model's answer is charged by (four to a token)."""
     return len(text) if text.isascii() else len(utf8(text))
@@ -657,12 +666,15 @@ class EventBuffer:
         self.cap = cap
         self.buffer = bytearray()
         self._after_cr = False   # the last chunk ended in CR: a LF beginning the next ends no line
+        self._bad = False        # an unreadable event waits at the buffer's start, for the next call to refuse
 
     @property
     def size(self) -> int:
         return len(self.buffer)
 
     def feed(self, chunk: bytes) -> list[dict[str, Any]]:
+        if not chunk:
+            return []
         if self._after_cr and chunk[:1] == b"\n":
             chunk = chunk[1:]
         if b"\r" in chunk:
@@ -672,43 +684,48 @@ class EventBuffer:
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         else:
             self._after_cr = False
-        start = max(0, len(self.buffer) - 1)   # a blank line may begin at the buffer's last byte
+        # a blank line may begin at the buffer's last byte; an unreadable event left whole is first
+        start = 0 if self._bad else max(0, len(self.buffer) - 1)
         self.buffer += chunk
-        events = sse_events(self.buffer, start)
+        events, self._bad = sse_events(self.buffer, start)
         if len(self.buffer) > self.cap:
             raise OpenAIError(502, f"the model's stream held an event larger than the gateway takes ({self.cap} "
                                    f"bytes)", "upstream_error", code="upstream_answer_too_large")
         return events
 
-    def end(self) -> list[dict[str, Any]]:
+    def end(self, cut_ok: bool = False) -> list[dict[str, Any]]:
         """The events left when the stream has ended: a last event whose closing blank line never
         came is read as one (dropped, a text model's answer lost its last words with no error),
-        and one that cannot be read is a 502, as any other."""
+        and one that cannot be read is a 502, as any other; one cut short, unreadable, is dropped
+        when `cut_ok` (what passes to the client as sent needs no more than its counts)."""
+        whole = self._bad
+        self._after_cr = self._bad = False
         if not self.buffer.strip():
             return []
-        whole = b"\n\n" in self.buffer   # an unreadable event left whole for this call to refuse
         self.buffer += b"\n\n"
         try:
-            return sse_events(self.buffer)
+            return sse_events(self.buffer)[0]
         except OpenAIError:
             if whole:
                 raise
+            if cut_ok:
+                return []
             raise OpenAIError(502, "the replica's stream ended inside an event", "upstream_error",
                               code="upstream_failed") from None
         finally:
             self.buffer.clear()
 
 
-def sse_events(buffer: bytearray, start: int = 0) -> list[dict[str, Any]]:
+def sse_events(buffer: bytearray, start: int = 0) -> tuple[list[dict[str, Any]], bool]:
     """Complete `data:` events parsed out of `buffer` (consumed from it; no blank line ends before
     `start`); the rest stays. An event that is not JSON is a 502, once the events before it are out
-    (they were answered)."""
+    (they were answered): then it is left first in the buffer, and True says so."""
     events: list[dict[str, Any]] = []
     while True:
         end = buffer.find(b"\n\n", start)
         start = 0
         if end < 0:
-            return events
+            return events, False
         block = bytes(buffer[:end])
         data = b"\n".join(line[5:].lstrip(b" ") for line in block.split(b"\n") if line.startswith(b"data:"))
         if not data:
@@ -720,7 +737,7 @@ def sse_events(buffer: bytearray, start: int = 0) -> list[dict[str, Any]]:
             event = json.loads(data.decode("utf-8", "replace"))
         except (ValueError, RecursionError):
             if events:
-                return events   # the bad event stays, for the next call to refuse
+                return events, True   # the bad event stays, for the next call to refuse
             raise OpenAIError(502, "the model's stream held an event that is not JSON", "upstream_error",
                               code="upstream_failed") from None
         del buffer[:end + 2]
