@@ -188,16 +188,14 @@ def test_held_bytes_are_bounded_per_key_and_in_all():
             reply = await rig.call("POST", "/v1/chat/completions", body=big)
             assert (reply.status, reply.error["code"]) == (429, "too_many_bytes_in_flight")
             generate = json.dumps({"text_input": "x" * (mib - 200), "max_tokens": 16}).encode()
-            # held as the replica is sent it: re-encoded, with key b's cache scope
-            sent = json.dumps({"text_input": "x" * (mib - 200), "max_tokens": 16, "cache_salt": cache_scope("b")},
-                              separators=(",", ":")).encode()
             held += [asyncio.create_task(rig.call("POST", "/v2/models/llama/generate", key=KEY_B, body=generate,
                                                   headers={"X-Inference-Namespace": "ml"})) for _ in range(2)]
             for _ in range(500):
                 if rig.gw.holds.count == 4:
                     break
                 await asyncio.sleep(0.01)
-            assert rig.gw.bodies.used == 2 * len(big) + 2 * len(sent)
+            # held as they came (capped and re-encoded once a replica is there, as they will be sent)
+            assert rig.gw.bodies.used == 2 * len(big) + 2 * len(generate)
             # b is within its share (2 of 2.4 MiB) but the gateway's 4 MiB are taken
             reply = await rig.call("POST", "/v1/completions", key=KEY_B, body={"model": "ml/llama", "prompt": "x" * 1000})
             assert (reply.status, reply.error["code"], reply.headers["retry-after"]) == (503, "gateway_busy", "1")
@@ -297,6 +295,30 @@ def _pki(tmp_path, name: str) -> tuple[str, str, str]:
     openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
             "-out", "server.pem", "-days", "2", "-extfile", "san.ext")
     return str(tmp_path / "ca.pem"), str(tmp_path / "server.pem"), str(tmp_path / "server.key")
+
+
+def test_a_request_tries_every_replica_that_refuses_at_once():
+    """Replicas that refuse the connection (their node gone) cost nothing to try: three of them
+    used up a request's three attempts, and it was answered 503 with a healthy fourth untried."""
+    import socket
+
+    async def scenario():
+        async with Rig() as rig:
+            slices = [slice_for("llama", rig.upstream.port)]
+            for i in range(3):   # closed ports, after the healthy one in the replicas' order
+                sock = socket.socket()
+                sock.bind((f"127.0.0.{i + 2}", 0))
+                host, port = sock.getsockname()
+                sock.close()
+                dead = slice_for("llama", port, address=host)
+                dead["metadata"] = {**dead["metadata"], "name": f"llama-d{i}"}
+                slices.append(dead)
+            rig.gw.router.set_service(isvc("llama", routing={"policy": "leastInFlight"}))
+            rig.gw.router.replace_slices(slices)
+            replies = [await rig.call("POST", "/v1/completions", body={"model": "ml/llama", "prompt": "x"})
+                       for _ in range(2)]
+            assert [r.status for r in replies] == [200, 200] and len(rig.gw.router.ejected) == 3
+    run(scenario)
 
 
 def test_tls_to_the_replicas_is_verified_against_the_services_name(tmp_path):

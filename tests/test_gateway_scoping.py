@@ -389,6 +389,123 @@ def test_a_request_held_while_its_key_is_revoked_or_narrowed_never_reaches_the_m
     run(scenario)
 
 
+def test_a_client_that_leaves_while_the_gateway_connects_to_a_replica_costs_nothing():
+    """A request counted as sent to a replica before its connection was made: a client that left
+    while the gateway was still connecting (a node that is down drops connection attempts for the
+    connect timeout) was charged its whole reservation for a request no replica saw. Sent is when
+    its head goes out."""
+    import socket
+
+    stuck = socket.socket()
+    stuck.bind(("127.0.0.2", 0))
+    stuck.listen(0)
+    fillers = []
+    for _ in range(4):   # its accept queue full: the kernel drops further connection attempts
+        f = socket.socket()
+        f.setblocking(False)
+        f.connect_ex(stuck.getsockname())
+        fillers.append(f)
+
+    async def scenario():
+        async with Rig(upstream_connect_timeout_seconds=3) as rig:
+            rig.gw.auth.grants = k.parse(f"keys: [{{name: t, key: {KEY_A}, namespaces: [ml], "
+                                         f"tokensPerMinute: 100000}}]", "k")
+            rig.gw.auth.clock = lambda: 1000.0   # nothing refills
+            rig.gw.router.replace_slices([slice_for("llama", stuck.getsockname()[1], address="127.0.0.2")])
+            task = asyncio.create_task(rig.call("POST", "/v1/completions", headers=NS, body={
+                "model": "ml/llama", "prompt": "x", "max_tokens": 1000}))
+            await asyncio.sleep(0.5)   # connecting
+            assert rig.gw.in_flight.by_key
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await settle(lambda: not rig.gw.in_flight.by_key)
+            levels = [level for level, _ in rig.gw.auth.token_limiter.buckets.values()]
+            assert levels == [] or levels[0] == 100000
+    try:
+        run(scenario)
+    finally:
+        stuck.close()
+        for f in fillers:
+            f.close()
+
+
+COLD = {"autoscaling": {"minReplicas": 0, "maxReplicas": 1}}
+
+
+@pytest.mark.parametrize("route, body", [("/v1/completions", {"model": "ml/cold", "prompt": "x", "max_tokens": 5000}),
+                                         ("/v2/models/cold/generate", {"text_input": "x", "max_tokens": 5000})])
+@pytest.mark.parametrize("change, answer", [
+    ("openai off", (404, "model_not_found")), ("embeddings", (400, "wrong_model_task")),
+    ("maxTokens 100", (400, "max_tokens_too_large")), ("tokensPerMinute 100", (200, None))])
+def test_a_request_held_while_its_service_or_key_changes_is_judged_as_a_new_one(route, body, change, answer):
+    """A held request went to the model under its service's and key's settings from before the
+    hold: the OpenAI routes turned off, its model made an embedding model, the key's maxTokens
+    lowered to 100 (5,000 went out) or its tokensPerMinute set (the request was never charged). It
+    is judged again when a replica comes, as a new request would be (on /v2 as /v2 judges: the
+    OpenAI switch is the OpenAI routes' own, and an embedding model's generate route is not served)."""
+    v2 = route.startswith("/v2")
+    if v2 and change == "openai off":
+        answer = (200, None)
+    if v2 and change == "embeddings":
+        answer = (404, "route_not_allowed")
+
+    async def scenario():
+        async with Rig() as rig:
+            rig.gw.auth.clock = lambda: 1000.0   # nothing refills
+
+            async def counted(request):   # the llm model's answer, with its counts
+                await request.read()
+                return web.json_response({"text_output": "hello", "finish_reason": "length", "prompt_tokens": 1,
+                                          "completion_tokens": 50})
+
+            rig.upstream.answer = counted
+            grant = "keys: [{name: a, key: %s, namespaces: [ml]%s}]"
+            rig.gw.auth.grants = k.parse(grant % (KEY_A, ""), "k")
+            rig.gw.watches._service_event("ADDED", isvc("cold", **COLD))
+            task = asyncio.create_task(rig.call("POST", route, body=body, headers=NS))
+            await settle(lambda: rig.gw.holds.count == 1)
+            if change == "openai off":
+                rig.gw.watches._service_event("MODIFIED", isvc("cold", openai={"enabled": False}, **COLD))
+            elif change == "embeddings":
+                rig.gw.watches._service_event("MODIFIED", isvc("cold", fmt="python", openai={"task": "embeddings"},
+                                                               **COLD))
+            else:
+                rig.gw.auth.grants = k.parse(grant % (KEY_A, ", " + change.replace(" ", ": ")), "k")
+                rig.gw.auth.keys_changed()
+            rig.gw.watches._slice_event("ADDED", slice_for("cold", rig.upstream.port))
+            reply = await asyncio.wait_for(task, 5)
+            assert (reply.status, reply.error["code"] if reply.status != 200 else None) == answer
+            assert len(rig.upstream.seen) == (answer[0] == 200)
+            if change == "tokensPerMinute 100":   # charged under the limit it has now
+                (level, _), = rig.gw.auth.token_limiter.buckets.values()
+                assert level == 100 - 51
+    run(scenario)
+
+
+def test_a_request_waits_one_hold_timeout_whatever_its_waits():
+    """A request waits for a replica, then for its model's chat template, then again to be sent:
+    each wait began its own hold timeout, and a hold of 1 s answered its 503 after 1.8 s."""
+    async def scenario():
+        async with Rig(hold_timeout_seconds=1.0) as rig:
+            rig.gw.watches._service_event("ADDED", isvc("cold", fmt="python", openai={"enabled": True}, **COLD))
+
+            async def gone(request):   # the replica's config is asked for, and the replica goes
+                rig.gw.watches._slice_event("DELETED", slice_for("cold", rig.upstream.port))
+                await asyncio.sleep(0.05)
+                return web.json_response({"parameters": {}})
+
+            rig.upstream.answer = gone
+            started = asyncio.get_running_loop().time()
+            task = asyncio.create_task(rig.call("POST", "/v1/chat/completions", headers=NS, body={
+                "model": "ml/cold", "messages": [{"role": "user", "content": "x"}]}))
+            await asyncio.sleep(0.8)
+            rig.gw.watches._slice_event("ADDED", slice_for("cold", rig.upstream.port))
+            reply = await asyncio.wait_for(task, 5)
+            took = asyncio.get_running_loop().time() - started
+            assert (reply.status, reply.error["code"]) == (503, "model_starting") and took < 1.4, took
+    run(scenario)
+
+
 @pytest.mark.parametrize("route", ["/v1/chat/completions", "/v2/models/llama/generate"])
 @pytest.mark.parametrize("change, status", [("revoked", 401), ("narrowed", 403)])
 def test_a_request_whose_key_is_revoked_or_narrowed_while_its_body_arrives_never_reaches_the_model(

@@ -52,6 +52,7 @@ class Caller:
     reached: bool = False
     most: tuple[int, int] | None = None
     sent: int = 0                       # bytes of the request sent to the replica (Auth.reserve)
+    held_since: float | None = None     # when it began to wait for a replica (Holding.endpoint: one deadline)
 
     @property
     def cache_scope(self) -> str:

@@ -92,9 +92,13 @@ class Holding:
                                 retry_after=self.settings.retry_after_seconds)
         gauge = m.HELD.labels(*svc.key)
         gauge.inc()
+        # one deadline for the request, whatever number of waits it takes (for a replica, then its
+        # chat template, then again to send): each wait began its own, and 1 s held 1.8 s
+        if caller.held_since is None:
+            caller.held_since = now
         try:
             with self.tracing.span("gateway.hold", {tr.NAMESPACE: svc.key[0], tr.NAME: svc.key[1]}):
-                return await self._wait_for_replica(svc, now, begins, caller)
+                return await self._wait_for_replica(svc, caller.held_since, begins, caller)
         finally:
             self.holds.leave(svc.key, caller.digest)
             gauge.dec()
@@ -138,12 +142,14 @@ class Holding:
 
     def _check_still_allowed(self, caller: Caller, svc: Service) -> None:
         """401 when the caller's key was revoked while its request was held, 403 when it may no
-        longer use the service (as a new request with it would be answered)."""
+        longer use the service (as a new request with it would be answered); else the caller holds
+        the key's grant as it is now (its limits, lowered meanwhile, apply to what follows)."""
         assert self.grant_of is not None
         grant = self.grant_of(caller.digest)
         if grant is None:
             m.REJECTED.labels("unauthorized").inc()
             raise oai.OpenAIError(401, "invalid API key", code="invalid_api_key")
+        caller.grant = grant
         if not grant.allows(svc.key):
             m.REJECTED.labels("forbidden").inc()
             raise oai.OpenAIError(403, f"this API key may not use model {svc.key[1]!r}", "permission_error",

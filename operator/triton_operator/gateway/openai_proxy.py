@@ -134,29 +134,34 @@ class OpenAIProxy:
             return oai.parse_body(body, kind, checked=True), None
 
         req, echoed = parse()
-        svc = self.resolver.resolve(req.model, caller.grant)
-        if svc.embeddings:
-            m.REJECTED.labels("bad_request").inc()
-            raise oai.OpenAIError(400, f"model {req.model!r} is an embedding model: send it to /v1/embeddings",
-                                param="model", code="wrong_model_task")
-        cap = self.auth.max_tokens_cap(caller)
-        asked = t.max_tokens_asked(req)
-        if asked is not None and asked > cap:
-            m.REJECTED.labels("bad_request").inc()
-            field = "max_output_tokens" if echoed is not None else (
-                "max_completion_tokens" if getattr(req, "max_completion_tokens", None) is not None else "max_tokens")
-            raise oai.OpenAIError(400, f"{field}: at most {cap} for this API key", param=field,
-                                code="max_tokens_too_large")
-        chat = isinstance(req, oai.ChatRequest)
-        template = svc.chat_template or self.upstream.cached_template(svc)
-        if not self.router.endpoints(svc.key) or (not svc.llm and chat and template is None):
+        for waited in (False, True):
+            svc = self.resolver.resolve(req.model, caller.grant)
+            if svc.embeddings:
+                m.REJECTED.labels("bad_request").inc()
+                raise oai.OpenAIError(400, f"model {req.model!r} is an embedding model: send it to /v1/embeddings",
+                                    param="model", code="wrong_model_task")
+            cap = self.auth.max_tokens_cap(caller)
+            asked = t.max_tokens_asked(req)
+            if asked is not None and asked > cap:
+                m.REJECTED.labels("bad_request").inc()
+                field = "max_output_tokens" if echoed is not None else (
+                    "max_completion_tokens" if getattr(req, "max_completion_tokens", None) is not None
+                    else "max_tokens")
+                raise oai.OpenAIError(400, f"{field}: at most {cap} for this API key", param=field,
+                                    code="max_tokens_too_large")
+            chat = isinstance(req, oai.ChatRequest)
+            template = svc.chat_template or self.upstream.cached_template(svc)
+            if waited or (self.router.endpoints(svc.key) and (svc.llm or not chat or template is not None)):
+                break
             # Waits ahead (for a replica, for the model's chat template): the parsed request is
-            # dropped and made again after them, so a waiting request holds its body and nothing else.
+            # dropped and made again after them, so a waiting request holds its body and nothing
+            # else; and it is judged again, as a new request would be: its service or its key may
+            # have changed while it waited (it went out to the model as it was before).
             del req, echoed
             await self.holding.endpoint(svc, caller)
-            if not svc.llm and chat and template is None:
-                template = await self.upstream.model_template(svc, caller) or ""
             req, echoed = parse()
+        if not svc.llm and chat and template is None:
+            template = await self.upstream.model_template(svc, caller) or ""
         prompt = None
         if not svc.llm:   # a text model: the gateway renders the chat (the llm model renders its own)
             prompt = t.render_chat(template, req.messages) if chat else req.text()  # type: ignore[attr-defined]

@@ -64,6 +64,34 @@ class PassthroughProxy:
             m.REJECTED.labels("bad_path" if e.status == 400 else "not_found").inc()
             raise oai.OpenAIError(e.status, e.message, code=e.code, allow=e.allow) from None
         caller = self.auth.authorize(request)
+        svc, path = self._route(call, caller, request)
+        encoding = request.headers.get("Content-Encoding", "").strip().lower() or "identity"   # empty is none
+        generate = call.route in GENERATE_ROUTES
+        if generate and encoding != "identity":
+            m.REJECTED.labels("bad_request").inc()
+            raise oai.OpenAIError(415, "compressed request bodies are not accepted on the generate routes",
+                                code="unsupported_content_encoding")
+        async with self.admission.admitted(request, caller) as held:
+            assert held.body is not None
+            # the body took a while: the key may be revoked, or its grant changed; a generate
+            # route's body is parsed, and counts by its size (its structure checked here, once)
+            self.auth.recheck(caller, request_units(held.body) if generate else 1)
+            # ... and its service may have changed: judged again as a new request would be (one
+            # deleted, or made an LLM, while a body came was still sent on)
+            svc, path = self._route(call, caller, request)
+            if not self.upstream.router.endpoints(svc.key):
+                # Waits ahead for a replica, and is judged again after (what it is charged and capped
+                # to, and where it goes, are what they are when it is sent)
+                await self.upstream.holding.endpoint(svc, caller)
+                svc, path = self._route(call, caller, request)
+            check_header_length(request, len(held.body), encoding == "identity")
+            if generate:
+                held.replace(self._capped(held.body, svc, caller, call.route))
+            return await self._v2_admitted(request, caller, svc, path, held, generate)
+
+    def _route(self, call: passthrough.V2Call, caller: Caller, request: web.Request) -> tuple[Service, str]:
+        """The service a /v2 call names, as the caller's key may use it, and the upstream path; a
+        404 for a route its model does not serve."""
         svc = self.resolver.resolve(call.service, caller.grant, request.headers.get(NAMESPACE_HEADER), openai=False)
         if call.route == "/infer" and generates_text(svc):
             m.REJECTED.labels("not_found").inc()
@@ -76,25 +104,9 @@ class PassthroughProxy:
             raise oai.OpenAIError(404, f"model {call.service} serves embeddings: send its requests to /v1/embeddings",
                                 code="route_not_allowed")
         try:
-            path = call.upstream_path(svc.v2_model)
+            return svc, call.upstream_path(svc.v2_model)
         except passthrough.PathRefused as e:
             raise oai.OpenAIError(e.status, e.message, "upstream_error", code=e.code) from None
-        encoding = request.headers.get("Content-Encoding", "").strip().lower() or "identity"   # empty is none
-        generate = call.route in GENERATE_ROUTES
-        if generate and encoding != "identity":
-            m.REJECTED.labels("bad_request").inc()
-            raise oai.OpenAIError(415, "compressed request bodies are not accepted on the generate routes",
-                                code="unsupported_content_encoding")
-        async with self.admission.admitted(request, caller) as held:
-            assert held.body is not None
-            # the body took a while: the key may be revoked, or its grant changed; a generate
-            # route's body is parsed, and counts by its size (its structure checked here, once)
-            self.auth.recheck(caller, request_units(held.body) if generate else 1)
-            self.resolver.check(svc, call.service, caller.grant)
-            check_header_length(request, len(held.body), encoding == "identity")
-            if generate:
-                held.replace(self._capped(held.body, svc, caller, call.route))
-            return await self._v2_admitted(request, caller, svc, path, held, generate)
 
     def _capped(self, raw: bytes | bytearray, svc: Service, caller: Caller, route: str = "/generate") -> bytes:
         """A generate request within the key's max_tokens, as the replica is sent it (re-encoded):

@@ -35,7 +35,7 @@ from .routing import Address, Beginning, Router, Service, ServiceKey, has_cursor
 log = logging.getLogger(__name__)
 
 TEMPLATE_TTL = 600.0  # seconds a chat template read from a model's config is used before it is read again
-CONNECT_ATTEMPTS = 3  # replicas a request tries when they refuse the connection or do not accept it in time
+CONNECT_ATTEMPTS = 3  # replicas a request tries that do not accept its connection in time (each takes the connect timeout)
 PROBE_TIMEOUT_S = 0.5  # kvEvents: how long a request waits for the replicas' engines to say what they hold
 PROBE_MAX_BYTES = 8 << 20   # kvEvents: the largest answer to a probe read (a snapshot of a full index is ~2 MiB)
 READ_CHUNK = 16 * 1024      # the most of a replica's answer read at once (counted until it is written)
@@ -91,6 +91,19 @@ class Exchange:
             raise asyncio.CancelledError("the client went away") from None
 
 
+async def _headers_sent(session: aiohttp.ClientSession, context: Any, params: Any) -> None:
+    """A request reached its replica once its head went out (Caller.reached): a client that left
+    while the gateway was still connecting (a node that is down drops connection attempts for the
+    connect timeout) was charged its whole reservation for a request no replica saw."""
+    caller = context.trace_request_ctx
+    if isinstance(caller, Caller):
+        caller.reached = True
+
+
+_REACHED = aiohttp.TraceConfig()
+_REACHED.on_request_headers_sent.append(_headers_sent)
+
+
 class Upstream:
     def __init__(self, settings: GatewaySettings, router: Router, holding: Holding,
                  clock: Callable[[], float], tracing: tr.Off | tr.On):
@@ -111,7 +124,7 @@ class Upstream:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60, resolver=resolver,
                                                ssl=self.tls_context() or True, socket_factory=_upstream_socket),
-                timeout=timeout, auto_decompress=False, read_bufsize=READ_BUFSIZE)
+                timeout=timeout, auto_decompress=False, read_bufsize=READ_BUFSIZE, trace_configs=[_REACHED])
         return self._session
 
     async def close(self) -> None:
@@ -189,17 +202,19 @@ class Upstream:
                    ) -> tuple[Address, aiohttp.ClientResponse, float, Any, int]:
         """A request to a usable replica. A replica that refuses the connection or does not accept it
         within upstream_connect_timeout_seconds (nothing reached it) is ejected for EJECT_SECONDS and
-        the request tried on another, up to CONNECT_ATTEMPTS; when none is left, a 503 that says so.
+        the request tried on another: every usable replica when they refuse at once, at most
+        CONNECT_ATTEMPTS that time out (three replicas that refused left a healthy fourth untried,
+        and the request a 503); when none is left, a 503 that says so (Holding: every replica
+        sitting out).
         Returns the replica, its answer (headers read), when the request was sent, and the attempt's
         upstream span (tracing.py), which the caller ends when the answer is over, and the request's
         work at the replica (router.acquire). The caller also releases the replica (router.release,
         with that work) and the answer. A request routed on engine events (a precise Beginning)
         tells the replica this gateway's cursor into them (kv_events_after, written into the slot
         `body` reserves for it first in its JSON object: the replica is known only now)."""
-        attempts = 0
+        attempts = 0   # the connections that timed out
         while True:
             address = await self.holding.endpoint(svc, caller, begins)
-            attempts += 1
             work = self.router.acquire(address, begins)
             span = self.tracing.upstream(method, address[0], address[1], path, headers)
             try:
@@ -209,12 +224,13 @@ class Upstream:
                 sent = self.clock()
                 if begins is not None and begins.precise and has_cursor_slot(body):
                     self.router.write_cursor(body, address)
-                caller.reached = True
                 # A replica's redirect is never followed (aiohttp follows ten by default): it sent
                 # the tenant's request, prompt and all, to whatever host the Location named and
-                # passed that host's answer back as the model's.
+                # passed that host's answer back as the model's. The caller is marked reached when
+                # the request's head goes out (_headers_sent), not before the connection is made.
                 resp = await self.session().request(method, target, data=body, headers=headers,
-                                                    server_hostname=self.tls_name(svc), allow_redirects=False)
+                                                    server_hostname=self.tls_name(svc), allow_redirects=False,
+                                                    trace_request_ctx=caller)
                 span.status_code(resp.status)
                 return address, resp, sent, span, work
             except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
@@ -229,6 +245,7 @@ class Upstream:
                          address[1], {"timeout": "did not accept the connection in time",
                                       "tls": "failed the TLS handshake", "refused": "refused the connection"}[reason],
                          EJECT_SECONDS)
+                attempts += reason != "refused"
                 if attempts >= CONNECT_ATTEMPTS:
                     raise oai.OpenAIError(503, f"model {svc.key[1]}: its replicas refused the connection or timed "
                                              f"out ({attempts} tried); retry later", "service_unavailable",
