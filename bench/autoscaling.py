@@ -1093,7 +1093,7 @@ def main(argv: list[str] | None = None) -> int:
         "fixed:5 (85.6 % at 5.92 GPU-h against 99.4 % at 5.00): its rate switches between about 6 and 16 req/s, a"
         " switch asks for 8 replicas where 5 serve 16 req/s, and with the target missed after the switch a "
         "restart is priced at 20.8 start-ups (52 minutes at 150 s), so the eighth replica was held 35 minutes; "
-        "none of the three changed that row. The first, on the table's seeds 2 and 3 (64 rows): 36 beating and 19"
+        "none of the three changed that row. Needs without the trend, on the table's seeds 2 and 3 (64 rows): 36 beating and 19"
         " dominated where 37 and 18 are.",
         "- Seeds 2 and 3 were only looked at in these summary tables, never one decision log at a time, until the "
         "tenth session read RAG at 325 s on both, after its first three-seed run, to explain seed 3's 38 % (nothing changed "
