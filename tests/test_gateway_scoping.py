@@ -482,6 +482,111 @@ def test_a_request_held_while_its_service_or_key_changes_is_judged_as_a_new_one(
     run(scenario)
 
 
+@pytest.mark.parametrize("body", [{"text_input": "x", "max_tokens": 10 ** 6}, {"text_input": "x", "cache_salt": "a"},
+                                  {"text_input": "x", "n": 99}, b"[1]"])
+def test_a_v2_request_that_will_be_refused_is_refused_before_it_wakes_its_service(body):
+    """A /v2 generate request over its key's cap (or otherwise refused) was held while its service
+    woke (a held request counts as queued: the autoscaler starts a replica for it), then answered
+    503 model_starting with a Retry-After, so a well-behaved client retried what could never pass."""
+    async def scenario():
+        async with Rig(hold_timeout_seconds=5) as rig:
+            rig.gw.watches._service_event("ADDED", isvc("cold", **COLD))
+            reply = await asyncio.wait_for(rig.call("POST", "/v2/models/cold/generate", body=body, headers=NS), 2)
+            assert reply.status == 400 and rig.gw.holds.count == 0
+    run(scenario)
+
+
+def test_embeddings_held_while_the_service_changes_are_judged_as_a_new_request():
+    """/v1/embeddings waited and then went to the service resolved before the wait: its OpenAI
+    routes turned off, or the model made a text model, the held request still reached it."""
+    async def scenario():
+        for change, answer in (({"task": "embeddings", "enabled": False}, (404, "model_not_found")),
+                               ({"enabled": True}, (400, "wrong_model_task"))):
+            async with Rig() as rig:
+                rig.gw.watches._service_event("ADDED", isvc("emb", fmt="python", openai={"task": "embeddings"},
+                                                            **COLD))
+                task = asyncio.create_task(rig.call("POST", "/v1/embeddings", headers=NS,
+                                                    body={"model": "ml/emb", "input": "x"}))
+                await settle(lambda: rig.gw.holds.count == 1)
+                rig.gw.watches._service_event("MODIFIED", isvc("emb", fmt="python", openai=change, **COLD))
+                rig.gw.watches._slice_event("ADDED", slice_for("emb", rig.upstream.port))
+                reply = await asyncio.wait_for(task, 5)
+                assert (reply.status, reply.error["code"]) == answer and rig.upstream.seen == []
+    run(scenario)
+
+
+def test_a_later_wait_has_its_own_grace_and_a_reservation_settles_under_its_grant(monkeypatch):
+    """The hold timeout is the request's, across its waits; the grace a service with ready replicas
+    the gateway cannot reach gets (its EndpointSlice lagging) is each wait's own: shared, a request
+    that had waited for its replica was answered 503 at once when the slice blinked while its
+    model's chat template was read. And a reservation taken before a wait to send settles under the
+    grant it was taken under: a key given a tokensPerMinute meanwhile was charged nothing."""
+    from triton_operator.gateway import holding
+
+    monkeypatch.setattr(holding, "UNUSABLE_GRACE_SECONDS", 0.5)
+
+    def warm(ready: int) -> dict:
+        obj = isvc("warm", fmt="python", openai={"enabled": True})
+        obj["status"] = {"replicas": 1, "readyReplicas": ready}
+        return obj
+
+    async def scenario():
+        async with Rig(hold_timeout_seconds=30) as rig:
+            rig.gw.watches._service_event("ADDED", warm(0))
+
+            async def answer(request):   # the config read: the slice blinks for 0.2 s
+                if request.raw_path.endswith("/config"):
+                    rig.gw.watches._slice_event("DELETED", slice_for("warm", rig.upstream.port))
+
+                    async def back():
+                        await asyncio.sleep(0.2)
+                        rig.gw.watches._slice_event("ADDED", slice_for("warm", rig.upstream.port))
+                    asyncio.get_running_loop().create_task(back())
+                    return web.json_response({"parameters": {}})
+                await request.read()
+                return web.json_response({"text_output": "hello"})
+
+            rig.upstream.answer = answer
+            task = asyncio.create_task(rig.call("POST", "/v1/chat/completions", headers=NS, body={
+                "model": "ml/warm", "messages": [{"role": "user", "content": "x"}]}))
+            await asyncio.sleep(0.7)   # past the grace, waiting for the first replica
+            rig.gw.watches._service_event("MODIFIED", warm(1))
+            rig.gw.watches._slice_event("ADDED", slice_for("warm", rig.upstream.port))
+            reply = await asyncio.wait_for(task, 5)
+            assert reply.status == 200
+
+        async with Rig(hold_timeout_seconds=30) as rig:
+            rig.gw.auth.clock = lambda: 1000.0   # nothing refills
+            grant = "keys: [{name: a, key: %s, namespaces: [ml]%s}]"
+            rig.gw.auth.grants = k.parse(grant % (KEY_A, ""), "k")
+            rig.gw.watches._service_event("ADDED", warm(1))
+            rig.gw.router.set_slice(slice_for("warm", rig.upstream.port))
+            waiting = asyncio.Event()
+
+            async def limited(request):   # the config read: the slice goes, the key gets a limit
+                if request.raw_path.endswith("/config"):
+                    rig.gw.watches._slice_event("DELETED", slice_for("warm", rig.upstream.port))
+
+                    async def later():
+                        await settle(lambda: rig.gw.holds.count == 1)   # waiting to send, tokens reserved
+                        rig.gw.auth.grants = k.parse(grant % (KEY_A, ", tokensPerMinute: 1000"), "k")
+                        rig.gw.auth.keys_changed()
+                        rig.gw.watches._slice_event("ADDED", slice_for("warm", rig.upstream.port))
+                        waiting.set()
+                    asyncio.get_running_loop().create_task(later())
+                    return web.json_response({"parameters": {}})
+                await request.read()
+                return web.json_response({"text_output": "hello " * 200})
+
+            rig.upstream.answer = limited
+            reply = await rig.call("POST", "/v1/chat/completions", headers=NS, body={
+                "model": "ml/warm", "messages": [{"role": "user", "content": "x" * 4000}], "max_tokens": 2000})
+            assert reply.status == 200 and waiting.is_set()
+            # reserved and settled with no limit (the grant that took it): nothing left in a bucket
+            assert rig.gw.auth.token_limiter.buckets == {}
+    run(scenario)
+
+
 def test_a_request_waits_one_hold_timeout_whatever_its_waits():
     """A request waits for a replica, then for its model's chat template, then again to be sent:
     each wait began its own hold timeout, and a hold of 1 s answered its 503 after 1.8 s."""

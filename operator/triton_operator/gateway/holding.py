@@ -98,22 +98,26 @@ class Holding:
             caller.held_since = now
         try:
             with self.tracing.span("gateway.hold", {tr.NAMESPACE: svc.key[0], tr.NAME: svc.key[1]}):
-                return await self._wait_for_replica(svc, caller.held_since, begins, caller)
+                return await self._wait_for_replica(svc, now, begins, caller, caller.held_since)
         finally:
             self.holds.leave(svc.key, caller.digest)
             gauge.dec()
 
     async def _wait_for_replica(self, svc: Service, started: float, begins: Beginning | None = None,
-                                caller: Caller | None = None) -> Address:
-        """The wait of endpoint(): until a replica is usable, the service goes away or fails, its
-        caller's key is revoked or may no longer use it, or the wait's deadline passes:
-        hold_timeout_seconds while replicas are starting, else UNUSABLE_GRACE_SECONDS."""
+                                caller: Caller | None = None, since: float | None = None) -> Address:
+        """The wait of endpoint(), begun at `started` (the request's first wait at `since`): until a
+        replica is usable, the service goes away or fails, its caller's key is revoked or may no
+        longer use it, or the wait's deadline passes: hold_timeout_seconds from the request's first
+        wait while replicas are starting, else UNUSABLE_GRACE_SECONDS from this one's start (within
+        that too)."""
+        first = started if since is None else since
         while True:
             event = self.wakeups.event(svc.key)
             starting = svc.starting()
-            wait = self.settings.hold_timeout_seconds if starting else min(self.settings.hold_timeout_seconds,
-                                                                           UNUSABLE_GRACE_SECONDS)
-            remaining = started + wait - self.clock()
+            deadline = first + self.settings.hold_timeout_seconds
+            if not starting:
+                deadline = min(deadline, started + UNUSABLE_GRACE_SECONDS)
+            remaining = deadline - self.clock()
             if remaining <= 0:
                 if not starting:
                     raise self._unusable(svc)
@@ -143,13 +147,15 @@ class Holding:
     def _check_still_allowed(self, caller: Caller, svc: Service) -> None:
         """401 when the caller's key was revoked while its request was held, 403 when it may no
         longer use the service (as a new request with it would be answered); else the caller holds
-        the key's grant as it is now (its limits, lowered meanwhile, apply to what follows)."""
+        the key's grant as it is now (its limits, changed meanwhile, apply to what follows), unless
+        it reserved tokens already (a wait to send: they settle under the grant that took them)."""
         assert self.grant_of is not None
         grant = self.grant_of(caller.digest)
         if grant is None:
             m.REJECTED.labels("unauthorized").inc()
             raise oai.OpenAIError(401, "invalid API key", code="invalid_api_key")
-        caller.grant = grant
+        if not caller.reserved:
+            caller.grant = grant   # a reservation taken is settled under the grant it was taken under
         if not grant.allows(svc.key):
             m.REJECTED.labels("forbidden").inc()
             raise oai.OpenAIError(403, f"this API key may not use model {svc.key[1]!r}", "permission_error",

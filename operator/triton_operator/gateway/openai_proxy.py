@@ -77,13 +77,16 @@ class OpenAIProxy:
     async def _embeddings_admitted(self, request: web.Request, caller: Caller, held: Held) -> web.StreamResponse:
         assert held.body is not None
         req = e.parse(held.body, checked=True)
-        svc = self.resolver.resolve(req.model, caller.grant)
-        if not svc.embeddings:
-            m.REJECTED.labels("bad_request").inc()
-            raise oai.OpenAIError(400, f"model {req.model!r} generates text and has no embeddings (an embedding model "
-                                     f"sets spec.openai.task embeddings)", param="model", code="wrong_model_task")
-        if not self.router.endpoints(svc.key):
-            del req
+        for waited in (False, True):
+            svc = self.resolver.resolve(req.model, caller.grant)
+            if not svc.embeddings:
+                m.REJECTED.labels("bad_request").inc()
+                raise oai.OpenAIError(400, f"model {req.model!r} generates text and has no embeddings (an embedding "
+                                         f"model sets spec.openai.task embeddings)", param="model",
+                                    code="wrong_model_task")
+            if waited or self.router.endpoints(svc.key):
+                break
+            del req   # waits ahead with its body alone, and is judged again after (as _openai_admitted)
             await self.holding.endpoint(svc, caller)
             req = e.parse(held.body, checked=True)
         count, model_id = len(req.texts()), self.resolver.model_id(svc, caller.grant)

@@ -79,14 +79,18 @@ class PassthroughProxy:
             # ... and its service may have changed: judged again as a new request would be (one
             # deleted, or made an LLM, while a body came was still sent on)
             svc, path = self._route(call, caller, request)
+            check_header_length(request, len(held.body), encoding == "identity")
+            capped = self._capped(held.body, svc, caller, call.route) if generate else None
             if not self.upstream.router.endpoints(svc.key):
-                # Waits ahead for a replica, and is judged again after (what it is charged and capped
-                # to, and where it goes, are what they are when it is sent)
+                # A request that will be refused is refused now, not after waking its service;
+                # one that waits ahead is judged again after (what it is charged and capped to, and
+                # where it goes, are what they are when it is sent), holding its body alone.
+                capped = None
                 await self.upstream.holding.endpoint(svc, caller)
                 svc, path = self._route(call, caller, request)
-            check_header_length(request, len(held.body), encoding == "identity")
-            if generate:
-                held.replace(self._capped(held.body, svc, caller, call.route))
+                capped = self._capped(held.body, svc, caller, call.route) if generate else None
+            if capped is not None:
+                held.replace(capped)
             return await self._v2_admitted(request, caller, svc, path, held, generate)
 
     def _route(self, call: passthrough.V2Call, caller: Caller, request: web.Request) -> tuple[Service, str]:
