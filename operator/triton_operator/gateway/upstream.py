@@ -254,7 +254,9 @@ class Upstream:
                          address[1], {"timeout": "did not accept the connection in time",
                                       "tls": "failed the TLS handshake", "refused": "refused the connection"}[reason],
                          EJECT_SECONDS)
-                attempts += reason != "refused"
+                # a refusal costs nothing to try past; an unreachable host (EHOSTUNREACH after an
+                # ARP timeout, about 3 s) costs as a timeout does
+                attempts += not isinstance(getattr(e, "os_error", None), ConnectionRefusedError)
                 if attempts >= CONNECT_ATTEMPTS:
                     raise oai.OpenAIError(503, f"model {svc.key[1]}: its replicas refused the connection or timed "
                                              f"out ({attempts} tried); retry later", "service_unavailable",
