@@ -1095,7 +1095,7 @@ def main(argv: list[str] | None = None) -> int:
         "restart is priced at 20.8 start-ups (52 minutes at 150 s), so the eighth replica was held 35 minutes; "
         "none of the three changed that row. Needs without the trend, on the table's seeds 2 and 3 (64 rows): 36 beating and 19"
         " dominated where 37 and 18 are.",
-        "- A lead, measured and not yet adopted (the change needs the whole benchmark rerun): the keep-alive's "
+        "- A cap on the keep-alive's hold, measured on these rows and not in the policy the tables above measure: the keep-alive's "
         "hold capped at an absolute time. While the target is missed a restart is priced at 20.8 start-ups, so a "
         "replica asked for in a burst or a level switch was held up to 52 minutes at 150 s (long-context RAG "
         "above). Capped at 300 s (the default scaleDownStabilizationSeconds, and HPA's down-stabilization), 24 "
