@@ -587,6 +587,55 @@ def test_a_later_wait_has_its_own_grace_and_a_reservation_settles_under_its_gran
     run(scenario)
 
 
+def test_what_a_text_model_cannot_be_asked_is_refused_before_the_request_waits():
+    """A chat asking a text model for a seed (or n, tools, log probabilities) was held while its
+    service woke, and refused only once a replica was up: a cold start's wait for a 400."""
+    async def scenario():
+        async with Rig(hold_timeout_seconds=5) as rig:
+            rig.gw.watches._service_event("ADDED", isvc("cold", fmt="python", openai={"enabled": True}, **COLD))
+            reply = await asyncio.wait_for(rig.call("POST", "/v1/chat/completions", headers=NS, body={
+                "model": "ml/cold", "seed": 1, "messages": [{"role": "user", "content": "x"}]}), 2)
+            assert (reply.status, reply.error["code"]) == (400, "unsupported_parameter")
+            assert rig.gw.holds.count == 0
+    run(scenario)
+
+
+def test_the_grace_for_a_lagging_slice_counts_from_when_the_service_is_ready(monkeypatch):
+    """A service's status and its EndpointSlice come by two watches: a request held while it
+    started (not from zero) past the grace was answered 503 no_usable_replica the moment the status
+    said ready, a little before the slice came. And a hold that runs out while a slice lags is
+    model_starting, not a replica out of reach (with its warning and metric)."""
+    from triton_operator.gateway import holding
+
+    monkeypatch.setattr(holding, "UNUSABLE_GRACE_SECONDS", 0.5)
+
+    def new(ready: int) -> dict:
+        obj = isvc("new")
+        obj["status"] = {"replicas": 1, "readyReplicas": ready}
+        return obj
+
+    async def scenario():
+        async with Rig(hold_timeout_seconds=30) as rig:
+            rig.gw.watches._service_event("ADDED", new(0))
+            task = asyncio.create_task(rig.call("POST", "/v1/completions", headers=NS,
+                                                body={"model": "ml/new", "prompt": "x"}))
+            await settle(lambda: rig.gw.holds.count == 1)
+            await asyncio.sleep(0.7)   # starting, past the grace
+            rig.gw.watches._service_event("MODIFIED", new(1))
+            await asyncio.sleep(0.1)
+            rig.gw.watches._slice_event("ADDED", slice_for("new", rig.upstream.port))
+            assert (await asyncio.wait_for(task, 5)).status == 200
+        async with Rig(hold_timeout_seconds=1.0) as rig:
+            rig.gw.watches._service_event("ADDED", new(0))
+            task = asyncio.create_task(rig.call("POST", "/v1/completions", headers=NS,
+                                                body={"model": "ml/new", "prompt": "x"}))
+            await asyncio.sleep(0.8)
+            rig.gw.watches._service_event("MODIFIED", new(1))   # ready, and its slice not there by the deadline
+            reply = await asyncio.wait_for(task, 5)
+            assert (reply.status, reply.error["code"]) == (503, "model_starting")
+    run(scenario)
+
+
 def test_a_request_waits_one_hold_timeout_whatever_its_waits():
     """A request waits for a replica, then for its model's chat template, then again to be sent:
     each wait began its own hold timeout, and a hold of 1 s answered its 503 after 1.8 s."""

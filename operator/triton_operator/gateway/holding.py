@@ -108,18 +108,22 @@ class Holding:
         """The wait of endpoint(), begun at `started` (the request's first wait at `since`): until a
         replica is usable, the service goes away or fails, its caller's key is revoked or may no
         longer use it, or the wait's deadline passes: hold_timeout_seconds from the request's first
-        wait while replicas are starting, else UNUSABLE_GRACE_SECONDS from this one's start (within
-        that too)."""
+        wait, and UNUSABLE_GRACE_SECONDS once its replicas are no longer starting (counted from
+        then: a service whose status said ready a moment before its EndpointSlice came was a 503 at
+        once). Which one passed says the answer: a hold that ran out is model_starting whatever the
+        replicas say by then, where no_usable_replica is for replicas ready and out of reach."""
         first = started if since is None else since
+        settled: float | None = None   # since when its replicas are not starting (ready, or none asked for)
         while True:
             event = self.wakeups.event(svc.key)
             starting = svc.starting()
-            deadline = first + self.settings.hold_timeout_seconds
-            if not starting:
-                deadline = min(deadline, started + UNUSABLE_GRACE_SECONDS)
-            remaining = deadline - self.clock()
+            now = self.clock()
+            settled = None if starting else (settled if settled is not None else now)
+            held_until = first + self.settings.hold_timeout_seconds
+            deadline = held_until if settled is None else min(held_until, settled + UNUSABLE_GRACE_SECONDS)
+            remaining = deadline - now
             if remaining <= 0:
-                if not starting:
+                if settled is not None and now < held_until:
                     raise self._unusable(svc)
                 m.REJECTED.labels("hold_timeout").inc()
                 raise oai.OpenAIError(

@@ -156,6 +156,9 @@ class OpenAIProxy:
             template = svc.chat_template or self.upstream.cached_template(svc)
             if waited or (self.router.endpoints(svc.key) and (svc.llm or not chat or template is not None)):
                 break
+            # what the model cannot be asked (a text model's seed, n, tools...) is refused before
+            # the request waits and wakes its service, not a cold start later
+            t.to_generate(req, min(svc.default_max_tokens, cap), svc.llm, "")
             # Waits ahead (for a replica, for the model's chat template): the parsed request is
             # dropped and made again after them, so a waiting request holds its body and nothing
             # else; and it is judged again, as a new request would be: its service or its key may

@@ -36,7 +36,7 @@ from .routing import Address, Beginning, Router, Service, ServiceKey, has_cursor
 log = logging.getLogger(__name__)
 
 TEMPLATE_TTL = 600.0  # seconds a chat template read from a model's config is used before it is read again
-CONNECT_ATTEMPTS = 3  # replicas a request tries that do not accept its connection in time (each takes the connect timeout)
+CONNECT_ATTEMPTS = 3  # replicas a request tries whose connection fails other than by a refusal (a timeout, TLS, a host unreachable)
 PROBE_TIMEOUT_S = 0.5  # kvEvents: how long a request waits for the replicas' engines to say what they hold
 PROBE_MAX_BYTES = 8 << 20   # kvEvents: the largest answer to a probe read (a snapshot of a full index is ~2 MiB)
 READ_CHUNK = 16 * 1024      # the most of a replica's answer read at once (counted until it is written)
@@ -209,17 +209,18 @@ class Upstream:
                    ) -> tuple[Address, aiohttp.ClientResponse, float, Any, int]:
         """A request to a usable replica. A replica that refuses the connection or does not accept it
         within upstream_connect_timeout_seconds (nothing reached it) is ejected for EJECT_SECONDS and
-        the request tried on another: every usable replica when they refuse at once, at most
-        CONNECT_ATTEMPTS that time out (three replicas that refused left a healthy fourth untried,
-        and the request a 503); when none is left, a 503 that says so (Holding: every replica
-        sitting out).
+        the request tried on another: every usable replica that refuses at once, at most
+        CONNECT_ATTEMPTS whose connection fails otherwise (a timeout, a failed TLS handshake, a
+        host unreachable: each can take seconds; three replicas that refused left a healthy fourth
+        untried, and the request a 503); when none is left, a 503 that says so (Holding: every
+        replica sitting out).
         Returns the replica, its answer (headers read), when the request was sent, and the attempt's
         upstream span (tracing.py), which the caller ends when the answer is over, and the request's
         work at the replica (router.acquire). The caller also releases the replica (router.release,
         with that work) and the answer. A request routed on engine events (a precise Beginning)
         tells the replica this gateway's cursor into them (kv_events_after, written into the slot
         `body` reserves for it first in its JSON object: the replica is known only now)."""
-        attempts = 0   # the connections that timed out
+        attempts = tried = 0   # the connections that failed other than by a refusal; all that failed
         while True:
             address = await self.holding.endpoint(svc, caller, begins)
             work = self.router.acquire(address, begins)
@@ -257,9 +258,10 @@ class Upstream:
                 # a refusal costs nothing to try past; an unreachable host (EHOSTUNREACH after an
                 # ARP timeout, about 3 s) costs as a timeout does
                 attempts += not isinstance(getattr(e, "os_error", None), ConnectionRefusedError)
+                tried += 1
                 if attempts >= CONNECT_ATTEMPTS:
                     raise oai.OpenAIError(503, f"model {svc.key[1]}: its replicas refused the connection or timed "
-                                             f"out ({attempts} tried); retry later", "service_unavailable",
+                                             f"out ({tried} tried); retry later", "service_unavailable",
                                         code="upstream_unreachable",
                                         retry_after=self.settings.retry_after_seconds) from None
             except BaseException as e:
