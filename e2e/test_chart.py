@@ -61,6 +61,28 @@ def test_lint_and_template_every_scenario(tools, values):
         assert container["resources"]["requests"]
 
 
+@pytest.mark.parametrize("args", [(), ("--set", "networkPolicy.enabled=false"),
+                                  *(("-f", str(v)) for v in SCENARIOS)], ids=lambda a: "-".join(a) or "defaults")
+def test_every_rendered_pod_starts_on_its_own_settings(tools, args):
+    """What the chart sets is what the operator and the gateway read at start: with the gateway off
+    and no other Triton client (the defaults), the chart wrote the NetworkPolicy's clients as null,
+    and the operator exited at start (a crash loop on a default install). The gateway reads its key
+    files as its own group (fsGroup: mounted 0440, they stayed root's, and every request was 503)."""
+    from triton_operator import settings
+    from triton_operator.gateway import config
+
+    for dep in (d for d in template(tools, *args) if d["kind"] == "Deployment"):
+        pod = dep["spec"]["template"]["spec"]
+        env = {e["name"]: e.get("value", "") for e in pod["containers"][0].get("env", []) if "value" in e}
+        if dep["metadata"]["name"].endswith("-gateway"):
+            config.from_env(env)
+            mounted = [v for v in pod["volumes"] if "secret" in v]
+            assert all(pod["securityContext"].get("fsGroup") == pod["securityContext"]["runAsGroup"]
+                       for _ in mounted)
+        else:
+            settings.from_env(env)
+
+
 def test_chart_crds_are_the_generated_crds(tools):
     docs = {d["metadata"]["name"]: d for d in template(tools) if d["kind"] == "CustomResourceDefinition"}
     for crd in crdgen.all_crds().values():
@@ -127,6 +149,9 @@ def test_gpu_class_label_presets_match_the_clouds_node_labels(tools):
     (["--set", "gateway.httpRoute.enabled=true"], "/gateway/httpRoute/parentRefs"),
     (["--set", "gateway.url=llm.example.com"], "/gateway/url"),
     (["--set", "gpuClassLabels=aks"], "/gpuClassLabels"),
+    # an empty `from` admits every source: the metrics ports of every pod opened to all
+    (["--set-json", "networkPolicy.prometheus=[]"], "/networkPolicy/prometheus"),
+    (["--set-json", "networkPolicy.prometheus=[{}]"], "/networkPolicy/prometheus/0"),
 ])
 def test_bad_values_are_refused_with_a_reason(tools, args, words):
     out = helm(tools, "template", "x", str(CHART), "--kube-version", KUBE_VERSION, *args, check=False)

@@ -7,7 +7,7 @@ import os
 import json
 from typing import Callable, Iterable, Mapping
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 ENV_PREFIX = "TRITON_OPERATOR_"
 
@@ -23,6 +23,11 @@ class NetworkPolicySettings(BaseModel):
                                           "in-cluster client that calls Triton directly).")
     metrics: list[dict[str, object]] = Field(
         default_factory=list, description="Peers allowed on Triton's metrics port (Prometheus).")
+
+    @field_validator("clients", "metrics", mode="before")
+    @classmethod
+    def _null_is_none(cls, value: object) -> object:
+        return [] if value is None else value   # JSON's null, as a template writes an empty list
 
 
 class Settings(BaseModel):

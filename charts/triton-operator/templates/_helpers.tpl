@@ -137,6 +137,8 @@ spec:
 {{- $clients = append $clients $gateway -}}
 {{- end -}}
 {{- $clients = concat $clients .Values.networkPolicy.tritonClients -}}
+{{- /* an empty list concatenated is nil, which toJson writes as null: the operator refused it and exited */ -}}
+{{- if not $clients -}}{{- $clients = fromJsonArray "[]" -}}{{- end -}}
 {{- dict "enabled" .Values.networkPolicy.enabled "clients" $clients "metrics" .Values.networkPolicy.prometheus | toJson -}}
 {{- end -}}
 
