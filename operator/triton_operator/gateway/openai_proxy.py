@@ -78,7 +78,7 @@ class OpenAIProxy:
         assert held.body is not None
         req = e.parse(held.body, checked=True)
         for waited in (False, True):
-            svc = self.resolver.resolve(req.model, caller.grant)
+            svc = self.resolver.resolve(req.model, caller.grant, again=waited)
             if not svc.embeddings:
                 m.REJECTED.labels("bad_request").inc()
                 raise oai.OpenAIError(400, f"model {req.model!r} generates text and has no embeddings (an embedding "
@@ -138,7 +138,7 @@ class OpenAIProxy:
 
         req, echoed = parse()
         for waited in (False, True):
-            svc = self.resolver.resolve(req.model, caller.grant)
+            svc = self.resolver.resolve(req.model, caller.grant, again=waited)
             if svc.embeddings:
                 m.REJECTED.labels("bad_request").inc()
                 raise oai.OpenAIError(400, f"model {req.model!r} is an embedding model: send it to /v1/embeddings",

@@ -64,7 +64,7 @@ class PassthroughProxy:
             m.REJECTED.labels("bad_path" if e.status == 400 else "not_found").inc()
             raise oai.OpenAIError(e.status, e.message, code=e.code, allow=e.allow) from None
         caller = self.auth.authorize(request)
-        svc, path = self._route(call, caller, request)
+        svc, path = self._route(call, caller, request, again=False)
         encoding = request.headers.get("Content-Encoding", "").strip().lower() or "identity"   # empty is none
         generate = call.route in GENERATE_ROUTES
         if generate and encoding != "identity":
@@ -93,10 +93,12 @@ class PassthroughProxy:
                 held.replace(capped)
             return await self._v2_admitted(request, caller, svc, path, held, generate)
 
-    def _route(self, call: passthrough.V2Call, caller: Caller, request: web.Request) -> tuple[Service, str]:
+    def _route(self, call: passthrough.V2Call, caller: Caller, request: web.Request,
+               again: bool = True) -> tuple[Service, str]:
         """The service a /v2 call names, as the caller's key may use it, and the upstream path; a
-        404 for a route its model does not serve."""
-        svc = self.resolver.resolve(call.service, caller.grant, request.headers.get(NAMESPACE_HEADER), openai=False)
+        404 for a route its model does not serve (`again`: looked at again, not traced again)."""
+        svc = self.resolver.resolve(call.service, caller.grant, request.headers.get(NAMESPACE_HEADER), openai=False,
+                                    again=again)
         if call.route == "/infer" and generates_text(svc):
             m.REJECTED.labels("not_found").inc()
             what = "is an LLM" if svc.llm else "generates text"

@@ -17,10 +17,13 @@ class Resolver:
         self.tracing = tracing
 
     def resolve(self, model: str, grant: keys_core.Grant, namespace: str | None = None,
-                openai: bool = True) -> Service:
+                openai: bool = True, again: bool = False) -> Service:
         """The service a model id names, for this key: "NAME" (among the services the key may
         use) or "NAMESPACE/NAME". 403 for what the key may not use, existing or not. Traced as
-        the span gateway.route."""
+        the span gateway.route, once a request (`again`: the same request looked at again, after
+        its body came or after it waited)."""
+        if again:
+            return self._resolve(model, grant, namespace, openai)
         with self.tracing.span("gateway.route") as span:
             svc = self._resolve(model, grant, namespace, openai)
             span.set(tr.NAMESPACE, svc.key[0])
