@@ -152,6 +152,10 @@ def test_gpu_class_label_presets_match_the_clouds_node_labels(tools):
     # an empty `from` admits every source: the metrics ports of every pod opened to all
     (["--set-json", "networkPolicy.prometheus=[]"], "/networkPolicy/prometheus"),
     (["--set-json", "networkPolicy.prometheus=[{}]"], "/networkPolicy/prometheus/0"),
+    # the gateway parses these at start: a bad one was a crash loop; all addresses would trust any
+    # client's X-Forwarded-For, and every per-address limit with it
+    (["--set-json", 'gateway.trustedProxies=["not-a-cidr"]'], "/gateway/trustedProxies/0"),
+    (["--set-json", 'gateway.trustedProxies=["0.0.0.0/0"]'], "/gateway/trustedProxies/0"),
 ])
 def test_bad_values_are_refused_with_a_reason(tools, args, words):
     out = helm(tools, "template", "x", str(CHART), "--kube-version", KUBE_VERSION, *args, check=False)
@@ -166,7 +170,12 @@ def test_gateway_is_off_by_default_and_complete_when_on(tools):
         if "gateway" in d["metadata"]["name"]:
             by_kind.setdefault(d["kind"], []).append(d)
     assert set(by_kind) == {"ServiceAccount", "Role", "RoleBinding", "Service", "Deployment", "HTTPRoute", "Ingress",
-                            "ServiceMonitor", "NetworkPolicy"}
+                            "ServiceMonitor", "NetworkPolicy", "PodDisruptionBudget"}
+    (pdb,) = by_kind["PodDisruptionBudget"]   # two gateways by default: a drain takes one at a time
+    assert pdb["spec"]["maxUnavailable"] == 1
+    (gateway,) = by_kind["Deployment"]
+    assert pdb["spec"]["selector"]["matchLabels"] == gateway["spec"]["selector"]["matchLabels"]
+    assert gateway["spec"]["template"]["spec"]["topologySpreadConstraints"][0]["topologyKey"] == "kubernetes.io/hostname"
     # the API on one Service, the metrics (every tenant's service names) on another, which the
     # HTTPRoute and Ingress never point at; only Prometheus may reach the metrics port
     api, metrics = sorted(by_kind["Service"], key=lambda s: s["metadata"]["name"])
