@@ -255,6 +255,39 @@ def test_bodies_over_the_limit_are_refused_before_they_are_read():
 
 # -- keys ---------------------------------------------------------------------------------------------------
 
+def test_a_broken_key_file_fails_closed_alone(tmp_path):
+    """One team's typo in its key file took every tenant's keys with it (every request 503). The
+    broken file's keys fail closed, and so does any key no readable file holds (it may be in the
+    broken one: a 401 would tell its client the key is wrong); the other files' keys keep working.
+    A key listed in two files is that second file's error."""
+    async def scenario():
+        good, bad = tmp_path / "a.yaml", tmp_path / "b.yaml"
+        good.write_text(f"keys: [{{name: a, key: {KEY_A}, namespaces: [ml]}}]")
+        bad.write_text(f"keys: [{{name: b, key: {KEY_B}, namespaces: [ml]}}]")
+        async with Rig(key_files=[str(good), str(bad)]) as rig:
+            rig.gw.auth.refresh_keys()
+            assert [(await rig.call("GET", "/v1/models", key=k)).status for k in (KEY_A, KEY_B)] == [200, 200]
+            bad.write_text("keys: [{name: b, key: " + KEY_B)   # a broken edit
+            rig.gw.auth.refresh_keys()
+            assert (await rig.call("GET", "/v1/models", key=KEY_A)).status == 200
+            for key in (KEY_B, "sk-" + "q" * 40, None):
+                reply = await rig.call("GET", "/v1/models", key=key)
+                assert (reply.status, reply.error["code"]) == (503, "keys_unavailable"), key
+            ready = (await rig.call("GET", "/readyz", key=None)).json()
+            assert ready["keysError"] == f"{bad}: not valid YAML or JSON" and ready["keys"] == 1
+            assert m.KEY_FILES_VALID._value.get() == 0
+            bad.write_text(f"keys: [{{name: b2, key: {KEY_A}, namespaces: [ml]}}]")   # KEY_A twice
+            rig.gw.auth.refresh_keys()
+            assert (await rig.call("GET", "/v1/models", key=KEY_A)).status == 200
+            ready = (await rig.call("GET", "/readyz", key=None)).json()
+            assert ready["keysError"] == f"{bad}: key b2 is also listed as a"
+            bad.write_text(f"keys: [{{name: b, key: {KEY_B}, namespaces: [ml]}}]")   # fixed
+            rig.gw.auth.refresh_keys()
+            assert [(await rig.call("GET", "/v1/models", key=k)).status for k in (KEY_A, KEY_B)] == [200, 200]
+            assert m.KEY_FILES_VALID._value.get() == 1
+    run(scenario)
+
+
 def test_key_files_that_break_fail_closed_and_say_so(tmp_path):
     async def scenario():
         path = tmp_path / "keys.yaml"

@@ -115,41 +115,54 @@ class Auth:
         return asyncio.create_task(self._reload_keys(), name="reload keys")
 
     def load_keys(self) -> bool:
-        """(Re)read the key files; True when the keys changed. Raises OSError or KeyFileError for
-        files that cannot be used (named, never quoted)."""
-        texts = []
+        """(Re)read the key files; True when the keys or the files' errors changed. A file that
+        cannot be used (unreadable, not UTF-8, invalid, or listing a key another file lists) is
+        left out and named in keys_error, never quoted: its keys fail closed (a revoked key must
+        not keep working because its file broke), and the other files' keys keep working (one
+        team's typo took every tenant's keys with it)."""
+        texts: list[tuple[str, str | None, str | None]] = []   # (path, text, why it cannot be used)
         for path in self.settings.key_files:
-            with open(path, encoding="utf-8") as f:
-                try:
-                    texts.append((path, f.read()))
-                except UnicodeDecodeError:
-                    raise keys_core.KeyFileError(f"{path}: not UTF-8 text") from None
+            try:
+                with open(path, encoding="utf-8") as f:
+                    texts.append((path, f.read(), None))
+            except UnicodeDecodeError:
+                texts.append((path, None, f"{path}: not UTF-8 text"))
+            except OSError as e:
+                texts.append((path, None, f"cannot read {e.filename}: {e.strerror}"))
         stamp = hashlib.sha256(json.dumps(texts).encode()).hexdigest()
-        if stamp == self._key_files_stamp and self.keys_error is None:
+        if stamp == self._key_files_stamp:
             return False
-        grants = keys_core.merge((path, keys_core.parse(text, path)) for path, text in texts)
+        grants: dict[str, keys_core.Grant] = {}
+        errors = [why for _, _, why in texts if why is not None]
+        for path, text, why in texts:
+            if text is None:
+                continue
+            try:
+                grants = keys_core.merge([("", grants), (path, keys_core.parse(text, path))])
+            except keys_core.KeyFileError as e:
+                errors.append(str(e))
         self.grants = grants
         self._key_files_stamp = stamp
         self.limiter.forget(grants)
         self.token_limiter.forget(grants)
         self.keys_loaded = True
-        self.keys_error = None
+        why = "; ".join(errors) or None
+        if why is not None and why != self.keys_error:
+            log.error("API key files unusable, their keys refused until they are fixed: %s", why)
+        self.keys_error = why
         m.API_KEYS.set(len(grants))
-        m.KEY_FILES_VALID.set(1)
+        m.KEY_FILES_VALID.set(0 if errors else 1)
         return True
 
     def refresh_keys(self) -> None:
-        """load_keys, failing closed: key files that cannot be used drop every key (a revoked key
-        must not keep working because its file broke), and say so in a metric, the readiness
-        body and every answer, not only in a log line."""
+        """load_keys, failing closed on anything it did not foresee: every key dropped, and said so
+        in a metric, the readiness body and every answer, not only in a log line."""
         try:
             if self.load_keys():
                 log.info("API keys loaded: %d key(s)", len(self.grants))
                 self.keys_changed()
         except Exception as e:  # noqa: BLE001 - whatever broke, no key of the files that broke stays valid
-            why = (str(e) if isinstance(e, keys_core.KeyFileError) else
-                   f"cannot read {e.filename}: {e.strerror}" if isinstance(e, OSError) else
-                   f"the key files could not be read ({type(e).__name__})")
+            why = f"the key files could not be read ({type(e).__name__})"
             if self.keys_error != why:
                 log.error("API keys unusable, refusing every request until the key files are fixed: %s", why)
             self.grants, self.keys_error, self.keys_loaded, self._key_files_stamp = {}, why, True, None
@@ -164,8 +177,10 @@ class Auth:
 
     # -- a request's key ----------------------------------------------------------------------------
 
-    def _keys_usable(self) -> None:
-        if self.keys_error is not None:
+    def _keys_usable(self, digest: str | None = None) -> None:
+        """503 while a key file is broken, for a request whose key no readable file holds (it may
+        be in the broken one: a 401 would tell its client the key is wrong)."""
+        if self.keys_error is not None and (digest is None or digest not in self.grants):
             m.REJECTED.labels("keys_unavailable").inc()
             raise oai.OpenAIError(503, "the gateway cannot read its API keys; its operator has been told",
                                 "service_unavailable", code="keys_unavailable",
@@ -180,7 +195,7 @@ class Auth:
         A body the gateway parses counts as `units` requests of requestsPerMinute (request_units),
         the rest of them taken now, before it is parsed (429 when the key's bucket does not hold
         them, at most a full bucket's worth: any body can pass on one)."""
-        self._keys_usable()
+        self._keys_usable(caller.digest)
         grant = self.grants.get(caller.digest)
         if grant is None:
             m.REJECTED.labels("unauthorized").inc()
@@ -190,7 +205,6 @@ class Auth:
             _limited(grant, self.limiter.charge(caller.digest, grant, units - 1, self.clock()))
 
     def authorize(self, request: web.Request) -> Caller:
-        self._keys_usable()
         now = self.clock()
         sent = request.headers.getall("Authorization", [])
         if len(sent) > 1:
@@ -200,6 +214,7 @@ class Auth:
             raise oai.OpenAIError(400, "send one Authorization header", code="bad_header")
         presented = keys_core.bearer(sent[0] if sent else None)
         d = keys_core.digest(presented) if presented is not None else None
+        self._keys_usable(d)
         grant = self.grants.get(d) if d is not None else None
         if grant is None or d is None:
             # Failures only are throttled, per client address, and after the key was looked at: a

@@ -67,17 +67,14 @@ def run(args: argparse.Namespace, cli_error: type[Exception]) -> int:
         raise cli_error(str(e)) from None
     if args.check_keys:
         auth = Auth(settings)
-        try:
-            auth.load_keys()
-        except OSError as e:
-            raise cli_error(f"cannot read key file {e.filename}: {e.strerror}") from None
-        except keys_core.KeyFileError as e:
-            raise cli_error(str(e)) from None
+        auth.load_keys()
+        if auth.keys_error is not None:
+            raise cli_error(auth.keys_error)
         print(keys_core.to_json(auth.grants))
         return 0
-    # Key files that cannot be used do not stop the gateway (a pod would crash-loop): it serves,
-    # refusing every request with 503 keys_unavailable and triton_gateway_key_files_valid 0, and
-    # takes the keys as soon as the files are fixed (Auth.refresh_keys).
+    # Key files that cannot be used do not stop the gateway (a pod would crash-loop): it serves the
+    # keys of the other files, refuses the rest with 503 keys_unavailable (triton_gateway_key_files_valid
+    # 0), and takes the broken file's keys as soon as it is fixed (Auth.refresh_keys).
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # one line per request is too many
