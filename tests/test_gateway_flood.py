@@ -28,12 +28,16 @@ async def fill_share(rig: Rig, share: int) -> asyncio.StreamWriter:
     return writer
 
 
-def metered_with_text_model(rig: Rig) -> None:
-    """KEY_A alone, at 100 tokens a minute, and `ml/chat`: a text model (python) serving the OpenAI
-    routes, whose answers carry no token counts."""
+def metered_with_text_model(rig: Rig, tokens_per_minute: int = 100, frozen: bool = False) -> None:
+    """KEY_A alone, at `tokens_per_minute`, and `ml/chat`: a text model (python) serving the OpenAI
+    routes, whose answers carry no token counts; `frozen`: the key's clock stands still (nothing
+    refills while a test runs)."""
     from triton_operator.gateway import keys as k
 
-    rig.gw.auth.grants = k.parse(f"keys: [{{name: t, key: {KEY_A}, namespaces: [ml], tokensPerMinute: 100}}]", "k")
+    rig.gw.auth.grants = k.parse(f"keys: [{{name: t, key: {KEY_A}, namespaces: [ml], "
+                                 f"tokensPerMinute: {tokens_per_minute}}}]", "k")
+    if frozen:
+        rig.gw.auth.clock = lambda: 1000.0
     rig.gw.router.set_service(isvc("chat", fmt="python", openai={
         "enabled": True, "chatTemplate": "{{ messages[0]['content'] }}"}))
     rig.gw.router.set_slice(slice_for("chat", rig.upstream.port))
@@ -663,17 +667,12 @@ def test_a_text_model_stream_cut_at_the_clients_stop_is_charged_what_the_replica
     prompt alone for a 1,000-character event (and whatever the replica went on generating), where
     the same request answered whole is charged all the text the replica sent. The event that held
     the stop is charged whole."""
-    from triton_operator.gateway import keys as k
-
     async def streamed(request):
         return await text_events(request, pause=0.05)
 
     async def scenario():
         async with Rig() as rig:
-            metered_with_text_model(rig)
-            rig.gw.auth.grants = k.parse(
-                f"keys: [{{name: t, key: {KEY_A}, namespaces: [ml], tokensPerMinute: 100000}}]", "k")
-            rig.gw.auth.clock = lambda: 1000.0   # nothing refills while it runs
+            metered_with_text_model(rig, 100000, frozen=True)
             rig.upstream.answer = streamed
             body = {"model": "ml/chat", "max_tokens": 4000, "stop": ["y"], "stream": True,
                     "messages": [{"role": "user", "content": "x" * 400}]}
@@ -849,8 +848,6 @@ def test_a_text_model_is_charged_the_bytes_of_its_answer_not_its_characters():
     quarter of their bytes; whole, streamed and on the generate route alike."""
     from aiohttp import web
 
-    from triton_operator.gateway import keys as k
-
     text = "\u4e00" * 1200   # three bytes each
 
     async def whole(request):
@@ -867,10 +864,7 @@ def test_a_text_model_is_charged_the_bytes_of_its_answer_not_its_characters():
                                      ("/v2/models/chat/generate", whole, {"text_input": "x"}),
                                      ("/v2/models/chat/generate_stream", streamed, {"text_input": "x"})):
             async with Rig() as rig:
-                metered_with_text_model(rig)
-                rig.gw.auth.grants = k.parse(
-                    f"keys: [{{name: t, key: {KEY_A}, namespaces: [ml], tokensPerMinute: 100000}}]", "k")
-                rig.gw.auth.clock = lambda: 1000.0   # nothing refills while it runs
+                metered_with_text_model(rig, 100000, frozen=True)
                 rig.upstream.answer = answer
                 reply = await rig.call("POST", target, body=sent, headers={"X-Inference-Namespace": "ml"})
                 assert reply.status == 200, target
