@@ -98,21 +98,20 @@ class Holding:
             caller.held_since = now
         try:
             with self.tracing.span("gateway.hold", {tr.NAMESPACE: svc.key[0], tr.NAME: svc.key[1]}):
-                return await self._wait_for_replica(svc, now, begins, caller, caller.held_since)
+                return await self._wait_for_replica(svc, now, caller.held_since, begins, caller)
         finally:
             self.holds.leave(svc.key, caller.digest)
             gauge.dec()
 
-    async def _wait_for_replica(self, svc: Service, started: float, begins: Beginning | None = None,
-                                caller: Caller | None = None, since: float | None = None) -> Address:
-        """The wait of endpoint(), begun at `started` (the request's first wait at `since`): until a
+    async def _wait_for_replica(self, svc: Service, started: float, first: float, begins: Beginning | None = None,
+                                caller: Caller | None = None) -> Address:
+        """The wait of endpoint(), begun at `started` (the request's first wait at `first`): until a
         replica is usable, the service goes away or fails, its caller's key is revoked or may no
         longer use it, or the wait's deadline passes: hold_timeout_seconds from the request's first
         wait, and UNUSABLE_GRACE_SECONDS once its replicas are no longer starting (counted from
         then: a service whose status said ready a moment before its EndpointSlice came was a 503 at
         once). Which one passed says the answer: a hold that ran out is model_starting whatever the
         replicas say by then, where no_usable_replica is for replicas ready and out of reach."""
-        first = started if since is None else since
         settled: float | None = None   # since when its replicas are not starting (ready, or none asked for)
         while True:
             event = self.wakeups.event(svc.key)

@@ -296,6 +296,7 @@ class OpenAIProxy:
         base = held.bytes
         first: float | None = None
         ended: oai.OpenAIError | None = None   # the error that ended the answer, when the gateway raised it
+
         async def forward(batch: list[dict[str, Any]], size: int) -> None:
             nonlocal first
             for event in batch:

@@ -61,13 +61,6 @@ class Resolver:
                                 code="model_ambiguous", param="model")
         return candidates[0]
 
-    @staticmethod
-    def check(svc: Service, model: str, grant: keys_core.Grant) -> None:
-        """403, as `resolve` answers, when `grant` does not allow `svc` (resolved for `model` under
-        an earlier grant of the same key: one narrowed since)."""
-        if not grant.allows(svc.key):
-            raise _forbidden(model)
-
     def model_id(self, svc: Service, grant: keys_core.Grant) -> str:
         """The id /v1/models shows: the bare name unless the key sees that name twice."""
         same = [s for s in self.router.find(svc.key[1]) if s.openai and grant.allows(s.key)]
