@@ -71,7 +71,11 @@ def test_the_operators_small_servers_are_bounded(monkeypatch):
             with socket.create_connection(("127.0.0.1", p), timeout=5) as s:
                 started = time.monotonic()
                 s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
-                assert s.recv(100) == b"" and time.monotonic() - started < 3
+                try:
+                    got = s.recv(100)
+                except ConnectionResetError:   # closed with the head half read: a reset, no answer either
+                    got = b""
+                assert got == b"" and time.monotonic() - started < 3
             # a head past the cap is read no further: what arrived is answered, the rest is never held
             big = b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-%d: %s\r\n" % (i, b"a" * 8000) for i in range(8))
             answer = raw(p, big + b"\r\n")
