@@ -102,17 +102,38 @@ def test_a_replica_a_recurring_burst_needs_is_kept_while_the_target_is_missed():
 
 def test_a_need_seen_once_is_held_for_what_a_restart_costs():
     """A burst seen for the first time: nothing says whether it recurs, so replica 4 is held for a
-    restart's cost (ski rental) and released after it."""
+    restart's cost (ski rental) and released after it, where the stabilization window allows a
+    hold that long."""
     history, now, signals = after_bursts(attainment=0.9)
     first = tuple(n for n in history.needs if n[0] < T0 + timedelta(seconds=60 + 240))   # the first burst and its gap
     history = replace(history, needs=first)
     now = first[-1][0] + timedelta(seconds=10)
-    d = decide(SPEC, 4, signals, history, now)
+    long_window = SPEC.model_copy(update={"scale_down_stabilization_seconds": 1200})
+    d = decide(long_window, 4, signals, history, now)
     assert d.desired == 4
     assert ("replica 4 was needed 250s ago and is kept 1040s (no longer gap seen: held for what a restart "
             "costs, a restart costing 1040s)") in d.reason
-    later = decide(SPEC, 4, signals, history, first[-1][0] + timedelta(seconds=1100))
+    later = decide(long_window, 4, signals, history, first[-1][0] + timedelta(seconds=1300))
     assert later.desired == 3 and "is kept" not in later.reason
+
+
+def test_an_idle_replica_is_held_at_most_the_stabilization_window():
+    """The same first burst at the default window (300 s): break-even would hold replica 4 for a
+    restart's 1040 s, but the window bounds what is paid for idle capacity; the reason says so, and
+    the replica goes once it has been unneeded for longer than the window."""
+    history, now, signals = after_bursts(attainment=0.9)
+    first = tuple(n for n in history.needs if n[0] < T0 + timedelta(seconds=60 + 240))
+    history = replace(history, needs=first)
+    last_need = first[5][0]                     # the burst's last tick
+    d = decide(SPEC, 4, signals, history, last_need + timedelta(seconds=250))
+    assert d.desired == 4
+    assert ("replica 4 was needed 250s ago and is kept 300s (no longer gap seen: held for what a restart "
+            "costs, a restart costing 1040s, at most scaleDownStabilizationSeconds)") in d.reason
+    later = decide(SPEC, 4, signals, history, last_need + timedelta(seconds=310))
+    assert later.desired == 3 and "is kept" not in later.reason
+    none = decide(SPEC.model_copy(update={"scale_down_stabilization_seconds": 0}), 4, signals, history,
+                  last_need + timedelta(seconds=250))
+    assert none.desired == 3 and "is kept" not in none.reason
 
 
 def test_a_replica_first_needed_after_a_long_quiet_is_not_held_for_a_restarts_cost():
@@ -188,17 +209,18 @@ def test_at_the_target_a_replica_is_held_for_its_start_up():
     """A service that meets its target, its replicas starting in 325 s: replica 4, first needed
     a minute ago (no gap seen), is held for what releasing and starting it again costs in GPU time
     alone, its start-up (where a missed target prices it at 0.99: 325 + 325 x RESTART_PENALTY x 99
-    = 6760 s), and released after it."""
+    = 6760 s), and released after it (a window of 600 s allows that hold)."""
+    spec = SPEC.model_copy(update={"scale_down_stabilization_seconds": 600})
     needs = tuple((T0 + timedelta(seconds=10 * i), 4 if i < 6 else 1) for i in range(12))
     history = replace(History(((T0, 1, "restart"),)), capacity=20.0, startup=325.0, needs=needs)
     signals = Signals(queue_depth=0.0, p99_ms=500.0, ready=4, arrival_rate=10.0, throughput=10.0,
                       startup_s=325.0, attainment=0.995)
     now = needs[-1][0] + timedelta(seconds=10)
-    d = decide(SPEC, 4, signals, history, now)
+    d = decide(spec, 4, signals, history, now)
     assert d.desired == 4
     assert ("replica 4 was needed 70s ago and is kept 325s (no longer gap seen: held for what a restart costs, "
             "a restart costing 325s)") in d.reason
-    missed = decide(SPEC, 4, replace(signals, attainment=0.9), history, now)
+    missed = decide(spec, 4, replace(signals, attainment=0.9), history, now)
     assert missed.desired == 4 and f"a restart costing {325 + 325 * RESTART_PENALTY * 99:.0f}s" in missed.reason
-    later = decide(SPEC, 4, signals, history, needs[5][0] + timedelta(seconds=330))
+    later = decide(spec, 4, signals, history, needs[5][0] + timedelta(seconds=330))
     assert later.desired == 3 and "is kept" not in later.reason

@@ -235,7 +235,9 @@ class AutoscalingSpec(Model):
                           "tokens) and the share of requests that must meet it.")
     scale_down_stabilization_seconds: int = Field(
         300, ge=0, le=3600,
-        description="Scale down only to the highest replica count recommended within this many seconds.")
+        description="Scale down only to the highest replica count recommended within this many seconds; an idle "
+                    "replica the keep-alive holds for the next burst is held at most this long after it was last "
+                    "needed.")
     scale_down_max_step: int = Field(1, ge=1, le=MAX_REPLICAS, description="At most this many replicas removed per decision.")
     # At most 0.5 by a rule, not a maximum: the API server words a fractional maximum as an integer
     # ("should be less than or equal to 0").
