@@ -78,10 +78,17 @@ def test_the_operators_small_servers_are_bounded(monkeypatch):
                 assert got == b"" and time.monotonic() - started < 3
             # a head past the cap is read no further: what arrived is answered, the rest is never held
             big = b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-%d: %s\r\n" % (i, b"a" * 8000) for i in range(8))
-            answer = raw(p, big + b"\r\n")
-            assert answer.startswith(b"HTTP/1.0 ") and int(answer.split()[1]) in (200, 400), answer[:80]
-            # one connection past the cap is answered 503 while the others hold theirs. The cut
-            # connection above ended for the client a moment before its thread let its slot go, so
+            started = time.monotonic()
+            try:
+                answer = raw(p, big + b"\r\n")
+            except (ConnectionResetError, BrokenPipeError):
+                # closed with the rest of the head unread: the kernel resets the connection, and the
+                # answer can be lost with it ("or not at all"); either way it was not held
+                answer = b""
+            assert time.monotonic() - started < 3
+            assert answer == b"" or (answer.startswith(b"HTTP/1.0 ") and int(answer.split()[1]) in (200, 400)), answer[:80]
+            # one connection past the cap is answered 503 while the others hold theirs. The
+            # connections above ended for the client a moment before their threads let their slots go, so
             # one of four connections opened right after could itself be the one answered 503:
             # four are held again until a fifth meets a full server (a larger cap never would)
             for _attempt in range(5):
