@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 from opentelemetry.sdk.resources import Resource
@@ -342,6 +343,51 @@ def test_a_collector_that_is_down_does_not_hold_up_the_gateways_stop(caplog):
     started = time.monotonic()
     on.shutdown(timeout=1.0)
     assert time.monotonic() - started < 2.5
+    # The exporter goes on retrying on the stop's thread; it is let finish here so that its
+    # warnings are logged within this test and not into the next one's.
+    [worker] = [t for t in threading.enumerate() if t.name == "tracing shutdown"]
+    worker.join(30)
+    assert not worker.is_alive()
+
+
+@pytest.mark.parametrize("variable, path, expected", [
+    ("OTEL_EXPORTER_OTLP_ENDPOINT", "", "/v1/traces"),
+    ("OTEL_EXPORTER_OTLP_ENDPOINT", "/otlp/", "/otlp/v1/traces"),
+    ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "/custom/traces", "/custom/traces"),
+])
+def test_spans_go_to_the_endpoint_of_the_settings_given(monkeypatch, variable, path, expected):
+    """A real OTLP exporter and a loopback receiver: the URL the settings name is the one the
+    spans are posted to, with the signal path added to a base endpoint as the OTLP spec says,
+    even when the process's own environment names no endpoint (the exporter alone would then
+    send to localhost:4318)."""
+    import http.server
+
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    posted: list[str] = []
+
+    class Receiver(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            posted.append(self.path)
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        on = tracing.from_env({variable: f"http://127.0.0.1:{server.server_address[1]}{path}"})
+        with on.span("gateway.hold"):
+            pass
+        on.shutdown(timeout=10.0)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert posted == [expected]
 
 
 def test_a_stream_that_breaks_marks_the_upstream_span_failed():

@@ -289,7 +289,11 @@ def from_env(environ: Mapping[str, str] | None = None) -> Off | On:
     # The SDK reads OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES and the sampler from os.environ.
     resource = Resource.create({} if named else {SERVICE_NAME: DEFAULT_SERVICE_NAME})
     provider = TracerProvider(resource=resource)
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    # The URL given to the exporter is the one checked above, read from `env` (the exporter alone
+    # would read os.environ, and send to localhost:4318 when the two differ).
+    target = endpoint if variable == "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" \
+        else f"{endpoint.removesuffix('/')}/v1/traces"
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=target)))
     log.info("tracing: OTLP spans to %s://%s:%s (service %s)", url.scheme, url.hostname, url.port or "default",
              resource.attributes.get(SERVICE_NAME))
     return On(provider)
