@@ -11,7 +11,7 @@ import pytest
 from triton_operator.api import AutoscalingSpec
 from triton_operator.autoscaling.history import History
 from triton_operator.autoscaling.keepalive import RESTART_PENALTY, keep_alive, layer_gaps, restart_cost
-from triton_operator.autoscaling.policy import decide, target_met
+from triton_operator.autoscaling.policy import NEED_SLACK, arrivals_need, decide, target_met
 from triton_operator.autoscaling.signals import Signals
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
@@ -160,6 +160,18 @@ def test_replicas_asked_only_to_drain_a_backlog_are_not_a_need_that_recurs():
         history = d.history
     assert d.wants["demand"] > 1                # the backlog asks for more ...
     assert {n for _, n in history.needs} == {1}   # ... the arrivals for one replica
+
+
+@pytest.mark.parametrize("arrivals, need", [
+    (0.2, 1), (1.0, 1), (1.05, 1), (1.0 + NEED_SLACK, 1), (1.11, 2), (1.5, 2), (2.0, 2),
+    (2.08, 2), (2.2, 3), (5.1, 5), (5.3, 6),
+])
+def test_the_arrivals_need_rounds_away_a_tenth_of_a_replica(arrivals, need):
+    """What the arrivals ask for (in replicas' worth, band included) counts as a need for one more
+    replica only past a tenth of a replica over a whole count: a band a hair over five replicas'
+    worth is the tick's noise, and remembered as a need for a sixth it kept one held for a
+    restart's cost at a time."""
+    assert arrivals_need(arrivals) == need
 
 
 def test_a_gap_longer_than_a_restart_is_not_held_through():
