@@ -16,10 +16,15 @@ what it holds, then stops. Replica-seconds run from creation to stop, as GPU tim
 
 Simulated: the simulator (simulator) on the same requests (the arrival times, the
 prompt and answer tokens the live replicas reported) with a replica model measured on this machine
-before the live run: time to the first token linear in the prompt, a time per further token, one
+around the live run: time to the first token linear in the prompt, a time per further token, one
 request at a time (llama.cpp's single sequence), the start-up measured on the same replicas (plus
---pull-s). `ours` there is the same policy through the same signal rules (autoscaling/signals);
-neither side is given the planner's sizing of a replica (no GPU class is involved).
+--pull-s). The calibration runs once before the live run and once after it, and the prediction
+uses both together: a shared machine's speed drifts over ten minutes, and a model taken on one
+side of the run alone predicts at that side's speed (the simulations with each alone are
+reported too, with the replicas' own time per answer token during the run, which no queue
+inflates, as the check of which speed the run had). `ours` there is the same policy through the
+same signal rules (autoscaling/signals); neither side is given the planner's sizing of a replica
+(no GPU class is involved).
 
 Workload: a 10-minute slice of the Azure LLM inference trace 2023, code service
 (bench/data/azure-llm-trace-2023-code; Azure Public Dataset, CC-BY 4.0; attribution as its authors
@@ -424,20 +429,41 @@ def measured_model(samples: list[Done], n_ctx: int) -> Any:
                        token_s=statistics.median(per) if per else 0.02)
 
 
-async def calibrate(url: str, key: str, streams: int, rounds: int, max_prompt: int, max_output: int) -> list[Done]:
+async def calibrate(url: str, key: str, streams: int, rounds: int, max_prompt: int, max_output: int,
+                    first_id: int) -> list[Done]:
     """Requests of a spread of prompt sizes, `streams` at a time (as many replicas as serve), one
-    after the other on each stream: a replica's service time under the load of its neighbours."""
+    after the other on each stream: a replica's service time under the load of its neighbours.
+    Prompts are numbered from `first_id`, so no two calibrations send the same text."""
     sizes = [8 + (max_prompt - 8) * k // (rounds - 1) for k in range(rounds)]
     out: list[Done] = []
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
         async def stream(s: int) -> None:
             for k, words in enumerate(sizes):
                 t0 = time.monotonic()
-                d = await one(session, url, key, 10_000 + s * 100 + k, Planned(0.0, words, max_output), t0)
+                d = await one(session, url, key, first_id + s * 100 + k, Planned(0.0, words, max_output), t0)
                 if d.error is None:
                     out.append(d)
         await asyncio.gather(*(stream(s) for s in range(streams)))
     return out
+
+
+def calibration(when: str, sup: Supervisor, url: str, key: str, args: argparse.Namespace, first_id: int) -> list[Done]:
+    """As many replicas as may serve, idle, then each kept busy with a spread of prompt sizes."""
+    from e2e.cluster import wait_for
+
+    sup.scale_to(args.max_replicas)
+    wait_for("the calibration replicas", lambda: sup.ready() == args.max_replicas
+             and not any(pd.state in ("draining", "gone-soon") for pd in sup.pods), 600)
+    wait_for("the replicas idle", lambda: not any(busy(pd.server) for pd in sup.pods if pd.state == "ready"), 300)
+    samples = asyncio.run(calibrate(url, key, args.max_replicas, args.calibration_rounds, args.max_prompt,
+                                    args.max_output, first_id))
+    for d in sorted(samples, key=lambda d: d.prompt_tokens):
+        print(f"  calibration {when}: {d.prompt_tokens} prompt tokens, first token {d.first - d.arrival:.2f} s, "
+              f"{d.output_tokens} answer tokens in {d.finish - d.arrival:.2f} s", flush=True)
+    m = measured_model(samples, 2048)
+    print(f"measured {when}: first token {m.prefill_fixed_s:.3f} s + {m.prefill_token_s * 1000:.2f} ms/prompt token, "
+          f"{m.token_s * 1000:.1f} ms/answer token ({len(samples)} calibration requests)", flush=True)
+    return samples
 
 
 # ------------------------------------------------------------------------------------ comparison
@@ -518,20 +544,10 @@ def run(args: argparse.Namespace) -> None:
     autoscaler = None
     try:
         prom.start()
-        # Calibration: as many replicas as may serve, each busy, a spread of prompt sizes.
-        sup.scale_to(args.max_replicas)
-        wait_for("the calibration replicas", lambda: sup.ready() == args.max_replicas, 600)
+        before = calibration("before the run", sup, url, gateway.key, args, 10_000)
         startups = [pd.startup_s for pd in sup.pods if pd.startup_s is not None]
-        samples = asyncio.run(calibrate(url, gateway.key, args.max_replicas, args.calibration_rounds,
-                                        args.max_prompt, args.max_output))
-        for d in sorted(samples, key=lambda d: d.prompt_tokens):
-            print(f"  calibration: {d.prompt_tokens} prompt tokens, first token {d.first - d.arrival:.2f} s, "
-                  f"{d.output_tokens} answer tokens in {d.finish - d.arrival:.2f} s", flush=True)
-        perf = measured_model(samples, 2048)
         load_s = statistics.mean(startups)
-        print(f"measured: first token {perf.prefill_fixed_s:.3f} s + {perf.prefill_token_s * 1000:.2f} ms/prompt token, "
-              f"{perf.token_s * 1000:.1f} ms/answer token, start-up {load_s:.1f} s ({len(samples)} calibration requests)",
-              flush=True)
+        print(f"start-up {load_s:.1f} s after the pull", flush=True)
         # The live run: one warm replica, the autoscaler in charge, the pull before each start.
         sup.scale_to(1)
         wait_for("the drain", lambda: not any(pd.state in ("draining", "gone-soon") for pd in sup.pods), 300)
@@ -564,6 +580,8 @@ def run(args: argparse.Namespace) -> None:
         live_timeline = list(sup.timeline)
         live_decisions = list(sup.decisions)
         errors = list(sup.errors)
+        sup.pull_s = 0.0
+        after = calibration("after the run", sup, url, gateway.key, args, 20_000)
     finally:
         if autoscaler is not None:
             autoscaler.stop()
@@ -571,9 +589,15 @@ def run(args: argparse.Namespace) -> None:
         gateway.stop()
         prom.close()
 
-    # The simulation of the same requests, with the measured replica.
+    # The simulation of the same requests, with the replica measured around the run.
     requests = [Request(d.arrival, d.prompt_tokens or 30 + pl.prompt_words, d.output_tokens or pl.max_tokens)
                 for d, pl in zip(done, plan)]
+    perf = measured_model(before + after, 2048)
+    models = {"before": measured_model(before, 2048), "after": measured_model(after, 2048), "both": perf}
+    in_run = [(d.finish - d.first) / (d.output_tokens - 1) for d in done if d.error is None and d.output_tokens > 1]
+    in_run_token_s = statistics.median(in_run) if in_run else math.nan
+    print(f"time per answer token: {models['before'].token_s * 1000:.1f} ms before the run, "
+          f"{in_run_token_s * 1000:.1f} ms during it, {models['after'].token_s * 1000:.1f} ms after", flush=True)
     spec = InferenceService.model_validate(obj).spec
 
     def no_sizing(v: Any, pf: Any) -> Any:
@@ -585,8 +609,18 @@ def run(args: argparse.Namespace) -> None:
     sim_settings = SimulationSettings(min_replicas=1, max_replicas=args.max_replicas, initial_replicas=1,
                                       slo_s=args.slo_ms / 1000, slo_target=spec.autoscaling.service_level().attainment,
                                       seed=args.seed, scrape_interval=5.0, duration=args.duration)
-    sim = simulate(requests, perf, cold, Ours(spec.autoscaling, planner=perf, signals=no_sizing), sim_settings)
-    summary = summarize(sim)
+
+    def predict(model: Any) -> tuple[Any, Any]:
+        sim = simulate(requests, model, cold, Ours(spec.autoscaling, planner=model, signals=no_sizing), sim_settings)
+        return sim, summarize(sim)
+
+    sim, summary = predict(perf)
+    one_sided = {}
+    for side in ("before", "after"):
+        s_sim, s_summary = predict(models[side])
+        one_sided[side] = {"attainment": s_summary.slo_attainment,
+                           "replica_seconds": clipped_seconds([(pod[1], pod[3]) for pod in s_sim.pods], args.duration),
+                           "scale_moves": len(s_sim.decisions)}
 
     slo_s = args.slo_ms / 1000
     live_met = sum(1 for d in done if d.error is None and d.finish - d.arrival <= slo_s)
@@ -603,7 +637,13 @@ def run(args: argparse.Namespace) -> None:
         "requests": len(done), "errors": sum(d.error is not None for d in done),
         "model": {"first_token_fixed_s": perf.prefill_fixed_s, "first_token_per_prompt_token_s": perf.prefill_token_s,
                   "per_answer_token_s": perf.token_s, "startup_s": load_s, "pull_s": args.pull_s,
-                  "calibration_requests": len(samples)},
+                  "calibration_requests": len(before) + len(after),
+                  "sides": {side: {"first_token_fixed_s": m.prefill_fixed_s,
+                                   "first_token_per_prompt_token_s": m.prefill_token_s, "per_answer_token_s": m.token_s,
+                                   "calibration_requests": len(before if side == "before" else after),
+                                   **one_sided[side]}
+                            for side, m in models.items() if side != "both"},
+                  "in_run_per_answer_token_s": in_run_token_s},
         "live": {"attainment": live_att, "replica_seconds": live_rs, "scale_moves": len(live_decisions),
                  "p50_s": quantile(lat_live, 0.5), "p99_s": quantile(lat_live, 0.99), "decisions": live_decisions,
                  "replica_errors": errors},
@@ -634,7 +674,7 @@ def write(r: dict[str, Any], out: Path) -> None:
         f"ones), prompts 1/16 of the recorded tokens (at most {a['max_prompt']} words), answers at most "
         f"{a['max_output']} tokens; SmolLM2-135M-Instruct replicas on llama.cpp (one thread each), 1 to "
         f"{a['max_replicas']} replicas, SLO {a['slo_ms'] / 1000:.0f} s end to end, a {a['pull_s']:.0f} s pull before "
-        f"each start. Replica model measured before the run: first token {m['first_token_fixed_s']:.3f} s + "
+        f"each start. Replica model measured before and after the run: first token {m['first_token_fixed_s']:.3f} s + "
         f"{m['first_token_per_prompt_token_s'] * 1000:.2f} ms per prompt token, {m['per_answer_token_s'] * 1000:.1f} ms "
         f"per further token, start-up {m['startup_s']:.1f} s after the pull ({m['calibration_requests']} calibration "
         f"requests).",
@@ -649,6 +689,17 @@ def write(r: dict[str, Any], out: Path) -> None:
         f"Gap (simulated - live): attainment {gap['attainment_points']:+.1f} points (goal: within 3), replica-seconds "
         f"{gap['replica_seconds']:+.1%} (goal: within 10 %), ready replicas off by {gap['ready_replicas_mean_abs']:.2f} "
         f"on average over the 30 s marks. Failed live requests: {r['errors']}.",
+        "",
+        "The machine's speed around the run, and what the simulator predicts with the replica measured on one "
+        f"side of it only (the replicas took {m['in_run_per_answer_token_s'] * 1000:.1f} ms per answer token during "
+        "the run):",
+        "",
+        "| replica measured | first token | per prompt token | per answer token | simulated attainment | "
+        "simulated replica-seconds | scale moves |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+        *(f"| {side} the run | {x['first_token_fixed_s']:.3f} s | {x['first_token_per_prompt_token_s'] * 1000:.2f} ms | "
+          f"{x['per_answer_token_s'] * 1000:.1f} ms | {x['attainment']:.1%} | {x['replica_seconds']:.0f} | "
+          f"{x['scale_moves']} |" for side, x in m["sides"].items()),
         "",
         "Ready replicas every 30 s (live / simulated):",
         "",
