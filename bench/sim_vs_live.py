@@ -14,18 +14,17 @@ its tritonserver starts; it is Ready, and joins the gateway's table, once Triton
 answer. A replica removed (not-ready ones first, then the newest) leaves the table at once, finishes
 what it holds, then stops. Replica-seconds run from creation to stop, as GPU time is paid.
 
-Simulated: the simulator (simulator) on the same requests (the arrival times, the
-prompt and answer tokens the live replicas reported) with a replica model measured on this machine
-around the live run: the time to the first token as measured at the calibration's prompt sizes
-(linear in between), a time per further token, one
-request at a time (llama.cpp's single sequence), the start-up measured on the same replicas (plus
---pull-s). The calibration runs once before the live run and once after it, and the prediction
-uses both together: a shared machine's speed drifts over ten minutes, and a model taken on one
-side of the run alone predicts at that side's speed (the simulations with each alone are
-reported too, with the replicas' own time per answer token during the run, which no queue
-inflates, as the check of which speed the run had). `ours` there is the same policy through the
-same signal rules (autoscaling/signals); neither side is given the planner's sizing of a replica
-(no GPU class is involved).
+Simulated: the simulator (simulator) on the same requests (the arrival times, the prompt and answer
+tokens the live replicas reported) with a replica model measured on this machine around the live
+run: the time to the first token as measured at the calibration's prompt sizes (linear in between),
+a time per further token, one request at a time (llama.cpp's single sequence), the start-up
+measured on the same replicas (plus --pull-s). The calibration runs once before the live run and
+once after it, and the prediction uses both together: a shared machine's speed drifts over ten
+minutes, and a model taken on one side of the run alone predicts at that side's speed (the
+simulations with each alone are reported too, with the replicas' own time per answer token during
+the run, which no queue inflates, as the check of which speed the run had). `ours` there is the
+same policy through the same signal rules (autoscaling/signals); neither side is given the
+planner's sizing of a replica (no GPU class is involved).
 
 Workload: a 10-minute slice of the Azure LLM inference trace 2023, code service
 (bench/data/azure-llm-trace-2023-code; Azure Public Dataset, CC-BY 4.0; attribution as its authors
