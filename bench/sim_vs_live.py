@@ -625,11 +625,11 @@ def run(args: argparse.Namespace) -> None:
     requests = [Request(d.arrival, d.prompt_tokens or 30 + pl.prompt_words, d.output_tokens or pl.max_tokens)
                 for d, pl in zip(done, plan)]
     perf = measured_model(before + after, 2048)
-    models = {"before": measured_model(before, 2048), "after": measured_model(after, 2048), "both": perf}
+    sides = {"before": (before, measured_model(before, 2048)), "after": (after, measured_model(after, 2048))}
     in_run = [(d.finish - d.first) / (d.output_tokens - 1) for d in done if d.error is None and d.output_tokens > 1]
     in_run_token_s = statistics.median(in_run) if in_run else math.nan
-    print(f"time per answer token: {models['before'].token_s * 1000:.1f} ms before the run, "
-          f"{in_run_token_s * 1000:.1f} ms during it, {models['after'].token_s * 1000:.1f} ms after", flush=True)
+    print(f"time per answer token: {sides['before'][1].token_s * 1000:.1f} ms before the run, "
+          f"{in_run_token_s * 1000:.1f} ms during it, {sides['after'][1].token_s * 1000:.1f} ms after", flush=True)
     spec = InferenceService.model_validate(obj).spec
 
     def no_sizing(v: Any, pf: Any) -> Any:
@@ -642,23 +642,19 @@ def run(args: argparse.Namespace) -> None:
                                       slo_s=args.slo_ms / 1000, slo_target=spec.autoscaling.service_level().attainment,
                                       seed=args.seed, scrape_interval=5.0, duration=args.duration)
 
-    def predict(model: Any) -> tuple[Any, Any]:
+    def predict(model: Any) -> tuple[Any, Any, dict[str, float]]:
         sim = simulate(requests, model, cold, Ours(spec.autoscaling, planner=model, signals=no_sizing), sim_settings)
-        return sim, summarize(sim)
+        summary = summarize(sim)
+        return sim, summary, {"attainment": summary.slo_attainment, "scale_moves": len(sim.decisions),
+                              "replica_seconds": clipped_seconds([(pod[1], pod[3]) for pod in sim.pods], args.duration)}
 
-    sim, summary = predict(perf)
-    one_sided = {}
-    for side in ("before", "after"):
-        s_sim, s_summary = predict(models[side])
-        one_sided[side] = {"attainment": s_summary.slo_attainment,
-                           "replica_seconds": clipped_seconds([(pod[1], pod[3]) for pod in s_sim.pods], args.duration),
-                           "scale_moves": len(s_sim.decisions)}
+    sim, summary, predicted = predict(perf)
 
     slo_s = args.slo_ms / 1000
     live_met = sum(1 for d in done if d.error is None and d.finish - d.arrival <= slo_s)
     live_att = live_met / len(done) if done else 1.0
     live_rs = clipped_seconds(live_pods, end)
-    sim_rs = clipped_seconds([(pod[1], pod[3]) for pod in sim.pods], end)
+    sim_rs = predicted["replica_seconds"]
     sim_decisions = [(t, a, b) for t, a, b, _ in sim.decisions]
     grid = list(range(0, int(end) + 1, 30))
     live_ready = [ready_at(live_timeline, t) for t in grid]
@@ -667,18 +663,16 @@ def run(args: argparse.Namespace) -> None:
     result = {
         "date": f"{started_at:%Y-%m-%d %H:%M} UTC", "machine": machine(), "args": vars(args),
         "requests": len(done), "errors": sum(d.error is not None for d in done),
-        "model": {"first_token": perf.first_token, "per_answer_token_s": perf.token_s, "startup_s": load_s, "pull_s": args.pull_s,
-                  "calibration_requests": len(before) + len(after),
+        "model": {"first_token": perf.first_token, "per_answer_token_s": perf.token_s, "startup_s": load_s,
+                  "pull_s": args.pull_s, "calibration_requests": len(before) + len(after),
                   "sides": {side: {"first_token": m.first_token, "per_answer_token_s": m.token_s,
-                                   "calibration_requests": len(before if side == "before" else after),
-                                   **one_sided[side]}
-                            for side, m in models.items() if side != "both"},
+                                   "calibration_requests": len(samples), **predict(m)[2]}
+                            for side, (samples, m) in sides.items()},
                   "in_run_per_answer_token_s": in_run_token_s},
         "live": {"attainment": live_att, "replica_seconds": live_rs, "scale_moves": len(live_decisions),
                  "p50_s": quantile(lat_live, 0.5), "p99_s": quantile(lat_live, 0.99), "decisions": live_decisions,
                  "replica_errors": errors},
-        "simulated": {"attainment": summary.slo_attainment, "replica_seconds": sim_rs,
-                      "scale_moves": len(sim_decisions), "p50_s": summary.latency_p50_ms / 1000,
+        "simulated": {**predicted, "p50_s": summary.latency_p50_ms / 1000,
                       "p99_s": summary.latency_p99_ms / 1000, "decisions": sim_decisions},
         "timeline": {"t": grid, "live_ready": live_ready, "simulated_ready": sim_ready,
                      "live_desired": [desired_at(live_decisions, 1, t) for t in grid],
