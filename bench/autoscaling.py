@@ -1186,7 +1186,11 @@ def main(argv: list[str] | None = None) -> int:
         " dropped only where the p99 is left by a queue drained within two latency windows: 25 beating, 14 "
         "dominated, 4.00 GPU-h; RAG unchanged, azure-conv at 150 s dominated by fixed:3, the code trace at 5x "
         "89.7 %. What the hold buys shows on the code trace: each reading that took it away, in part or whole, "
-        "lost 1 to 3 points there.",
+        "lost 1 to 3 points there. Mooncake at 325 s (held out) was then read minute by minute again, nothing "
+        "changed after: the new service's band of one replica asked for a fourth at 180 s, held to 1,140 s (0.27 "
+        "GPU-h where fixed:3 runs three), and a lighter token mix read a replica's full rate as 2.6 req/s at "
+        "2,780 s, released the third, and 238 of the hour's 421 violations fell between that release and the "
+        "third's return 8.5 minutes later.",
         "- Seeds 2 and 3 were only looked at in these summary tables, never one decision log at a time, until the "
         "tenth session read RAG at 325 s on both, after its first three-seed run, to explain seed 3's 38 % (nothing changed "
         "after); the curved replica was, in the seventh session (azure and the spike, for the capacity it learned). "
