@@ -37,7 +37,7 @@ help:
 	@echo "make bench-scale        the control plane at N=1000 services: bulk, idle, autoscaler -> bench/results/scale.md"
 	@echo "make bench-spill        SLO during a GPU shortage with and without spill-over -> bench/results/spill.md"
 	@echo "make bench-routing      TTFT by routing (prefix, least in flight, random) on 3 real CPU replicas -> bench/results/routing.md"
-	@echo "make bench-sim-vs-live  simulate's prediction vs live CPU replicas scaled by the live loop, on a real trace slice -> bench/results/sim-vs-live.md"
+	@echo "make bench-sim-vs-live  simulate's prediction vs live CPU replicas scaled by the live loop, on two real trace slices -> bench/results/sim-vs-live*.md"
 	@echo "make bench-foresight    plans that know every arrival, chosen a minute at a time, vs the fluid bound -> bench/results/foresight.md"
 	@echo "make bench-robustness   1,000 hostile specs against the API server and the operator -> bench/results/robustness.md"
 	@echo "make bench-gateway  gateway overhead vs Triton direct, and a wake from zero -> bench/results/gateway.md"
@@ -138,6 +138,7 @@ bench-routing: $(STAMP)
 
 bench-sim-vs-live: $(STAMP)
 	$(PY) bench/sim_vs_live.py
+	$(PY) bench/sim_vs_live.py --start 2520 --duration 900 --keep 0.1 --name sim-vs-live-fall
 
 bench-standby: $(STAMP)
 	$(PY) bench/standby.py

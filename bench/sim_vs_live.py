@@ -26,17 +26,21 @@ the run, which no queue inflates, as the check of which speed the run had). `our
 same policy through the same signal rules (autoscaling/signals); neither side is given the
 planner's sizing of a replica (no GPU class is involved).
 
-Workload: a 10-minute slice of the Azure LLM inference trace 2023, code service
+Workload: slices of the Azure LLM inference trace 2023, code service
 (bench/data/azure-llm-trace-2023-code; Azure Public Dataset, CC-BY 4.0; attribution as its authors
 ask: Pratyush Patel, Esha Choukse, Chaojie Zhang, Aashaka Shah, Inigo Goiri, Saeed Maleki, Ricardo
 Bianchini, "Splitwise: Efficient generative LLM inference using phase splitting", ISCA 2024): the
 arrival times as recorded, thinned (a seeded draw) to what CPU replicas serve, prompts at 1/16 of
-the recorded tokens (clipped), answers the recorded tokens clipped to --max-output.
+the recorded tokens (clipped), answers the recorded tokens clipped to --max-output. `make
+bench-sim-vs-live` runs two slices: 360-960 s at 7 % (the load rises: one scale-up) and, as
+sim-vs-live-fall, 2,520-3,420 s at 10 % (the load rises, falls and comes back: a replica released
+and asked for again), found by simulating every minute-aligned 15-minute slice with a replica model
+measured here and taking one where the policy scaled down and up again.
 
 Reported: attainment, replica-seconds, scale moves and the replica timeline of both, and the gaps
-(the goal: attainment within 3 points, replica-seconds within 10 %). On 2 shared cores the
-replicas, the gateway, Prometheus and the client compete: the figures are this machine's. Writes
-bench/results/sim-vs-live.md and sim-vs-live.json.
+(the goal: attainment within 3 points, replica-seconds within 10 %), and each side's reason at every
+scale move. On 2 shared cores the replicas, the gateway, Prometheus and the client compete: the
+figures are this machine's. Writes bench/results/NAME.md and NAME.json (--name, sim-vs-live).
 """
 
 from __future__ import annotations
@@ -126,8 +130,14 @@ def serve_gateway(port: int, metrics_port: int, keys: str, table: str, service: 
                                  requests_per_minute=1e9), None)
     gw.router.set_service(json.loads(Path(service).read_text()))
 
+    def endpoint_slice(slot: str, p: int, ready: bool) -> dict[str, Any]:
+        return {"metadata": {"name": f"{NAME}-{slot}", "namespace": NS, "labels": {"kubernetes.io/service-name": NAME}},
+                "ports": [{"name": "http", "port": p}],
+                "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": ready}}]}
+
     async def follow() -> None:
         seen = None
+        listed: dict[str, dict[str, Any]] = {}   # slot -> the slice the router holds for it
         while True:
             try:
                 text = Path(table).read_text()
@@ -136,12 +146,15 @@ def serve_gateway(port: int, metrics_port: int, keys: str, table: str, service: 
             if text and text != seen:
                 seen = text
                 changed = set()
-                for slot, (p, ready) in json.loads(text).items():
-                    changed |= gw.router.set_slice({
-                        "metadata": {"name": f"{NAME}-{slot}", "namespace": NS,
-                                     "labels": {"kubernetes.io/service-name": NAME}},
-                        "ports": [{"name": "http", "port": p}],
-                        "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": ready}}]})
+                now = {slot: endpoint_slice(slot, p, ready) for slot, (p, ready) in json.loads(text).items()}
+                for slot in set(listed) - set(now):
+                    # a replica gone leaves the router, as its endpoint leaves the EndpointSlice (a
+                    # slice left behind kept a stopped replica's port, and the next replica started
+                    # in its slot was passed over while the gateway backed off from that port)
+                    changed |= gw.router.set_slice(None, listed.pop(slot))
+                for slot, obj in now.items():
+                    changed |= gw.router.set_slice(obj)
+                    listed[slot] = obj
                 gw.watches.wakeups.wake(changed)
             await asyncio.sleep(0.1)
 
@@ -534,8 +547,12 @@ def main() -> None:
     p.add_argument("--calibration-rounds", type=int, default=8)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default=str(OUT))
+    p.add_argument("--name", default="sim-vs-live", help="the result files' name: NAME.md and NAME.json in --out")
     p.add_argument("--serve-gateway", nargs=5, help=argparse.SUPPRESS)
     args = p.parse_args()
+    args.command = " ".join(["python bench/sim_vs_live.py"] + [
+        f"--{k.replace('_', '-')} {v:g}" if isinstance(v, float) else f"--{k.replace('_', '-')} {v}"
+        for k, v in vars(args).items() if k not in ("out", "serve_gateway") and v != p.get_default(k)])
     if args.serve_gateway:
         port, metrics, keys, table, service = args.serve_gateway
         serve_gateway(int(port), int(metrics), keys, table, service)
@@ -597,9 +614,12 @@ def run(args: argparse.Namespace) -> None:
         view = ClusterView(obj, sup)
         holder: dict[str, Autoscaler] = {}
 
+        live_reasons: list[tuple[float, int, str]] = []   # every changed report: when, desired, why
+
         def enqueue(key: tuple[str, str]) -> None:
             report = holder["a"].report(key)
             if report is not None:
+                live_reasons.append((sup.now(), report.desired, report.reason))
                 sup.scale_to(report.desired)
 
         autoscaler = holder["a"] = Autoscaler(view, enqueue, None, settings, PrometheusSource(settings))
@@ -671,9 +691,10 @@ def run(args: argparse.Namespace) -> None:
                   "in_run_per_answer_token_s": in_run_token_s},
         "live": {"attainment": live_att, "replica_seconds": live_rs, "scale_moves": len(live_decisions),
                  "p50_s": quantile(lat_live, 0.5), "p99_s": quantile(lat_live, 0.99), "decisions": live_decisions,
-                 "replica_errors": errors},
+                 "replica_errors": errors, "reasons": live_reasons},
         "simulated": {**predicted, "p50_s": summary.latency_p50_ms / 1000,
-                      "p99_s": summary.latency_p99_ms / 1000, "decisions": sim_decisions},
+                      "p99_s": summary.latency_p99_ms / 1000, "decisions": sim_decisions,
+                      "reasons": [(t, why) for t, why in sim.reasons]},
         "timeline": {"t": grid, "live_ready": live_ready, "simulated_ready": sim_ready,
                      "live_desired": [desired_at(live_decisions, 1, t) for t in grid],
                      "simulated_desired": [desired_at(sim_decisions, 1, t) for t in grid]},
@@ -684,13 +705,32 @@ def run(args: argparse.Namespace) -> None:
     write(result, Path(args.out))
 
 
+def reason_at(reasons: list[Any], t: float) -> str:
+    """The last reason given at or before `t` (the first one before any)."""
+    said = [why for at, *_, why in reasons if at <= t + 1e-6]
+    return said[-1] if said else (reasons[0][-1] if reasons else "-")
+
+
+def why_lines(r: dict[str, Any]) -> list[str]:
+    """Each side's reason at every scale move of either side: where the two part, why."""
+    live, sim = r["live"].get("reasons") or [], r["simulated"].get("reasons") or []
+    moves = sorted([(t, "live") for t, *_ in r["live"]["decisions"]] + [(t, "simulated") for t, *_ in r["simulated"]["decisions"]])
+    if not moves or not (live or sim):
+        return []
+    lines = ["", "The policy's reason on each side at every scale move (the live loop's at the move, the simulated "
+             "policy's last tick at or before it):", "", "| t (s) | moved | live | simulated |", "| --- | --- | --- | --- |"]
+    for t, side in moves:
+        lines.append(f"| {t:.0f} | {side} | {reason_at(live, t)} | {reason_at(sim, t)} |".replace("\n", " "))
+    return lines
+
+
 def write(r: dict[str, Any], out: Path) -> None:
     a = r["args"]
     live, sim, gap, m = r["live"], r["simulated"], r["gap"], r["model"]
     lines = [
         "# The simulator against live replicas",
         "",
-        f"`make bench-sim-vs-live` (`python bench/sim_vs_live.py`), {r['date']}, on this machine ({r['machine']}, "
+        f"`make bench-sim-vs-live` (`{a.get('command', 'python bench/sim_vs_live.py')}`), {r['date']}, on this machine ({r['machine']}, "
         f"shared by the replicas, the gateway, Prometheus and the client).",
         "",
         f"Slice {a['start']:.0f}-{a['start'] + a['duration']:.0f} s of the Azure LLM inference trace 2023 (code; "
@@ -734,10 +774,12 @@ def write(r: dict[str, Any], out: Path) -> None:
         "",
         "Scale moves (t, from, to): live " + ", ".join(f"({t:.0f}, {x}, {y})" for t, x, y in live["decisions"])
         + "; simulated " + ", ".join(f"({t:.0f}, {x}, {y})" for t, x, y in sim["decisions"]) + ".",
+        *why_lines(r),
     ]
     out.mkdir(parents=True, exist_ok=True)
-    (out / "sim-vs-live.md").write_text("\n".join(lines) + "\n")
-    (out / "sim-vs-live.json").write_text(json.dumps(r, indent=1, default=str) + "\n")
+    name = a.get("name") or "sim-vs-live"
+    (out / f"{name}.md").write_text("\n".join(lines) + "\n")
+    (out / f"{name}.json").write_text(json.dumps(r, indent=1, default=str) + "\n")
     print("\n".join(lines))
 
 
