@@ -37,14 +37,15 @@ from triton_operator.settings import Settings
 from .cluster import wait_for
 from .harness.prometheus import Prometheus, Target
 
-DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320)   # triton_model.DURATION_BUCKETS
+DURATION_BUCKETS = (0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.75, 1, 1.25, 1.5, 2, 2.5, 3, 4, 5, 6,
+                    7.5, 10, 12.5, 15, 20, 25, 30, 40, 50, 60, 80, 100, 120, 160, 200, 240, 320)   # triton_model's
 LABELS = 'engine="trtllm",model="llm"'
 
 
 class Pod:
     """One LLM pod's figures: `queued` requests in the engine's queue, `active` generating,
     completing `rate` requests/s (and `failed` errors) of `prompt`/`output` tokens (`cached` of the
-    prompt's from the engine's prefix cache), every one in the request-duration bucket (2.5, 5] s."""
+    prompt's from the engine's prefix cache), every one in the request-duration bucket (4, 5] s."""
 
     def __init__(self, active: int, queued: int, rate: float, failed: int = 0):
         self.active, self.queued, self.rate, self.failed = active, queued, rate, failed
@@ -171,8 +172,8 @@ def test_one_query_reads_every_signal_of_an_llm_service_and_a_plain_one(promethe
     assert snap.get("recent_throughput", vision) == snap.get("throughput", vision) == 0
     assert snap.get("prompt_tokens", chat) == pytest.approx(1000) and snap.get("output_tokens", chat) == pytest.approx(200)
     assert snap.get("cached_tokens", chat) == pytest.approx(400)
-    # p99 of request to last token from the histogram: all in (2.5, 5] s -> 2.5 + 0.99 x 2.5 s.
-    assert snap.get("p99", chat) == pytest.approx(4975) and snap.get("reporting", chat) == 2
+    # p99 of request to last token from the histogram: all in (4, 5] s -> 4 + 0.99 x 1 s.
+    assert snap.get("p99", chat) == pytest.approx(4990) and snap.get("reporting", chat) == 2
     # A plain model: its pending requests alone, no LLM signal invented as 0.
     assert snap.get("queue", vision) == 5 and snap.get("reporting", vision) == 1
     assert snap.get("in_flight", vision) is None and snap.get("prompt_tokens", vision) is None

@@ -7,7 +7,10 @@
   current bucket and moves to the next (detail/time_window_quantiles.cc). A read therefore sees
   the observations since the current bucket's last reset: the last 48 to 60 s. No observation in
   that window reads as NaN. CKMS error (0.001 at p99) is below what the simulator resolves, so
-  quantiles are exact here.
+  quantiles are exact here. For an LLM service the live p99 is histogram_quantile over the last
+  minute of the engine's request-duration histogram instead (settings.p99_query), interpolated
+  inside a bucket: with its bounds at most 1.33x apart it reads within that factor of the exact
+  quantile, furthest off where a minute holds few requests. That difference is not modelled here.
 - The pending-request gauge is instantaneous; requests waiting in the service's queue are
   attributed evenly to the ready pods (every consumer sums or averages them).
 - The gateway in front (simulation.py routes as it does) holds requests while no replica is ready:
