@@ -33,12 +33,11 @@ from triton_operator.autoscaling.loop import signals_for
 from triton_operator.autoscaling.prometheus import PrometheusSource
 from triton_operator.gateway import telemetry as gateway_metrics
 from triton_operator.settings import Settings
+from triton_runtime.serving.contract import DURATION_BUCKETS
 
 from .cluster import wait_for
 from .harness.prometheus import Prometheus, Target
 
-DURATION_BUCKETS = (0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.75, 1, 1.25, 1.5, 2, 2.5, 3, 4, 5, 6,
-                    7.5, 10, 12.5, 15, 20, 25, 30, 40, 50, 60, 80, 100, 120, 160, 200, 240, 320)   # triton_model's
 LABELS = 'engine="trtllm",model="llm"'
 
 

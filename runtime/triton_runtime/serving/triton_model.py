@@ -43,7 +43,7 @@ import triton_python_backend_utils as pb_utils
 import yaml
 
 from . import chat, tools
-from .contract import ERROR_TAG, MAX_N, MAX_PREFIX_KEYS, MAX_TOP_LOGPROBS
+from .contract import DURATION_BUCKETS, ERROR_TAG, MAX_N, MAX_PREFIX_KEYS, MAX_TOP_LOGPROBS
 from .delivery import CancelWatch, Outbox
 from .engine import Job, RequestError, Sampling, Step
 
@@ -51,13 +51,6 @@ log = logging.getLogger("triton_llm")
 NOT_UNICODE = "the request holds text that is not valid Unicode (a lone surrogate escape)"
 TTFT_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
 ITL_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28]
-# The autoscaler's p99 is histogram_quantile over these buckets (settings.p99_query), which reads a
-# quantile by linear interpolation inside its bucket: with few requests in the minute, near the
-# bucket's top. Bounds at most 1.33x apart from 0.15 s up keep that within a third of the exact
-# p99; at 2.5x apart (1, 2.5, 5, 10) a p99 of 2.0 s read 2.48 s, and live replicas were held that a
-# simulation reading the exact p99 released.
-DURATION_BUCKETS = [0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.75, 1, 1.25, 1.5, 2, 2.5, 3, 4, 5, 6,
-                    7.5, 10, 12.5, 15, 20, 25, 30, 40, 50, 60, 80, 100, 120, 160, 200, 240, 320]
 STATS_PERIOD_S = 1.0
 
 
