@@ -706,9 +706,9 @@ def run(args: argparse.Namespace) -> None:
 
 
 def reason_at(reasons: list[Any], t: float) -> str:
-    """The last reason given at or before `t` (the first one before any)."""
+    """The last reason given at or before `t` ("-" before any)."""
     said = [why for at, *_, why in reasons if at <= t + 1e-6]
-    return said[-1] if said else (reasons[0][-1] if reasons else "-")
+    return said[-1] if said else "-"
 
 
 def why_lines(r: dict[str, Any]) -> list[str]:
