@@ -143,6 +143,18 @@ def test_the_prometheus_rule_passes_promtool_check(helm, promtool, tmp_path):
     assert "ratio_rate6h > 0.006" in alerts["TritonServiceLatencyBudgetBurnSlow"]["expr"]
 
 
+def test_the_default_slo_buckets_list_every_bound_the_histograms_write():
+    """A bound the engine or the gateway writes but the chart leaves out would count the requests
+    between it and the next lower listed bound as missing the target: at a 4 s target, the LLM
+    engine's requests within (2.5, 4] s."""
+    from triton_operator.gateway.telemetry import LATENCY_BUCKETS
+    from triton_runtime.serving.contract import DURATION_BUCKETS
+
+    listed = yaml.safe_load((CHART / "values.yaml").read_text())["alerts"]["latencySLO"]["buckets"]
+    assert listed == sorted(listed)
+    assert sorted(set(DURATION_BUCKETS) | set(LATENCY_BUCKETS)) == listed
+
+
 def test_bad_alert_settings_are_refused_with_the_field_named(helm):
     out = render(helm, "--set", "alerts.enabled=true", "--set-json", "alerts.latencySLO.objective=1.5", check=False)
     assert out.returncode != 0 and "objective" in out.stderr, out.stderr

@@ -27,10 +27,11 @@ HELD = Gauge(
     SERVICE)
 IN_FLIGHT = Gauge(
     "triton_gateway_in_flight_requests", "Requests being answered by a replica, by service.", SERVICE)
+# The chart's alerts.latencySLO.buckets lists these bounds and the LLM engine's (e2e/test_alerts.py).
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 LATENCY = Histogram(
     "triton_gateway_request_duration_seconds", "Time from request to the end of the answer, by service and route.",
-    SERVICE + ["route"],
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300))
+    SERVICE + ["route"], buckets=LATENCY_BUCKETS)
 HOLD_SECONDS = Histogram(
     "triton_gateway_hold_seconds", "Time a held request waited for a ready replica, by service.", SERVICE,
     buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600))
