@@ -135,7 +135,11 @@ def test_the_prometheus_rule_passes_promtool_check(helm, promtool, tmp_path):
     out = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"SUCCESS: {len(records) + len(alerts)} rules found" in out.stdout, out.stdout
-    # Without the gateway there is no gateway alert; the objective sets the burn thresholds.
+    # By default each service's own attainment sets its error budget.
+    fast = next(r for g in groups for r in g["rules"] if r.get("alert") == "TritonServiceLatencyBudgetBurnFast")
+    assert ("ratio_rate1h > on (namespace, inferenceservice) (14.4 * (1 - max by (namespace, inferenceservice) "
+            "(triton_operator_service_slo_objective)))") in fast["expr"]
+    # Without the gateway there is no gateway alert; an objective set here is every service's.
     groups = rule_groups(helm, "--set-json", "alerts.latencySLO.objective=0.999")
     alerts = {r["alert"]: r for g in groups for r in g["rules"] if "alert" in r}
     assert set(alerts) == SERVICE_ALERTS | COMPONENT_ALERTS - {"TritonGatewayDown"}

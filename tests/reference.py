@@ -373,7 +373,9 @@ def _values_rows(node: dict[str, Any], path: str, defaults: Any, comments: dict[
         described = comments.get(here, "")
         leaf = not child.get("properties")
         if leaf or described:
-            shown = "" if not leaf or ".NAME." in here else _code(default if default is not None else "")
+            stated_null = isinstance(defaults, dict) and name in defaults and default is None
+            shown = ("" if not leaf or ".NAME." in here else
+                     _code("null") if stated_null else _code(default if default is not None else ""))
             rows.append((here, _type(child), shown, _validation(child, False), described))
         if child.get("properties"):
             _values_rows(child, here, default, comments, rows)

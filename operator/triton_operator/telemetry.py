@@ -67,12 +67,19 @@ SERVICE_SPILLED = Gauge(
     SERVICE)
 SERVICE_LATENCY_TARGET = Gauge(
     "triton_operator_service_latency_target_seconds",
-    "spec.autoscaling.targetP99LatencyMs of an InferenceService, in seconds: its latency SLO.", SERVICE)
+    "The end-to-end latency target of an InferenceService's service level (spec.autoscaling.slo.latencyMs with "
+    "latency endToEnd, or targetP99LatencyMs), in seconds.", SERVICE)
+SERVICE_SLO_OBJECTIVE = Gauge(
+    "triton_operator_service_slo_objective",
+    "The share of an InferenceService's requests its service level asks to meet the latency target "
+    "(spec.autoscaling.slo.attainment; 0.99 with targetP99LatencyMs), by which latency the target bounds.",
+    SERVICE + ["latency"])
 _SERVICE_GAUGES = {
     "triton_operator_service_condition": SERVICE_CONDITION,
     "triton_operator_service_replicas": SERVICE_REPLICAS,
     "triton_operator_service_spilled_replicas": SERVICE_SPILLED,
     "triton_operator_service_latency_target_seconds": SERVICE_LATENCY_TARGET,
+    "triton_operator_service_slo_objective": SERVICE_SLO_OBJECTIVE,
 }
 
 

@@ -287,6 +287,26 @@ class AutoscalingSpec(Model):
         return level.latency_ms if level is not None and level.latency == "endToEnd" else None
 
 
+def raw_service_level(autoscaling: Any) -> tuple[str, float, float] | None:
+    """(latency, target in seconds, attainment) of spec.autoscaling as stored (a dict, admitted by
+    the CRD), for readers that keep no model of the object (the gateway, the service's series):
+    `slo`, or targetP99LatencyMs as an end-to-end 99 % one; None without either. A field out of
+    shape reads as unset, never as an error."""
+    if not isinstance(autoscaling, dict):
+        return None
+
+    def number(v: Any) -> float | None:
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
+
+    slo = autoscaling.get("slo")
+    if isinstance(slo, dict) and (target := number(slo.get("latencyMs"))) is not None:
+        kind = slo.get("latency") if slo.get("latency") in SLO_LATENCIES else "endToEnd"
+        share = number(slo.get("attainment"))
+        return kind, target / 1000.0, share if share is not None and share < 1 else 0.99
+    target = number(autoscaling.get("targetP99LatencyMs"))
+    return ("endToEnd", target / 1000.0, 0.99) if target is not None else None
+
+
 @lru_cache(maxsize=1024)
 def _p99_level(latency_ms: float) -> SLOSpec:
     """targetP99LatencyMs as a service level, built once per value: the autoscaler asks for it

@@ -11,18 +11,25 @@ the gauges equal to them.
 - ``triton_operator_service_spilled_replicas``: desired replicas placed on another class than the
   preferred one (status.placement after its first entry) because it is full, whether the class
   spilled to is SpilledOver or itself Full (some of them unschedulable there too); 0 when none.
-- ``triton_operator_service_latency_target_seconds``: spec.autoscaling.targetP99LatencyMs in
-  seconds, where set: the latency SLO the alerts measure the service against.
+- ``triton_operator_service_latency_target_seconds``: the end-to-end latency target of the
+  service level (spec.autoscaling.slo.latencyMs with latency endToEnd, or targetP99LatencyMs), in
+  seconds: what the alerts read the request-duration histograms against.
+- ``triton_operator_service_slo_objective{latency}``: the share of requests the service level
+  asks to meet its target (slo.attainment; 0.99 for targetP99LatencyMs), for any latency: the
+  alerts' error budget is one less it.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
+from ..api.spec import raw_service_level
+
 CONDITION = "triton_operator_service_condition"
 REPLICAS = "triton_operator_service_replicas"
 SPILLED = "triton_operator_service_spilled_replicas"
 LATENCY_TARGET = "triton_operator_service_latency_target_seconds"
+SLO_OBJECTIVE = "triton_operator_service_slo_objective"
 
 #: metric -> its label names after namespace and inferenceservice
 LABELS: dict[str, tuple[str, ...]] = {
@@ -30,6 +37,7 @@ LABELS: dict[str, tuple[str, ...]] = {
     REPLICAS: ("gpu_class", "state"),
     SPILLED: (),
     LATENCY_TARGET: (),
+    SLO_OBJECTIVE: ("latency",),
 }
 
 Series = dict[str, dict[tuple[str, ...], float]]
@@ -56,7 +64,10 @@ def service_series(spec: Mapping[str, Any] | None, status: Mapping[str, Any] | N
         replicas[(status["gpuClass"], "ready")] = float(status.get("readyReplicas") or 0)
     if status.get("gpuClass") or placement:
         out[SPILLED][()] = float(sum(int(e.get("desired") or 0) for e in placement[1:]))
-    target_ms = (spec.get("autoscaling") or {}).get("targetP99LatencyMs")
-    if target_ms:
-        out[LATENCY_TARGET][()] = float(target_ms) / 1000.0
+    level = raw_service_level(spec.get("autoscaling"))
+    if level is not None:
+        latency, target_s, attainment = level
+        out[SLO_OBJECTIVE][(latency,)] = attainment
+        if latency == "endToEnd":
+            out[LATENCY_TARGET][()] = target_s
     return out

@@ -68,6 +68,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from ..api.spec import raw_service_level
 from ..kube.store import Key
 from .passthrough import is_model_name
 
@@ -260,16 +261,10 @@ def _batch_slots(spec: dict[str, Any]) -> int:
 
 
 def _slo(autoscaling: dict[str, Any]) -> tuple[str, float] | None:
-    """The service level the gateway counts requests against: spec.autoscaling.slo, or
-    targetP99LatencyMs as an end-to-end one."""
-    slo = autoscaling.get("slo")
-    if isinstance(slo, dict) and isinstance(slo.get("latencyMs"), (int, float)) and slo["latencyMs"] > 0:
-        kind = slo.get("latency") if slo.get("latency") in ("endToEnd", "timeToFirstToken", "interToken") else "endToEnd"
-        return kind, float(slo["latencyMs"]) / 1000.0
-    target = autoscaling.get("targetP99LatencyMs")
-    if isinstance(target, (int, float)) and not isinstance(target, bool) and target > 0:
-        return "endToEnd", float(target) / 1000.0
-    return None
+    """The service level the gateway counts requests against (latency, target in seconds):
+    spec.autoscaling.slo, or targetP99LatencyMs as an end-to-end one."""
+    level = raw_service_level(autoscaling)
+    return None if level is None else level[:2]
 
 
 def _count(value: Any) -> int | None:
