@@ -212,7 +212,8 @@ def service() -> dict[str, Any]:
                (f"sum(rate(nv_inference_request_success{{{s}}}[{ri}]))", "Triton successes")], unit="reqps")
     lay.row("Latency")
     lay.panel("timeseries", "Request latency", "Request to last token (the engine's histogram, LLMs), Triton's p99 summary "
-              "(other formats), and through the gateway; the dashed target is spec.autoscaling.targetP99LatencyMs.",
+              "(other formats), and through the gateway; the dashed target is the service level's end-to-end "
+              "latency target (spec.autoscaling.slo or targetP99LatencyMs).",
               [(q(0.5, "triton_llm_request_duration_seconds"), "p50 engine"),
                (q(0.99, "triton_llm_request_duration_seconds"), "p99 engine"),
                (f'max(nv_inference_request_summary_us{{{s}, quantile="0.99"}}) / 1e6', "p99 Triton"),
@@ -225,10 +226,12 @@ def service() -> dict[str, Any]:
     lay.panel("timeseries", "Inter-token latency", "Mean time between tokens after the first, per request (the LLM engine's).",
               [(q(0.5, "triton_llm_inter_token_latency_seconds"), "p50"),
                (q(0.99, "triton_llm_inter_token_latency_seconds"), "p99")], unit="s")
-    lay.panel("timeseries", "Latency SLO errors", "Share of requests slower than the target (the PrometheusRule's recording "
-              "rules; alerts.enabled): the burn-rate alerts compare it with the error budget.",
+    lay.panel("timeseries", "Latency SLO errors", "Share of requests that missed the service level's latency target "
+              "(the PrometheusRule's recording rules; alerts.enabled), and the error budget (one less the "
+              "attainment spec.autoscaling.slo asks for): the burn-rate alerts compare the two.",
               [(f"max(inferenceservice:latency_slo_errors:ratio_rate5m{{{s}}})", "5m"),
-               (f"max(inferenceservice:latency_slo_errors:ratio_rate1h{{{s}}})", "1h")], unit="percentunit")
+               (f"max(inferenceservice:latency_slo_errors:ratio_rate1h{{{s}}})", "1h"),
+               (f"1 - max(triton_operator_service_slo_objective{{{s}}})", "budget")], unit="percentunit")
     lay.row("Tokens")
     lay.panel("timeseries", "Tokens per second", "Prompt and generated tokens of finished requests (the engine's counts), "
               "and tokens streamed to clients by the gateway.",
