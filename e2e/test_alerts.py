@@ -28,7 +28,7 @@ KUBE_VERSION = "1.36.0"
 SERVICE_ALERTS = {"TritonServiceLatencyBudgetBurnFast", "TritonServiceLatencyBudgetBurnSlow",
                   "TritonServiceMetricsUnavailable", "TritonServiceGPUClassFull", "TritonServiceSpilledOver",
                   "TritonServicePreparationFailed"}
-COMPONENT_ALERTS = {"TritonOperatorDown", "TritonOperatorNoLeader", "TritonGatewayDown"}
+COMPONENT_ALERTS = {"TritonOperatorDown", "TritonOperatorNoLeader", "TritonGatewayDown", "TritonGatewayKeyFilesUnusable"}
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +142,7 @@ def test_the_prometheus_rule_passes_promtool_check(helm, promtool, tmp_path):
     # Without the gateway there is no gateway alert; an objective set here is every service's.
     groups = rule_groups(helm, "--set-json", "alerts.latencySLO.objective=0.999")
     alerts = {r["alert"]: r for g in groups for r in g["rules"] if "alert" in r}
-    assert set(alerts) == SERVICE_ALERTS | COMPONENT_ALERTS - {"TritonGatewayDown"}
+    assert set(alerts) == SERVICE_ALERTS | COMPONENT_ALERTS - {"TritonGatewayDown", "TritonGatewayKeyFilesUnusable"}
     assert "ratio_rate1h > 0.0144" in alerts["TritonServiceLatencyBudgetBurnFast"]["expr"]
     assert "ratio_rate6h > 0.006" in alerts["TritonServiceLatencyBudgetBurnSlow"]["expr"]
 

@@ -84,6 +84,7 @@ QUIET = {
     "TritonOperatorNoLeader": "one operator process, and it leads; a standby alone is e2e/test_leader.py's",
     "TritonOperatorDown": "up while the scenario runs; test_the_down_alerts_see_the_outage stops it",
     "TritonGatewayDown": "up while the scenario runs; test_the_down_alerts_see_the_outage stops it",
+    "TritonGatewayKeyFilesUnusable": "the gateway's key file is valid here (broken ones: tests/test_gateway*.py)",
 }
 
 

@@ -73,8 +73,8 @@ CONNECTIONS_REFUSED = Counter(
     "its request went to a replica: cut).", ["reason"])
 KEY_FILES_VALID = Gauge(
     "triton_gateway_key_files_valid",
-    "1 when the API key files were read and parsed; 0 when they cannot be used, and every request is then "
-    "refused (503 keys_unavailable) until they are fixed.")
+    "1 when every API key file was read and parsed; 0 when one cannot be used: its keys are refused (503 "
+    "keys_unavailable) until it is fixed, while the other files' keys keep working.")
 # Usage per API key (its name, never the key), the start of showback. A key's GPU-seconds are its
 # part of each service's: the service's GPU-seconds (the operator's triton_operator_service_gpus,
 # integrated) times this key's share of the service's request-seconds (docs/gateway.md, "Usage per key").
