@@ -156,6 +156,14 @@ def test_gpu_class_label_presets_match_the_clouds_node_labels(tools):
     # client's X-Forwarded-For, and every per-address limit with it
     (["--set-json", 'gateway.trustedProxies=["not-a-cidr"]'], "/gateway/trustedProxies/0"),
     (["--set-json", 'gateway.trustedProxies=["0.0.0.0/0"]'], "/gateway/trustedProxies/0"),
+    # a Service field the API server ignores or refuses for the type: said here, not at apply
+    (["--set", "gateway.enabled=true", "--set-json", 'gateway.service.loadBalancerSourceRanges=["10.0.0.0/8"]'],
+     "gateway.service.loadBalancerSourceRanges needs gateway.service.type LoadBalancer"),
+    (["--set", "gateway.enabled=true", "--set", "gateway.service.externalTrafficPolicy=Local"],
+     "gateway.service.externalTrafficPolicy needs gateway.service.type LoadBalancer or NodePort"),
+    (["--set-json", 'gateway.service.loadBalancerSourceRanges=["10.0.0.1"]'],
+     "/gateway/service/loadBalancerSourceRanges/0"),
+    (["--set", "gateway.service.externalTrafficPolicy=local"], "/gateway/service/externalTrafficPolicy"),
 ])
 def test_bad_values_are_refused_with_a_reason(tools, args, words):
     out = helm(tools, "template", "x", str(CHART), "--kube-version", KUBE_VERSION, *args, check=False)
@@ -209,6 +217,28 @@ def test_gateway_is_off_by_default_and_complete_when_on(tools):
     op_env = {e["name"]: e.get("value") for d in default_url if d["kind"] == "Deployment" and d["metadata"]["name"] ==
               "triton-operator" for e in d["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert op_env["TRITON_OPERATOR_GATEWAY_URL"] == "http://triton-operator-gateway.triton-system.svc.cluster.local:80"
+
+
+def test_the_gateways_service_exposed_by_a_load_balancer(tools):
+    """Its own load balancer: the admitted client ranges, the cloud's annotations, and Local so the
+    failed-key limit per client address sees clients, not nodes. By default none of them is set."""
+    def api_service(*args: str) -> dict:
+        return next(d for d in template(tools, "--set", "gateway.enabled=true", *args)
+                    if d["kind"] == "Service" and d["metadata"]["name"] == "triton-operator-gateway")
+
+    plain = api_service()
+    assert plain["spec"]["type"] == "ClusterIP" and "annotations" not in plain["metadata"]
+    assert not {"loadBalancerSourceRanges", "externalTrafficPolicy"} & set(plain["spec"])
+    exposed = api_service("--set", "gateway.service.type=LoadBalancer",
+                          "--set-json", 'gateway.service.loadBalancerSourceRanges=["203.0.113.0/24","2001:db8::/32"]',
+                          "--set", "gateway.service.externalTrafficPolicy=Local",
+                          "--set-json", 'gateway.service.annotations={"service.beta.kubernetes.io/aws-load-balancer-scheme":"internet-facing"}')
+    assert exposed["spec"]["type"] == "LoadBalancer"
+    assert exposed["spec"]["loadBalancerSourceRanges"] == ["203.0.113.0/24", "2001:db8::/32"]
+    assert exposed["spec"]["externalTrafficPolicy"] == "Local"
+    assert exposed["metadata"]["annotations"] == {"service.beta.kubernetes.io/aws-load-balancer-scheme": "internet-facing"}
+    node_port = api_service("--set", "gateway.service.type=NodePort", "--set", "gateway.service.externalTrafficPolicy=Local")
+    assert node_port["spec"]["externalTrafficPolicy"] == "Local"
 
 
 def _rules(docs: list[dict]) -> list[dict]:
