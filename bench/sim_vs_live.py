@@ -695,6 +695,13 @@ def run(args: argparse.Namespace) -> None:
         "simulated": {**predicted, "p50_s": summary.latency_p50_ms / 1000,
                       "p99_s": summary.latency_p99_ms / 1000, "decisions": sim_decisions,
                       "reasons": [(t, why) for t, why in sim.reasons]},
+        # Each request on both sides, for reading where they part: arrival, prompt and answer
+        # tokens, then live first token, finish and error, then simulated start of service,
+        # first token, finish and replica.
+        "per_request": [[round(q.arrival, 3), q.prompt_tokens, q.output_tokens, round(d.first, 3), round(d.finish, 3),
+                         d.error, round(sim.start[i], 3), round(sim.first_token[i], 3), round(sim.finish[i], 3),
+                         sim.replica[i]]
+                        for i, (q, d) in enumerate(zip(requests, done))],
         "timeline": {"t": grid, "live_ready": live_ready, "simulated_ready": sim_ready,
                      "live_desired": [desired_at(live_decisions, 1, t) for t in grid],
                      "simulated_desired": [desired_at(sim_decisions, 1, t) for t in grid]},
@@ -722,6 +729,34 @@ def why_lines(r: dict[str, Any]) -> list[str]:
     for t, side in moves:
         lines.append(f"| {t:.0f} | {side} | {reason_at(live, t)} | {reason_at(sim, t)} |".replace("\n", " "))
     return lines
+
+
+def request_lines(r: dict[str, Any]) -> list[str]:
+    """Request by request: how far the two sides' latencies are apart, how closely the replica
+    model matches a request the simulation served at once (no wait: its latency is the model's
+    alone), and the requests that met the SLO on one side only, which make the attainment gap."""
+    from triton_operator.simulator.results import quantile
+
+    rows = r.get("per_request") or []
+    done = [row for row in rows if row[5] is None]
+    if not done:
+        return []
+    slo = r["args"]["slo_ms"] / 1000
+    apart = sorted(abs((lfin - a) - (sfin - a)) for a, _, _, _, lfin, _, _, _, sfin, _ in done)
+    at_once = [(lfin - a) / (sfin - a) for a, _, _, _, lfin, _, ss, _, sfin, _ in done if ss - a < 0.05 and sfin > a]
+    live_only = [(lfin - a, sfin - a) for a, _, _, _, lfin, _, _, _, sfin, _ in done if lfin - a <= slo < sfin - a]
+    sim_only = [(lfin - a, sfin - a) for a, _, _, _, lfin, _, _, _, sfin, _ in done if sfin - a <= slo < lfin - a]
+
+    def pairs(xs: list[tuple[float, float]]) -> str:
+        return ", ".join(f"{x:.2f}/{y:.2f}" for x, y in sorted(xs)) or "none"
+
+    return ["", f"Request by request ({len(done)} answered live): live and simulated latency "
+            f"{statistics.median(apart):.2f} s apart at the median, {quantile(apart, 0.9):.2f} s at the 90th "
+            f"percentile (which replica, and in which order, differs between the sides). "
+            + (f"The {len(at_once)} requests the simulation served at once took live x{statistics.median(at_once):.3f} "
+               f"the simulated latency at the median (the replica model alone). " if at_once else "")
+            + f"Met the SLO on one side only: {len(live_only)} live (live/simulated s: {pairs(live_only)}) and "
+            f"{len(sim_only)} simulated ({pairs(sim_only)})."]
 
 
 def write(r: dict[str, Any], out: Path) -> None:
@@ -775,6 +810,7 @@ def write(r: dict[str, Any], out: Path) -> None:
         "Scale moves (t, from, to): live " + ", ".join(f"({t:.0f}, {x}, {y})" for t, x, y in live["decisions"])
         + "; simulated " + ", ".join(f"({t:.0f}, {x}, {y})" for t, x, y in sim["decisions"]) + ".",
         *why_lines(r),
+        *request_lines(r),
     ]
     out.mkdir(parents=True, exist_ok=True)
     name = a.get("name") or "sim-vs-live"
