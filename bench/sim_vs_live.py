@@ -18,7 +18,12 @@ Simulated: the simulator (simulator) on the same requests (the arrival times, th
 tokens the live replicas reported) with a replica model measured on this machine around the live
 run: the time to the first token as measured at the calibration's prompt sizes (linear in between),
 a time per further token, one request at a time (llama.cpp's single sequence), the start-up
-measured on the same replicas (plus --pull-s). The calibration runs once before the live run and
+measured on the same replicas (plus --pull-s). The time per further token is measured twice, with
+every replica busy and with one replica alone: the replicas share two cores and their memory
+bandwidth, and a replica decodes faster alone (a GPU replica has its own). The simulation takes the
+alone time plus, for the share of its own decoding during which another replica was busy, the
+difference to the busy one, simulating again until that share settles (with_contention); the
+live run's timing is not used. The calibration runs once before the live run and
 once after it, and the prediction uses both together: a shared machine's speed drifts over ten
 minutes, and a model taken on one side of the run alone predicts at that side's speed (the
 simulations with each alone are reported too, with the replicas' own time per answer token during
@@ -61,7 +66,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import aiohttp
 
@@ -447,15 +452,26 @@ def interpolate(curve: tuple[tuple[float, float], ...], x: float) -> float:
     return y1 + (y1 - y0) * (x - x1) / (x1 - x0)
 
 
-def measured_model(samples: list[Done], n_ctx: int) -> Any:
+def token_time(samples: list[Done]) -> float:
+    """The median time per answer token after the first."""
+    per = [(s.finish - s.first) / (s.output_tokens - 1) for s in samples if s.output_tokens > 1]
+    return statistics.median(per) if per else math.nan
+
+
+def measured_model(samples: list[Done], n_ctx: int, solo: list[Done] | None = None) -> Any:
     """The replica the simulator runs: the time to the first token as the calibration measured
-    it (ttft_curve), then the median time per further token; one request at a time."""
+    it (ttft_curve), then a time per further token; one request at a time. `token_s` is the
+    time per token measured with every replica busy, `token_s_alone` with the others idle (from
+    `solo`): on shared cores a replica decodes faster alone (decode reads the weights for every
+    token: it wants memory bandwidth, which the replicas share), where a GPU replica has its own.
+    with_contention() picks the time between them that the simulated run's own mix gives."""
     from triton_operator.simulator.replica import LLMPerformance
 
     @dataclass(frozen=True)
     class MeasuredCPU(LLMPerformance):
         first_token: tuple[tuple[float, float], ...] = ()
         token_s: float = 0.0
+        token_s_alone: float = 0.0
 
         def decode_step_s(self, batch: int, kv_tokens: float) -> float:
             return self.token_s
@@ -463,11 +479,52 @@ def measured_model(samples: list[Done], n_ctx: int) -> Any:
         def prefill_s(self, tokens: float) -> float:
             return interpolate(self.first_token, tokens)
 
-    per = [(s.finish - s.first) / (s.output_tokens - 1) for s in samples if s.output_tokens > 1]
+    shared = token_time(samples)
+    shared = shared if math.isfinite(shared) else 0.02
+    alone = token_time(solo or [])
     return MeasuredCPU(params=135e6, weight_bytes=0.0, kv_bytes_per_token=0.0, kv_capacity_tokens=float(n_ctx),
                        bandwidth=1.0, flops=1.0, layers=30, hidden=576, max_batch=1, max_input_len=n_ctx,
-                       max_seq_len=n_ctx, first_token=ttft_curve(samples),
-                       token_s=statistics.median(per) if per else 0.02)
+                       max_seq_len=n_ctx, first_token=ttft_curve(samples), token_s=shared,
+                       token_s_alone=min(alone, shared) if math.isfinite(alone) else shared)
+
+
+def overlap_share(start: list[float], first: list[float], finish: list[float], replica: list[int]) -> float:
+    """The share of a run's decoding (each request from its first token to its finish) during
+    which another replica was serving a request (from its start to its finish)."""
+    done = [i for i in range(len(start)) if all(math.isfinite(x) for x in (start[i], first[i], finish[i]))]
+    total = busy = 0.0
+    for i in done:
+        a, b = first[i], finish[i]
+        if b <= a:
+            continue
+        others = sorted((max(a, start[j]), min(b, finish[j])) for j in done
+                        if replica[j] != replica[i] and start[j] < b and finish[j] > a)
+        covered, reach = 0.0, a
+        for lo, hi in others:   # the union of the other replicas' busy spans inside [a, b]
+            lo = max(lo, reach)
+            if hi > lo:
+                covered += hi - lo
+                reach = hi
+        total += b - a
+        busy += covered
+    return busy / total if total else 0.0
+
+
+def with_contention(model: Any, run: Callable[[Any], Any], rounds: int = 6) -> tuple[Any, Any, float]:
+    """The model whose time per token is the alone one plus the share of the simulated decoding
+    that another replica was busy times the difference to the all-busy one, found by simulating
+    again until that share settles (it moves with the scale moves it causes); the model, its run,
+    and the share."""
+    m = model
+    for _ in range(rounds):
+        sim = run(m)
+        share = overlap_share(sim.start, sim.first_token, sim.finish, sim.replica)
+        token_s = model.token_s_alone + share * (model.token_s - model.token_s_alone)
+        if abs(token_s - m.token_s) < 1e-5:
+            return m, sim, share
+        m = dataclasses.replace(model, token_s=token_s)
+    sim = run(m)   # not settled (a scale move flips with it): the last model, as simulated
+    return m, sim, overlap_share(sim.start, sim.first_token, sim.finish, sim.replica)
 
 
 def curve_text(curve: Any) -> str:
@@ -492,8 +549,10 @@ async def calibrate(url: str, key: str, streams: int, rounds: int, max_prompt: i
     return out
 
 
-def calibration(when: str, sup: Supervisor, url: str, key: str, args: argparse.Namespace, first_id: int) -> list[Done]:
-    """As many replicas as may serve, idle, then each kept busy with a spread of prompt sizes."""
+def calibration(when: str, sup: Supervisor, url: str, key: str, args: argparse.Namespace,
+                first_id: int) -> tuple[list[Done], list[Done]]:
+    """As many replicas as may serve, idle, then each kept busy with a spread of prompt sizes; then
+    one request at a time, the other replicas idle (a replica decoding alone on the shared cores)."""
     from e2e.cluster import wait_for
 
     sup.scale_to(args.max_replicas)
@@ -505,10 +564,13 @@ def calibration(when: str, sup: Supervisor, url: str, key: str, args: argparse.N
     for d in sorted(samples, key=lambda d: d.prompt_tokens):
         print(f"  calibration {when}: {d.prompt_tokens} prompt tokens, first token {d.first - d.arrival:.2f} s, "
               f"{d.output_tokens} answer tokens in {d.finish - d.arrival:.2f} s", flush=True)
-    m = measured_model(samples, 2048)
+    solo = asyncio.run(calibrate(url, key, 1, args.calibration_rounds // 2, args.max_prompt // 2, args.max_output,
+                                 first_id + 5_000))
+    m = measured_model(samples, 2048, solo)
     print(f"measured {when}: first token at prompt tokens {curve_text(m.first_token)}; "
-          f"{m.token_s * 1000:.1f} ms/answer token ({len(samples)} calibration requests)", flush=True)
-    return samples
+          f"{m.token_s * 1000:.1f} ms/answer token with every replica busy, {m.token_s_alone * 1000:.1f} alone "
+          f"({len(samples)} + {len(solo)} calibration requests)", flush=True)
+    return samples, solo
 
 
 # ------------------------------------------------------------------------------------ comparison
@@ -644,12 +706,14 @@ def run(args: argparse.Namespace) -> None:
     # The simulation of the same requests, with the replica measured around the run.
     requests = [Request(d.arrival, d.prompt_tokens or 30 + pl.prompt_words, d.output_tokens or pl.max_tokens)
                 for d, pl in zip(done, plan)]
-    perf = measured_model(before + after, 2048)
-    sides = {"before": (before, measured_model(before, 2048)), "after": (after, measured_model(after, 2048))}
-    in_run = [(d.finish - d.first) / (d.output_tokens - 1) for d in done if d.error is None and d.output_tokens > 1]
-    in_run_token_s = statistics.median(in_run) if in_run else math.nan
-    print(f"time per answer token: {sides['before'][1].token_s * 1000:.1f} ms before the run, "
-          f"{in_run_token_s * 1000:.1f} ms during it, {sides['after'][1].token_s * 1000:.1f} ms after", flush=True)
+    perf = measured_model(before[0] + after[0], 2048, before[1] + after[1])
+    sides = {"before": (before, measured_model(before[0], 2048, before[1])),
+             "after": (after, measured_model(after[0], 2048, after[1]))}
+    in_run_token_s = token_time([d for d in done if d.error is None])
+    print(f"time per answer token with every replica busy (alone): {sides['before'][1].token_s * 1000:.1f} "
+          f"({sides['before'][1].token_s_alone * 1000:.1f}) ms before the run, {in_run_token_s * 1000:.1f} ms during "
+          f"it, {sides['after'][1].token_s * 1000:.1f} ({sides['after'][1].token_s_alone * 1000:.1f}) ms after",
+          flush=True)
     spec = InferenceService.model_validate(obj).spec
 
     def no_sizing(v: Any, pf: Any) -> Any:
@@ -662,11 +726,15 @@ def run(args: argparse.Namespace) -> None:
                                       slo_s=args.slo_ms / 1000, slo_target=spec.autoscaling.service_level().attainment,
                                       seed=args.seed, scrape_interval=5.0, duration=args.duration)
 
+    def run_sim(model: Any) -> Any:
+        return simulate(requests, model, cold, Ours(spec.autoscaling, planner=model, signals=no_sizing), sim_settings)
+
     def predict(model: Any) -> tuple[Any, Any, dict[str, float]]:
-        sim = simulate(requests, model, cold, Ours(spec.autoscaling, planner=model, signals=no_sizing), sim_settings)
+        used, sim, share = with_contention(model, run_sim)
         summary = summarize(sim)
         return sim, summary, {"attainment": summary.slo_attainment, "scale_moves": len(sim.decisions),
-                              "replica_seconds": clipped_seconds([(pod[1], pod[3]) for pod in sim.pods], args.duration)}
+                              "replica_seconds": clipped_seconds([(pod[1], pod[3]) for pod in sim.pods], args.duration),
+                              "per_answer_token_s": used.token_s, "busy_share": share}
 
     sim, summary, predicted = predict(perf)
 
@@ -683,10 +751,13 @@ def run(args: argparse.Namespace) -> None:
     result = {
         "date": f"{started_at:%Y-%m-%d %H:%M} UTC", "machine": machine(), "args": vars(args),
         "requests": len(done), "errors": sum(d.error is not None for d in done),
-        "model": {"first_token": perf.first_token, "per_answer_token_s": perf.token_s, "startup_s": load_s,
-                  "pull_s": args.pull_s, "calibration_requests": len(before) + len(after),
-                  "sides": {side: {"first_token": m.first_token, "per_answer_token_s": m.token_s,
-                                   "calibration_requests": len(samples), **predict(m)[2]}
+        "model": {"first_token": perf.first_token, "per_answer_token_busy_s": perf.token_s,
+                  "per_answer_token_alone_s": perf.token_s_alone, "per_answer_token_s": predicted["per_answer_token_s"],
+                  "busy_share": predicted["busy_share"], "startup_s": load_s, "pull_s": args.pull_s,
+                  "calibration_requests": sum(len(x) for x in before + after),
+                  "sides": {side: {"first_token": m.first_token, "per_answer_token_busy_s": m.token_s,
+                                   "per_answer_token_alone_s": m.token_s_alone,
+                                   "calibration_requests": sum(len(x) for x in samples), **predict(m)[2]}
                             for side, (samples, m) in sides.items()},
                   "in_run_per_answer_token_s": in_run_token_s},
         "live": {"attainment": live_att, "replica_seconds": live_rs, "scale_moves": len(live_decisions),
@@ -774,9 +845,11 @@ def write(r: dict[str, Any], out: Path) -> None:
         f"{a['max_output']} tokens; SmolLM2-135M-Instruct replicas on llama.cpp (one thread each), 1 to "
         f"{a['max_replicas']} replicas, SLO {a['slo_ms'] / 1000:.0f} s end to end, a {a['pull_s']:.0f} s pull before "
         f"each start. Replica model measured before and after the run: the first token after (prompt tokens: "
-        f"seconds) {curve_text(m['first_token'])}, in between linear, and {m['per_answer_token_s'] * 1000:.1f} ms "
-        f"per further token, start-up {m['startup_s']:.1f} s after the pull ({m['calibration_requests']} calibration "
-        f"requests).",
+        f"seconds) {curve_text(m['first_token'])}, in between linear; a further token "
+        f"{m['per_answer_token_busy_s'] * 1000:.1f} ms with every replica busy, {m['per_answer_token_alone_s'] * 1000:.1f} "
+        f"ms alone, so {m['per_answer_token_s'] * 1000:.1f} ms as simulated (another replica was busy for "
+        f"{m['busy_share']:.0%} of the simulated decoding); start-up {m['startup_s']:.1f} s after the pull "
+        f"({m['calibration_requests']} calibration requests).",
         "",
         "| | attainment | replica-seconds | scale moves | p50 (s) | p99 (s) |",
         "| --- | --- | --- | --- | --- | --- |",
@@ -793,12 +866,12 @@ def write(r: dict[str, Any], out: Path) -> None:
         f"side of it only (the replicas took {m['in_run_per_answer_token_s'] * 1000:.1f} ms per answer token during "
         "the run):",
         "",
-        "| replica measured | first token (prompt tokens: seconds) | per answer token | simulated attainment | "
-        "simulated replica-seconds | scale moves |",
+        "| replica measured | first token (prompt tokens: seconds) | per answer token: all busy, alone, as simulated "
+        "| simulated attainment | simulated replica-seconds | scale moves |",
         "| --- | --- | --- | --- | --- | --- |",
-        *(f"| {side} the run | {curve_text(x['first_token'])} | "
-          f"{x['per_answer_token_s'] * 1000:.1f} ms | {x['attainment']:.1%} | {x['replica_seconds']:.0f} | "
-          f"{x['scale_moves']} |" for side, x in m["sides"].items()),
+        *(f"| {side} the run | {curve_text(x['first_token'])} | {x['per_answer_token_busy_s'] * 1000:.1f}, "
+          f"{x['per_answer_token_alone_s'] * 1000:.1f}, {x['per_answer_token_s'] * 1000:.1f} ms | {x['attainment']:.1%} | "
+          f"{x['replica_seconds']:.0f} | {x['scale_moves']} |" for side, x in m["sides"].items()),
         "",
         "Ready replicas every 30 s (live / simulated):",
         "",
