@@ -446,6 +446,88 @@ def test_rate_still_reads_a_gone_pods_samples_within_the_window():
     assert prom.rate(125.0, 60.0) == pytest.approx(10.0)
 
 
+def test_engine_duration_buckets_are_the_engines():
+    """The simulator models the LLM engine's request-duration histogram at the bounds the engine
+    exports (a copy: the operator's package does not import the runtime's)."""
+    from triton_runtime.serving.contract import DURATION_BUCKETS
+    assert list(metrics_path.ENGINE_DURATION_BUCKETS) == DURATION_BUCKETS
+
+
+@pytest.mark.parametrize("q, want", [
+    # promql/testdata/histograms.test, testhistogram_bucket{start="positive"}: 0.1 50, 0.2 70, 1 110, +Inf 120
+    (0.2, 0.048), (0.5, 0.15), (0.8, 0.72), (0.99, 1.0), (1.0, 1.0), (0.0, 0.0),
+])
+def test_bucket_quantile_interpolates_as_promql(q, want):
+    assert metrics_path.bucket_quantile(q, (0.1, 0.2, 1.0), (50, 70, 110, 120)) == pytest.approx(want)
+
+
+def test_bucket_quantile_edges():
+    assert math.isnan(metrics_path.bucket_quantile(0.99, (1.0, 2.0), (0, 0, 0)))
+    # a lower bucket's rate extrapolated above a higher one's is made monotonic, as Prometheus does
+    # (ensureMonotonic): 10.5, 10.5, 20: the rank 15 is 4.5 of 9.5 into (2, 3], not 5 of 10
+    assert metrics_path.bucket_quantile(0.75, (1.0, 2.0, 3.0), (10.5, 10.0, 20.0, 20.0)) == pytest.approx(2 + 4.5 / 9.5)
+    # a rank in the +Inf bucket reads the highest finite bound
+    assert metrics_path.bucket_quantile(0.75, (1.0, 2.0), (10.0, 10.0, 20.0)) == 2.0
+
+
+def durations(counts: dict[float, int]) -> tuple[int, ...]:
+    """Cumulative bucket counters at ENGINE_DURATION_BUCKETS for completions at the given latencies."""
+    bounds = metrics_path.ENGINE_DURATION_BUCKETS
+    return tuple(sum(n for x, n in counts.items() if x <= le) for le in bounds) + (sum(counts.values()),)
+
+
+def test_duration_quantile_is_one_service_figure_that_counts_a_gone_pods_minute():
+    """The LLM p99 query, histogram_quantile(0.99, sum by (le) (rate(..._bucket[1m]))): pod 1
+    completes 2 requests a second at 1 s, pod 2 one every 5 s at 3 s, until it goes at 60 s. At
+    120 s pod 1's minute holds 120 requests in (0.75, 1] and pod 2's 12 in (2.5, 3]: the 99th of
+    132 ranks 130.68, 10.68 of 12 into (2.5, 3]: 2.945 s where the exact p99 (and the max of the
+    pods' own) is 3 s. Pod 2 gone, its samples from 30 to 60 s still count at 90 s (6 requests
+    extrapolated half a scrape on: 6.5); at 125 s only pod 1's (0.75 + 0.25 x 118.8 / 120)."""
+    both = metrics_path.Prometheus(scrape_interval=5.0)
+    for t in range(0, 125, 5):
+        both.scrape(float(t), {
+            1: metrics_path.Sample(float(t), 0.0, math.nan, 2 * t, 0, durations=durations({1.0: 2 * t})),
+            2: metrics_path.Sample(float(t), 0.0, math.nan, t // 5, 0, durations=durations({3.0: t // 5}))}, [])
+    assert both.duration_quantile(120.0, 0.99) == pytest.approx(2.5 + 0.5 * (0.99 * 132 - 120) / 12)
+    gone = metrics_path.Prometheus(scrape_interval=5.0)
+    for t in range(0, 130, 5):
+        pods = {1: metrics_path.Sample(float(t), 0.0, math.nan, 2 * t, 0, durations=durations({1.0: 2 * t}))}
+        if t <= 60:
+            pods[2] = metrics_path.Sample(float(t), 0.0, math.nan, t // 5, 0, durations=durations({3.0: t // 5}))
+        gone.scrape(float(t), pods, [2] if t > 60 else [])
+        if t == 90:
+            assert gone.duration_quantile(90.0, 0.99) == pytest.approx(2.5 + 0.5 * (0.99 * 126.5 - 120) / 6.5)
+    assert gone.duration_quantile(125.0, 0.99) == pytest.approx(0.75 + 0.25 * 0.99 * 120 / 120)
+    assert metrics_path.Prometheus().duration_quantile(10.0, 0.99) is None      # no series yet
+
+
+def test_an_llm_simulation_exports_the_engines_histogram_and_ours_reads_it():
+    """Each LLM pod's scraped bucket counters count its completed requests by latency, as the
+    engine's histogram does, and ours' p99 is histogram_quantile over them (not the summary)."""
+    svc = llm_spec()
+    perf = replica.llm_performance(svc.spec, CLASSES["h100"].spec)
+    reqs = workload.generate("poisson:rate=30,duration=300", seed=3)
+    seen: list[tuple[float, float, float | None]] = []
+
+    def recording(v: View, pf: replica.Performance | None) -> Signals:
+        s = policies.live_signals(v, pf)
+        seen.append((v.now, s.p99_ms, v.prometheus.duration_quantile(v.now, 0.99)))
+        return s
+
+    sim = simulation.Simulation(reqs, perf, replica.default_cold_start(svc.spec),
+                                policies.Ours(svc.spec.autoscaling, planner=perf, signals=recording),
+                                SimulationSettings(max_replicas=16, slo_s=8.0, initial_replicas=2))
+    run = sim.run()
+    bounds = metrics_path.ENGINE_DURATION_BUCKETS
+    for rid, sample in sim.prom.latest.items():
+        mine = [run.finish[i] - reqs[i].arrival for i in range(len(reqs))
+                if run.replica[i] == rid and run.finish[i] <= sample.t]
+        assert sample.durations[-1] == sample.success == len(mine) > 0
+        assert list(sample.durations[:-1]) == [sum(1 for x in mine if x <= le) for le in bounds]
+    read = [(p99, q) for _, p99, q in seen if q is not None and not math.isnan(q)]
+    assert len(read) > 20 and all(p99 == pytest.approx(q * 1000) for p99, q in read)
+
+
 # -- minReplicas 0: the gateway's held requests through the metrics path ------------------------
 
 def test_ours_scales_to_zero_when_idle_and_wakes_on_held_requests():

@@ -7,10 +7,15 @@
   current bucket and moves to the next (detail/time_window_quantiles.cc). A read therefore sees
   the observations since the current bucket's last reset: the last 48 to 60 s. No observation in
   that window reads as NaN. CKMS error (0.001 at p99) is below what the simulator resolves, so
-  quantiles are exact here. For an LLM service the live p99 is histogram_quantile over the last
-  minute of the engine's request-duration histogram instead (settings.p99_query), interpolated
-  inside a bucket: with its bounds at most 1.33x apart it reads within that factor of the exact
-  quantile, furthest off where a minute holds few requests. That difference is not modelled here.
+  quantiles are exact here. It is the p99 of the models that are not LLMs.
+- An LLM service's p99 is histogram_quantile(0.99) over the service's request-duration buckets
+  (`triton_llm_request_duration_seconds_bucket`, at ENGINE_DURATION_BUCKETS) summed over its pods'
+  rate over the last minute (settings.p99_query): one figure for the whole service, where a gone
+  pod's requests of that minute still count, read from whole buckets and interpolated linearly
+  inside the one the 99th percentile falls in (promql/quantile.go bucketQuantile). Modelled as
+  that: with bounds 1.25-1.33x apart it reads up to a quarter off the exact p99, furthest where a
+  minute holds few requests, and the policy's p99 rule rounds ready x p99 / target up to whole
+  replicas, so a few tens of milliseconds decide a replica on an edge.
 - The pending-request gauge is instantaneous; requests waiting in the service's queue are
   attributed evenly to the ready pods (every consumer sums or averages them).
 - The gateway in front (simulation.py routes as it does) holds requests while no replica is ready:
@@ -30,10 +35,17 @@
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Iterator, Sequence
 
+# The LLM engine's request-duration buckets (runtime/triton_runtime/serving/contract.py, which
+# this package does not import; tests/test_simulator.py checks the two agree), in seconds.
+ENGINE_DURATION_BUCKETS = (0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.75, 1, 1.25, 1.5, 2, 2.5, 3, 4,
+                           5, 6, 7.5, 10, 12.5, 15, 20, 25, 30, 40, 50, 60, 80, 100, 120, 160, 200, 240, 320)
+P99_RANGE_S = 60.0     # the p99 query's rate window (settings.p99_query)
 SUMMARY_MAX_AGE_S = 60.0
 SUMMARY_AGE_BUCKETS = 5
 LOOKBACK_S = 300.0
@@ -70,6 +82,27 @@ class WindowQuantiles:
         return values[rank]
 
 
+def bucket_quantile(q: float, bounds: Sequence[float], cumulative: Sequence[float]) -> float:
+    """histogram_quantile over classic buckets (promql/quantile.go bucketQuantile): `cumulative`
+    holds the count at or below each of `bounds` and, last, the +Inf bucket's. The rank q x total
+    is found in the first bucket that reaches it and interpolated linearly between that bucket's
+    bounds (the first bucket's lower bound is 0); a rank in the +Inf bucket reads the highest
+    finite bound. NaN without observations."""
+    # Rates extrapolated bucket by bucket can dip below a lower bucket's: made monotonic first.
+    cumulative = list(itertools.accumulate(cumulative, max))
+    total = cumulative[-1] if cumulative else 0.0
+    if not total > 0:
+        return math.nan
+    rank = q * total
+    b = bisect.bisect_left(cumulative, rank)
+    if b >= len(bounds):
+        return float(bounds[-1])
+    lower = 0.0 if b == 0 else float(bounds[b - 1])
+    below = 0.0 if b == 0 else cumulative[b - 1]
+    inside = cumulative[b] - below
+    return lower + (bounds[b] - lower) * ((rank - below) / inside if inside > 0 else 1.0)
+
+
 @dataclass
 class Sample:
     """One scrape of one pod."""
@@ -81,6 +114,9 @@ class Sample:
     active: int         # requests in the batch (TensorRT-LLM's active request gauge)
     prompt_tokens: int = 0   # nv_llm_input_token_len_sum: prompt tokens of completed requests
     output_tokens: int = 0   # nv_llm_output_token_len_sum: output tokens of completed requests
+    # triton_llm_request_duration_seconds_bucket: completed requests at or below each of
+    # ENGINE_DURATION_BUCKETS, then all of them (+Inf); empty for models that are not LLMs
+    durations: tuple[int, ...] = ()
 
 
 @dataclass
@@ -185,26 +221,57 @@ class Prometheus:
         still in the window (range vectors ignore staleness markers). None without two samples
         in the window."""
         total, found = 0.0, False
+        for rid, inside in self._ranges(now, window):
+            if rids is None or rid in rids:
+                total += _extrapolated(inside, getattr(inside[0], counter), getattr(inside[-1], counter),
+                                       now - window, now) / window
+                found = True
+        return total if found else None
+
+    def duration_quantile(self, now: float, q: float, window: float = P99_RANGE_S) -> float | None:
+        """histogram_quantile(q, sum by (le) (rate(triton_llm_request_duration_seconds_bucket[window])))
+        in seconds: each pod's bucket counters' rates as `rate` computes them (a gone pod's samples
+        still in the window count), summed, then bucket_quantile. NaN when the window holds no
+        completed request; None without a series of two samples in the window (no such series)."""
+        summed: list[float] | None = None
+        for _, inside in self._ranges(now, window):
+            first, last = inside[0].durations, inside[-1].durations
+            if not last:
+                continue
+            if summed is None:
+                summed = [0.0] * len(last)
+            for k, (a, b) in enumerate(zip(first, last)):
+                if b > a:
+                    summed[k] += _extrapolated(inside, a, b, now - window, now)
+        return None if summed is None else bucket_quantile(q, ENGINE_DURATION_BUCKETS, summed)
+
+    def _ranges(self, now: float, window: float) -> Iterator[tuple[int, list[Sample]]]:
+        """Per pod, its samples in (now - window, now] as a range vector holds them (stale or not),
+        where they are two or more at different times."""
         start = now - window
         for rid, hist in self.history.items():
-            if not hist or hist[-1].t < start or (rids is not None and rid not in rids):
+            if not hist or hist[-1].t < start:
                 continue
             times = [s.t for s in hist]
             lo = bisect.bisect_left(times, start)
             inside = [s for s in list(hist)[lo:] if s.t <= now]
-            if len(inside) < 2 or inside[-1].t <= inside[0].t:
-                continue
-            first, last = getattr(inside[0], counter), getattr(inside[-1], counter)
-            increase = last - first
-            sampled = inside[-1].t - inside[0].t
-            average = sampled / (len(inside) - 1)
-            to_start, to_end = inside[0].t - start, now - inside[-1].t
-            if to_start >= 1.1 * average:
-                to_start = average / 2
-            if increase > 0 and first >= 0:
-                to_start = min(to_start, sampled * first / increase)
-            if to_end >= 1.1 * average:
-                to_end = average / 2
-            total += increase * (sampled + to_start + to_end) / sampled / window
-            found = True
-        return total if found else None
+            if len(inside) >= 2 and inside[-1].t > inside[0].t:
+                yield rid, inside
+
+
+def _extrapolated(inside: list[Sample], first: float, last: float, start: float, end: float) -> float:
+    """A counter's increase over [start, end] from its samples `inside` (first and last its values
+    at the first and last of them), extrapolated as Prometheus does (promql/functions.go
+    extrapolatedRate): to the window's edges where samples reach them (within 1.1 x the average
+    interval), else by half an interval, never below the counter's zero."""
+    increase = last - first
+    sampled = inside[-1].t - inside[0].t
+    average = sampled / (len(inside) - 1)
+    to_start, to_end = inside[0].t - start, end - inside[-1].t
+    if to_start >= 1.1 * average:
+        to_start = average / 2
+    if increase > 0 and first >= 0:
+        to_start = min(to_start, sampled * first / increase)
+    if to_end >= 1.1 * average:
+        to_end = average / 2
+    return increase * (sampled + to_start + to_end) / sampled

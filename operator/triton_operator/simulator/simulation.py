@@ -18,14 +18,16 @@ Modelling choices (the sources are in replica.py and metrics_path.py):
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import itertools
 import math
 import random
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
-from .metrics_path import GatewaySample, Prometheus, Sample, WindowQuantiles
+from .metrics_path import ENGINE_DURATION_BUCKETS, GatewaySample, Prometheus, Sample, WindowQuantiles
 from .replica import ColdStart, LLMPerformance, LLMReplica, Performance, ServiceReplica
 from .workload import Request
 
@@ -117,6 +119,7 @@ class Run:
 
 # event kinds, in the order they run when simultaneous
 _READY, _COMPLETE, _ARRIVAL, _SCRAPE, _SAMPLE, _TICK = range(6)
+_NO_DURATIONS = (0,) * (len(ENGINE_DURATION_BUCKETS) + 1)   # a pod of an LLM before it completes a request
 
 
 class Simulation:
@@ -134,6 +137,9 @@ class Simulation:
         self.summaries: dict[int, WindowQuantiles] = {}
         self.success: dict[int, int] = {}
         self.tokens: dict[int, list[int]] = {}     # per pod: [prompt, output] tokens of completed requests
+        # Per pod of an LLM: completed requests by ENGINE_DURATION_BUCKETS bucket, +Inf last (not cumulative)
+        self.llm = isinstance(perf, LLMPerformance)
+        self.durations: dict[int, list[int]] = {}
         self.events: list[tuple[float, int, int, int, int]] = []
         self.seq = 0
         self.next_rid = 0
@@ -244,8 +250,14 @@ class Simulation:
             counts = self.tokens.setdefault(rep.rid, [0, 0])
             counts[0] += self.requests[i].prompt_tokens
             counts[1] += self.requests[i].output_tokens
+            latency = now - self.requests[i].arrival
             if summary is not None:
-                summary.observe(now, (now - self.requests[i].arrival) * 1000.0)
+                summary.observe(now, latency * 1000.0)
+            if self.llm:
+                counts = self.durations.get(rep.rid)
+                if counts is None:
+                    counts = self.durations[rep.rid] = [0] * (len(ENGINE_DURATION_BUCKETS) + 1)
+                counts[bisect.bisect_left(ENGINE_DURATION_BUCKETS, latency)] += 1
             r = self.requests[i]
             self.slo_counted += 1
             self.slo_met += slo_latency(self.cfg.slo_latency, r.arrival, self.first[i], now,
@@ -263,7 +275,8 @@ class Simulation:
         ready = [r for r in self.replicas.values() if r.state == "ready"]
         share = len(self.queue) / len(ready) if ready else 0.0
         samples = {r.rid: Sample(now, share, self.summaries[r.rid].quantile(now, 0.99),
-                                 self.success.get(r.rid, 0), r.active(), *self.tokens.get(r.rid, (0, 0)))
+                                 self.success.get(r.rid, 0), r.active(), *self.tokens.get(r.rid, (0, 0)),
+                                 durations=self._cumulative_durations(r.rid))
                    for r in ready}
         gone = [rid for rid in self.prom.latest if rid not in samples]
         # The gateway holds what waits while no replica is ready; otherwise it has sent it on.
@@ -272,6 +285,14 @@ class Simulation:
         gateway = GatewaySample(now, float(held), float(running + len(self.queue) - held), self.slo_met,
                                 self.slo_counted)
         self.prom.scrape(now, samples, gone, gateway)
+
+    def _cumulative_durations(self, rid: int) -> tuple[int, ...]:
+        """The pod's triton_llm_request_duration_seconds_bucket counters (at or below each bound,
+        then +Inf); empty when the model is not an LLM."""
+        if not self.llm:
+            return ()
+        counts = self.durations.get(rid)
+        return _NO_DURATIONS if counts is None else tuple(itertools.accumulate(counts))
 
     def view(self, now: float) -> View:
         pods = [Pod(r.rid, r.state, r.created, r.ready_at, r.active()) for r in self.replicas.values()]

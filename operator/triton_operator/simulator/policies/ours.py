@@ -1,7 +1,7 @@
 """`ours`: the operator's own policy in the simulator (pure). It calls
 triton_operator.autoscaling.policy.decide, the very function the live loop calls, with Signals
 built by the function loop.signals_for calls (signals.service_signals) from what the PromQL
-expressions in settings.py return (requests waiting, max of per-pod p99, requests in the batches,
+expressions in settings.py return (requests waiting, the p99 latency, requests in the batches,
 completions per second, the token mix, pods reporting, the gateway's held and in-flight requests)
 and the planner's sizing. With minReplicas 0 that is decide's scale-to-zero path: the service goes
 to zero after scaleToZeroAfterSeconds idle and wakes on the requests the gateway holds. It is told
@@ -34,10 +34,11 @@ def live_signals(view: View, perf: Performance | None = None) -> Signals:
     (prometheus.PrometheusSource.snapshot) would return, read from the simulated Prometheus,
     through the rules the loop applies (signals.service_signals). A failed query returns no
     series; a service's figures are those of its fresh series: queue = the sum of pending
-    requests, p99 = the max of the per-pod p99 (NaN without traffic), reporting = pods with a
-    series, throughput = sum(rate(nv_inference_request_success[1m])) (and over SHORT_WINDOW_S, the
-    recent throughput); for TensorRT-LLM only,
-    in_flight = sum(nv_trt_llm_request_metrics{request_type="active"}) and `sizing` = the planner's
+    requests, reporting = pods with a series, throughput = sum(rate(nv_inference_request_success[1m]))
+    (and over SHORT_WINDOW_S, the recent throughput); p99 = for an LLM, histogram_quantile(0.99)
+    over the service's request-duration buckets' rates over the last minute (Prometheus.
+    duration_quantile), otherwise the max of the per-pod summary's p99 (NaN without traffic); for
+    an LLM only, in_flight = the requests in the engines' batches and `sizing` = the planner's
     estimate of a replica (`perf`, as loop.sizing_for computes it) for the token mix measured from
     nv_llm_input_token_len and nv_llm_output_token_len; startup_s = creation-to-Ready of the
     newest ready pod; the gateway's held and in-flight requests."""
@@ -48,8 +49,13 @@ def live_signals(view: View, perf: Performance | None = None) -> Signals:
     figures: dict[str, Any] = {}
     if fresh:
         llm = isinstance(perf, LLMPerformance)
-        p99s = [s.p99_ms for s in fresh.values() if not math.isnan(s.p99_ms)]
-        figures = {"queue": sum(s.pending for s in fresh.values()), "p99_ms": max(p99s) if p99s else math.nan,
+        if llm:
+            p99_s = prom.duration_quantile(now, 0.99)
+            p99 = math.nan if p99_s is None else p99_s * 1000.0
+        else:
+            p99s = [s.p99_ms for s in fresh.values() if not math.isnan(s.p99_ms)]
+            p99 = max(p99s) if p99s else math.nan
+        figures = {"queue": sum(s.pending for s in fresh.values()), "p99_ms": p99,
                    "reporting": len(fresh), "throughput": prom.rate(now, 60.0),
                    "recent_throughput": prom.rate(now, SHORT_WINDOW_S),
                    "in_flight": float(sum(s.active for s in fresh.values())) if llm else None,
