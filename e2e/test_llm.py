@@ -159,8 +159,9 @@ def test_a_schema_llama_cpp_would_refuse_is_a_400_and_the_model_keeps_answering(
 
 
 def test_the_grammar_is_compiled_before_it_is_sampled():
-    """In process, with the caps lifted: what llama.cpp itself refuses (no sampler) is a RequestError
-    before generation, never a sampler chain holding nothing."""
+    """In process, with the caps lifted: what llama.cpp itself refuses (no sampler: a grammar past its
+    limits, or one it cannot parse) is a RequestError before generation, never a sampler chain
+    holding nothing."""
     from triton_runtime.serving import llamacpp
     from triton_runtime.serving.engine import RequestError
 
@@ -168,8 +169,12 @@ def test_the_grammar_is_compiled_before_it_is_sampled():
     saved = llamacpp.MAX_REPETITIONS, llamacpp.MAX_GRAMMAR_CHARS
     llamacpp.MAX_REPETITIONS, llamacpp.MAX_GRAMMAR_CHARS = 10**9, 10**9
     try:
-        with pytest.raises(RequestError, match="the schema's grammar is larger than llama.cpp accepts"):
+        with pytest.raises(RequestError, match=r"llama.cpp cannot compile the schema's grammar \(a pattern it does "
+                                               r"not support, or a long maxLength, maxItems or repetitions\)"):
             engine._grammar(json.dumps({"type": "string", "maxLength": 3000}))
+        # llama-cpp-python's converter writes \d{3} as the literal "\d\d\d", which llama.cpp cannot parse
+        with pytest.raises(RequestError, match="llama.cpp cannot compile the schema's grammar"):
+            engine._grammar(json.dumps({"type": "string", "pattern": "^\\d{3}-\\d{4}$"}))
         assert engine._grammar(json.dumps({"type": "string", "maxLength": 10})) is not None
     finally:
         llamacpp.MAX_REPETITIONS, llamacpp.MAX_GRAMMAR_CHARS = saved

@@ -152,8 +152,9 @@ class LlamaCppEngine:
         MAX_REPETITIONS (each repeated item is a rule of its own: minItems 3,000,000 was a grammar
         of 54 MB and 570 MB in memory; maxLength 3000 one llama.cpp refuses, printing it whole), a
         grammar of at most MAX_GRAMMAR_CHARS, and compiled once here: llama.cpp refuses one past
-        its limits by returning no sampler, which llama-cpp-python adds to the chain anyway, and
-        sampling then crashed the process."""
+        its limits, or one it cannot parse (llama-cpp-python's converter writes `\\d{3}` in a
+        pattern as a literal "\\d\\d\\d", not a GBNF escape), by returning no sampler, which
+        llama-cpp-python adds to the chain anyway, and sampling then crashed the process."""
         if schema is None:
             return None
         import llama_cpp
@@ -174,8 +175,8 @@ class LlamaCppEngine:
         sampler = llama_cpp.llama_sampler_init_grammar(self.llm._model.vocab, grammar._grammar.encode("utf-8"),
                                                        grammar._root.encode("utf-8"))
         if not sampler:
-            raise RequestError("guided_json: the schema's grammar is larger than llama.cpp accepts "
-                               "(long maxLength, maxItems or repetitions)")
+            raise RequestError("guided_json: llama.cpp cannot compile the schema's grammar (a pattern it "
+                               "does not support, or a long maxLength, maxItems or repetitions)")
         llama_cpp.llama_sampler_free(sampler)
         return grammar
 
