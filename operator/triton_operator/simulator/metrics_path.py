@@ -13,8 +13,8 @@
   rate over the last minute (settings.p99_query): one figure for the whole service, where a gone
   pod's requests of that minute still count, read from whole buckets and interpolated linearly
   inside the one the 99th percentile falls in (promql/quantile.go bucketQuantile). Modelled as
-  that: with bounds 1.25-1.33x apart it reads up to a quarter off the exact p99, furthest where a
-  minute holds few requests, and the policy's p99 rule rounds ready x p99 / target up to whole
+  that: with bounds at most 1.33x apart from 0.15 s up it reads within a third of the exact p99,
+  furthest off where a minute holds few requests, and the policy's p99 rule rounds ready x p99 / target up to whole
   replicas, so a few tens of milliseconds decide a replica on an edge.
 - The pending-request gauge is instantaneous; requests waiting in the service's queue are
   attributed evenly to the ready pods (every consumer sums or averages them).
