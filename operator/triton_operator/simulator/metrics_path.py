@@ -14,8 +14,8 @@
   pod's requests of that minute still count, read from whole buckets and interpolated linearly
   inside the one the 99th percentile falls in (promql/quantile.go bucketQuantile). Modelled as
   that: with bounds at most 1.33x apart from 0.15 s up it reads within a third of the exact p99,
-  furthest off where a minute holds few requests, and the policy's p99 rule rounds ready x p99 / target up to whole
-  replicas, so a few tens of milliseconds decide a replica on an edge.
+  furthest off where a minute holds few requests, and the policy's p99 rule rounds ready x p99 /
+  target up to whole replicas, so a few tens of milliseconds decide a replica on an edge.
 - The pending-request gauge is instantaneous; requests waiting in the service's queue are
   attributed evenly to the ready pods (every consumer sums or averages them).
 - The gateway in front (simulation.py routes as it does) holds requests while no replica is ready:
@@ -109,7 +109,7 @@ class Sample:
 
     t: float
     pending: float
-    p99_ms: float
+    p99_ms: float       # the summary's p99 (NaN for an LLM's pod: no query reads its summary)
     success: int        # nv_inference_request_success (a counter)
     active: int         # requests in the batch (TensorRT-LLM's active request gauge)
     prompt_tokens: int = 0   # nv_llm_input_token_len_sum: prompt tokens of completed requests

@@ -119,7 +119,6 @@ class Run:
 
 # event kinds, in the order they run when simultaneous
 _READY, _COMPLETE, _ARRIVAL, _SCRAPE, _SAMPLE, _TICK = range(6)
-_NO_DURATIONS = (0,) * (len(ENGINE_DURATION_BUCKETS) + 1)   # a pod of an LLM before it completes a request
 
 
 class Simulation:
@@ -134,12 +133,14 @@ class Simulation:
         self.where, self.dropped = [-1] * n, [False] * n
         self.queue: deque[int] = deque()
         self.replicas: dict[int, LLMReplica | ServiceReplica] = {}
+        # Per ready pod, the latency its p99 is read from: for an LLM the engine's request-duration
+        # histogram (completed requests by ENGINE_DURATION_BUCKETS bucket, +Inf last, not cumulative),
+        # otherwise Triton's summary (the LLM model's summary is read by no query: settings.p99_query).
         self.summaries: dict[int, WindowQuantiles] = {}
+        self.durations: dict[int, list[int]] = {}
+        self.llm = isinstance(perf, LLMPerformance)
         self.success: dict[int, int] = {}
         self.tokens: dict[int, list[int]] = {}     # per pod: [prompt, output] tokens of completed requests
-        # Per pod of an LLM: completed requests by ENGINE_DURATION_BUCKETS bucket, +Inf last (not cumulative)
-        self.llm = isinstance(perf, LLMPerformance)
-        self.durations: dict[int, list[int]] = {}
         self.events: list[tuple[float, int, int, int, int]] = []
         self.seq = 0
         self.next_rid = 0
@@ -240,7 +241,7 @@ class Simulation:
 
     def _complete(self, rep: LLMReplica | ServiceReplica, now: float) -> None:
         finished = rep.pop_finished(now)
-        summary = self.summaries.get(rep.rid)
+        summary, buckets = self.summaries.get(rep.rid), self.durations.get(rep.rid)
         for i in finished:
             self.finish[i] = now
             if isinstance(rep, ServiceReplica):
@@ -251,13 +252,10 @@ class Simulation:
             counts[0] += self.requests[i].prompt_tokens
             counts[1] += self.requests[i].output_tokens
             latency = now - self.requests[i].arrival
-            if summary is not None:
+            if buckets is not None:
+                buckets[bisect.bisect_left(ENGINE_DURATION_BUCKETS, latency)] += 1
+            elif summary is not None:
                 summary.observe(now, latency * 1000.0)
-            if self.llm:
-                counts = self.durations.get(rep.rid)
-                if counts is None:
-                    counts = self.durations[rep.rid] = [0] * (len(ENGINE_DURATION_BUCKETS) + 1)
-                counts[bisect.bisect_left(ENGINE_DURATION_BUCKETS, latency)] += 1
             r = self.requests[i]
             self.slo_counted += 1
             self.slo_met += slo_latency(self.cfg.slo_latency, r.arrival, self.first[i], now,
@@ -274,10 +272,7 @@ class Simulation:
     def _scrape(self, now: float) -> None:
         ready = [r for r in self.replicas.values() if r.state == "ready"]
         share = len(self.queue) / len(ready) if ready else 0.0
-        samples = {r.rid: Sample(now, share, self.summaries[r.rid].quantile(now, 0.99),
-                                 self.success.get(r.rid, 0), r.active(), *self.tokens.get(r.rid, (0, 0)),
-                                 durations=self._cumulative_durations(r.rid))
-                   for r in ready}
+        samples = {r.rid: self._sample(r, now, share) for r in ready}
         gone = [rid for rid in self.prom.latest if rid not in samples]
         # The gateway holds what waits while no replica is ready; otherwise it has sent it on.
         held = 0 if ready else len(self.queue)
@@ -286,13 +281,21 @@ class Simulation:
                                 self.slo_counted)
         self.prom.scrape(now, samples, gone, gateway)
 
-    def _cumulative_durations(self, rid: int) -> tuple[int, ...]:
-        """The pod's triton_llm_request_duration_seconds_bucket counters (at or below each bound,
-        then +Inf); empty when the model is not an LLM."""
-        if not self.llm:
-            return ()
-        counts = self.durations.get(rid)
-        return _NO_DURATIONS if counts is None else tuple(itertools.accumulate(counts))
+    def _sample(self, rep: LLMReplica | ServiceReplica, now: float, pending: float) -> Sample:
+        """One scrape of a ready pod: for an LLM its duration buckets' counters (at or below each
+        bound, then +Inf) and no summary p99; otherwise its summary's p99."""
+        buckets = self.durations.get(rep.rid)
+        summary = self.summaries.get(rep.rid)
+        return Sample(now, pending, math.nan if summary is None else summary.quantile(now, 0.99),
+                      self.success.get(rep.rid, 0), rep.active(), *self.tokens.get(rep.rid, (0, 0)),
+                      durations=() if buckets is None else tuple(itertools.accumulate(buckets)))
+
+    def _start_metrics(self, rid: int, now: float) -> None:
+        """A pod ready at `now` starts exporting what its p99 is read from."""
+        if self.llm:
+            self.durations[rid] = [0] * (len(ENGINE_DURATION_BUCKETS) + 1)
+        else:
+            self.summaries[rid] = WindowQuantiles(now)
 
     def view(self, now: float) -> View:
         pods = [Pod(r.rid, r.state, r.created, r.ready_at, r.active()) for r in self.replicas.values()]
@@ -314,7 +317,7 @@ class Simulation:
         self.events = []
         for rid, rep in self.replicas.items():
             rep.state, rep.ready_at = "ready", 0.0
-            self.summaries[rid] = WindowQuantiles(0.0)
+            self._start_metrics(rid, 0.0)
             self.pods_log[rid] = [0.0, 0.0, math.inf, math.inf]
         self._record(0.0)
         if hasattr(policy, "start"):
@@ -357,7 +360,7 @@ class Simulation:
                 if rep is not None and rep.state == "loading" and rep.ready_at == now:
                     rep.state = "ready"
                     self.pods_log[a][1] = now
-                    self.summaries[a] = WindowQuantiles(now)
+                    self._start_metrics(a, now)
                     self._record(now)
                     self._dispatch(now)
             elif kind == _SCRAPE:
