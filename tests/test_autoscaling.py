@@ -755,6 +755,17 @@ def test_p99_is_reported_not_chased_while_demand_sizes_the_service():
     assert d.desired == d.wants["demand"]
 
 
+def test_a_p99_near_its_target_holds_replicas_only_when_demand_is_not_in_charge():
+    """Within the tolerance of the target, the p99 holds the replicas that meet it when the queue
+    rule sizes the service; with demand in charge, what stays is the keep-alive's to decide (a
+    p99 read at 3,981 ms against 4 s held four replicas ten minutes after a burst)."""
+    held = decide(SPEC, 6, q(0, 6, p99=820), seed(T0, 6), T0 + timedelta(seconds=10))
+    assert held.wants["p99"] == 6 and held.desired == 6
+    by_demand = decide(SPEC, 6, rates(0, 6, 40, 40, p99=820), measured(20.0, 6), T0 + timedelta(seconds=10))
+    assert "p99" not in by_demand.wants and "p99 820ms (target 800ms)" in by_demand.reason
+    assert by_demand.wants["demand"] < 6
+
+
 def test_bursts_seen_within_a_start_up_widen_the_band_for_half_an_hour():
     """A rate that keeps jumping by 60 req/s within one start-up: the upper band keeps room for
     such a rise (RISE_QUANTILE of the rises seen within RISE_MEMORY_S, one a minute) while the
