@@ -1247,6 +1247,16 @@ def main(argv: list[str] | None = None) -> int:
         "8x and on the reshuffled order, but the code trace over two hours at 50 s stays dominated (95.80 % "
         "at 5.88) and so does Mooncake x2 (97.21 % at 5.02 GPU-h): 44 of those 66 rows not dominated, where "
         "the change has 45 and the hold had 44.",
+        "- Then two decision logs read (seed 1, the rule above against the hold), nothing changed after. The "
+        "code trace at 5x (rates page): the replicas the first burst asked for at 230-240 s were held by the "
+        "keep-alive to 540-570 s (its bound, the stabilization window after the last need) and released 10-40 "
+        "s before the next burst, which asked for them again at 580-620 s; the hold had kept five replicas to "
+        "1,530 s (92.66 % at 4.06 GPU-h against 89.56 % at 3.93). azure-conv at 150 s: from 1,400 s, demand "
+        "asked for three replicas and four ran; at 1,530 s a p99 of 7,354 ms against 8 s released the fourth, "
+        "and the p99 went over the target (9,557 and 9,732 ms) each time it ran three, so the fourth was "
+        "released three times and started again twice between 1,530 and 2,010 s, where the hold had kept it "
+        "to 1,870 s. A p99 near its target there says the replicas demand releases are still needed; after "
+        "the code trace's first burst at 325 s it was a minute's window still holding the burst.",
         "- Seeds 2 and 3 were only looked at in these summary tables, never one decision log at a time, until the "
         "tenth session read RAG at 325 s on both, after its first three-seed run, to explain seed 3's 38 % (nothing changed "
         "after); the curved replica was, in the seventh session (azure and the spike, for the capacity it learned). "
