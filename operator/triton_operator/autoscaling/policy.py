@@ -496,18 +496,18 @@ def _ask_for_latency(wants: dict[str, int], notes: list[str], spec: AutoscalingS
     notes.append(f"p99 {_fmt(p99)}ms (target {_fmt(target)}ms)")
     if ratio > 1 + tol and queue < 1:
         return _latency_without_queue(notes, wants, p99, target, signals, history, now, by_demand)
+    if by_demand:
+        # With demand in charge the p99 is reported, neither chased nor holding: demand already
+        # sizes the backlog (ready x p99 / target compounds over a draining queue), and the
+        # keep-alive decides what stays.
+        return None
     if abs(ratio - 1) <= tol:
-        # Near the target, the p99 holds the replicas that meet it, unless demand sizes the
-        # service: then the keep-alive decides what stays.
-        if not by_demand:
-            wants["p99"] = current
-    elif not by_demand and queue >= 1 and not _waited_the_tick_before(history):
+        wants["p99"] = current
+    elif queue >= 1 and not _waited_the_tick_before(history):
         # One tick's queue is not a queue yet: a single client that sends its next request as
         # the last response leaves is sampled now and then with one waiting.
         notes.append("requests waited this tick only: p99 not chased yet")
-    elif not by_demand:
-        # With demand in charge the p99 is reported, not chased: demand already sizes the
-        # backlog, and ready x p99 / target compounds over a draining queue.
+    else:
         # Based on ready replicas only: pods still loading do not lower latency yet, and since
         # they are part of `current`, a request they already cover adds nothing.
         wants["p99"] = math.ceil(ready * ratio)
